@@ -1,0 +1,2 @@
+//! toolcall-dedup: keys AI tool calls by meaning and claims each key once.
+pub mod key;
