@@ -1,1 +1,382 @@
-pub fn placeholder() {}
+//! The key core: turns one tool call into a 128-bit idempotency key. Pure: no I/O, no async, no logging.
+//!
+//! Five strategies. `raw`, `canonical`, `normalized` and `scoped` are the article's keyers A–D, kept
+//! exactly (flaws included) as the baseline. [`Strategy::Typed`] is ours and the default: exact
+//! decimals, schema-typed coercions, safe schema-free heuristics, timestamps shifted to UTC, and a
+//! length-prefixed, domain-separated hash of namespace, tool, run id, step and arguments.
+
+mod article;
+pub mod json;
+mod number;
+pub mod policy;
+pub mod schema;
+mod text;
+mod timestamp;
+mod typed;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use policy::{PolicyError, PolicySet, ToolPolicy};
+pub use schema::{FieldMode, Schema, SchemaError};
+
+/// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("arguments are not valid JSON at byte {offset}: {message}")]
+    Syntax { offset: usize, message: String },
+    #[error("arguments nest deeper than {limit} levels")]
+    TooDeep { limit: usize },
+    #[error("arguments are {bytes} bytes, over the {limit}-byte limit")]
+    TooLarge { bytes: usize, limit: usize },
+    #[error("duplicate object key {0:?} in arguments")]
+    DuplicateKey(String),
+    #[error("number {0:?} is out of the supported range")]
+    Number(String),
+    #[error("tool arguments must be a JSON object")]
+    NotAnObject,
+    #[error("the tool name is empty")]
+    EmptyTool,
+    #[error(
+        "integer too large to convert to float (the article's keyer C fails here, as Python does)"
+    )]
+    ArticleOverflow,
+}
+
+/// A keying strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// A: hash of the raw argument bytes.
+    Raw,
+    /// B: hash of canonical JSON (sorted keys, tight separators).
+    Canonical,
+    /// C: canonical JSON after the article's value normalization.
+    Normalized,
+    /// D: C scoped by run id and step.
+    Scoped,
+    /// Ours: schema-typed normalization, safe heuristics, fully scoped.
+    Typed,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 5] = [
+        Self::Raw,
+        Self::Canonical,
+        Self::Normalized,
+        Self::Scoped,
+        Self::Typed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Raw => "raw",
+            Self::Canonical => "canonical",
+            Self::Normalized => "normalized",
+            Self::Scoped => "scoped",
+            Self::Typed => "typed",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|st| st.name() == s)
+            .ok_or_else(|| {
+                format!("unknown strategy {s:?} (raw|canonical|normalized|scoped|typed)")
+            })
+    }
+}
+
+/// A 128-bit key: SHA-256 truncated, shown as 32 lowercase hex characters.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub [u8; 16]);
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+/// Rules that changed a call's canonical form, as a bit set (cheap to compute on every call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Rules(u32);
+
+macro_rules! rules {
+    ($($name:ident = $bit:expr, $label:literal;)*) => {
+        impl Rules {
+            $(pub const $name: Rules = Rules(1 << $bit);)*
+            const LABELS: &'static [(Rules, &'static str)] = &[$((Rules::$name, $label)),*];
+        }
+    };
+}
+
+rules! {
+    KEY_ORDER = 0, "key-order";
+    NUMBER_CANONICAL = 1, "number-canonical";
+    UNICODE_NFC = 2, "unicode-nfc";
+    WHITESPACE = 3, "whitespace";
+    CASEFOLD = 4, "casefold";
+    ENUM_CASE = 5, "enum-case";
+    TIMESTAMP_UTC = 6, "timestamp-utc";
+    TIMESTAMP_SUBSECOND = 7, "timestamp-subsecond";
+    TIMESTAMP_FORMAT = 8, "timestamp-format";
+    NUMERIC_STRING = 9, "numeric-string";
+    BOOLEAN_STRING = 10, "boolean-string";
+    SCHEMA_COERCION = 11, "schema-coercion";
+    NULL_DROPPED = 12, "null-dropped";
+    FIELD_IGNORED = 13, "field-ignored";
+    FIELD_NOT_KEYED = 14, "field-not-keyed";
+}
+
+impl Rules {
+    pub fn insert(&mut self, other: Rules) {
+        self.0 |= other.0;
+    }
+    pub fn contains(self, other: Rules) -> bool {
+        self.0 & other.0 == other.0
+    }
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+    pub fn from_bits(bits: u32) -> Rules {
+        Rules(bits)
+    }
+    /// The rules set in either call but not both: what made two different texts meet.
+    pub fn symmetric_difference(self, other: Rules) -> Rules {
+        Rules(self.0 ^ other.0)
+    }
+    pub fn union(self, other: Rules) -> Rules {
+        Rules(self.0 | other.0)
+    }
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::LABELS
+            .iter()
+            .filter(move |(r, _)| self.contains(*r))
+            .map(|(_, label)| *label)
+    }
+}
+
+/// One tool call to key. `args` is the arguments' JSON text as the model wrote it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Call<'a> {
+    pub tool: &'a str,
+    pub args: &'a str,
+    /// Who owns the tool (e.g. agent id + action group); part of the typed key only.
+    pub namespace: Option<&'a str>,
+    pub run_id: Option<&'a str>,
+    pub step: Option<&'a str>,
+    /// The tool's input schema; overrides the policy file's schema for this tool.
+    pub schema: Option<&'a Schema>,
+}
+
+/// Input bounds: a call over them is refused with an error, never a panic or a stack overflow.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_bytes: usize,
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 256 * 1024,
+            max_depth: 64,
+        }
+    }
+}
+
+/// Recursion in the reader and normalizer is bounded by this, whatever the configuration says.
+const HARD_MAX_DEPTH: usize = 512;
+
+/// A key with the canonical form it hashed and the rules that shaped that form.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub key: Key,
+    pub strategy: Strategy,
+    /// The normalized argument text (for `raw`, the arguments as given).
+    pub canonical: String,
+    pub rules: Rules,
+}
+
+/// Derives keys. Build once (policies compiled), then share: `&self` methods only.
+#[derive(Debug, Clone, Default)]
+pub struct Keyer {
+    limits: Limits,
+    policies: PolicySet,
+    keep_subseconds: bool,
+}
+
+impl Keyer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_policies(mut self, policies: PolicySet) -> Self {
+        self.policies = policies;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Limits {
+            max_depth: limits.max_depth.min(HARD_MAX_DEPTH),
+            ..limits
+        };
+        self
+    }
+
+    /// Keep sub-second digits of timestamps instead of truncating to the second.
+    pub fn keep_subseconds(mut self, keep: bool) -> Self {
+        self.keep_subseconds = keep;
+        self
+    }
+
+    pub fn policies(&self) -> &PolicySet {
+        &self.policies
+    }
+
+    /// The key of `call` under `strategy`.
+    pub fn key(&self, strategy: Strategy, call: &Call<'_>) -> Result<Key, KeyError> {
+        self.derive(strategy, call, false).map(|e| e.key)
+    }
+
+    /// The key with its canonical form and the rules that fired.
+    pub fn explain(&self, strategy: Strategy, call: &Call<'_>) -> Result<Explanation, KeyError> {
+        self.derive(strategy, call, true)
+    }
+
+    /// A strict fingerprint of the arguments alone (canonical JSON, no value rules, no scope). Stored
+    /// with a claim so a replay can tell which rules made two different calls meet.
+    pub fn fingerprint(&self, call: &Call<'_>) -> Result<Key, KeyError> {
+        self.key(
+            Strategy::Canonical,
+            &Call {
+                tool: call.tool,
+                args: call.args,
+                ..Call::default()
+            },
+        )
+    }
+
+    fn derive(
+        &self,
+        strategy: Strategy,
+        call: &Call<'_>,
+        explain: bool,
+    ) -> Result<Explanation, KeyError> {
+        if call.tool.is_empty() {
+            return Err(KeyError::EmptyTool);
+        }
+        if call.args.len() > self.limits.max_bytes {
+            return Err(KeyError::TooLarge {
+                bytes: call.args.len(),
+                limit: self.limits.max_bytes,
+            });
+        }
+        let done = |key, canonical: String, rules| Explanation {
+            key,
+            strategy,
+            canonical,
+            rules,
+        };
+        if strategy == Strategy::Raw {
+            let canonical = if explain {
+                call.args.to_string()
+            } else {
+                String::new()
+            };
+            return Ok(done(
+                article::key_raw(call.tool, call.args),
+                canonical,
+                Rules::default(),
+            ));
+        }
+        let root = json::parse(call.args, self.limits.max_depth)?;
+        match strategy {
+            Strategy::Raw => unreachable!("handled above"),
+            Strategy::Canonical => {
+                let text = article::canonical_text(root);
+                Ok(done(
+                    article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
+                    text,
+                    Rules::default(),
+                ))
+            }
+            Strategy::Normalized | Strategy::Scoped => {
+                let text = article::normalized_text(root)?;
+                let inner = article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let key = if strategy == Strategy::Scoped {
+                    article::key_scoped(call.run_id, call.step, inner)
+                } else {
+                    inner
+                };
+                Ok(done(key, text, Rules::default()))
+            }
+            Strategy::Typed => {
+                let mut root = root;
+                if !matches!(root, json::Node::Object(_)) {
+                    return Err(KeyError::NotAnObject);
+                }
+                let policy = self.policies.get(call.tool);
+                let schema = call
+                    .schema
+                    .or_else(|| policy.and_then(|p| p.schema.as_ref()));
+                let mut normalizer =
+                    typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
+                let mut out = Vec::with_capacity(call.args.len() + 16);
+                normalizer.value(&mut root, schema, policy.map(|p| &p.root), &mut out)?;
+                let key = typed_hash(call, &out);
+                let canonical = if explain {
+                    String::from_utf8(out).unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                Ok(done(key, canonical, normalizer.rules))
+            }
+        }
+    }
+}
+
+/// SHA-256 over a version tag and five length-prefixed fields; an absent field is tagged apart from an
+/// empty one. Unlike a `|` join, no two different field tuples can produce the same bytes.
+fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"toolcall-dedup/typed/v1\0");
+    for field in [call.namespace, Some(call.tool), call.run_id, call.step] {
+        match field {
+            None => hasher.update([0u8]),
+            Some(value) => {
+                hasher.update([1u8]);
+                hasher.update((value.len() as u64).to_be_bytes());
+                hasher.update(value.as_bytes());
+            }
+        }
+    }
+    hasher.update((canonical_args.len() as u64).to_be_bytes());
+    hasher.update(canonical_args);
+    let digest = hasher.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    Key(key)
+}

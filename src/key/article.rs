@@ -1,0 +1,374 @@
+//! The article's keyers A–D, reproduced exactly, flaws included: they are the baseline we score against.
+//!
+//! Python semantics emulated here: `json.loads` (duplicate keys: last wins; integers exact, other
+//! numbers `float`), `json.dumps(sort_keys=True, separators=(",", ":"))` (ASCII-only output, `repr` for
+//! floats), `str.strip`/`\s` (Python's `isspace`), `str.casefold`, and C's timestamp regex with the
+//! article's fix (either case of `T` and `Z`). One deliberate narrowing: Python's `\d` and `int()` also
+//! accept non-ASCII decimal digits (`"４２"`); we treat only ASCII digits as digits.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+use unicode_normalization::UnicodeNormalization;
+
+use super::json::Node;
+use super::text::is_python_space;
+use super::{Key, KeyError};
+
+/// A value as Python's `json.loads` would build it.
+#[derive(Debug, Clone)]
+enum Py {
+    None,
+    Bool(bool),
+    /// Exact integer, as decimal text.
+    Int(String),
+    Float(f64),
+    Str(String),
+    List(Vec<Py>),
+    /// Sorted by key, duplicates resolved (last wins).
+    Dict(Vec<(String, Py)>),
+}
+
+impl Py {
+    fn from_node(node: Node<'_>) -> Py {
+        match node {
+            Node::Null => Py::None,
+            Node::Bool(b) => Py::Bool(b),
+            Node::Number(text) if !text.contains(['.', 'e', 'E']) => Py::Int(int_text(text)),
+            Node::Number(text) => Py::Float(text.parse().unwrap_or(f64::NAN)),
+            Node::String(s) => Py::Str(s.into_owned()),
+            Node::Array(items) => Py::List(items.into_iter().map(Py::from_node).collect()),
+            Node::Object(members) => {
+                let mut entries: Vec<(String, Py)> = members
+                    .into_iter()
+                    .map(|(k, v)| (k.into_owned(), Py::from_node(v)))
+                    .collect();
+                // Stable sort keeps source order among equal keys, so the last one is kept.
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                let mut deduped: Vec<(String, Py)> = Vec::with_capacity(entries.len());
+                for entry in entries {
+                    match deduped.last_mut() {
+                        Some(last) if last.0 == entry.0 => *last = entry,
+                        _ => deduped.push(entry),
+                    }
+                }
+                Py::Dict(deduped)
+            }
+        }
+    }
+}
+
+/// `str(int(text))`: drops leading zeros and the sign of zero.
+fn int_text(text: &str) -> String {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let digits = digits.trim_start_matches('0');
+    match (negative, digits.is_empty()) {
+        (_, true) => "0".to_string(),
+        (true, false) => format!("-{digits}"),
+        (false, false) => digits.to_string(),
+    }
+}
+
+/// `repr(float)`: shortest round-trip digits, exponent form outside `1e-4 <= |x| < 1e16`.
+fn float_repr(f: f64) -> String {
+    if f.is_nan() {
+        return "NaN".into();
+    }
+    if f.is_infinite() {
+        return if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
+    }
+    let sci = format!("{:e}", f.abs()); // e.g. "1.5e3"
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let n = digits.len() as i32;
+    let decpt = exp + 1;
+    let sign = if f.is_sign_negative() { "-" } else { "" };
+    let body = if decpt <= -4 || decpt > 16 {
+        let rest = if n > 1 {
+            format!(".{}", &digits[1..])
+        } else {
+            String::new()
+        };
+        let esign = if exp < 0 { '-' } else { '+' };
+        format!("{}{rest}e{esign}{:02}", &digits[..1], exp.abs())
+    } else if decpt <= 0 {
+        format!("0.{}{digits}", "0".repeat((-decpt) as usize))
+    } else if decpt >= n {
+        format!("{digits}{}.0", "0".repeat((decpt - n) as usize))
+    } else {
+        format!(
+            "{}.{}",
+            &digits[..decpt as usize],
+            &digits[decpt as usize..]
+        )
+    };
+    format!("{sign}{body}")
+}
+
+/// `str(int(f))` for an integral float, exact for any magnitude.
+fn integral_float_text(f: f64) -> String {
+    if f.abs() < 9.2e18 {
+        return (f as i64).to_string();
+    }
+    let bits = f.abs().to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32 - 1075;
+    let mantissa = (bits & ((1 << 52) - 1)) | (1 << 52);
+    // Base-1e9 limbs, little-endian: mantissa × 2^exponent (exponent > 0 here).
+    let mut limbs: Vec<u64> = vec![
+        mantissa % 1_000_000_000,
+        mantissa / 1_000_000_000 % 1_000_000_000,
+        mantissa / 1_000_000_000_000_000_000,
+    ];
+    for _ in 0..exponent {
+        let mut carry = 0;
+        for limb in limbs.iter_mut() {
+            let v = *limb * 2 + carry;
+            *limb = v % 1_000_000_000;
+            carry = v / 1_000_000_000;
+        }
+        if carry > 0 {
+            limbs.push(carry);
+        }
+    }
+    while limbs.len() > 1 && limbs.last() == Some(&0) {
+        limbs.pop();
+    }
+    let mut text = if f < 0.0 {
+        "-".to_string()
+    } else {
+        String::new()
+    };
+    text.push_str(&limbs.last().unwrap_or(&0).to_string());
+    for limb in limbs.iter().rev().skip(1) {
+        text.push_str(&format!("{limb:09}"));
+    }
+    text
+}
+
+/// `json.dumps(obj, sort_keys=True, separators=(",", ":"))` with the default `ensure_ascii=True`.
+fn dumps(value: &Py, out: &mut String) {
+    match value {
+        Py::None => out.push_str("null"),
+        Py::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Py::Int(text) => out.push_str(text),
+        Py::Float(f) => out.push_str(&float_repr(*f)),
+        Py::Str(s) => dumps_str(s, out),
+        Py::List(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                dumps(item, out);
+            }
+            out.push(']');
+        }
+        Py::Dict(entries) => {
+            out.push('{');
+            for (i, (k, v)) in entries.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                dumps_str(k, out);
+                out.push(':');
+                dumps(v, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+fn dumps_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+static ISO: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"^([0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})$")
+        .expect("static regex")
+});
+static INT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"^-?[0-9]+$").expect("static regex"));
+static DEC: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"^-?[0-9]+\.[0-9]+$").expect("static regex"));
+
+/// C's `_norm`.
+fn norm(value: Py) -> Result<Py, KeyError> {
+    Ok(match value {
+        v @ (Py::None | Py::Bool(_)) => v,
+        Py::Int(text) => {
+            // `float(v).is_integer()` raises OverflowError for ints beyond the float range.
+            if text.parse::<f64>().map_or(true, f64::is_infinite) {
+                return Err(KeyError::ArticleOverflow);
+            }
+            Py::Int(text)
+        }
+        Py::Float(f) if f.is_finite() && f.fract() == 0.0 => Py::Int(integral_float_text(f)),
+        v @ Py::Float(_) => v,
+        Py::Str(s) => norm_str(&s),
+        Py::List(items) => Py::List(items.into_iter().map(norm).collect::<Result<_, _>>()?),
+        Py::Dict(entries) => Py::Dict(
+            entries
+                .into_iter()
+                .filter(|(_, v)| !matches!(v, Py::None))
+                .map(|(k, v)| Ok((k, norm(v)?)))
+                .collect::<Result<_, KeyError>>()?,
+        ),
+    })
+}
+
+fn norm_str(s: &str) -> Py {
+    let nfc: String = s.nfc().collect();
+    let stripped = nfc.trim_matches(is_python_space);
+    let mut collapsed = String::with_capacity(stripped.len());
+    let mut in_space = false;
+    for c in stripped.chars() {
+        if is_python_space(c) {
+            if !in_space {
+                collapsed.push(' ');
+            }
+            in_space = true;
+        } else {
+            collapsed.push(c);
+            in_space = false;
+        }
+    }
+    let s = collapsed;
+    if let Some(m) = ISO.captures(&s) {
+        let head = &m[1];
+        let tz = &m[2];
+        let tz = if tz == "Z" || tz == "z" { "Z" } else { tz };
+        return Py::Str(format!("{}T{}{tz}", &head[..10], &head[11..]));
+    }
+    if INT.is_match(&s) {
+        return Py::Int(int_text(&s));
+    }
+    if DEC.is_match(&s) {
+        let f: f64 = s.parse().unwrap_or(f64::NAN);
+        return if f.is_finite() && f.fract() == 0.0 {
+            Py::Int(integral_float_text(f))
+        } else {
+            Py::Float(f)
+        };
+    }
+    Py::Str(caseless::default_case_fold_str(&s))
+}
+
+/// `hashlib.sha256(s.encode()).hexdigest()[:32]`.
+pub(crate) fn h(parts: &[&[u8]]) -> Key {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&digest[..16]);
+    Key(key)
+}
+
+/// A: `_h(tool + "|" + raw)`.
+pub(crate) fn key_raw(tool: &str, raw: &str) -> Key {
+    h(&[tool.as_bytes(), b"|", raw.as_bytes()])
+}
+
+/// B's canonical text.
+pub(crate) fn canonical_text(root: Node<'_>) -> String {
+    let mut out = String::new();
+    dumps(&Py::from_node(root), &mut out);
+    out
+}
+
+/// C's canonical text (top level must be an object, as `json.loads(raw).items()` demands).
+pub(crate) fn normalized_text(root: Node<'_>) -> Result<String, KeyError> {
+    let Py::Dict(entries) = Py::from_node(root) else {
+        return Err(KeyError::NotAnObject);
+    };
+    let normalized = norm(Py::Dict(entries))?;
+    let mut out = String::new();
+    dumps(&normalized, &mut out);
+    Ok(out)
+}
+
+/// D: `_h(f"{run_id}|{step}|{C-key}")`, `-` for a missing part.
+pub(crate) fn key_scoped(run_id: Option<&str>, step: Option<&str>, inner: Key) -> Key {
+    let inner = inner.to_string();
+    h(&[
+        run_id.unwrap_or("-").as_bytes(),
+        b"|",
+        step.unwrap_or("-").as_bytes(),
+        b"|",
+        inner.as_bytes(),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float_repr_matches_python() {
+        // Values checked against CPython 3.11's repr().
+        for (f, repr) in [
+            (4200.5, "4200.5"),
+            (0.1, "0.1"),
+            (1e16, "1e+16"),
+            (1e15, "1000000000000000.0"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (-2.5, "-2.5"),
+            (1.7976931348623157e308, "1.7976931348623157e+308"),
+            (123456789.125, "123456789.125"),
+        ] {
+            assert_eq!(float_repr(f), repr);
+        }
+    }
+
+    #[test]
+    fn integral_floats_print_their_exact_integer() {
+        assert_eq!(integral_float_text(4200.0), "4200");
+        assert_eq!(integral_float_text(-3.0), "-3");
+        assert_eq!(integral_float_text(1e20), "100000000000000000000");
+        // int(1e23) in Python: the nearest double is not 10^23.
+        assert_eq!(integral_float_text(1e23), "99999999999999991611392");
+    }
+
+    #[test]
+    fn dumps_escapes_like_python() {
+        let mut out = String::new();
+        dumps_str("é😀\"\n\u{7f}", &mut out);
+        assert_eq!(out, r#""\u00e9\ud83d\ude00\"\n\u007f""#);
+    }
+
+    #[test]
+    fn int_text_drops_padding() {
+        assert_eq!(int_text("-0"), "0");
+        assert_eq!(int_text("01234"), "1234");
+        assert_eq!(int_text("-007"), "-7");
+    }
+}

@@ -1,0 +1,384 @@
+//! A strict, allocation-light JSON reader (RFC 8259) for tool-call arguments.
+//!
+//! Why not `serde_json::Value`: we need the exact number text (integers beyond 2^53 must never be rounded),
+//! we must see duplicate object keys (serde keeps the last one silently), and nesting must fail with an
+//! error at a configured depth instead of recursing into a stack overflow. Strings without escapes are
+//! borrowed from the input, so a typical tool call costs one allocation per object or array.
+
+use std::borrow::Cow;
+
+use super::KeyError;
+
+/// One parsed JSON value. Numbers keep their source text; object members keep their source order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node<'a> {
+    Null,
+    Bool(bool),
+    /// The number exactly as written (already validated against the JSON grammar).
+    Number(&'a str),
+    String(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+}
+
+impl Node<'_> {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Node::Null => "null",
+            Node::Bool(_) => "boolean",
+            Node::Number(_) => "number",
+            Node::String(_) => "string",
+            Node::Array(_) => "array",
+            Node::Object(_) => "object",
+        }
+    }
+}
+
+/// Parses one JSON document. `max_depth` bounds nesting (arrays and objects); the caller bounds size.
+pub fn parse(text: &str, max_depth: usize) -> Result<Node<'_>, KeyError> {
+    let mut parser = Parser {
+        bytes: text.as_bytes(),
+        text,
+        pos: 0,
+        max_depth,
+    };
+    parser.skip_whitespace();
+    let node = parser.value(0)?;
+    parser.skip_whitespace();
+    if parser.pos != parser.bytes.len() {
+        return Err(parser.error("trailing characters after the JSON value"));
+    }
+    Ok(node)
+}
+
+struct Parser<'a> {
+    bytes: &'a [u8],
+    text: &'a str,
+    pos: usize,
+    max_depth: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn error(&self, what: &str) -> KeyError {
+        KeyError::Syntax {
+            offset: self.pos,
+            message: what.to_string(),
+        }
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Node<'a>, KeyError> {
+        match self.bytes.get(self.pos) {
+            None => Err(self.error("unexpected end of input")),
+            Some(b'{') => self.object(depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b'"') => self.string().map(Node::String),
+            Some(b't') => self.literal("true", Node::Bool(true)),
+            Some(b'f') => self.literal("false", Node::Bool(false)),
+            Some(b'n') => self.literal("null", Node::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(b'N' | b'I') => Err(self.error("NaN and Infinity are not JSON numbers")),
+            Some(_) => Err(self.error("expected a JSON value")),
+        }
+    }
+
+    fn literal(&mut self, word: &str, node: Node<'a>) -> Result<Node<'a>, KeyError> {
+        if self.bytes[self.pos..].starts_with(word.as_bytes()) {
+            self.pos += word.len();
+            Ok(node)
+        } else {
+            Err(self.error("invalid literal"))
+        }
+    }
+
+    fn enter(&self, depth: usize) -> Result<(), KeyError> {
+        if depth > self.max_depth {
+            Err(KeyError::TooDeep {
+                limit: self.max_depth,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<Node<'a>, KeyError> {
+        self.enter(depth)?;
+        self.pos += 1;
+        let mut members = Vec::new();
+        self.skip_whitespace();
+        if self.bytes.get(self.pos) == Some(&b'}') {
+            self.pos += 1;
+            return Ok(Node::Object(members));
+        }
+        loop {
+            self.skip_whitespace();
+            if self.bytes.get(self.pos) != Some(&b'"') {
+                return Err(self.error("expected a string object key"));
+            }
+            let name = self.string()?;
+            self.skip_whitespace();
+            if self.bytes.get(self.pos) != Some(&b':') {
+                return Err(self.error("expected ':' after object key"));
+            }
+            self.pos += 1;
+            self.skip_whitespace();
+            let value = self.value(depth)?;
+            members.push((name, value));
+            self.skip_whitespace();
+            match self.bytes.get(self.pos) {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return Ok(Node::Object(members));
+                }
+                _ => return Err(self.error("expected ',' or '}' in object")),
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<Node<'a>, KeyError> {
+        self.enter(depth)?;
+        self.pos += 1;
+        let mut items = Vec::new();
+        self.skip_whitespace();
+        if self.bytes.get(self.pos) == Some(&b']') {
+            self.pos += 1;
+            return Ok(Node::Array(items));
+        }
+        loop {
+            self.skip_whitespace();
+            items.push(self.value(depth)?);
+            self.skip_whitespace();
+            match self.bytes.get(self.pos) {
+                Some(b',') => self.pos += 1,
+                Some(b']') => {
+                    self.pos += 1;
+                    return Ok(Node::Array(items));
+                }
+                _ => return Err(self.error("expected ',' or ']' in array")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Node<'a>, KeyError> {
+        let start = self.pos;
+        let b = self.bytes;
+        let mut i = self.pos;
+        if b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match b.get(i) {
+            Some(b'0') => i += 1,
+            Some(b'1'..=b'9') => {
+                while let Some(b'0'..=b'9') = b.get(i) {
+                    i += 1;
+                }
+            }
+            Some(b'I') => return Err(self.error("NaN and Infinity are not JSON numbers")),
+            _ => return Err(self.error("invalid number")),
+        }
+        if b.get(i) == Some(&b'.') {
+            i += 1;
+            let digits = i;
+            while let Some(b'0'..=b'9') = b.get(i) {
+                i += 1;
+            }
+            if i == digits {
+                self.pos = i;
+                return Err(self.error("a decimal point must be followed by digits"));
+            }
+        }
+        if let Some(b'e' | b'E') = b.get(i) {
+            i += 1;
+            if let Some(b'+' | b'-') = b.get(i) {
+                i += 1;
+            }
+            let digits = i;
+            while let Some(b'0'..=b'9') = b.get(i) {
+                i += 1;
+            }
+            if i == digits {
+                self.pos = i;
+                return Err(self.error("an exponent must have digits"));
+            }
+        }
+        if let Some(b'0'..=b'9') = b.get(i) {
+            self.pos = i;
+            return Err(self.error("leading zeros are not allowed in JSON numbers"));
+        }
+        self.pos = i;
+        Ok(Node::Number(&self.text[start..i]))
+    }
+
+    fn string(&mut self) -> Result<Cow<'a, str>, KeyError> {
+        self.pos += 1; // opening quote
+        let start = self.pos;
+        // Fast path: no escapes, borrow the slice.
+        loop {
+            match self.bytes.get(self.pos) {
+                None => return Err(self.error("unterminated string")),
+                Some(b'"') => {
+                    let s = &self.text[start..self.pos];
+                    self.pos += 1;
+                    return Ok(Cow::Borrowed(s));
+                }
+                Some(b'\\') => break,
+                Some(0x00..=0x1f) => return Err(self.error("control character in string")),
+                Some(_) => self.pos += 1,
+            }
+        }
+        let mut out = String::with_capacity(self.pos - start + 16);
+        out.push_str(&self.text[start..self.pos]);
+        loop {
+            match self.bytes.get(self.pos) {
+                None => return Err(self.error("unterminated string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(Cow::Owned(out));
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    let escaped = match self.bytes.get(self.pos) {
+                        Some(b'"') => '"',
+                        Some(b'\\') => '\\',
+                        Some(b'/') => '/',
+                        Some(b'b') => '\u{8}',
+                        Some(b'f') => '\u{c}',
+                        Some(b'n') => '\n',
+                        Some(b'r') => '\r',
+                        Some(b't') => '\t',
+                        Some(b'u') => {
+                            self.pos += 1;
+                            let c = self.unicode_escape()?;
+                            out.push(c);
+                            continue;
+                        }
+                        _ => return Err(self.error("invalid escape sequence")),
+                    };
+                    out.push(escaped);
+                    self.pos += 1;
+                }
+                Some(0x00..=0x1f) => return Err(self.error("control character in string")),
+                Some(_) => {
+                    // Copy the run of plain characters up to the next quote or backslash.
+                    let run = self.pos;
+                    while let Some(&c) = self.bytes.get(self.pos) {
+                        if c == b'"' || c == b'\\' || c < 0x20 {
+                            break;
+                        }
+                        self.pos += 1;
+                    }
+                    out.push_str(&self.text[run..self.pos]);
+                }
+            }
+        }
+    }
+
+    /// Reads the four hex digits after `\u` (and a low surrogate after a high one).
+    fn unicode_escape(&mut self) -> Result<char, KeyError> {
+        let high = self.hex4()?;
+        let code = match high {
+            0xD800..=0xDBFF => {
+                if !self.bytes[self.pos..].starts_with(b"\\u") {
+                    return Err(self.error("lone surrogate in \\u escape"));
+                }
+                self.pos += 2;
+                let low = self.hex4()?;
+                if !(0xDC00..=0xDFFF).contains(&low) {
+                    return Err(self.error("lone surrogate in \\u escape"));
+                }
+                0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+            }
+            0xDC00..=0xDFFF => return Err(self.error("lone surrogate in \\u escape")),
+            c => c,
+        };
+        char::from_u32(code).ok_or_else(|| self.error("invalid \\u escape"))
+    }
+
+    fn hex4(&mut self) -> Result<u32, KeyError> {
+        let digits = self
+            .bytes
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.error("short \\u escape"))?;
+        let mut value = 0u32;
+        for &d in digits {
+            let v = (d as char)
+                .to_digit(16)
+                .ok_or_else(|| self.error("invalid hex digit in \\u escape"))?;
+            value = value * 16 + v;
+        }
+        self.pos += 4;
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Result<Node<'_>, KeyError> {
+        parse(s, 64)
+    }
+
+    #[test]
+    fn keeps_number_text_and_member_order() {
+        let node = p(r#"{"b": 9007199254740993, "a": [1.50e3, -0.0]}"#).unwrap();
+        let Node::Object(members) = node else {
+            panic!("object expected")
+        };
+        assert_eq!(members[0].0, "b");
+        assert_eq!(members[0].1, Node::Number("9007199254740993"));
+        assert_eq!(
+            members[1].1,
+            Node::Array(vec![Node::Number("1.50e3"), Node::Number("-0.0")])
+        );
+    }
+
+    #[test]
+    fn decodes_escapes_and_surrogate_pairs() {
+        assert_eq!(
+            p(r#""a\"b\\c\u00e9\ud83d\ude00""#).unwrap(),
+            Node::String("a\"b\\cé😀".into())
+        );
+    }
+
+    #[test]
+    fn rejects_what_json_rejects() {
+        for bad in [
+            "",
+            "{",
+            "[1,]",
+            "{\"a\":1,}",
+            "01",
+            "1.",
+            ".5",
+            "1e",
+            "NaN",
+            "Infinity",
+            "-Infinity",
+            "tru",
+            "\"\\x\"",
+            "\"\\ud800\"",
+            "\"\\udc00\"",
+            "\"\\ud800\\u0041\"",
+            "\"a\nb\"",
+            "{} {}",
+            "{'a':1}",
+        ] {
+            assert!(p(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        assert!(matches!(p(&deep), Err(KeyError::TooDeep { limit: 64 })));
+        let ok = "[".repeat(64) + &"]".repeat(64);
+        assert!(p(&ok).is_ok());
+    }
+}

@@ -1,0 +1,241 @@
+//! Per-tool key policies, loaded from one JSON or TOML file keyed by tool name:
+//!
+//! ```toml
+//! [tools.charge_card]
+//! key_fields = ["customer_id", "amount", "currency"]   # only these fields form the key
+//! fields = { memo = "ignore", customer_id = "exact" }  # ignore | exact | casefold
+//! schema = { type = "object", properties = { currency = { enum = ["USD", "EUR"] } } }
+//! ```
+//!
+//! Paths are dotted (`shipping.address.zip`); a path walks through arrays into their elements, so
+//! `items.sku` names the `sku` of every element of `items`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::schema::{FieldMode, Schema, SchemaError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("invalid policy file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("policy for tool {tool:?}: {source}")]
+    Schema { tool: String, source: SchemaError },
+    #[error("policy for tool {tool:?}: empty field path")]
+    EmptyPath { tool: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    tools: BTreeMap<String, ToolPolicySpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolPolicySpec {
+    key_fields: Option<Vec<String>>,
+    #[serde(default)]
+    fields: BTreeMap<String, FieldMode>,
+    schema: Option<serde_json::Value>,
+}
+
+/// The policy tree for one tool, walked alongside the arguments.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PolicyNode {
+    pub(crate) mode: Option<FieldMode>,
+    /// Only children marked `keyed` (or with keyed descendants) take part in the key.
+    pub(crate) restricted: bool,
+    /// This whole subtree is named by `key_fields`.
+    pub(crate) keyed: bool,
+    children: Vec<(String, PolicyNode)>,
+}
+
+impl PolicyNode {
+    pub(crate) fn child(&self, name: &str) -> Option<&PolicyNode> {
+        self.children
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.children[i].1)
+    }
+
+    /// Whether a field with this policy child is part of the key under this (possibly restricted) node.
+    pub(crate) fn admits(&self, child: Option<&PolicyNode>) -> bool {
+        !self.restricted || child.is_some_and(|c| c.keyed || c.restricted)
+    }
+
+    fn descend(&mut self, path: &str) -> &mut PolicyNode {
+        let mut node = self;
+        for part in path.split('.') {
+            let i = match node
+                .children
+                .binary_search_by(|(n, _)| n.as_str().cmp(part))
+            {
+                Ok(i) => i,
+                Err(i) => {
+                    node.children
+                        .insert(i, (part.to_string(), PolicyNode::default()));
+                    i
+                }
+            };
+            node = &mut node.children[i].1;
+        }
+        node
+    }
+}
+
+/// One tool's policy.
+#[derive(Debug, Clone, Default)]
+pub struct ToolPolicy {
+    pub(crate) root: PolicyNode,
+    pub schema: Option<Schema>,
+}
+
+/// Policies for every tool, by tool name.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySet {
+    tools: HashMap<String, ToolPolicy>,
+}
+
+impl PolicySet {
+    /// Loads a `.json` or `.toml` policy file (by extension; other extensions are tried as JSON).
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let is_toml = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml"));
+        Self::parse(&text, is_toml).map_err(|e| match e {
+            PolicyError::Parse { message, .. } => PolicyError::Parse {
+                path: shown,
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str, is_toml: bool) -> Result<Self, PolicyError> {
+        let parse_error = |message: String| PolicyError::Parse {
+            path: "<input>".into(),
+            message,
+        };
+        let file: PolicyFile = if is_toml {
+            toml::from_str(text).map_err(|e| parse_error(e.to_string()))?
+        } else {
+            serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?
+        };
+        let mut tools = HashMap::new();
+        for (tool, spec) in file.tools {
+            let mut root = PolicyNode::default();
+            let bad_path = |p: &str| p.is_empty() || p.split('.').any(str::is_empty);
+            if let Some(fields) = &spec.key_fields {
+                root.restricted = true;
+                for path in fields {
+                    if bad_path(path) {
+                        return Err(PolicyError::EmptyPath { tool });
+                    }
+                    let mut node = &mut root;
+                    let parts: Vec<&str> = path.split('.').collect();
+                    for (i, part) in parts.iter().enumerate() {
+                        node = node.descend(part);
+                        if i + 1 < parts.len() {
+                            node.restricted = true;
+                        }
+                    }
+                    node.keyed = true;
+                }
+            }
+            for (path, mode) in &spec.fields {
+                if bad_path(path) {
+                    return Err(PolicyError::EmptyPath { tool });
+                }
+                root.descend(path).mode = Some(*mode);
+            }
+            let schema = match &spec.schema {
+                Some(s) => Some(
+                    Schema::from_tool_definition(s)
+                        .map(|(_, schema)| schema)
+                        .map_err(|source| PolicyError::Schema {
+                            tool: tool.clone(),
+                            source,
+                        })?,
+                ),
+                None => None,
+            };
+            tools.insert(tool, ToolPolicy { root, schema });
+        }
+        Ok(Self { tools })
+    }
+
+    pub fn get(&self, tool: &str) -> Option<&ToolPolicy> {
+        self.tools.get(tool)
+    }
+
+    pub fn insert(&mut self, tool: impl Into<String>, policy: ToolPolicy) {
+        self.tools.insert(tool.into(), policy);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+impl ToolPolicy {
+    /// A policy that only carries a schema.
+    pub fn with_schema(schema: Schema) -> Self {
+        Self {
+            root: PolicyNode::default(),
+            schema: Some(schema),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_and_json_agree() {
+        let toml = r#"
+            [tools.charge_card]
+            key_fields = ["customer_id", "shipping.zip"]
+            fields = { memo = "ignore", "shipping.zip" = "exact" }
+        "#;
+        let json = r#"{"tools": {"charge_card": {"key_fields": ["customer_id", "shipping.zip"],
+                       "fields": {"memo": "ignore", "shipping.zip": "exact"}}}}"#;
+        for set in [
+            PolicySet::parse(toml, true).unwrap(),
+            PolicySet::parse(json, false).unwrap(),
+        ] {
+            let root = &set.get("charge_card").unwrap().root;
+            assert!(root.restricted);
+            assert!(root.admits(root.child("customer_id")));
+            assert!(!root.admits(root.child("memo")));
+            assert_eq!(root.child("memo").unwrap().mode, Some(FieldMode::Ignore));
+            let shipping = root.child("shipping").unwrap();
+            assert!(shipping.restricted && root.admits(Some(shipping)));
+            assert_eq!(shipping.child("zip").unwrap().mode, Some(FieldMode::Exact));
+            assert!(!shipping.admits(shipping.child("street")));
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_modes_and_empty_paths() {
+        assert!(
+            PolicySet::parse(r#"{"tools": {"t": {"fields": {"a": "fuzzy"}}}}"#, false).is_err()
+        );
+        assert!(PolicySet::parse(r#"{"tools": {"t": {"key_fields": ["a..b"]}}}"#, false).is_err());
+        assert!(PolicySet::parse(r#"{"tools": {"t": {"typo": 1}}}"#, false).is_err());
+    }
+}

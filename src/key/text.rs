@@ -1,0 +1,248 @@
+//! String rules: Unicode NFC, whitespace, and case. Each returns `Cow::Borrowed` when nothing changes,
+//! so the common ASCII argument costs a scan and no allocation.
+
+use std::borrow::Cow;
+
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
+
+/// NFC-normalizes, trims and collapses every run of Unicode whitespace into one ASCII space.
+/// Reports which of the two rules changed the text.
+pub(crate) fn nfc_trim_collapse(s: &str) -> (Cow<'_, str>, bool, bool) {
+    let nfc: Cow<'_, str> = if s.is_ascii() || is_nfc_quick(s.chars()) == IsNormalized::Yes {
+        Cow::Borrowed(s)
+    } else {
+        let normalized: String = s.nfc().collect();
+        if normalized == s {
+            Cow::Borrowed(s)
+        } else {
+            Cow::Owned(normalized)
+        }
+    };
+    let nfc_changed = matches!(nfc, Cow::Owned(_));
+    if !needs_collapse(&nfc) {
+        return (nfc, nfc_changed, false);
+    }
+    let mut out = String::with_capacity(nfc.len());
+    for word in nfc.split(char::is_whitespace).filter(|w| !w.is_empty()) {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    (Cow::Owned(out), nfc_changed, true)
+}
+
+fn needs_collapse(s: &str) -> bool {
+    let mut previous_space = true; // a leading space needs trimming
+    for c in s.chars() {
+        if c.is_whitespace() {
+            if previous_space || c != ' ' {
+                return true;
+            }
+            previous_space = true;
+        } else {
+            previous_space = false;
+        }
+    }
+    previous_space && !s.is_empty()
+}
+
+/// Full Unicode case folding (`ß` → `ss`), the comparison `str.casefold()` gives in Python.
+pub(crate) fn casefold(s: &str) -> Cow<'_, str> {
+    if s.is_ascii() {
+        if s.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(s.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(s)
+        }
+    } else {
+        let folded = caseless::default_case_fold_str(s);
+        if folded == s {
+            Cow::Borrowed(s)
+        } else {
+            Cow::Owned(folded)
+        }
+    }
+}
+
+/// A natural-language word or an all-caps code, which we may casefold without a schema: letters only
+/// (an inner apostrophe allowed, trailing sentence punctuation allowed), and no capital after the first
+/// letter unless every letter is a capital. Anything else is identifier-like (`cus_Ab12Xy`, `C04ABCD`,
+/// `iPhone`, `ORD-7`, URLs) and keeps its case: case carries meaning in identifiers.
+pub(crate) fn is_casefoldable_word(token: &str) -> bool {
+    let body = token.trim_end_matches(['.', ',', '!', '?', ';', ':']);
+    if body.is_empty() {
+        return false;
+    }
+    let mut letters = 0usize;
+    let mut upper_after_first = false;
+    let mut any_lower = false;
+    for (i, c) in body.chars().enumerate() {
+        if c.is_alphabetic() {
+            letters += 1;
+            if c.is_lowercase() {
+                any_lower = true;
+            } else if c.is_uppercase() && i > 0 {
+                upper_after_first = true;
+            }
+        } else if c == '\'' && i > 0 {
+            continue;
+        } else {
+            return false;
+        }
+    }
+    letters > 0 && !(upper_after_first && any_lower)
+}
+
+/// Casefolds the words of a whitespace-collapsed string and leaves identifier-like tokens alone.
+pub(crate) fn casefold_words(s: &str) -> Cow<'_, str> {
+    let needs = s
+        .split(' ')
+        .any(|t| is_casefoldable_word(t) && matches!(casefold(t), Cow::Owned(_)));
+    if !needs {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    for (i, token) in s.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if is_casefoldable_word(token) {
+            out.push_str(&casefold(token))
+        } else {
+            out.push_str(token)
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `local@domain.tld` with no whitespace: mail addresses compare case-insensitively in practice
+/// (domains always; local parts on every major provider).
+pub(crate) fn is_email(s: &str) -> bool {
+    let Some((local, domain)) = s.split_once('@') else {
+        return false;
+    };
+    !local.is_empty()
+        && !domain.contains('@')
+        && domain.contains('.')
+        && !domain.starts_with('.')
+        && !domain.ends_with('.')
+        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
+/// Python's `str.isspace()`, which is what the article's `\s` and `strip()` mean.
+pub(crate) fn is_python_space(c: char) -> bool {
+    matches!(
+        c,
+        '\t' | '\n'
+            | '\u{b}'
+            | '\u{c}'
+            | '\r'
+            | '\u{1c}'..='\u{1f}'
+            | ' '
+            | '\u{85}'
+            | '\u{a0}'
+            | '\u{1680}'
+            | '\u{2000}'..='\u{200a}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{202f}'
+            | '\u{205f}'
+            | '\u{3000}'
+    )
+}
+
+/// Appends `s` as a JSON string with the minimal escapes (quote, backslash, control characters).
+pub(crate) fn write_json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut run = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: Option<&[u8]> = match b {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            0x00..=0x1f => None,
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[run..i]);
+        match escape {
+            Some(e) => out.extend_from_slice(e),
+            None => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 15) as usize],
+                ]);
+            }
+        }
+        run = i + 1;
+    }
+    out.extend_from_slice(&bytes[run..]);
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn collapses_and_trims_unicode_whitespace() {
+        assert_eq!(nfc_trim_collapse("  a \t b\u{3000}\u{a0}c  ").0, "a b c");
+        assert!(matches!(nfc_trim_collapse("a b c").0, Cow::Borrowed(_)));
+        assert_eq!(nfc_trim_collapse("").0, "");
+        assert_eq!(nfc_trim_collapse("   ").0, "");
+    }
+
+    #[test]
+    fn nfc_composes() {
+        let (s, nfc, _) = nfc_trim_collapse("Cafe\u{301}");
+        assert_eq!(s, "Café");
+        assert!(nfc);
+    }
+
+    #[test]
+    fn words_fold_identifiers_do_not() {
+        for w in [
+            "USD", "usd", "Usd", "Paris", "don't", "Hello,", "STRASSE", "Straße",
+        ] {
+            assert!(is_casefoldable_word(w), "{w}");
+        }
+        for id in [
+            "cus_Ab12Xy",
+            "C04ABCD",
+            "iPhone",
+            "ORD-7",
+            "https://x.io/A",
+            "1234",
+            "a1",
+            "",
+            "McDonald",
+        ] {
+            assert!(!is_casefoldable_word(id), "{id}");
+        }
+        assert_eq!(
+            casefold_words("Refund ORD-7A for Alice"),
+            "refund ORD-7A for alice"
+        );
+        assert_eq!(casefold("STRASSE"), casefold("straße"));
+    }
+
+    #[test]
+    fn emails() {
+        assert!(is_email("Alice.Smith@Example.COM"));
+        for no in ["alice", "a@b", "@x.io", "a b@x.io", "a@@x.io", "a@x.io."] {
+            assert!(!is_email(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn json_string_escapes() {
+        let mut out = Vec::new();
+        write_json_string(&mut out, "a\"b\\c\n\u{1}é");
+        assert_eq!(String::from_utf8(out).unwrap(), r#""a\"b\\c\u000a\u0001é""#);
+    }
+}
