@@ -1,0 +1,51 @@
+//! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
+//! binary only calls [`main`].
+
+pub mod key;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dedup",
+    version,
+    about = "Key, score and replay AI tool calls for idempotency"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Derive keys for tool calls read as JSON Lines on stdin.
+    Key(key::KeyArgs),
+}
+
+/// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Key(args) => key::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("dedup: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Errors a subcommand can end with (per-line input errors are reported inline instead).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Policy(#[from] crate::key::PolicyError),
+    #[error("{0}")]
+    Usage(String),
+}
