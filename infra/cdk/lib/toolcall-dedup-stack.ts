@@ -1,0 +1,402 @@
+// CDK twin of infra/template.yaml (SAM). Same parameters, conditions, logical
+// IDs and IAM, so that scripts/compare_stacks.py can diff the two synthesized
+// templates. If you change one, change the other; CI compares them.
+import * as path from 'path';
+import * as cdk from 'aws-cdk-lib';
+import { Construct } from 'constructs';
+import { Validations } from 'aws-cdk-lib';
+import * as bedrock from 'aws-cdk-lib/aws-bedrock';
+import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as iam from 'aws-cdk-lib/aws-iam';
+import * as lambda from 'aws-cdk-lib/aws-lambda';
+import * as logs from 'aws-cdk-lib/aws-logs';
+import { RustFunction } from 'cargo-lambda-cdk';
+
+/** Cargo manifest of the crate that holds both binaries (repo root). */
+const MANIFEST = path.resolve(__dirname, '..', '..', '..', 'Cargo.toml');
+
+export class ToolcallDedupStack extends cdk.Stack {
+  constructor(scope: Construct, id: string, props?: cdk.StackProps) {
+    super(scope, id, props);
+
+    // ---- parameters (mirror template.yaml) --------------------------------
+    const p = (name: string, props: cdk.CfnParameterProps) => new cdk.CfnParameter(this, name, props);
+    const keyAttribute = p('KeyAttribute', {
+      type: 'String', default: 'pk', allowedPattern: '^[A-Za-z0-9_.-]{1,255}$',
+      description: 'Partition key attribute (type S), DEDUP_KEY_ATTRIBUTE. Changing it REPLACES the table (the old one is retained).',
+    });
+    const ttlAttribute = p('TtlAttribute', {
+      type: 'String', default: 'expires_at', allowedPattern: '^[A-Za-z0-9_.-]{1,255}$',
+      description: 'TTL attribute (epoch seconds), DEDUP_TTL_ATTRIBUTE.',
+    });
+    const ttlSeconds = p('TtlSeconds', {
+      type: 'Number', default: 86400, minValue: 60, maxValue: 31536000,
+      description: 'How long a completed call is remembered and replayed, DEDUP_TTL_SECONDS.',
+    });
+    const pitr = p('PointInTimeRecovery', {
+      type: 'String', default: 'true', allowedValues: ['true', 'false'],
+      description: 'Enable DynamoDB point-in-time recovery on the idempotency table.',
+    });
+    const mode = p('Mode', {
+      type: 'String', default: 'enforce', allowedValues: ['enforce', 'shadow', 'off'],
+      description: 'DEDUP_MODE: enforce | shadow | off.',
+    });
+    const scopeMode = p('ScopeMode', {
+      type: 'String', default: 'turn', allowedValues: ['turn', 'session'],
+      description: 'DEDUP_SCOPE used when the caller sends no step attribute.',
+    });
+    const stepAttribute = p('StepAttribute', {
+      type: 'String', default: 'dedup_step', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
+      description: 'Session attribute carrying the caller step, DEDUP_STEP_ATTRIBUTE.',
+    });
+    const waitMs = p('WaitMs', {
+      type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
+      description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
+    });
+    const cacheFailures = p('CacheFailures', {
+      type: 'String', default: 'true', allowedValues: ['true', 'false'],
+      description: 'Cache tool FAILURE responses, DEDUP_CACHE_FAILURES.',
+    });
+    const routes = p('Routes', {
+      type: 'String', default: '',
+      description: 'DEDUP_ROUTES JSON object; empty = everything to the demo tool. Functions named here must be in ExtraToolFunctionArns.',
+    });
+    const extraToolArns = p('ExtraToolFunctionArns', {
+      type: 'CommaDelimitedList', default: '',
+      description: 'Full ARNs of the extra tool Lambdas the routes point at.',
+    });
+    const logLevel = p('LogLevel', {
+      type: 'String', default: 'INFO', allowedValues: ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL'],
+      description: 'Lambda application log level (keep <= INFO or EMF metric lines are filtered out).',
+    });
+    const logCalls = p('LogCalls', {
+      type: 'String', default: 'off', allowedValues: ['off', 'hashes', 'full'],
+      description: 'DEDUP_LOG_CALLS.',
+    });
+    const metricsNamespace = p('MetricsNamespace', {
+      type: 'String', default: 'ToolcallDedup', allowedPattern: '^[^:].{0,254}$',
+      description: 'CloudWatch EMF namespace, DEDUP_METRICS_NAMESPACE.',
+    });
+    const logRetentionDays = p('LogRetentionDays', {
+      // String default: CDK only accepts string AllowedValues, and cfn-lint
+      // (E2015) wants the default to be one of them verbatim.
+      type: 'Number', default: '30',
+      allowedValues: ['1', '3', '5', '7', '14', '30', '60', '90', '120', '150', '180', '365', '400', '545',
+        '731', '1096', '1827', '2192', '2557', '2922', '3288', '3653'],
+      description: "Retention of the two functions' log groups.",
+    });
+    const memorySize = p('FunctionMemorySize', {
+      type: 'Number', default: 256, minValue: 128, maxValue: 10240,
+      description: 'Memory (MB) of the dedup executor.',
+    });
+    const timeout = p('FunctionTimeout', {
+      type: 'Number', default: 30, minValue: 3, maxValue: 900,
+      description: 'Timeout (s) of the dedup executor.',
+    });
+    const agentArn = p('AgentArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:[0-9]{12}:agent/[A-Za-z0-9*]+$',
+      description: 'ARN of an existing Bedrock agent allowed to invoke the executor. Empty = none.',
+    });
+    const createDemoAgent = p('CreateDemoAgent', {
+      type: 'String', default: 'false', allowedValues: ['true', 'false'],
+      description: 'Create a demo Bedrock agent executed by DedupFunction.',
+    });
+    const demoModel = p('DemoAgentFoundationModel', {
+      type: 'String', default: 'anthropic.claude-3-haiku-20240307-v1:0',
+      allowedPattern: '^[a-z0-9-]+\\.[A-Za-z0-9.:-]+$',
+      description: 'On-demand foundation model ID for the demo agent.',
+    });
+
+    // ---- conditions ---------------------------------------------------------
+    // Construct ids get a "Condition" suffix (a parameter and a condition may
+    // share a name in CloudFormation, but not a construct id in CDK); the
+    // logical ID is then set back to the template.yaml name.
+    const cond = (id: string, expression: cdk.ICfnConditionExpression) => {
+      const c = new cdk.CfnCondition(this, `${id}Condition`, { expression });
+      c.overrideLogicalId(id);
+      return c;
+    };
+    const enablePitr = cond('EnablePITR', cdk.Fn.conditionEquals(pitr.valueAsString, 'true'));
+    const hasRoutes = cond('HasRoutes', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(routes.valueAsString, '')));
+    const hasExtraTools = cond('HasExtraTools',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
+    const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
+    const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
+
+    /** Give an L2 construct's resource the same logical ID as in template.yaml. */
+    const sameId = (c: Construct, logicalId: string) =>
+      (c.node.defaultChild as cdk.CfnResource).overrideLogicalId(logicalId);
+    const retain = (r: cdk.CfnResource) => {
+      r.cfnOptions.deletionPolicy = cdk.CfnDeletionPolicy.RETAIN;
+      r.cfnOptions.updateReplacePolicy = cdk.CfnDeletionPolicy.RETAIN;
+    };
+
+    // ---- idempotency table ------------------------------------------------------
+    // L1 on purpose: the key/TTL names and PITR come from parameters (tokens),
+    // which the L2 Table cannot take for every property.
+    const table = new dynamodb.CfnTable(this, 'IdempotencyTable', {
+      billingMode: 'PAY_PER_REQUEST',
+      attributeDefinitions: [{ attributeName: keyAttribute.valueAsString, attributeType: 'S' }],
+      keySchema: [{ attributeName: keyAttribute.valueAsString, keyType: 'HASH' }],
+      timeToLiveSpecification: { attributeName: ttlAttribute.valueAsString, enabled: true },
+      sseSpecification: { sseEnabled: true },
+      pointInTimeRecoverySpecification: {
+        pointInTimeRecoveryEnabled: cdk.Fn.conditionIf(enablePitr.logicalId, true, false) as unknown as boolean,
+      },
+      tags: [{ key: 'app', value: 'toolcall-dedup' }],
+    });
+    table.overrideLogicalId('IdempotencyTable');
+    retain(table);
+
+    // ---- roles (same shape as the ones SAM generates) -------------------------------
+    const basicExecution = iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaBasicExecutionRole');
+    const lambdaRole = (id: string, inline?: Record<string, iam.PolicyDocument>) => {
+      const role = new iam.Role(this, id, {
+        assumedBy: new iam.ServicePrincipal('lambda.amazonaws.com'),
+        managedPolicies: [basicExecution],
+        inlinePolicies: inline,
+      });
+      sameId(role, id);
+      return role;
+    };
+
+    const logGroup = (id: string) => {
+      const lg = new logs.CfnLogGroup(this, id, { retentionInDays: logRetentionDays.valueAsNumber });
+      lg.overrideLogicalId(id);
+      retain(lg);
+      return logs.LogGroup.fromLogGroupName(this, `${id}Ref`, lg.ref);
+    };
+
+    // ---- demo tool ---------------------------------------------------------------------
+    const demoTool = new RustFunction(this, 'DemoToolFunction', {
+      manifestPath: MANIFEST,
+      binaryName: 'demo-tool',
+      architecture: lambda.Architecture.ARM_64,
+      description: 'toolcall-dedup demo action-group tool (charge_card, refund, create_ticket, echo)',
+      memorySize: 128,
+      timeout: cdk.Duration.seconds(10),
+      role: lambdaRole('DemoToolFunctionRole'),
+      loggingFormat: lambda.LoggingFormat.JSON,
+      applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
+      systemLogLevelV2: lambda.SystemLogLevel.WARN,
+      logGroup: logGroup('DemoToolLogGroup'),
+    });
+    sameId(demoTool, 'DemoToolFunction');
+
+    // ---- dedup executor ------------------------------------------------------------------
+    // Exactly the four item actions the store uses, on the table ARN, and
+    // InvokeFunction on the routed tools only (the demo tool, its versions and
+    // aliases, and the ExtraToolFunctionArns list when it is not empty).
+    const dedupPolicy = new iam.PolicyDocument({
+      statements: [
+        new iam.PolicyStatement({
+          sid: 'IdempotencyItems',
+          actions: ['dynamodb:GetItem', 'dynamodb:PutItem', 'dynamodb:UpdateItem', 'dynamodb:DeleteItem'],
+          resources: [table.attrArn],
+        }),
+        new iam.PolicyStatement({
+          sid: 'InvokeDemoTool',
+          actions: ['lambda:InvokeFunction'],
+          resources: [demoTool.functionArn, `${demoTool.functionArn}:*`],
+        }),
+      ],
+    });
+    const dedupRole = lambdaRole('DedupFunctionRole', { DedupFunctionRolePolicy0: dedupPolicy });
+    // A statement that exists only when HasExtraTools: PolicyStatement cannot
+    // carry Fn::If, so splice it into the synthesized inline policy.
+    (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
+      'Policies.0.PolicyDocument.Statement.2',
+      cdk.Fn.conditionIf(hasExtraTools.logicalId, {
+        Sid: 'InvokeRoutedTools',
+        Effect: 'Allow',
+        Action: 'lambda:InvokeFunction',
+        Resource: extraToolArns.valueAsList,
+      }, cdk.Aws.NO_VALUE),
+    );
+
+    const dedup = new RustFunction(this, 'DedupFunction', {
+      manifestPath: MANIFEST,
+      binaryName: 'toolcall-dedup',
+      architecture: lambda.Architecture.ARM_64,
+      description: 'Bedrock action-group executor that deduplicates tool calls',
+      memorySize: memorySize.valueAsNumber,
+      timeout: cdk.Duration.seconds(timeout.valueAsNumber),
+      role: dedupRole,
+      loggingFormat: lambda.LoggingFormat.JSON,
+      applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
+      systemLogLevelV2: lambda.SystemLogLevel.WARN,
+      logGroup: logGroup('DedupLogGroup'),
+      environment: {
+        DEDUP_TABLE_NAME: table.ref,
+        DEDUP_KEY_ATTRIBUTE: keyAttribute.valueAsString,
+        DEDUP_TTL_ATTRIBUTE: ttlAttribute.valueAsString,
+        DEDUP_TTL_SECONDS: ttlSeconds.valueAsString,
+        DEDUP_SCOPE: scopeMode.valueAsString,
+        DEDUP_STEP_ATTRIBUTE: stepAttribute.valueAsString,
+        DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
+          hasRoutes.logicalId,
+          routes.valueAsString,
+          cdk.Fn.join('', ['{"*":"', demoTool.functionName, '"}']),
+        )),
+        DEDUP_WAIT_MS: waitMs.valueAsString,
+        DEDUP_MODE: mode.valueAsString,
+        DEDUP_LOG_CALLS: logCalls.valueAsString,
+        DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
+        DEDUP_CACHE_FAILURES: cacheFailures.valueAsString,
+      },
+    });
+    sameId(dedup, 'DedupFunction');
+
+    // ---- Bedrock -> executor permissions -------------------------------------------------
+    const agentPerm = new lambda.CfnPermission(this, 'AgentInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: dedup.functionArn,
+      principal: 'bedrock.amazonaws.com',
+      sourceAccount: cdk.Fn.select(4, cdk.Fn.split(':', agentArn.valueAsString)),
+      sourceArn: agentArn.valueAsString,
+    });
+    agentPerm.overrideLogicalId('AgentInvokePermission');
+    agentPerm.cfnOptions.condition = hasAgentArn;
+    // The synth-time validator does not evaluate conditions: it checks the
+    // AgentArn default '' against SourceArn's pattern although this resource
+    // only exists when AgentArn is not empty (cfn-lint proper is quiet).
+    const falsePositive = {
+      id: 'CloudFormation-Validate::W1030',
+      reason: 'AgentInvokePermission exists only under HasAgentArn, so SourceArn is never the empty default',
+    };
+    Validations.of(this).acknowledge(falsePositive);
+
+    // ---- optional demo agent ---------------------------------------------------------------
+    const agentRole = new iam.CfnRole(this, 'DemoAgentRole', {
+      description: 'Service role of the toolcall-dedup demo Bedrock agent',
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [{
+          Effect: 'Allow',
+          Principal: { Service: 'bedrock.amazonaws.com' },
+          Action: 'sts:AssumeRole',
+          Condition: {
+            StringEquals: { 'aws:SourceAccount': cdk.Aws.ACCOUNT_ID },
+            ArnLike: { 'aws:SourceArn': `arn:${cdk.Aws.PARTITION}:bedrock:${cdk.Aws.REGION}:${cdk.Aws.ACCOUNT_ID}:agent/*` },
+          },
+        }],
+      },
+      policies: [{
+        policyName: 'invoke-foundation-model',
+        policyDocument: {
+          Version: '2012-10-17',
+          Statement: [{
+            Sid: 'InvokeDemoModel',
+            Effect: 'Allow',
+            Action: ['bedrock:InvokeModel', 'bedrock:InvokeModelWithResponseStream'],
+            Resource: `arn:${cdk.Aws.PARTITION}:bedrock:${cdk.Aws.REGION}::foundation-model/${demoModel.valueAsString}`,
+          }],
+        },
+      }],
+    });
+    agentRole.overrideLogicalId('DemoAgentRole');
+    agentRole.cfnOptions.condition = demoAgentOn;
+
+    const param = (type: string, description: string, required: boolean): bedrock.CfnAgent.ParameterDetailProperty =>
+      ({ type, description, required });
+    const agent = new bedrock.CfnAgent(this, 'DemoAgent', {
+      agentName: `${cdk.Aws.STACK_NAME}-demo-agent`,
+      description: 'Demo agent whose tools run behind toolcall-dedup',
+      agentResourceRoleArn: agentRole.attrArn,
+      foundationModel: demoModel.valueAsString,
+      autoPrepare: true,
+      idleSessionTtlInSeconds: 900,
+      instruction: 'You are a billing and support assistant. Use charge_card to take a payment, refund to return '
+        + 'money for an earlier charge, and create_ticket to open a support ticket. Amounts are decimal numbers in '
+        + "the currency's major unit. Never charge or refund twice for one request; if a tool says an identical call "
+        + 'is still running, wait and ask the user before trying again.',
+      actionGroups: [
+        {
+          actionGroupName: 'payments',
+          description: 'Take payments and issue refunds',
+          actionGroupState: 'ENABLED',
+          actionGroupExecutor: { lambda: dedup.functionArn },
+          functionSchema: {
+            functions: [
+              {
+                name: 'charge_card',
+                description: "Charge a customer's saved card.",
+                parameters: {
+                  customer_id: param('string', 'Customer ID, e.g. cus_8842', true),
+                  amount: param('number', 'Amount in major units, e.g. 42.50', true),
+                  currency: param('string', 'ISO 4217 code, e.g. USD', true),
+                  capture: param('boolean', 'Capture immediately (true) or only authorize (false)', false),
+                  line_items: param('array', 'JSON array of SKU strings, e.g. ["SKU-1","SKU-2"]', false),
+                },
+              },
+              {
+                name: 'refund',
+                description: 'Refund all or part of an earlier charge.',
+                parameters: {
+                  charge_id: param('string', 'Charge ID from a charge_card receipt, e.g. ch_3QX9', true),
+                  amount: param('number', 'Amount to refund in major units; omit for a full refund', false),
+                  reason: param('string', 'duplicate, fraudulent or requested_by_customer', false),
+                },
+              },
+            ],
+          },
+        },
+        {
+          actionGroupName: 'support',
+          description: 'Open support tickets',
+          actionGroupState: 'ENABLED',
+          actionGroupExecutor: { lambda: dedup.functionArn },
+          functionSchema: {
+            functions: [
+              {
+                name: 'create_ticket',
+                description: 'Open a support ticket for a customer.',
+                parameters: {
+                  customer_id: param('string', 'Customer ID, e.g. cus_8842', true),
+                  subject: param('string', 'One-line summary', true),
+                  priority: param('integer', '1 (urgent) to 4 (low)', false),
+                  tags: param('array', 'JSON array of tag strings, e.g. ["billing","refund"]', false),
+                },
+              },
+            ],
+          },
+        },
+      ],
+    });
+    agent.overrideLogicalId('DemoAgent');
+    agent.cfnOptions.condition = demoAgentOn;
+
+    const alias = new bedrock.CfnAgentAlias(this, 'DemoAgentAlias', {
+      agentId: agent.attrAgentId,
+      agentAliasName: 'live',
+      description: 'Alias of the prepared demo agent',
+    });
+    alias.overrideLogicalId('DemoAgentAlias');
+    alias.cfnOptions.condition = demoAgentOn;
+
+    const demoPerm = new lambda.CfnPermission(this, 'DemoAgentInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: dedup.functionArn,
+      principal: 'bedrock.amazonaws.com',
+      sourceAccount: cdk.Aws.ACCOUNT_ID,
+      sourceArn: agent.attrAgentArn,
+    });
+    demoPerm.overrideLogicalId('DemoAgentInvokePermission');
+    demoPerm.cfnOptions.condition = demoAgentOn;
+
+    // ---- outputs --------------------------------------------------------------------------------
+    const out = (id: string, value: string, condition?: cdk.CfnCondition, description?: string) =>
+      new cdk.CfnOutput(this, id, { value, condition, description });
+    out('DedupFunctionName', dedup.functionName, undefined, 'Executor to set as the action-group Lambda of your agent');
+    out('DedupFunctionArn', dedup.functionArn, undefined, 'ARN for ActionGroupExecutor.Lambda');
+    out('DedupFunctionRoleArn', dedupRole.roleArn);
+    out('DemoToolFunctionName', demoTool.functionName);
+    out('DemoToolFunctionArn', demoTool.functionArn);
+    out('IdempotencyTableName', table.ref);
+    out('IdempotencyTableArn', table.attrArn);
+    out('DemoAgentId', agent.attrAgentId, demoAgentOn);
+    out('DemoAgentArn', agent.attrAgentArn, demoAgentOn);
+    out('DemoAgentAliasId', alias.attrAgentAliasId, demoAgentOn, 'Use with InvokeAgent --agent-alias-id');
+  }
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# Machine checks for the deployable infrastructure (issue 6). Offline-safe:
+# needs only the package registries when something must be installed.
+#
+#   1. cfn-lint infra/template.yaml           must print nothing and exit 0
+#   2. sam validate --lint                     when the SAM CLI is available
+#   3. events/*.json                           well-formed Bedrock events
+#   4. npm ci + tsc + cdk synth (infra/cdk)    without compiling Rust
+#   5. cfn-lint on the CDK template            (W3005 ignored: a CDK artifact)
+#   6. scripts/compare_stacks.py --self-test   CDK synth vs SAM template
+#
+# Exit status: 0 when every check passes, 1 otherwise (all checks still run).
+#
+# Environment:
+#   SAM=/path/to/sam           use this SAM CLI (default: `sam` on PATH, else skipped)
+#   CHECK_INFRA_INSTALL_SAM=1  pip-install aws-sam-cli into .venv-infra if no SAM CLI
+#   CHECK_INFRA_SKIP_NPM_CI=1  reuse infra/cdk/node_modules if present (faster local runs)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv-infra"           # gitignored (/.venv*)
+export SAM_CLI_TELEMETRY=0 CDK_DISABLE_CLI_TELEMETRY=true CDK_DISABLE_VERSION_CHECK=1
+export AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}"
+
+failures=()
+START=$SECONDS
+step() { printf '\n== %s\n' "$*"; STEP_START=$SECONDS; }
+done_step() { printf -- '-- %s: %s (%ds)\n' "$1" "$2" "$((SECONDS - STEP_START))"; [ "$2" = ok ] || [ "$2" = skipped ] || failures+=("$1"); }
+
+venv_pip() {
+  [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV" || return 1
+  "$VENV/bin/pip" install -q "$@"
+}
+
+# ---------------------------------------------------------------- tools
+step "tools"
+if ! command -v cfn-lint >/dev/null 2>&1; then
+  if [ ! -x "$VENV/bin/cfn-lint" ]; then
+    echo "cfn-lint not found; installing into $VENV"
+    venv_pip cfn-lint || { echo "cannot install cfn-lint"; exit 1; }
+  fi
+  export PATH="$VENV/bin:$PATH"
+fi
+CFN_LINT="$(command -v cfn-lint)"
+# compare_stacks.py needs the SAM translator, which cfn-lint depends on: use
+# the Python that runs cfn-lint.
+PY="$(head -1 "$CFN_LINT" | sed -n 's/^#!//p')"
+if [ -z "$PY" ] || ! "$PY" -c 'import samtranslator' 2>/dev/null; then PY=python3; fi
+if ! "$PY" -c 'import samtranslator' 2>/dev/null; then
+  venv_pip cfn-lint && PY="$VENV/bin/python"
+fi
+if [ -n "${SAM:-}" ]; then :
+elif command -v sam >/dev/null 2>&1; then SAM="$(command -v sam)"
+elif [ -x "$VENV/bin/sam" ]; then SAM="$VENV/bin/sam"
+elif [ "${CHECK_INFRA_INSTALL_SAM:-0}" = 1 ]; then
+  echo "installing aws-sam-cli into $VENV (about 1 min)"; venv_pip aws-sam-cli && SAM="$VENV/bin/sam"
+else SAM=""
+fi
+echo "cfn-lint: $("$CFN_LINT" --version 2>&1) ($CFN_LINT)"
+echo "python:   $("$PY" --version 2>&1), samtranslator $("$PY" -c 'import samtranslator; print(samtranslator.__version__)')"
+if [ -n "$SAM" ]; then echo "sam:      $("$SAM" --version 2>&1)"; else echo "sam:      not installed (sam validate skipped)"; fi
+echo "node:     $(node --version 2>&1), npm $(npm --version 2>&1)"
+
+# ---------------------------------------------------------------- 1. cfn-lint (SAM)
+step "cfn-lint infra/template.yaml"
+out="$("$CFN_LINT" infra/template.yaml 2>&1)"; rc=$?
+[ -n "$out" ] && echo "$out"
+if [ $rc -eq 0 ] && [ -z "$out" ]; then done_step cfn-lint ok; else done_step cfn-lint "FAILED (rc=$rc)"; fi
+
+# ---------------------------------------------------------------- 2. sam validate
+step "sam validate --lint"
+if [ -n "$SAM" ]; then
+  if "$SAM" validate --lint --region us-east-1 --template-file infra/template.yaml; then
+    done_step "sam validate" ok; else done_step "sam validate" FAILED; fi
+else
+  echo "SAM CLI not installed; set CHECK_INFRA_INSTALL_SAM=1 to install it"; done_step "sam validate" skipped
+fi
+
+# ---------------------------------------------------------------- 3. events
+step "events/*.json"
+if "$PY" - <<'EOF'
+import glob, json, sys
+TYPES = {"string", "number", "integer", "boolean", "array"}
+bad = 0
+files = sorted(glob.glob("events/*.json"))
+for path in files:
+    name = path.split("/")[-1]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            ev = json.load(fh)
+    except ValueError as exc:
+        print(f"  {path}: not JSON: {exc}"); bad += 1; continue
+    if name.startswith("bad-"):
+        continue  # malformed on purpose; only has to be JSON
+    errs = []
+    if not isinstance(ev, dict):
+        errs.append("not an object")
+    else:
+        if ev.get("messageVersion") != "1.0": errs.append("messageVersion != 1.0")
+        for k in ("sessionId", "actionGroup", "inputText"):
+            if not isinstance(ev.get(k), str) or not ev.get(k): errs.append(f"missing {k}")
+        if not all(isinstance(ev.get("agent", {}).get(k), str) for k in ("name", "id", "alias", "version")):
+            errs.append("agent needs name, id, alias, version")
+        if bool(ev.get("function")) == bool(ev.get("apiPath")):
+            errs.append("needs exactly one of function / apiPath")
+        if ev.get("apiPath") and not ev.get("httpMethod"): errs.append("apiPath without httpMethod")
+        props = list(ev.get("parameters") or [])
+        for c in (ev.get("requestBody") or {}).get("content", {}).values():
+            props += c.get("properties", [])
+        for p in props:
+            if not isinstance(p.get("value"), str): errs.append(f"{p.get('name')}: value not a string")
+            if p.get("type") not in TYPES: errs.append(f"{p.get('name')}: type {p.get('type')!r}")
+            if p.get("type") == "array":
+                try: json.loads(p["value"])
+                except ValueError: errs.append(f"{p.get('name')}: array value is not JSON")
+        for m in ("sessionAttributes", "promptSessionAttributes"):
+            if not all(isinstance(v, str) for v in (ev.get(m) or {}).values()): errs.append(f"{m} values must be strings")
+    for e in errs:
+        print(f"  {path}: {e}")
+    bad += bool(errs)
+print(f"  {len(files)} event files, {bad} with problems")
+sys.exit(1 if bad or not files else 0)
+EOF
+then done_step events ok; else done_step events FAILED; fi
+
+# ---------------------------------------------------------------- 4. CDK synth
+step "infra/cdk: npm ci, tsc, cdk synth (bundling skipped)"
+cdk_ok=1
+(
+  cd infra/cdk || exit 1
+  if [ "${CHECK_INFRA_SKIP_NPM_CI:-0}" = 1 ] && [ -d node_modules ]; then
+    echo "reusing node_modules (CHECK_INFRA_SKIP_NPM_CI=1)"
+  else
+    npm ci --no-audit --no-fund --loglevel=error || exit 1
+  fi
+  npx --no-install tsc --noEmit || exit 1
+  rm -rf cdk.out
+  # CDK_SKIP_BUNDLING=1: see bin/app.ts. No cargo/zig/Docker is invoked.
+  CDK_SKIP_BUNDLING=1 npx --no-install cdk synth --no-notices -q 2> >(grep -v 'feature flags are not configured' >&2) || exit 1
+  test -s cdk.out/ToolcallDedup.template.json
+) && done_step "cdk synth" ok || { done_step "cdk synth" FAILED; cdk_ok=0; }
+
+# ---------------------------------------------------------------- 5. cfn-lint (CDK)
+step "cfn-lint on the CDK template"
+if [ $cdk_ok = 1 ]; then
+  # W3005: CDK's Function adds DependsOn on its role although Role: GetAtt already implies it.
+  out="$("$CFN_LINT" --ignore-checks W3005 -- infra/cdk/cdk.out/ToolcallDedup.template.json 2>&1)"; rc=$?
+  [ -n "$out" ] && echo "$out"
+  if [ $rc -eq 0 ] && [ -z "$out" ]; then done_step "cfn-lint cdk" ok; else done_step "cfn-lint cdk" "FAILED (rc=$rc)"; fi
+else
+  echo "no synth output"; done_step "cfn-lint cdk" FAILED
+fi
+
+# ---------------------------------------------------------------- 6. compare
+step "compare CDK synth with the SAM template"
+if [ $cdk_ok = 1 ] && "$PY" scripts/compare_stacks.py --quiet --self-test \
+     --sam infra/template.yaml --cdk infra/cdk/cdk.out/ToolcallDedup.template.json; then
+  done_step compare ok
+else
+  done_step compare FAILED
+fi
+
+# ---------------------------------------------------------------- summary
+printf '\n== check-infra: %ds total\n' "$((SECONDS - START))"
+if [ ${#failures[@]} -eq 0 ]; then
+  echo "check-infra: all checks passed"
+else
+  printf 'check-infra: FAILED: %s\n' "${failures[*]}"
+  exit 1
+fi

@@ -1,0 +1,475 @@
+#!/usr/bin/env python3
+"""Compare the SAM template (infra/template.yaml) with the CDK synth output.
+
+The SAM template is first expanded with the SAM translator (the same library
+cfn-lint uses, so no SAM CLI and no AWS credentials are needed). Both
+CloudFormation templates are then *evaluated* under a few parameter scenarios
+(defaults, and "everything switched on"): Ref/Fn::Sub/Fn::Join/Fn::If/
+Fn::Select/Fn::Split and conditions are resolved, pseudo parameters get fixed
+fake values, and resources whose Condition is false are dropped. On the
+evaluated templates it checks:
+
+  * the idempotency table: key schema, attribute definitions, TTL attribute,
+    billing mode, SSE, PITR, deletion/replace policies;
+  * every Lambda function: runtime, architectures, handler, memory, timeout,
+    environment, logging config;
+  * IAM: for every role, the (effect, action, resource) triples of all its
+    inline and attached policies, its managed policy ARNs and trust policy;
+    plus least-privilege assertions on the dedup role (exactly the 4 item
+    actions on the table ARN, InvokeFunction only on routed tools);
+  * Lambda permissions (principal, source account/ARN), the Bedrock agent's
+    action groups, parameters, the set of resources and outputs.
+
+It also asserts the fixed contract (pk/S HASH key, expires_at TTL,
+provided.al2023 + arm64) so both stacks cannot drift together.
+
+Exit status: 0 = match, 1 = mismatch, 2 = usage/environment error.
+`--self-test` mutates the CDK template in memory and checks that every
+mutation is reported (proves the comparison is not vacuous).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import re
+import sys
+from typing import Any
+
+NO_VALUE = object()
+
+PSEUDO = {
+    "AWS::Region": "us-east-1",
+    "AWS::Partition": "aws",
+    "AWS::AccountId": "123456789012",
+    "AWS::StackName": "toolcall-dedup",
+    "AWS::URLSuffix": "amazonaws.com",
+    "AWS::StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/toolcall-dedup/guid",
+    "AWS::NotificationARNs": [],
+}
+
+# Parameter scenarios evaluated on both templates.
+SCENARIOS: dict[str, dict[str, str]] = {
+    "defaults": {},
+    "all-on": {
+        "CreateDemoAgent": "true",
+        "AgentArn": "arn:aws:bedrock:us-east-1:210987654321:agent/AGENT12345",
+        "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn,"
+                                 "arn:aws:lambda:us-east-1:123456789012:function:charge-fn:*",
+        "Routes": '{"payments/charge_card":"charge-fn","*":"default-fn"}',
+        "PointInTimeRecovery": "false",
+        "Mode": "shadow",
+        "LogLevel": "DEBUG",
+    },
+}
+
+# Resources/parameters that only exist because of the tool that generated them.
+IGNORED_PARAMETERS = {"BootstrapVersion"}
+IGNORED_RESOURCE_TYPES = {"AWS::CDK::Metadata"}
+
+DEDUP_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+
+
+# --------------------------------------------------------------------------- loading
+def load_sam(path: str) -> dict:
+    os.environ.setdefault("AWS_DEFAULT_REGION", PSEUDO["AWS::Region"])
+    try:
+        from samtranslator.parser.parser import Parser
+        from samtranslator.translator.translator import Translator
+        from samtranslator.yaml_helper import yaml_parse
+    except ImportError as exc:  # cfn-lint depends on aws-sam-translator
+        sys.exit(f"compare_stacks: aws-sam-translator not importable ({exc}); pip install cfn-lint")
+    with open(path, encoding="utf-8") as fh:
+        tpl = yaml_parse(fh.read())
+    # Local CodeUri paths cannot be translated without packaging; like cfn-lint,
+    # swap them for a dummy S3 location (code location is not compared).
+    glob_fn = tpl.get("Globals", {}).get("Function", {})
+    if isinstance(glob_fn.get("CodeUri"), str) and not glob_fn["CodeUri"].startswith("s3://"):
+        glob_fn["CodeUri"] = "s3://bucket/key"
+    for res in tpl.get("Resources", {}).values():
+        props = res.get("Properties") or {}
+        if res.get("Type") == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str) \
+                and not props["CodeUri"].startswith("s3://"):
+            props["CodeUri"] = "s3://bucket/key"
+    return Translator(managed_policy_map={}, sam_parser=Parser()).translate(sam_template=tpl, parameter_values={})
+
+
+def load_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+# --------------------------------------------------------------------------- evaluation
+class Evaluator:
+    def __init__(self, tpl: dict, overrides: dict[str, str]):
+        self.tpl = tpl
+        self.params: dict[str, Any] = {}
+        for name, spec in tpl.get("Parameters", {}).items():
+            if name in overrides:
+                val: Any = overrides[name]
+            elif "Default" in spec:
+                val = spec["Default"]
+            else:
+                raise ValueError(f"parameter {name} has no default and no scenario value")
+            val = str(val) if not isinstance(val, list) else val
+            if spec.get("Type") == "CommaDelimitedList" and isinstance(val, str):
+                val = val.split(",")
+            self.params[name] = val
+        unknown = set(overrides) - set(tpl.get("Parameters", {}))
+        if unknown:
+            raise ValueError(f"scenario sets unknown parameters {sorted(unknown)}")
+        self._conds: dict[str, bool] = {}
+
+    def cond(self, name: str) -> bool:
+        if name not in self._conds:
+            self._conds[name] = bool(self.ev(self.tpl["Conditions"][name]))
+        return self._conds[name]
+
+    def ref(self, name: str) -> Any:
+        if name in self.params:
+            return self.params[name]
+        if name in PSEUDO:
+            return PSEUDO[name]
+        if name == "AWS::NoValue":
+            return NO_VALUE
+        if name in self.tpl.get("Resources", {}):
+            return f"<Ref:{name}>"
+        raise KeyError(f"Ref to unknown name {name}")
+
+    def sub(self, text: str, extra: dict[str, Any]) -> str:
+        def repl(m: re.Match) -> str:
+            key = m.group(1)
+            if key.startswith("!"):
+                return "${" + key[1:] + "}"
+            if key in extra:
+                return str(extra[key])
+            if "." in key and key.split(".", 1)[0] in self.tpl.get("Resources", {}):
+                rid, attr = key.split(".", 1)
+                return f"<GetAtt:{rid}.{attr}>"
+            return str(self.ref(key))
+        return re.sub(r"\$\{([^}]+)\}", repl, text)
+
+    def ev(self, node: Any) -> Any:
+        if isinstance(node, list):
+            out = [self.ev(x) for x in node]
+            return [x for x in out if x is not NO_VALUE]
+        if not isinstance(node, dict):
+            return node
+        if len(node) == 1:
+            (key, arg), = node.items()
+            if key == "Ref":
+                return self.ref(arg)
+            if key == "Fn::GetAtt":
+                rid, attr = (arg.split(".", 1) if isinstance(arg, str) else arg)
+                return f"<GetAtt:{rid}.{attr}>"
+            if key == "Fn::Sub":
+                if isinstance(arg, str):
+                    return self.sub(arg, {})
+                text, variables = arg
+                return self.sub(text, {k: self.ev(v) for k, v in variables.items()})
+            if key == "Fn::Join":
+                sep, items = arg
+                items = self.ev(items)
+                return sep.join(str(x) for x in items)
+            if key == "Fn::Select":
+                idx, items = arg
+                return self.ev(items)[int(self.ev(idx))]
+            if key == "Fn::Split":
+                sep, text = arg
+                return str(self.ev(text)).split(sep)
+            if key == "Fn::If":
+                cname, yes, no = arg
+                return self.ev(yes if self.cond(cname) else no)
+            if key == "Fn::Equals":
+                a, b = (self.ev(x) for x in arg)
+                return str(a) == str(b)
+            if key == "Fn::Not":
+                return not self.ev(arg[0])
+            if key == "Fn::And":
+                return all(self.ev(x) for x in arg)
+            if key == "Fn::Or":
+                return any(self.ev(x) for x in arg)
+            if key == "Condition":
+                return self.cond(arg)
+            if key.startswith("Fn::"):
+                raise NotImplementedError(f"intrinsic {key} not supported by compare_stacks.py")
+        out = {}
+        for k, v in node.items():
+            ev = self.ev(v)
+            if ev is not NO_VALUE:
+                out[k] = ev
+        return out
+
+    def resources(self) -> dict[str, dict]:
+        out = {}
+        for rid, res in self.tpl.get("Resources", {}).items():
+            if res.get("Type") in IGNORED_RESOURCE_TYPES:
+                continue
+            if "Condition" in res and not self.cond(res["Condition"]):
+                continue
+            ev = {"Type": res["Type"], "Properties": self.ev(res.get("Properties", {}))}
+            for attr in ("DeletionPolicy", "UpdateReplacePolicy"):
+                if attr in res:
+                    ev[attr] = res[attr]
+            out[rid] = ev
+        return out
+
+    def outputs(self) -> dict[str, Any]:
+        out = {}
+        for name, o in self.tpl.get("Outputs", {}).items():
+            if "Condition" in o and not self.cond(o["Condition"]):
+                continue
+            out[name] = self.ev(o["Value"])
+        return out
+
+
+# --------------------------------------------------------------------------- helpers
+def as_list(x: Any) -> list:
+    return x if isinstance(x, list) else [x]
+
+
+def iam_triples(doc: dict) -> set[tuple]:
+    out = set()
+    for st in as_list(doc.get("Statement", [])):
+        for action in as_list(st.get("Action", [])):
+            for resource in as_list(st.get("Resource", ["*"])):
+                out.add((st.get("Effect", "Allow"), action, resource, json.dumps(st.get("Condition"), sort_keys=True)))
+    return out
+
+
+def role_permissions(res: dict[str, dict], role_id: str) -> dict:
+    role = res[role_id]["Properties"]
+    triples = set()
+    for pol in role.get("Policies", []):
+        triples |= iam_triples(pol["PolicyDocument"])
+    for rid, r in res.items():  # attached AWS::IAM::Policy / ManagedPolicy resources
+        if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy") and \
+                f"<Ref:{role_id}>" in as_list(r["Properties"].get("Roles", [])):
+            triples |= iam_triples(r["Properties"]["PolicyDocument"])
+    trust = set()
+    for st in as_list(role.get("AssumeRolePolicyDocument", {}).get("Statement", [])):
+        for action in as_list(st.get("Action")):
+            for svc in as_list(st.get("Principal", {}).get("Service", [])):
+                trust.add((st.get("Effect"), action, svc, json.dumps(st.get("Condition"), sort_keys=True)))
+    return {
+        "statements": sorted(triples),
+        "managed": sorted(as_list(role.get("ManagedPolicyArns", []))),
+        "trust": sorted(trust),
+    }
+
+
+def norm_params(tpl: dict) -> dict:
+    out = {}
+    for name, spec in tpl.get("Parameters", {}).items():
+        if name in IGNORED_PARAMETERS:
+            continue
+        out[name] = {
+            "Type": spec.get("Type"),
+            "Default": None if "Default" not in spec else str(spec["Default"]),
+            "AllowedValues": None if "AllowedValues" not in spec else [str(v) for v in spec["AllowedValues"]],
+            "AllowedPattern": spec.get("AllowedPattern"),
+            "MinValue": None if "MinValue" not in spec else str(spec["MinValue"]),
+            "MaxValue": None if "MaxValue" not in spec else str(spec["MaxValue"]),
+        }
+    return out
+
+
+def function_view(res: dict[str, dict], fid: str) -> dict:
+    p = res[fid]["Properties"]
+    return {k: p.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout",
+                                  "Environment", "LoggingConfig", "Description")}
+
+
+def normalize_numbers(x: Any) -> Any:
+    """CloudFormation passes numbers and strings interchangeably; compare as text."""
+    if isinstance(x, dict):
+        return {k: normalize_numbers(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [normalize_numbers(v) for v in x]
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, (int, float)):
+        return str(x)
+    return x
+
+
+# --------------------------------------------------------------------------- comparison
+class Report:
+    def __init__(self, quiet: bool = False):
+        self.failures: list[str] = []
+        self.passes = 0
+        self.quiet = quiet
+
+    def same(self, what: str, sam: Any, cdk: Any) -> None:
+        a, b = normalize_numbers(sam), normalize_numbers(cdk)
+        if a == b:
+            self.passes += 1
+            if not self.quiet:
+                print(f"  ok   {what}")
+        else:
+            self.fail(f"{what}\n         sam: {json.dumps(a, sort_keys=True)}\n         cdk: {json.dumps(b, sort_keys=True)}")
+
+    def expect(self, what: str, ok: bool, detail: str = "") -> None:
+        if ok:
+            self.passes += 1
+            if not self.quiet:
+                print(f"  ok   {what}")
+        else:
+            self.fail(f"{what} {detail}".rstrip())
+
+    def fail(self, msg: str) -> None:
+        self.failures.append(msg)
+        if not self.quiet:
+            print(f"  FAIL {msg}")
+
+
+def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
+    rep.same("parameters (names, types, defaults, allowed values)", norm_params(sam_tpl), norm_params(cdk_tpl))
+    rep.same("condition names", sorted(sam_tpl.get("Conditions", {})), sorted(cdk_tpl.get("Conditions", {})))
+
+    for scen, overrides in SCENARIOS.items():
+        if not rep.quiet:
+            print(f"scenario {scen}: {json.dumps(overrides, sort_keys=True)}")
+        s_ev, c_ev = Evaluator(sam_tpl, overrides), Evaluator(cdk_tpl, overrides)
+        s, c = s_ev.resources(), c_ev.resources()
+        rep.same(f"[{scen}] resources (logical id -> type)",
+                 {k: v["Type"] for k, v in s.items()}, {k: v["Type"] for k, v in c.items()})
+
+        # ---- table
+        for tid in sorted(k for k, v in s.items() if v["Type"] == "AWS::DynamoDB::Table"):
+            if tid not in c:
+                continue
+            sp, cp = s[tid]["Properties"], c[tid]["Properties"]
+            for prop in ("KeySchema", "AttributeDefinitions", "TimeToLiveSpecification", "BillingMode",
+                         "SSESpecification", "PointInTimeRecoverySpecification"):
+                rep.same(f"[{scen}] {tid}.{prop}", sp.get(prop), cp.get(prop))
+            for pol in ("DeletionPolicy", "UpdateReplacePolicy"):
+                rep.same(f"[{scen}] {tid} {pol}", s[tid].get(pol), c[tid].get(pol))
+            if scen == "defaults":
+                rep.expect(f"[{scen}] {tid} key schema is pk (S) HASH only",
+                           sp.get("KeySchema") == [{"AttributeName": "pk", "KeyType": "HASH"}]
+                           and sp.get("AttributeDefinitions") == [{"AttributeName": "pk", "AttributeType": "S"}],
+                           json.dumps(sp.get("KeySchema")))
+                rep.expect(f"[{scen}] {tid} TTL on expires_at",
+                           sp.get("TimeToLiveSpecification") == {"AttributeName": "expires_at", "Enabled": True},
+                           json.dumps(sp.get("TimeToLiveSpecification")))
+                rep.expect(f"[{scen}] {tid} on-demand, SSE on, retained",
+                           sp.get("BillingMode") == "PAY_PER_REQUEST"
+                           and sp.get("SSESpecification", {}).get("SSEEnabled") is True
+                           and s[tid].get("DeletionPolicy") == "Retain")
+
+        # ---- functions
+        for fid in sorted(k for k, v in s.items() if v["Type"] == "AWS::Lambda::Function"):
+            if fid not in c:
+                continue
+            sv, cv = function_view(s, fid), function_view(c, fid)
+            for prop in sv:
+                rep.same(f"[{scen}] {fid}.{prop}", sv[prop], cv[prop])
+            rep.expect(f"[{scen}] {fid} is provided.al2023 on arm64",
+                       sv["Runtime"] == "provided.al2023" and sv["Architectures"] == ["arm64"]
+                       and sv["Handler"] == "bootstrap", json.dumps([sv["Runtime"], sv["Architectures"]]))
+            # ---- its role
+            srole, crole = s[fid]["Properties"]["Role"], c[fid]["Properties"]["Role"]
+            rep.same(f"[{scen}] {fid} role", srole, crole)
+            m = re.fullmatch(r"<GetAtt:(\w+)\.Arn>", str(srole))
+            if m and m.group(1) in c:
+                rid = m.group(1)
+                sp, cp = role_permissions(s, rid), role_permissions(c, rid)
+                rep.same(f"[{scen}] {rid} IAM statements (effect, action, resource)", sp["statements"], cp["statements"])
+                rep.same(f"[{scen}] {rid} managed policies", sp["managed"], cp["managed"])
+                rep.same(f"[{scen}] {rid} trust policy", sp["trust"], cp["trust"])
+
+        # ---- least privilege on the dedup role (checked on the SAM side; CDK is equal by the above)
+        if "DedupFunction" in s:
+            rid = re.fullmatch(r"<GetAtt:(\w+)\.Arn>", s["DedupFunction"]["Properties"]["Role"]).group(1)
+            st = role_permissions(s, rid)["statements"]
+            ddb = {(a, r) for (_, a, r, _) in st if a.startswith("dynamodb:")}
+            rep.expect(f"[{scen}] dedup role: exactly GetItem/PutItem/UpdateItem/DeleteItem on the table ARN",
+                       ddb == {(a, "<GetAtt:IdempotencyTable.Arn>") for a in DEDUP_ITEM_ACTIONS}, str(sorted(ddb)))
+            allowed_targets = {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} | \
+                set(s_ev.params.get("ExtraToolFunctionArns", [])) - {""}
+            lam = {r for (_, a, r, _) in st if a == "lambda:InvokeFunction"}
+            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction only on routed tools", lam <= allowed_targets,
+                       str(sorted(lam - allowed_targets)))
+            other = {a for (_, a, _, _) in st if not a.startswith("dynamodb:") and a != "lambda:InvokeFunction"}
+            rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
+            rep.expect(f"[{scen}] dedup role: no wildcard actions or resources",
+                       not any("*" == a or a.endswith(":*") or r == "*" for (_, a, r, _) in st))
+
+        # ---- other IAM roles (e.g. the demo agent's)
+        fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
+                    for v in s.values() if v["Type"] == "AWS::Lambda::Function"}
+        for rid in sorted(k for k, v in s.items() if v["Type"] == "AWS::IAM::Role" and k not in fn_roles):
+            if rid in c:
+                sp, cp = role_permissions(s, rid), role_permissions(c, rid)
+                for part in ("statements", "managed", "trust"):
+                    rep.same(f"[{scen}] {rid} {part}", sp[part], cp[part])
+
+        # ---- permissions, agent, alias, log groups
+        for rid in sorted(k for k, v in s.items() if v["Type"] in (
+                "AWS::Lambda::Permission", "AWS::Bedrock::Agent", "AWS::Bedrock::AgentAlias", "AWS::Logs::LogGroup")):
+            if rid in c:
+                rep.same(f"[{scen}] {rid} properties", s[rid]["Properties"], c[rid]["Properties"])
+                if s[rid]["Type"] == "AWS::Lambda::Permission":
+                    p = s[rid]["Properties"]
+                    rep.expect(f"[{scen}] {rid} is bedrock.amazonaws.com with SourceAccount and SourceArn",
+                               p.get("Principal") == "bedrock.amazonaws.com" and p.get("SourceAccount")
+                               and p.get("SourceArn") and "*" not in str(p.get("SourceArn")))
+
+        rep.same(f"[{scen}] outputs", s_ev.outputs(), c_ev.outputs())
+
+
+# --------------------------------------------------------------------------- self-test
+def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
+    def mut_ttl(t): t["Resources"]["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"]["AttributeName"] = "ttl"
+    def mut_key(t): t["Resources"]["IdempotencyTable"]["Properties"]["KeySchema"][0]["KeyType"] = "RANGE"
+    def mut_runtime(t): t["Resources"]["DedupFunction"]["Properties"]["Runtime"] = "provided.al2"
+    def mut_arch(t): t["Resources"]["DemoToolFunction"]["Properties"]["Architectures"] = ["x86_64"]
+    def mut_action(t):
+        t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("dynamodb:Scan")
+    def mut_resource(t):
+        t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][1]["Resource"] = "*"
+    def mut_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_WAIT_MS"]
+    def mut_param(t): t["Parameters"]["TtlSeconds"]["Default"] = 3600
+    def mut_perm(t): del t["Resources"]["AgentInvokePermission"]["Properties"]["SourceAccount"]
+    mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm]
+    bad = 0
+    for mut in mutations:
+        tpl = copy.deepcopy(cdk_tpl)
+        mut(tpl)
+        rep = Report(quiet=True)
+        compare(sam_tpl, tpl, rep)
+        status = "caught" if rep.failures else "MISSED"
+        bad += not rep.failures
+        print(f"  self-test {mut.__name__:13s} {status} ({len(rep.failures)} failing checks)")
+    return 1 if bad else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sam", default="infra/template.yaml")
+    ap.add_argument("--cdk", default="infra/cdk/cdk.out/ToolcallDedup.template.json")
+    ap.add_argument("--self-test", action="store_true", help="also check that injected mismatches are caught")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print failures only")
+    args = ap.parse_args()
+    for path in (args.sam, args.cdk):
+        if not os.path.exists(path):
+            print(f"compare_stacks: {path} not found", file=sys.stderr)
+            return 2
+    sam_tpl, cdk_tpl = load_sam(args.sam), load_json(args.cdk)
+    rep = Report(quiet=args.quiet)
+    compare(sam_tpl, cdk_tpl, rep)
+    for f in rep.failures if args.quiet else []:
+        print(f"  FAIL {f}")
+    print(f"compare_stacks: {rep.passes} checks passed, {len(rep.failures)} failed")
+    rc = 1 if rep.failures else 0
+    if args.self_test:
+        st = self_test(sam_tpl, cdk_tpl)
+        print("compare_stacks: self-test " + ("passed" if st == 0 else "FAILED: a mutation went unnoticed"))
+        rc = rc or st
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
