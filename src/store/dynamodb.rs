@@ -923,9 +923,14 @@ mod tests {
         }
     }
 
-    fn service_error(status: u16, code: &str) -> SdkError<GetItemError, HttpResponse> {
+    fn service_error(
+        status: u16,
+        code: &str,
+        message: &str,
+    ) -> SdkError<GetItemError, HttpResponse> {
         let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
-        let err = GetItemError::generic(ErrorMetadata::builder().code(code).message("m").build());
+        let err =
+            GetItemError::generic(ErrorMetadata::builder().code(code).message(message).build());
         SdkError::service_error(err, raw)
     }
 
@@ -937,7 +942,7 @@ mod tests {
             "RequestLimitExceeded",
         ] {
             assert_eq!(
-                classify(&service_error(400, code)),
+                classify(&service_error(400, code, "m")),
                 Class::Retry { ambiguous: false },
                 "{code}"
             );
@@ -947,11 +952,11 @@ mod tests {
     #[test]
     fn server_errors_are_retried_as_maybe_applied() {
         assert_eq!(
-            classify(&service_error(500, "InternalServerError")),
+            classify(&service_error(500, "InternalServerError", "m")),
             Class::Retry { ambiguous: true }
         );
         assert_eq!(
-            classify(&service_error(503, "ServiceUnavailable")),
+            classify(&service_error(503, "ServiceUnavailable", "m")),
             Class::Retry { ambiguous: true }
         );
     }
@@ -959,17 +964,39 @@ mod tests {
     #[test]
     fn client_errors_are_final() {
         assert_eq!(
-            classify(&service_error(400, "ValidationException")),
+            classify(&service_error(400, "ValidationException", "m")),
             Class::Final
         );
         assert_eq!(
-            classify(&service_error(400, "ResourceNotFoundException")),
+            classify(&service_error(400, "ResourceNotFoundException", "m")),
             Class::Final
         );
         assert_eq!(
-            classify(&service_error(400, "ConditionalCheckFailedException")),
+            classify(&service_error(400, "ConditionalCheckFailedException", "m")),
             Class::Final
         );
+    }
+
+    #[test]
+    fn item_size_refusal_is_recognised() {
+        let too_large: Failed<GetItemError> = Failed::Service {
+            err: service_error(
+                400,
+                "ValidationException",
+                "Item size has exceeded the maximum allowed size",
+            ),
+            maybe_applied_before: false,
+        };
+        assert!(too_large.is_item_too_large());
+        let other: Failed<GetItemError> = Failed::Service {
+            err: service_error(
+                400,
+                "ValidationException",
+                "One or more parameter values were invalid",
+            ),
+            maybe_applied_before: false,
+        };
+        assert!(!other.is_item_too_large());
     }
 
     #[test]
