@@ -2,6 +2,7 @@
 //! binary only calls [`main`].
 
 pub mod key;
+pub mod table;
 
 use std::process::ExitCode;
 
