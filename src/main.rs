@@ -1,1 +1,37 @@
-fn main() {}
+//! The `toolcall-dedup` Lambda: wiring only. Everything else lives in `toolcall_dedup::handler`.
+// The handler future nests the AWS SDK futures deeply; computing its layout needs more than 128.
+#![recursion_limit = "256"]
+
+use lambda_runtime::{Error, tracing};
+use toolcall_dedup::config::{Config, StoreKind};
+use toolcall_dedup::dispatch::{self, LambdaDispatcher};
+use toolcall_dedup::handler::{Handler, serve};
+use toolcall_dedup::store::{DynamoDbStore, MemoryStore, dynamodb};
+use toolcall_dedup::telemetry::Telemetry;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    // Also what makes the runtime report errors to CloudWatch.
+    tracing::init_default_subscriber();
+    let config = Config::from_env(StoreKind::DynamoDb)?;
+    let routes = config.required_routes()?.clone();
+    let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
+    let dispatcher = LambdaDispatcher::new(&lambda_client, routes);
+    let telemetry = Telemetry::lambda(&config);
+    match config.store {
+        StoreKind::DynamoDb => {
+            let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
+            let store = DynamoDbStore::new(&client, config.dynamodb()?)?;
+            serve(Handler::new(store, dispatcher, &config, telemetry)).await
+        }
+        StoreKind::Memory => {
+            serve(Handler::new(
+                MemoryStore::new(),
+                dispatcher,
+                &config,
+                telemetry,
+            ))
+            .await
+        }
+    }
+}

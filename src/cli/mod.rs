@@ -2,6 +2,7 @@
 //! binary only calls [`main`].
 
 pub mod key;
+pub mod replay;
 pub mod table;
 
 use std::process::ExitCode;
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Derive keys for tool calls read as JSON Lines on stdin.
     Key(key::KeyArgs),
+    /// Run Bedrock event files through the real handler, with the demo tool in-process.
+    Replay(replay::ReplayArgs),
 }
 
 /// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
@@ -30,6 +33,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Key(args) => key::run(args),
+        Command::Replay(args) => replay::run(args),
     };
     match result {
         Ok(code) => code,

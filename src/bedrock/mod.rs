@@ -1,0 +1,123 @@
+//! Bedrock Agents action-group adapter: the input event (both flavours), the run id and step a
+//! call is scoped by, and the responses.
+//!
+//! `aws_lambda_events`' `AgentEvent` models only the OpenAPI flavour (it requires `apiPath`), so
+//! the types here are our own.
+//!
+//! # Scope: what counts as "the same call"
+//!
+//! A key is `namespace` (agent id + action group), tool, run id, step and the normalized
+//! arguments. The run id is always `sessionId`. The step is, in order:
+//!
+//! 1. **The caller's step** (the article's strategy D): the session attribute named by
+//!    `DEDUP_STEP_ATTRIBUTE` (default `dedup_step`), set by the application on every
+//!    `InvokeAgent` call: `sessionState = {"sessionAttributes": {"dedup_step": "7"}}`. A retry of
+//!    the same step resends the same value; the next step increments it. This is the only mode
+//!    that tells a retry from a deliberate repeat of identical arguments in the same turn.
+//! 2. **`DEDUP_SCOPE=turn`** (the default): a hash of `inputText`. A caller that retries a failed
+//!    turn resends the same text, so the retry replays; a later turn usually has different text,
+//!    so a deliberate repeat there executes. It cannot tell apart two identical calls inside one
+//!    turn (both replay one result), nor two turns with identical text (the second replays).
+//! 3. **`DEDUP_SCOPE=session`**: no step. Identical calls anywhere in the session are one call,
+//!    so a deliberate repeat in a later turn is replayed too.
+//!
+//! Whatever the mode, the article's hard ceiling holds: from the arguments alone nobody can tell
+//! a retry from a deliberate repeat with identical arguments; only a step the caller supplies can.
+
+pub mod event;
+pub mod response;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
+pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
+
+use crate::config::Scope;
+
+/// The session attribute through which the executor hands the derived key to the tool.
+pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
+
+/// The step of `call`: the caller's step attribute when present, else what `scope` says.
+pub fn step(call: &ToolCall, step_attribute: &str, scope: Scope) -> Option<String> {
+    let supplied = match call.reply_to.session_attributes.get(step_attribute) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    supplied.or_else(|| match scope {
+        Scope::Turn => Some(turn_step(&call.input_text)),
+        Scope::Session => None,
+    })
+}
+
+/// `"turn:"` + 16 hex digits of SHA-256 of the turn's input text.
+pub fn turn_step(input_text: &str) -> String {
+    let digest = Sha256::digest(input_text.as_bytes());
+    let mut step = String::with_capacity(21);
+    step.push_str("turn:");
+    for b in &digest[..8] {
+        step.push_str(&format!("{b:02x}"));
+    }
+    step
+}
+
+/// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key = key`.
+pub fn forward_event(event: &Value, key: Option<&str>) -> Value {
+    let mut forwarded = event.clone();
+    if let (Some(key), Some(obj)) = (key, forwarded.as_object_mut()) {
+        let attrs = obj
+            .entry("sessionAttributes")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if !attrs.is_object() {
+            *attrs = Value::Object(Default::default());
+        }
+        if let Some(attrs) = attrs.as_object_mut() {
+            attrs.insert(DEDUP_KEY_ATTRIBUTE.into(), Value::String(key.into()));
+        }
+    }
+    forwarded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn call(attrs: Value, input: &str) -> ToolCall {
+        let event = json!({"agent": {"id": "A"}, "sessionId": "s", "actionGroup": "g", "function": "f",
+                           "inputText": input, "sessionAttributes": attrs});
+        Envelope::parse(&event).unwrap().tool_call().unwrap()
+    }
+
+    #[test]
+    fn the_callers_step_wins_over_the_scope() {
+        let c = call(json!({"dedup_step": "3"}), "hello");
+        assert_eq!(step(&c, "dedup_step", Scope::Turn).as_deref(), Some("3"));
+        assert_eq!(step(&c, "dedup_step", Scope::Session).as_deref(), Some("3"));
+        let c = call(json!({"dedup_step": 4}), "hello");
+        assert_eq!(step(&c, "dedup_step", Scope::Session).as_deref(), Some("4"));
+        let c = call(json!({}), "hello");
+        assert_eq!(
+            step(&c, "dedup_step", Scope::Turn),
+            Some(turn_step("hello"))
+        );
+        assert_ne!(turn_step("hello"), turn_step("hello again"));
+        assert_eq!(step(&c, "dedup_step", Scope::Session), None);
+    }
+
+    #[test]
+    fn forwarding_only_adds_the_key() {
+        let event = json!({"a": 1, "sessionAttributes": {"x": "y"}});
+        let f = forward_event(&event, Some("k1"));
+        assert_eq!(
+            f,
+            json!({"a": 1, "sessionAttributes": {"x": "y", "dedup_key": "k1"}})
+        );
+        assert_eq!(
+            forward_event(&json!({"a": 1}), Some("k")),
+            json!({"a": 1, "sessionAttributes": {"dedup_key": "k"}})
+        );
+        assert_eq!(forward_event(&event, None), event);
+    }
+}

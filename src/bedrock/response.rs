@@ -1,0 +1,241 @@
+//! Action-group responses: the ones the executor writes itself (REPROMPT/FAILURE notices), and the
+//! check that a tool's reply is a Bedrock response before it is stored and replayed verbatim.
+
+use serde_json::{Map, Value, json};
+
+/// Function details or OpenAPI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flavour {
+    Function {
+        function: String,
+    },
+    Api {
+        api_path: String,
+        http_method: String,
+    },
+}
+
+/// What a response must echo to reach the call it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub action_group: String,
+    pub flavour: Flavour,
+    /// The function name, or `"METHOD /apiPath"`.
+    tool: String,
+    pub session_attributes: Map<String, Value>,
+    pub prompt_session_attributes: Map<String, Value>,
+}
+
+impl ReplyTo {
+    pub fn new(
+        action_group: impl Into<String>,
+        flavour: Flavour,
+        session_attributes: Map<String, Value>,
+        prompt_session_attributes: Map<String, Value>,
+    ) -> ReplyTo {
+        let tool = match &flavour {
+            Flavour::Function { function } => function.clone(),
+            Flavour::Api {
+                api_path,
+                http_method,
+            } => format!("{http_method} {api_path}"),
+        };
+        ReplyTo {
+            action_group: action_group.into(),
+            flavour,
+            tool,
+            session_attributes,
+            prompt_session_attributes,
+        }
+    }
+
+    /// The function name, or `"METHOD /apiPath"`.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+}
+
+impl Flavour {
+    /// An OpenAPI flavour; the method is upper-cased.
+    pub fn api(api_path: &str, http_method: &str) -> Flavour {
+        Flavour::Api {
+            api_path: api_path.to_string(),
+            http_method: http_method.to_ascii_uppercase(),
+        }
+    }
+}
+
+/// `responseState` values. Success has none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseState {
+    /// The agent ends the turn with `DependencyFailedException`.
+    Failure,
+    /// The body goes back to the model, which may correct its call.
+    Reprompt,
+}
+
+impl ResponseState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResponseState::Failure => "FAILURE",
+            ResponseState::Reprompt => "REPROMPT",
+        }
+    }
+}
+
+/// A response written by the executor itself: `body` is a short JSON object for the model.
+pub fn notice(reply_to: &ReplyTo, state: ResponseState, http_status: u16, body: &Value) -> Value {
+    let body_text = body.to_string();
+    let response = match &reply_to.flavour {
+        Flavour::Function { function } => json!({
+            "actionGroup": reply_to.action_group,
+            "function": function,
+            "functionResponse": {
+                "responseState": state.as_str(),
+                "responseBody": {"TEXT": {"body": body_text}},
+            },
+        }),
+        Flavour::Api {
+            api_path,
+            http_method,
+        } => json!({
+            "actionGroup": reply_to.action_group,
+            "apiPath": api_path,
+            "httpMethod": http_method,
+            "httpStatusCode": http_status,
+            "responseState": state.as_str(),
+            "responseBody": {"application/json": {"body": body_text}},
+        }),
+    };
+    json!({
+        "messageVersion": "1.0",
+        "response": response,
+        "sessionAttributes": reply_to.session_attributes,
+        "promptSessionAttributes": reply_to.prompt_session_attributes,
+    })
+}
+
+/// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
+pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
+    finish(reply_to, None, 200, body)
+}
+
+/// A tool's response with an explicit state (used by the demo tool for a declined card).
+pub fn finish(
+    reply_to: &ReplyTo,
+    state: Option<ResponseState>,
+    http_status: u16,
+    body: &Value,
+) -> Value {
+    let mut v = notice(
+        reply_to,
+        state.unwrap_or(ResponseState::Failure),
+        http_status,
+        body,
+    );
+    if state.is_none() {
+        let response = &mut v["response"];
+        let holder = match response.get_mut("functionResponse") {
+            Some(fr) => fr,
+            None => response,
+        };
+        if let Some(obj) = holder.as_object_mut() {
+            obj.remove("responseState");
+        }
+    }
+    v
+}
+
+/// How a tool's reply ended, read from `responseState` (and `httpStatusCode` for OpenAPI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyClass {
+    Success,
+    /// A final answer that is not a success (a declined card, HTTP 4xx/5xx): cached by default.
+    Failure,
+    /// "Invalid input, ask the model again": nothing happened, so it is never cached.
+    Reprompt,
+}
+
+/// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
+pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, String> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let response = value
+        .get("response")
+        .and_then(Value::as_object)
+        .ok_or("no \"response\" object")?;
+    if let Some(group) = response.get("actionGroup") {
+        if group.as_str() != Some(reply_to.action_group.as_str()) {
+            return Err(format!(
+                "response.actionGroup is {group}, the call was to {:?}",
+                reply_to.action_group
+            ));
+        }
+    }
+    let state_of = |holder: &Map<String, Value>| -> Result<Option<ResponseState>, String> {
+        match holder.get("responseState") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s == "FAILURE" => Ok(Some(ResponseState::Failure)),
+            Some(Value::String(s)) if s == "REPROMPT" => Ok(Some(ResponseState::Reprompt)),
+            Some(other) => Err(format!(
+                "responseState is {other}, expected FAILURE or REPROMPT"
+            )),
+        }
+    };
+    let class = |state: Option<ResponseState>| match state {
+        None => ReplyClass::Success,
+        Some(ResponseState::Failure) => ReplyClass::Failure,
+        Some(ResponseState::Reprompt) => ReplyClass::Reprompt,
+    };
+    match &reply_to.flavour {
+        Flavour::Function { function } => {
+            if let Some(f) = response.get("function") {
+                if f.as_str() != Some(function.as_str()) {
+                    return Err(format!(
+                        "response.function is {f}, the call was to {function:?}"
+                    ));
+                }
+            }
+            let fr = response
+                .get("functionResponse")
+                .and_then(Value::as_object)
+                .ok_or("no response.functionResponse object")?;
+            check_body(fr.get("responseBody"))?;
+            Ok(class(state_of(fr)?))
+        }
+        Flavour::Api { api_path, .. } => {
+            if let Some(p) = response.get("apiPath") {
+                if p.as_str() != Some(api_path.as_str()) {
+                    return Err(format!(
+                        "response.apiPath is {p}, the call was to {api_path:?}"
+                    ));
+                }
+            }
+            let status = response
+                .get("httpStatusCode")
+                .and_then(Value::as_u64)
+                .ok_or("no numeric response.httpStatusCode")?;
+            if let Some(body) = response.get("responseBody") {
+                check_body(Some(body))?;
+            }
+            Ok(match state_of(response)? {
+                Some(state) => class(Some(state)),
+                None if status >= 400 => ReplyClass::Failure,
+                None => ReplyClass::Success,
+            })
+        }
+    }
+}
+
+fn check_body(body: Option<&Value>) -> Result<(), String> {
+    let body = body
+        .and_then(Value::as_object)
+        .ok_or("no responseBody object")?;
+    for (content_type, content) in body {
+        if !content.get("body").is_some_and(Value::is_string) {
+            return Err(format!(
+                "responseBody[{content_type:?}].body is not a string"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! The `demo-tool` Lambda: wiring only. The tool is `toolcall_dedup::demo::DemoTool`.
+
+use lambda_runtime::{Error, LambdaEvent, service_fn, tracing};
+use serde_json::Value;
+use toolcall_dedup::demo::DemoTool;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    tracing::init_default_subscriber();
+    let tool = DemoTool::from_env();
+    tracing::info!(ledger = ?tool.ledger().path(), "demo tool ready");
+    let tool = &tool;
+    lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| async move {
+        tool.handle(&event.payload)
+    }))
+    .await
+}

@@ -1,0 +1,478 @@
+//! Configuration: every `DEDUP_*` variable, parsed once into typed values with loud, named errors.
+//!
+//! The Lambda and `dedup replay` read the same variables, so a replay behaves like the deployed
+//! function. Only the store differs by default: the Lambda uses DynamoDB, `dedup replay` the
+//! in-memory store. An empty variable counts as unset (CloudFormation passes `""` for optional
+//! parameters).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::key::{PolicyError, PolicySet};
+use crate::store::DynamoDbConfig;
+
+/// Errors in the environment, each naming the variable at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{var}={value:?} is invalid: {reason}")]
+    Invalid {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("{var} is required {why}")]
+    Missing {
+        var: &'static str,
+        why: &'static str,
+    },
+    #[error("DEDUP_POLICY_FILE: {0}")]
+    Policy(#[from] PolicyError),
+}
+
+/// Which idempotency store backs the handler (`DEDUP_STORE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    DynamoDb,
+    Memory,
+}
+
+/// What the handler does with a repeat (`DEDUP_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Replay repeats: the tool runs once per key.
+    Enforce,
+    /// Run every call, but record claims and count "would have replayed".
+    Shadow,
+    /// Pass-through kill switch: no key, no store, the tool is invoked as if we were not there.
+    Off,
+}
+
+/// Where the step comes from when the caller sends no step attribute (`DEDUP_SCOPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The step is a hash of `inputText`: one step per user turn.
+    Turn,
+    /// No step: identical calls anywhere in the session are one call.
+    Session,
+}
+
+/// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogCalls {
+    Off,
+    /// Keys under every strategy, no argument values.
+    Hashes,
+    /// Keys and the argument text.
+    Full,
+}
+
+macro_rules! parse_enum {
+    ($ty:ident, $var:literal, $($text:literal => $variant:expr),+ $(,)?) => {
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s.trim().to_ascii_lowercase().as_str() {
+                    $($text => Ok($variant),)+
+                    _ => Err(format!("expected one of {}", [$($text),+].join("|"))),
+                }
+            }
+        }
+        impl $ty {
+            pub const VAR: &'static str = $var;
+            pub fn name(self) -> &'static str {
+                match self { $(v if v == $variant => $text,)+ _ => unreachable!() }
+            }
+        }
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+parse_enum!(StoreKind, "DEDUP_STORE", "dynamodb" => StoreKind::DynamoDb, "memory" => StoreKind::Memory);
+parse_enum!(Mode, "DEDUP_MODE", "enforce" => Mode::Enforce, "shadow" => Mode::Shadow, "off" => Mode::Off);
+parse_enum!(Scope, "DEDUP_SCOPE", "turn" => Scope::Turn, "session" => Scope::Session);
+parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
+
+/// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
+/// `"actionGroup/*"` or `"*"` → tool function name or ARN. The most specific entry wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    exact: HashMap<String, String>,
+    groups: HashMap<String, String>,
+    default: Option<String>,
+}
+
+impl Routes {
+    /// Parses the JSON object text of `DEDUP_ROUTES`.
+    pub fn parse(text: &str) -> Result<Routes, String> {
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
+        let mut routes = Routes::default();
+        for (pattern, target) in map {
+            let target = match target {
+                serde_json::Value::String(t) if !t.trim().is_empty() => t.trim().to_string(),
+                other => {
+                    return Err(format!(
+                        "route {pattern:?}: target must be a non-empty string, got {other}"
+                    ));
+                }
+            };
+            routes.insert(&pattern, target)?;
+        }
+        Ok(routes)
+    }
+
+    /// Adds one route; the pattern syntax is the same as in [`Routes::parse`].
+    pub fn insert(&mut self, pattern: &str, target: String) -> Result<(), String> {
+        let pattern = pattern.trim();
+        if pattern == "*" {
+            self.default = Some(target);
+            return Ok(());
+        }
+        let (group, tool) = pattern
+            .split_once('/')
+            .filter(|(g, t)| !g.is_empty() && !t.is_empty())
+            .ok_or_else(|| {
+                format!("route {pattern:?} must be \"actionGroup/function\", \"actionGroup/METHOD /path\", \"actionGroup/*\" or \"*\"")
+            })?;
+        if tool == "*" {
+            self.groups.insert(group.to_string(), target);
+        } else {
+            self.exact
+                .insert(route_key(group, &normalize_tool(tool)), target);
+        }
+        Ok(())
+    }
+
+    /// A route table that sends everything to `target`.
+    pub fn everything_to(target: impl Into<String>) -> Routes {
+        Routes {
+            default: Some(target.into()),
+            ..Routes::default()
+        }
+    }
+
+    /// The target for a call of `tool` (a function name or `"METHOD /path"`) in `action_group`.
+    pub fn resolve(&self, action_group: &str, tool: &str) -> Option<&str> {
+        self.exact
+            .get(&route_key(action_group, tool))
+            .or_else(|| self.groups.get(action_group))
+            .or(self.default.as_ref())
+            .map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
+    }
+}
+
+fn route_key(action_group: &str, tool: &str) -> String {
+    format!("{action_group}/{tool}")
+}
+
+/// `"post /x"` → `"POST /x"`, the spelling [`crate::bedrock`] gives OpenAPI tools.
+fn normalize_tool(tool: &str) -> String {
+    match tool.split_once(' ') {
+        Some((method, path)) if path.starts_with('/') => {
+            format!("{} {}", method.to_ascii_uppercase(), path.trim())
+        }
+        _ => tool.to_string(),
+    }
+}
+
+/// Everything the Lambda and `dedup replay` read from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub store: StoreKind,
+    /// `DEDUP_TABLE_NAME`; required when the store is DynamoDB.
+    pub table_name: Option<String>,
+    /// `DEDUP_DYNAMODB_ENDPOINT`: a local DynamoDB-compatible server.
+    pub dynamodb_endpoint: Option<String>,
+    pub key_attribute: String,
+    pub ttl_attribute: String,
+    /// How long a completed call is replayed (`DEDUP_TTL_SECONDS`).
+    pub ttl: Duration,
+    pub scope: Scope,
+    /// Session attribute holding the caller's step (`DEDUP_STEP_ATTRIBUTE`).
+    pub step_attribute: String,
+    pub routes: Routes,
+    /// `DEDUP_LAMBDA_ENDPOINT`: where tool Lambdas are invoked (e.g. `cargo lambda watch`).
+    pub lambda_endpoint: Option<String>,
+    /// Upper bound on waiting for an identical in-flight call (`DEDUP_WAIT_MS`).
+    pub wait: Duration,
+    pub mode: Mode,
+    pub log_calls: LogCalls,
+    pub metrics_namespace: String,
+    /// Store and replay tool FAILURE responses (`DEDUP_CACHE_FAILURES`).
+    pub cache_failures: bool,
+    pub policy_file: Option<PathBuf>,
+    /// Loaded from `policy_file` (empty without one).
+    pub policies: PolicySet,
+    /// Completed records kept in a warm container (`DEDUP_LOCAL_CACHE_ITEMS`, default 0 = off).
+    pub local_cache_items: usize,
+}
+
+pub const DEFAULT_TTL_SECONDS: u64 = 86_400;
+pub const DEFAULT_WAIT_MS: u64 = 10_000;
+pub const DEFAULT_STEP_ATTRIBUTE: &str = "dedup_step";
+pub const DEFAULT_METRICS_NAMESPACE: &str = "ToolcallDedup";
+
+impl Default for Config {
+    /// The zero-configuration defaults (in-memory store, no routes).
+    fn default() -> Self {
+        Config {
+            store: StoreKind::Memory,
+            table_name: None,
+            dynamodb_endpoint: None,
+            key_attribute: DynamoDbConfig::DEFAULT_KEY_ATTRIBUTE.into(),
+            ttl_attribute: DynamoDbConfig::DEFAULT_TTL_ATTRIBUTE.into(),
+            ttl: Duration::from_secs(DEFAULT_TTL_SECONDS),
+            scope: Scope::Turn,
+            step_attribute: DEFAULT_STEP_ATTRIBUTE.into(),
+            routes: Routes::default(),
+            lambda_endpoint: None,
+            wait: Duration::from_millis(DEFAULT_WAIT_MS),
+            mode: Mode::Enforce,
+            log_calls: LogCalls::Off,
+            metrics_namespace: DEFAULT_METRICS_NAMESPACE.into(),
+            cache_failures: true,
+            policy_file: None,
+            policies: PolicySet::default(),
+            local_cache_items: 0,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the process environment; `default_store` applies when `DEDUP_STORE` is unset.
+    pub fn from_env(default_store: StoreKind) -> Result<Config, ConfigError> {
+        Config::from_lookup(|name| std::env::var(name).ok(), default_store)
+    }
+
+    /// Reads variables through `lookup` (tests pass a map instead of mutating the environment).
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+        default_store: StoreKind,
+    ) -> Result<Config, ConfigError> {
+        let get = |var: &'static str| {
+            lookup(var)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let defaults = Config::default();
+        let store = parsed(&get, StoreKind::VAR)?.unwrap_or(default_store);
+        let ttl_s: u64 = parsed(&get, "DEDUP_TTL_SECONDS")?.unwrap_or(DEFAULT_TTL_SECONDS);
+        if ttl_s == 0 {
+            return Err(invalid(
+                "DEDUP_TTL_SECONDS",
+                "0",
+                "must be at least 1 second",
+            ));
+        }
+        let routes = match get("DEDUP_ROUTES") {
+            Some(text) => Routes::parse(&text).map_err(|reason| ConfigError::Invalid {
+                var: "DEDUP_ROUTES",
+                value: text.clone(),
+                reason,
+            })?,
+            None => Routes::default(),
+        };
+        let step_attribute = get("DEDUP_STEP_ATTRIBUTE").unwrap_or(defaults.step_attribute);
+        let policy_file = get("DEDUP_POLICY_FILE").map(PathBuf::from);
+        let policies = match &policy_file {
+            Some(path) => PolicySet::load(path)?,
+            None => PolicySet::default(),
+        };
+        let config = Config {
+            store,
+            table_name: get("DEDUP_TABLE_NAME"),
+            dynamodb_endpoint: get("DEDUP_DYNAMODB_ENDPOINT"),
+            key_attribute: get("DEDUP_KEY_ATTRIBUTE").unwrap_or(defaults.key_attribute),
+            ttl_attribute: get("DEDUP_TTL_ATTRIBUTE").unwrap_or(defaults.ttl_attribute),
+            ttl: Duration::from_secs(ttl_s),
+            scope: parsed(&get, Scope::VAR)?.unwrap_or(defaults.scope),
+            step_attribute,
+            routes,
+            lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),
+            wait: Duration::from_millis(parsed(&get, "DEDUP_WAIT_MS")?.unwrap_or(DEFAULT_WAIT_MS)),
+            mode: parsed(&get, Mode::VAR)?.unwrap_or(defaults.mode),
+            log_calls: parsed(&get, LogCalls::VAR)?.unwrap_or(defaults.log_calls),
+            metrics_namespace: get("DEDUP_METRICS_NAMESPACE").unwrap_or(defaults.metrics_namespace),
+            cache_failures: parsed_bool(&get, "DEDUP_CACHE_FAILURES")?.unwrap_or(true),
+            policy_file,
+            policies,
+            local_cache_items: parsed(&get, "DEDUP_LOCAL_CACHE_ITEMS")?.unwrap_or(0),
+        };
+        if config.store == StoreKind::DynamoDb {
+            config.dynamodb()?;
+        }
+        Ok(config)
+    }
+
+    /// The route table, which the Lambda cannot work without.
+    pub fn required_routes(&self) -> Result<&Routes, ConfigError> {
+        if self.routes.is_empty() {
+            return Err(ConfigError::Missing {
+                var: "DEDUP_ROUTES",
+                why: "by the Lambda: a JSON object such as {\"*\":\"my-tool-function\"} naming the tool Lambda(s)",
+            });
+        }
+        Ok(&self.routes)
+    }
+
+    /// The DynamoDB store settings; fails when `DEDUP_TABLE_NAME` is missing or a name is invalid.
+    pub fn dynamodb(&self) -> Result<DynamoDbConfig, ConfigError> {
+        let table = self.table_name.clone().ok_or(ConfigError::Missing {
+            var: "DEDUP_TABLE_NAME",
+            why: "when DEDUP_STORE=dynamodb (the Lambda's default)",
+        })?;
+        let cfg = DynamoDbConfig {
+            key_attribute: self.key_attribute.clone(),
+            ttl_attribute: self.ttl_attribute.clone(),
+            ..DynamoDbConfig::new(table.clone())
+        };
+        cfg.validate().map_err(|e| ConfigError::Invalid {
+            var: "DEDUP_TABLE_NAME/DEDUP_KEY_ATTRIBUTE/DEDUP_TTL_ATTRIBUTE",
+            value: format!("{table}/{}/{}", cfg.key_attribute, cfg.ttl_attribute),
+            reason: e.to_string(),
+        })?;
+        Ok(cfg)
+    }
+}
+
+fn invalid(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        var,
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn parsed<T: FromStr>(
+    get: &impl Fn(&'static str) -> Option<String>,
+    var: &'static str,
+) -> Result<Option<T>, ConfigError>
+where
+    T::Err: fmt::Display,
+{
+    get(var)
+        .map(|value| {
+            value
+                .parse::<T>()
+                .map_err(|e| invalid(var, &value, e.to_string()))
+        })
+        .transpose()
+}
+
+fn parsed_bool(
+    get: &impl Fn(&'static str) -> Option<String>,
+    var: &'static str,
+) -> Result<Option<bool>, ConfigError> {
+    get(var)
+        .map(|value| match value.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(true),
+            "false" | "0" | "no" | "off" => Ok(false),
+            _ => Err(invalid(var, &value, "expected true|false")),
+        })
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)], default_store: StoreKind) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned(), default_store)
+    }
+
+    #[test]
+    fn zero_configuration_gives_the_documented_defaults() {
+        let c = config(&[], StoreKind::Memory).unwrap();
+        assert_eq!(c.store, StoreKind::Memory);
+        assert_eq!(
+            (c.scope, c.mode, c.log_calls),
+            (Scope::Turn, Mode::Enforce, LogCalls::Off)
+        );
+        assert_eq!(c.ttl, Duration::from_secs(86_400));
+        assert_eq!(c.wait, Duration::from_millis(10_000));
+        assert_eq!(c.step_attribute, "dedup_step");
+        assert!(c.cache_failures && c.routes.is_empty());
+    }
+
+    #[test]
+    fn the_lambda_default_store_needs_a_table_name() {
+        let err = config(&[], StoreKind::DynamoDb).unwrap_err();
+        assert!(
+            err.to_string().contains("DEDUP_TABLE_NAME is required"),
+            "{err}"
+        );
+        let c = config(&[("DEDUP_TABLE_NAME", "t-1")], StoreKind::DynamoDb).unwrap();
+        assert_eq!(c.dynamodb().unwrap().table, "t-1");
+    }
+
+    #[test]
+    fn bad_values_name_their_variable() {
+        for (var, value) in [
+            ("DEDUP_MODE", "enforced"),
+            ("DEDUP_SCOPE", "step"),
+            ("DEDUP_WAIT_MS", "-1"),
+            ("DEDUP_TTL_SECONDS", "0"),
+            ("DEDUP_CACHE_FAILURES", "maybe"),
+            ("DEDUP_LOG_CALLS", "all"),
+            ("DEDUP_ROUTES", "[\"x\"]"),
+            ("DEDUP_ROUTES", "{\"payments\":\"fn\"}"),
+            ("DEDUP_STORE", "redis"),
+        ] {
+            let err = config(&[(var, value)], StoreKind::Memory).unwrap_err();
+            assert!(err.to_string().starts_with(var), "{var}: {err}");
+        }
+        let err = config(
+            &[("DEDUP_POLICY_FILE", "/nonexistent.toml")],
+            StoreKind::Memory,
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("DEDUP_POLICY_FILE"), "{err}");
+    }
+
+    #[test]
+    fn empty_values_count_as_unset_and_values_are_case_insensitive() {
+        let c = config(
+            &[
+                ("DEDUP_MODE", " Shadow "),
+                ("DEDUP_SCOPE", ""),
+                ("DEDUP_CACHE_FAILURES", "FALSE"),
+            ],
+            StoreKind::Memory,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.mode, c.scope, c.cache_failures),
+            (Mode::Shadow, Scope::Turn, false)
+        );
+    }
+
+    #[test]
+    fn routes_prefer_the_most_specific_entry() {
+        let r = Routes::parse(
+            r#"{"payments/charge_card":"charge-fn","payments/*":"payments-fn",
+                "api/post /charges":"api-charge","*":"default-fn"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.resolve("payments", "charge_card"), Some("charge-fn"));
+        assert_eq!(r.resolve("payments", "refund"), Some("payments-fn"));
+        assert_eq!(r.resolve("api", "POST /charges"), Some("api-charge"));
+        assert_eq!(r.resolve("support", "create_ticket"), Some("default-fn"));
+        let none = Routes::parse(r#"{"payments/charge_card":"charge-fn"}"#).unwrap();
+        assert_eq!(none.resolve("support", "create_ticket"), None);
+    }
+}

@@ -1,0 +1,360 @@
+//! What the handler reports per invocation:
+//!
+//! - one `tracing` line (JSON under `AWS_LAMBDA_LOG_FORMAT=JSON`) with the key prefix, outcome,
+//!   tool, latency and store request count. Argument values never appear at INFO.
+//! - one CloudWatch Embedded Metric Format line with a count per outcome (Lambda only).
+//! - with `DEDUP_LOG_CALLS=hashes|full`, one tool-call line for `dedup audit`:
+//!   `{"dedup_call":1,"run_id","step","tool","namespace","keys":{strategy: key|null},"rules",
+//!   "outcome"}`, plus `"args"` (the argument JSON text) under `full`.
+
+use std::fmt;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{Config, LogCalls, Mode};
+use crate::key::{Call, Keyer, Strategy};
+
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The tool ran for this call.
+    Executed,
+    /// A completed record answered.
+    Replayed,
+    /// An identical in-flight call finished while this one waited, and its result answered.
+    Waited,
+    /// An identical call was still running when the wait bound passed: REPROMPT.
+    InProgress,
+    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
+    ToolError,
+    /// The store was unreachable: the tool was not called (fail closed).
+    StoreError,
+    /// The event or its arguments were invalid; nothing was claimed.
+    BadRequest,
+    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
+    ShadowReplay,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Waited,
+        Outcome::InProgress,
+        Outcome::ToolError,
+        Outcome::StoreError,
+        Outcome::BadRequest,
+        Outcome::ShadowReplay,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Waited => "waited",
+            Outcome::InProgress => "in_progress",
+            Outcome::ToolError => "tool_error",
+            Outcome::StoreError => "store_error",
+            Outcome::BadRequest => "bad_request",
+            Outcome::ShadowReplay => "shadow_replay",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the structured lines (EMF, tool-call log) go.
+#[derive(Debug, Clone, Default)]
+pub enum Sink {
+    /// Standard output, one line per write (Lambda ships stdout to CloudWatch Logs).
+    #[default]
+    Stdout,
+    /// Kept in memory (tests).
+    Memory(Arc<Mutex<Vec<String>>>),
+    Discard,
+}
+
+impl Sink {
+    /// A memory sink and the handle to read it.
+    pub fn memory() -> (Sink, Arc<Mutex<Vec<String>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        (Sink::Memory(lines.clone()), lines)
+    }
+
+    fn write_line(&self, line: &str) {
+        match self {
+            Sink::Stdout => {
+                let mut out = std::io::stdout().lock();
+                // A closed stdout must not fail the invocation.
+                let _ = out
+                    .write_all(line.as_bytes())
+                    .and_then(|_| out.write_all(b"\n"));
+                let _ = out.flush();
+            }
+            Sink::Memory(lines) => lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(line.to_string()),
+            Sink::Discard => {}
+        }
+    }
+}
+
+/// One invocation, as reported.
+#[derive(Debug, Clone)]
+pub struct InvocationReport<'a> {
+    pub request_id: &'a str,
+    pub mode: Mode,
+    pub outcome: Outcome,
+    pub tool: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub latency: Duration,
+    pub store_requests: u64,
+    /// Normalization rules that made a replayed call meet the stored one.
+    pub rules: &'a [&'static str],
+    /// A short reason for error outcomes (never argument values).
+    pub reason: Option<&'a str>,
+}
+
+/// Reports invocations and tool calls.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    log_calls: LogCalls,
+    emf_namespace: Option<String>,
+    sink: Sink,
+}
+
+impl Telemetry {
+    /// The Lambda's telemetry: EMF and the call log on stdout.
+    pub fn lambda(config: &Config) -> Telemetry {
+        Telemetry {
+            log_calls: config.log_calls,
+            emf_namespace: Some(config.metrics_namespace.clone()),
+            sink: Sink::Stdout,
+        }
+    }
+
+    /// `dedup replay`'s telemetry: the call log on stdout, no EMF.
+    pub fn replay(config: &Config) -> Telemetry {
+        Telemetry {
+            log_calls: config.log_calls,
+            emf_namespace: None,
+            sink: Sink::Stdout,
+        }
+    }
+
+    /// Nothing but the tracing line.
+    pub fn quiet() -> Telemetry {
+        Telemetry {
+            log_calls: LogCalls::Off,
+            emf_namespace: None,
+            sink: Sink::Discard,
+        }
+    }
+
+    pub fn with_sink(mut self, sink: Sink) -> Telemetry {
+        self.sink = sink;
+        self
+    }
+
+    pub fn with_log_calls(mut self, log_calls: LogCalls) -> Telemetry {
+        self.log_calls = log_calls;
+        self
+    }
+
+    pub fn with_emf(mut self, namespace: Option<String>) -> Telemetry {
+        self.emf_namespace = namespace;
+        self
+    }
+
+    pub fn log_calls(&self) -> LogCalls {
+        self.log_calls
+    }
+
+    /// The per-invocation tracing line and EMF line.
+    pub fn invocation(&self, r: &InvocationReport<'_>) {
+        let key_prefix = r.key.map(|k| &k[..k.len().min(12)]).unwrap_or("");
+        let latency_ms = r.latency.as_secs_f64() * 1000.0;
+        let rules = r.rules.join(",");
+        match r.outcome {
+            Outcome::ToolError | Outcome::StoreError => tracing::warn!(
+                request_id = r.request_id,
+                mode = %r.mode,
+                outcome = r.outcome.name(),
+                tool = r.tool.unwrap_or(""),
+                key_prefix,
+                latency_ms,
+                store_requests = r.store_requests,
+                reason = r.reason.unwrap_or(""),
+                "dedup invocation"
+            ),
+            _ => tracing::info!(
+                request_id = r.request_id,
+                mode = %r.mode,
+                outcome = r.outcome.name(),
+                tool = r.tool.unwrap_or(""),
+                key_prefix,
+                latency_ms,
+                store_requests = r.store_requests,
+                rules,
+                reason = r.reason.unwrap_or(""),
+                "dedup invocation"
+            ),
+        }
+        if let Some(namespace) = &self.emf_namespace {
+            self.sink
+                .write_line(&emf_line(namespace, r, now_ms()).to_string());
+        }
+    }
+
+    /// The tool-call line for `dedup audit`, if `DEDUP_LOG_CALLS` asks for it.
+    pub fn call(&self, keyer: &Keyer, call: &Call<'_>, outcome: Outcome) {
+        if self.log_calls == LogCalls::Off {
+            return;
+        }
+        let line = call_line(keyer, call, outcome, self.log_calls == LogCalls::Full);
+        self.sink.write_line(&line.to_string());
+    }
+}
+
+/// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for
+/// the others), so sums give counts per outcome and averages give rates.
+pub fn emf_line(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> Value {
+    let mut metrics: Vec<Value> = Outcome::ALL
+        .iter()
+        .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
+        .collect();
+    metrics.push(json!({"Name": "latency_ms", "Unit": "Milliseconds"}));
+    metrics.push(json!({"Name": "store_requests", "Unit": "Count"}));
+    let mut doc = Map::new();
+    doc.insert(
+        "_aws".into(),
+        json!({
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{"Namespace": namespace, "Dimensions": [[]], "Metrics": metrics}],
+        }),
+    );
+    for o in Outcome::ALL {
+        doc.insert(o.name().into(), json!(u8::from(o == r.outcome)));
+    }
+    doc.insert(
+        "latency_ms".into(),
+        json!((r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+    );
+    doc.insert("store_requests".into(), json!(r.store_requests));
+    doc.insert("outcome".into(), json!(r.outcome.name()));
+    doc.insert("mode".into(), json!(r.mode.name()));
+    if let Some(tool) = r.tool {
+        doc.insert("tool".into(), json!(tool));
+    }
+    if !r.request_id.is_empty() {
+        doc.insert("requestId".into(), json!(r.request_id));
+    }
+    Value::Object(doc)
+}
+
+/// The tool-call line: keys under every strategy (null where a strategy fails on these args).
+pub fn call_line(keyer: &Keyer, call: &Call<'_>, outcome: Outcome, with_args: bool) -> Value {
+    let mut keys = Map::new();
+    for strategy in Strategy::ALL {
+        let key = keyer.key(strategy, call).ok().map(|k| k.to_string());
+        keys.insert(strategy.name().into(), json!(key));
+    }
+    let rules: Vec<&str> = keyer
+        .explain(Strategy::Typed, call)
+        .map(|e| e.rules.names().collect())
+        .unwrap_or_default();
+    let mut line = json!({
+        "dedup_call": 1,
+        "run_id": call.run_id,
+        "step": call.step,
+        "tool": call.tool,
+        "namespace": call.namespace,
+        "keys": keys,
+        "rules": rules,
+        "outcome": outcome.name(),
+    });
+    if with_args {
+        line["args"] = json!(call.args);
+    }
+    line
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcome: Outcome) -> InvocationReport<'static> {
+        InvocationReport {
+            request_id: "r1",
+            mode: Mode::Enforce,
+            outcome,
+            tool: Some("charge_card"),
+            key: Some("0123456789abcdef0123456789abcdef"),
+            latency: Duration::from_millis(12),
+            store_requests: 1,
+            rules: &[],
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn emf_counts_exactly_the_outcome_that_happened() {
+        let doc = emf_line("NS", &report(Outcome::Replayed), 1_700_000_000_000);
+        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "NS");
+        assert_eq!(directive["Dimensions"], json!([[]]));
+        for metric in directive["Metrics"].as_array().unwrap() {
+            let name = metric["Name"].as_str().unwrap();
+            assert!(
+                doc.get(name).is_some_and(Value::is_number),
+                "target member {name} missing"
+            );
+        }
+        assert_eq!(doc["replayed"], 1);
+        assert_eq!(doc["executed"], 0);
+        assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
+
+    #[test]
+    fn call_lines_carry_every_strategy_and_args_only_when_full() {
+        let keyer = Keyer::new();
+        let call = Call {
+            tool: "charge_card",
+            args: r#"{"amount":"42.50"}"#,
+            namespace: Some("A/payments"),
+            run_id: Some("s1"),
+            step: Some("3"),
+            schema: None,
+        };
+        let hashes = call_line(&keyer, &call, Outcome::Executed, false);
+        assert_eq!(hashes["dedup_call"], 1);
+        for s in Strategy::ALL {
+            assert!(hashes["keys"][s.name()].is_string(), "{s}");
+        }
+        assert!(hashes.get("args").is_none());
+        assert_eq!(hashes["outcome"], "executed");
+        let full = call_line(&keyer, &call, Outcome::Replayed, true);
+        assert_eq!(full["args"], r#"{"amount":"42.50"}"#);
+        let (sink, lines) = Sink::memory();
+        Telemetry::quiet()
+            .with_sink(sink)
+            .with_log_calls(LogCalls::Hashes)
+            .call(&keyer, &call, Outcome::Executed);
+        assert_eq!(lines.lock().unwrap().len(), 1);
+    }
+}
