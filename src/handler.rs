@@ -106,6 +106,9 @@ pub struct Handled {
     pub response: Result<Box<RawValue>, HandlerError>,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<String>,
+    /// For replays: the normalization rules that made this call meet the stored one (empty when
+    /// the strict fingerprints are equal).
+    pub rules: Vec<&'static str>,
 }
 
 /// Errors returned to the Lambda runtime: only for events no Bedrock response can answer.
@@ -237,6 +240,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             outcome,
             response,
             key: run.key,
+            rules: run.rules,
         }
     }
 
