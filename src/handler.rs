@@ -91,10 +91,22 @@ pub struct Invocation {
 }
 
 impl Invocation {
+    /// A deadline that has already passed cannot be real (the function would be frozen); some
+    /// emulators (`cargo lambda watch`) send the timeout in milliseconds instead of an epoch
+    /// time. Such a deadline counts as absent, so the default budget applies.
     pub fn from_context(ctx: &Context) -> Invocation {
+        let deadline_ms = i64::try_from(ctx.deadline)
+            .ok()
+            .filter(|d| *d > wall_now_ms());
+        if deadline_ms.is_none() && ctx.deadline > 0 {
+            tracing::debug!(
+                deadline = ctx.deadline,
+                "deadline is not a future epoch time; using the default budget"
+            );
+        }
         Invocation {
             request_id: ctx.request_id.clone(),
-            deadline_ms: i64::try_from(ctx.deadline).ok().filter(|d| *d > 0),
+            deadline_ms,
         }
     }
 }
@@ -753,15 +765,19 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
+fn wall_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
+}
+
 /// The Lambda deadline (wall clock) as a monotonic instant; `default_budget` from now without one.
 fn deadline_instant(deadline_ms: Option<i64>, default_budget: Duration) -> Instant {
     let now = Instant::now();
     match deadline_ms {
         Some(deadline) => {
-            let wall_now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(millis)
-                .unwrap_or(0);
+            let wall_now = wall_now_ms();
             now + Duration::from_millis(u64::try_from(deadline - wall_now).unwrap_or(0))
         }
         None => now + default_budget,
@@ -862,4 +878,64 @@ where
         },
     ))
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(deadline: u64) -> Context {
+        let mut ctx = Context::default();
+        ctx.request_id = "r".into();
+        ctx.deadline = deadline;
+        ctx
+    }
+
+    #[test]
+    fn only_a_future_epoch_deadline_counts() {
+        let future = (wall_now_ms() + 30_000) as u64;
+        assert_eq!(
+            Invocation::from_context(&context(future)).deadline_ms,
+            Some(future as i64)
+        );
+        // `cargo lambda watch` sends its timeout (600000 ms), not an epoch time.
+        assert_eq!(
+            Invocation::from_context(&context(600_000)).deadline_ms,
+            None
+        );
+        assert_eq!(Invocation::from_context(&context(0)).deadline_ms, None);
+    }
+
+    fn completed(key: &str, expires_at_s: i64) -> Record {
+        Record {
+            key: key.into(),
+            status: Status::Completed,
+            expires_at_s,
+            lease_until_ms: 0,
+            token: LeaseToken::new("t"),
+            fingerprint: "f".into(),
+            tool: "tool".into(),
+            created_at_ms: 0,
+            result: Some(key.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn the_record_cache_evicts_the_least_recently_used_and_honours_expiry() {
+        let cache = RecordCache::new(2);
+        cache.put("a", &completed("a", 100), 0);
+        cache.put("b", &completed("b", 100), 0);
+        assert!(cache.get("a", 0).is_some());
+        cache.put("c", &completed("c", 100), 0);
+        assert!(cache.get("b", 0).is_none(), "b was least recently used");
+        assert!(cache.get("a", 0).is_some() && cache.get("c", 0).is_some());
+        assert!(cache.get("a", 101_000).is_none(), "expired");
+        let mut in_progress = completed("d", 100);
+        in_progress.status = Status::InProgress;
+        cache.put("d", &in_progress, 0);
+        assert!(
+            cache.get("d", 0).is_none(),
+            "in-progress records are never cached"
+        );
+    }
 }

@@ -1387,3 +1387,177 @@ async fn many_concurrent_identical_calls_through_the_handler_execute_once() {
     assert_eq!(executed, 1);
     assert_eq!(charges(h.dispatcher()), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// the aws-sdk-lambda dispatcher against a fake Lambda invoke endpoint
+
+/// A fake Lambda `Invoke` endpoint: answers each request with the next scripted reply
+/// `(status, extra headers, body)` and records the function names and payloads it was sent.
+struct FakeLambda {
+    url: String,
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl FakeLambda {
+    async fn start(replies: Vec<(u16, Vec<(&'static str, &'static str)>, Vec<u8>)>) -> FakeLambda {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (seen, replies) = (seen.clone(), replies.clone());
+                    tokio::spawn(async move {
+                        let mut reader = BufReader::new(stream);
+                        loop {
+                            let mut request_line = String::new();
+                            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let mut length = 0usize;
+                            loop {
+                                let mut header = String::new();
+                                reader.read_line(&mut header).await.unwrap();
+                                if header.trim().is_empty() {
+                                    break;
+                                }
+                                if let Some((name, value)) = header.split_once(':') {
+                                    if name.eq_ignore_ascii_case("content-length") {
+                                        length = value.trim().parse().unwrap();
+                                    }
+                                }
+                            }
+                            let mut body = vec![0; length];
+                            reader.read_exact(&mut body).await.unwrap();
+                            let function = request_line
+                                .split('/')
+                                .nth(3)
+                                .unwrap_or_default()
+                                .to_string();
+                            seen.lock().unwrap().push((
+                                function,
+                                serde_json::from_slice(&body).unwrap_or_default(),
+                            ));
+                            let (status, headers, payload) = replies
+                                .lock()
+                                .unwrap()
+                                .pop_front()
+                                .unwrap_or((500, vec![], b"{}".to_vec()));
+                            let mut response = format!(
+                                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n",
+                                payload.len()
+                            );
+                            for (k, v) in headers {
+                                response.push_str(&format!("{k}: {v}\r\n"));
+                            }
+                            response.push_str("content-type: application/json\r\n\r\n");
+                            let stream = reader.get_mut();
+                            stream.write_all(response.as_bytes()).await.unwrap();
+                            stream.write_all(&payload).await.unwrap();
+                        }
+                    });
+                }
+            }
+        });
+        FakeLambda { url, seen }
+    }
+}
+
+async fn lambda_dispatcher(url: &str, routes: &str) -> toolcall_dedup::dispatch::LambdaDispatcher {
+    let client = toolcall_dedup::dispatch::build_client(Some(url)).await;
+    toolcall_dedup::dispatch::LambdaDispatcher::new(
+        &client,
+        toolcall_dedup::config::Routes::parse(routes).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors() {
+    let tool_reply = serde_json::to_vec(&demo().handle(&event("fd-refund.json")).unwrap()).unwrap();
+    let fake = FakeLambda::start(vec![
+        (
+            200,
+            vec![("x-amz-function-error", "Unhandled")],
+            br#"{"errorType":"Boom","errorMessage":"db down"}"#.to_vec(),
+        ),
+        (
+            429,
+            vec![("x-amzn-errortype", "TooManyRequestsException")],
+            br#"{"message":"Rate exceeded"}"#.to_vec(),
+        ),
+        (200, vec![], tool_reply.clone()),
+    ])
+    .await;
+    let dispatcher = lambda_dispatcher(
+        &fake.url,
+        r#"{"payments/refund":"refund-fn","*":"other-fn"}"#,
+    )
+    .await;
+    let h = handler(MemoryStore::new(), dispatcher, &Config::default());
+    let ev = event("fd-refund.json");
+    let failed = send(&h, &ev).await;
+    assert_eq!(
+        (failed.outcome, state(&failed).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        body(&failed)["message"]
+            .as_str()
+            .unwrap()
+            .contains("Unhandled")
+    );
+    let ok = send(&h, &ev).await;
+    assert_eq!(
+        ok.outcome,
+        Outcome::Executed,
+        "throttling is retried: {:?}",
+        ok.response
+    );
+    assert_eq!(
+        ok.response.unwrap().get().as_bytes(),
+        tool_reply.as_slice(),
+        "stored and returned verbatim"
+    );
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed);
+    let seen = fake.seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        3,
+        "failed, throttled, ran; the replay sent nothing"
+    );
+    assert!(seen.iter().all(|(f, _)| f == "refund-fn"), "{seen:?}");
+    let mut expected = ev.clone();
+    expected["sessionAttributes"]["dedup_key"] = json!(failed.key.unwrap());
+    assert_eq!(
+        seen[2].1, expected,
+        "the original event plus dedup_key, nothing else"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_tool_lambda_releases_the_claim() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let h = handler(
+        MemoryStore::new(),
+        lambda_dispatcher(&closed, r#"{"*":"fn"}"#).await,
+        &Config::default(),
+    );
+    let r = send(&h, &event("fd-refund.json")).await;
+    assert_eq!(
+        (r.outcome, state(&r).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        h.store()
+            .get(r.key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
