@@ -1393,13 +1393,16 @@ async fn many_concurrent_identical_calls_through_the_handler_execute_once() {
 
 /// A fake Lambda `Invoke` endpoint: answers each request with the next scripted reply
 /// `(status, extra headers, body)` and records the function names and payloads it was sent.
+/// One scripted reply of the fake Lambda: status, extra headers, body.
+type FakeReply = (u16, Vec<(&'static str, &'static str)>, Vec<u8>);
+
 struct FakeLambda {
     url: String,
     seen: Arc<Mutex<Vec<(String, Value)>>>,
 }
 
 impl FakeLambda {
-    async fn start(replies: Vec<(u16, Vec<(&'static str, &'static str)>, Vec<u8>)>) -> FakeLambda {
+    async fn start(replies: Vec<FakeReply>) -> FakeLambda {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
