@@ -714,7 +714,9 @@ fn store_unavailable(run: &mut Run<'_>, reply_to: &ReplyTo, e: &StoreError) -> A
 }
 
 fn tool_error(run: &mut Run<'_>, reply_to: &ReplyTo, e: &DispatchError) -> Answer {
-    run.reason = Some(e.to_string());
+    // The tool's own error message may quote its arguments: only at DEBUG.
+    tracing::debug!(error = %e, "tool error");
+    run.reason = Some(e.short_reason());
     let (status, message) = if e.outcome_unknown() {
         (
             504,

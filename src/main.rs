@@ -13,6 +13,12 @@ use toolcall_dedup::telemetry::Telemetry;
 async fn main() -> Result<(), Error> {
     // Also what makes the runtime report errors to CloudWatch.
     tracing::init_default_subscriber();
+    run()
+        .await
+        .inspect_err(|e| tracing::error!("toolcall-dedup stopped: {e}"))
+}
+
+async fn run() -> Result<(), Error> {
     let config = Config::from_env(StoreKind::DynamoDb)?;
     let routes = config.required_routes()?.clone();
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
