@@ -85,15 +85,28 @@ impl ResponseState {
 
 /// A response written by the executor itself: `body` is a short JSON object for the model.
 pub fn notice(reply_to: &ReplyTo, state: ResponseState, http_status: u16, body: &Value) -> Value {
+    finish(reply_to, Some(state), http_status, body)
+}
+
+/// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
+pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
+    finish(reply_to, None, 200, body)
+}
+
+/// A response of either flavour. `responseState` is omitted on success (FAILURE and REPROMPT are
+/// its only documented values); `http_status` applies to the OpenAPI flavour only.
+pub fn finish(
+    reply_to: &ReplyTo,
+    state: Option<ResponseState>,
+    http_status: u16,
+    body: &Value,
+) -> Value {
     let body_text = body.to_string();
-    let response = match &reply_to.flavour {
+    let mut response = match &reply_to.flavour {
         Flavour::Function { function } => json!({
             "actionGroup": reply_to.action_group,
             "function": function,
-            "functionResponse": {
-                "responseState": state.as_str(),
-                "responseBody": {"TEXT": {"body": body_text}},
-            },
+            "functionResponse": {"responseBody": {"TEXT": {"body": body_text}}},
         }),
         Flavour::Api {
             api_path,
@@ -103,47 +116,22 @@ pub fn notice(reply_to: &ReplyTo, state: ResponseState, http_status: u16, body: 
             "apiPath": api_path,
             "httpMethod": http_method,
             "httpStatusCode": http_status,
-            "responseState": state.as_str(),
             "responseBody": {"application/json": {"body": body_text}},
         }),
     };
+    if let Some(state) = state {
+        let holder = match &reply_to.flavour {
+            Flavour::Function { .. } => &mut response["functionResponse"],
+            Flavour::Api { .. } => &mut response,
+        };
+        holder["responseState"] = json!(state.as_str());
+    }
     json!({
         "messageVersion": "1.0",
         "response": response,
         "sessionAttributes": reply_to.session_attributes,
         "promptSessionAttributes": reply_to.prompt_session_attributes,
     })
-}
-
-/// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
-pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
-    finish(reply_to, None, 200, body)
-}
-
-/// A tool's response with an explicit state (used by the demo tool for a declined card).
-pub fn finish(
-    reply_to: &ReplyTo,
-    state: Option<ResponseState>,
-    http_status: u16,
-    body: &Value,
-) -> Value {
-    let mut v = notice(
-        reply_to,
-        state.unwrap_or(ResponseState::Failure),
-        http_status,
-        body,
-    );
-    if state.is_none() {
-        let response = &mut v["response"];
-        let holder = match response.get_mut("functionResponse") {
-            Some(fr) => fr,
-            None => response,
-        };
-        if let Some(obj) = holder.as_object_mut() {
-            obj.remove("responseState");
-        }
-    }
-    v
 }
 
 /// How a tool's reply ended, read from `responseState` (and `httpStatusCode` for OpenAPI).
@@ -238,4 +226,76 @@ fn check_body(body: Option<&Value>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_to(flavour: Flavour) -> ReplyTo {
+        let attrs = json!({"a": "1"}).as_object().unwrap().clone();
+        ReplyTo::new("group", flavour, attrs, Map::new())
+    }
+
+    #[test]
+    fn responses_of_both_flavours_validate_and_classify() {
+        let f = reply_to(Flavour::Function {
+            function: "charge".into(),
+        });
+        let a = reply_to(Flavour::api("/charges", "post"));
+        assert_eq!(a.tool(), "POST /charges");
+        let body = json!({"ok": true});
+        for rt in [&f, &a] {
+            let ok = serde_json::to_vec(&success(rt, &body)).unwrap();
+            assert_eq!(validate_reply(&ok, rt), Ok(ReplyClass::Success));
+            let failure =
+                serde_json::to_vec(&notice(rt, ResponseState::Failure, 402, &body)).unwrap();
+            assert_eq!(validate_reply(&failure, rt), Ok(ReplyClass::Failure));
+            let reprompt =
+                serde_json::to_vec(&notice(rt, ResponseState::Reprompt, 400, &body)).unwrap();
+            assert_eq!(validate_reply(&reprompt, rt), Ok(ReplyClass::Reprompt));
+        }
+        let v = notice(&f, ResponseState::Reprompt, 409, &body);
+        assert_eq!(
+            v["response"]["functionResponse"]["responseState"],
+            "REPROMPT"
+        );
+        assert_eq!(
+            v["response"]["functionResponse"]["responseBody"]["TEXT"]["body"],
+            r#"{"ok":true}"#
+        );
+        assert_eq!(v["sessionAttributes"], json!({"a": "1"}));
+        let v = notice(&a, ResponseState::Failure, 503, &body);
+        assert_eq!(
+            (
+                v["response"]["httpStatusCode"].as_u64(),
+                v["response"]["responseState"].as_str()
+            ),
+            (Some(503), Some("FAILURE"))
+        );
+        // A bare 5xx from an OpenAPI tool is a final (failed) answer too.
+        let mut server_error = success(&a, &body);
+        server_error["response"]["httpStatusCode"] = json!(500);
+        assert_eq!(
+            validate_reply(&serde_json::to_vec(&server_error).unwrap(), &a),
+            Ok(ReplyClass::Failure)
+        );
+    }
+
+    #[test]
+    fn replies_that_are_not_bedrock_responses_are_refused() {
+        let f = reply_to(Flavour::Function {
+            function: "charge".into(),
+        });
+        for bad in [
+            "not json",
+            r#"{"statusCode": 200}"#,
+            r#"{"response": {"functionResponse": {}}}"#,
+            r#"{"response": {"function": "refund", "functionResponse": {"responseBody": {"TEXT": {"body": "x"}}}}}"#,
+            r#"{"response": {"functionResponse": {"responseState": "SUCCESS", "responseBody": {"TEXT": {"body": "x"}}}}}"#,
+            r#"{"response": {"functionResponse": {"responseBody": {"TEXT": {"body": {"not": "a string"}}}}}}"#,
+        ] {
+            assert!(validate_reply(bad.as_bytes(), &f).is_err(), "{bad}");
+        }
+    }
 }
