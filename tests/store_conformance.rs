@@ -925,3 +925,20 @@ dynamodb_only!(
     table_create_is_idempotent_and_reports_ttl,
     custom_attribute_names_are_used,
 );
+
+/// `dedup table create --endpoint URL --table NAME` runs this: the client comes from
+/// `build_client`, with dummy credentials when none are configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_create_through_an_endpoint_url() {
+    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let report = toolcall_dedup::cli::table::create_table(Some(&Backend::Moto.endpoint()), &cfg)
+        .await
+        .unwrap();
+    assert!(report.created, "{report}");
+    assert_eq!(
+        report.ttl,
+        TtlState::Enabled {
+            attribute: "expires_at".into()
+        }
+    );
+}
