@@ -925,3 +925,235 @@ dynamodb_only!(
     table_create_is_idempotent_and_reports_ttl,
     custom_attribute_names_are_used,
 );
+
+/// `dedup table create --endpoint URL --table NAME` runs this: the client comes from
+/// `build_client`, with dummy credentials when none are configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_create_through_an_endpoint_url() {
+    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let report = toolcall_dedup::cli::table::create_table(Some(&Backend::Moto.endpoint()), &cfg)
+        .await
+        .unwrap();
+    assert!(report.created, "{report}");
+    assert_eq!(
+        report.ttl,
+        TtlState::Enabled {
+            attribute: "expires_at".into()
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The memory store is the DynamoDB store's twin: random operation sequences, applied to both with
+// one clock, must give the same answers step by step.
+
+/// An outcome with tokens replaced by the index of the claim that issued them.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Claimed(usize),
+    Record {
+        status: Status,
+        owner: Option<usize>,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+        result: Option<Vec<u8>>,
+    },
+    Absent,
+    Ok,
+    Err(String),
+}
+
+struct Twin<S> {
+    store: S,
+    tokens: Vec<(String, LeaseToken)>,
+}
+
+impl<S: Store> Twin<S> {
+    fn record(&self, r: Record) -> Seen {
+        Seen::Record {
+            status: r.status,
+            owner: self.tokens.iter().position(|(_, t)| *t == r.token),
+            lease_until_ms: r.lease_until_ms,
+            expires_at_s: r.expires_at_s,
+            result: r.result,
+        }
+    }
+
+    fn unit(r: Result<(), StoreError>) -> Seen {
+        match r {
+            Ok(()) => Seen::Ok,
+            Err(e) => Seen::Err(format!("{e:?}")),
+        }
+    }
+
+    async fn apply(&mut self, op: &TwinOp, now_ms: i64) -> Seen {
+        match op {
+            TwinOp::Claim {
+                key,
+                lease_ms,
+                ttl_s,
+            } => {
+                let req = ClaimRequest {
+                    key,
+                    fingerprint: "fp",
+                    tool: "t",
+                    lease_until_ms: now_ms + lease_ms,
+                    expires_at_s: now_ms.div_euclid(1000) + ttl_s,
+                };
+                match self.store.claim(req).await {
+                    Ok(ClaimOutcome::Claimed { token }) => {
+                        self.tokens.push((key.clone(), token));
+                        Seen::Claimed(self.tokens.len() - 1)
+                    }
+                    Ok(ClaimOutcome::Completed(r) | ClaimOutcome::InProgress(r)) => self.record(r),
+                    Err(e) => Seen::Err(format!("{e:?}")),
+                }
+            }
+            TwinOp::Complete { claim, result } => match self.tokens.get(*claim) {
+                Some((key, token)) => Self::unit(self.store.complete(key, token, result).await),
+                None => Seen::Absent,
+            },
+            TwinOp::Release { claim } => match self.tokens.get(*claim) {
+                Some((key, token)) => Self::unit(self.store.release(key, token).await),
+                None => Seen::Absent,
+            },
+            TwinOp::Get { key } => match self.store.get(key).await {
+                Ok(Some(r)) => self.record(r),
+                Ok(None) => Seen::Absent,
+                Err(e) => Seen::Err(format!("{e:?}")),
+            },
+            TwinOp::Advance { .. } => Seen::Ok,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum TwinOp {
+    Claim {
+        key: String,
+        lease_ms: i64,
+        ttl_s: i64,
+    },
+    Complete {
+        claim: usize,
+        result: Vec<u8>,
+    },
+    Release {
+        claim: usize,
+    },
+    Get {
+        key: String,
+    },
+    Advance {
+        ms: i64,
+    },
+}
+
+fn twin_ops(seed: u64, len: usize, keys: &[String]) -> Vec<TwinOp> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut claims_so_far = 0usize;
+    (0..len)
+        .map(|_| {
+            let key = keys[rng.usize(..keys.len())].clone();
+            match rng.u8(..10) {
+                0..=2 => {
+                    claims_so_far += 1; // an upper bound: not every claim is granted
+                    TwinOp::Claim {
+                        key,
+                        lease_ms: rng.i64(1..20_000),
+                        ttl_s: rng.i64(1..60),
+                    }
+                }
+                3 | 4 => TwinOp::Complete {
+                    claim: rng.usize(..claims_so_far.max(1)),
+                    result: if rng.bool() {
+                        noise(rng.usize(..64), rng.u64(..))
+                    } else {
+                        vec![b'x'; 20_000]
+                    },
+                },
+                5 => TwinOp::Release {
+                    claim: rng.usize(..claims_so_far.max(1)),
+                },
+                6 | 7 => TwinOp::Get { key },
+                _ => TwinOp::Advance {
+                    ms: rng.i64(0..15_000),
+                },
+            }
+        })
+        .collect()
+}
+
+async fn memory_twin_agrees_with(backend: Backend) {
+    // What the sequences reached, so that a change to the generator cannot make this test vacuous.
+    let mut reached = std::collections::BTreeMap::<&str, usize>::new();
+    for seed in 0..4u64 {
+        let clock = ManualClock::starting_now();
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let keys: Vec<String> = (0..3).map(|i| format!("twin-{run}-{i}")).collect();
+        let mut memory = Twin {
+            store: servers::memory_store(clock.clone()),
+            tokens: Vec::new(),
+        };
+        let mut dynamo = Twin {
+            store: servers::dynamodb_store(backend, clock.clone()).await,
+            tokens: Vec::new(),
+        };
+        for (step, op) in twin_ops(seed, 150, &keys).iter().enumerate() {
+            if let TwinOp::Advance { ms } = op {
+                clock.advance_ms(*ms);
+            }
+            let now = clock.now_ms();
+            let (m, d) = (memory.apply(op, now).await, dynamo.apply(op, now).await);
+            assert_eq!(m, d, "{backend:?} seed {seed} step {step}: {op:?}");
+            let what = match (&m, op) {
+                (Seen::Claimed(_), _) => "claimed",
+                (
+                    Seen::Record {
+                        status: Status::Completed,
+                        ..
+                    },
+                    TwinOp::Claim { .. },
+                ) => "replayed",
+                (
+                    Seen::Record {
+                        status: Status::InProgress,
+                        ..
+                    },
+                    TwinOp::Claim { .. },
+                ) => "in progress",
+                (Seen::Ok, TwinOp::Complete { .. }) => "completed",
+                (Seen::Ok, TwinOp::Release { .. }) => "released",
+                (Seen::Err(e), _) if e.contains("LeaseLost") => "lease lost",
+                (Seen::Absent, TwinOp::Get { .. }) => "absent",
+                _ => "other",
+            };
+            *reached.entry(what).or_default() += 1;
+        }
+    }
+    for what in [
+        "claimed",
+        "replayed",
+        "in progress",
+        "completed",
+        "released",
+        "lease lost",
+        "absent",
+    ] {
+        assert!(
+            reached.get(what).copied().unwrap_or(0) > 0,
+            "{backend:?}: no step reached {what:?}: {reached:?}"
+        );
+    }
+    eprintln!("{backend:?} twin steps: {reached:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_twin_agrees_with_moto() {
+    memory_twin_agrees_with(Backend::Moto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_twin_agrees_with_dynalite() {
+    memory_twin_agrees_with(Backend::Dynalite).await;
+}

@@ -77,6 +77,8 @@ pub mod attr {
     ];
 }
 
+type Item = HashMap<String, AttributeValue>;
+
 /// Absent, or expired, or in progress with an ended lease.
 const CLAIM_CONDITION: &str =
     "attribute_not_exists(#pk) OR #exp < :now_s OR (#st = :in_progress AND #lease < :now_ms)";
@@ -372,13 +374,10 @@ impl DynamoDbStore {
                 .await;
             let old = match sent {
                 Ok(_) => return Ok(ClaimOutcome::Claimed { token }),
-                Err(failed) => match failed.condition_failed(|e: &PutItemError| match e {
+                Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
                     PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
                     _ => None,
-                }) {
-                    Ok(old) => old,
-                    Err(failed) => return Err(failed.into_store_error()),
-                },
+                })?,
             };
             let record = match old {
                 Some(item) => Some(decode_item(&self.cfg, &item)?),
@@ -457,12 +456,10 @@ impl DynamoDbStore {
                 .release_oversized(key, token, StoreError::ResultTooLarge { bytes: stored_len })
                 .await);
         }
-        let old = failed
-            .condition_failed(|e: &UpdateItemError| match e {
-                UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                _ => None,
-            })
-            .map_err(Failed::into_store_error)?;
+        let old = failed.into_condition_failure(|e: &UpdateItemError| match e {
+            UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
         let record = match old {
             Some(item) => Some(decode_item(&self.cfg, &item)?),
             None => self.read(key).await?,
@@ -516,12 +513,10 @@ impl DynamoDbStore {
             Err(failed) => failed,
         };
         let maybe_applied = failed.maybe_applied_before();
-        let old = failed
-            .condition_failed(|e: &DeleteItemError| match e {
-                DeleteItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                _ => None,
-            })
-            .map_err(Failed::into_store_error)?;
+        let old = failed.into_condition_failure(|e: &DeleteItemError| match e {
+            DeleteItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
         if old.is_some() || !maybe_applied {
             return Err(StoreError::LeaseLost);
         }
@@ -657,18 +652,18 @@ where
         }
     }
 
-    /// `Ok(old item)` if this is a conditional-check failure; `Err(self)` otherwise.
-    #[allow(clippy::type_complexity)]
-    fn condition_failed(
+    /// A conditional-check failure gives `Ok(old item)` (`None` if the server sent no item, as
+    /// dynalite does); any other failure becomes its [`StoreError`].
+    fn into_condition_failure(
         self,
-        ccf: impl Fn(&E) -> Option<Option<HashMap<String, AttributeValue>>>,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, Self> {
+        ccf: impl Fn(&E) -> Option<Option<Item>>,
+    ) -> Result<Option<Item>, StoreError> {
         if let Failed::Service { err, .. } = &self {
             if let Some(old) = err.as_service_error().and_then(&ccf) {
                 return Ok(old);
             }
         }
-        Err(self)
+        Err(self.into_store_error())
     }
 
     fn is_item_too_large(&self) -> bool {

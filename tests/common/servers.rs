@@ -11,6 +11,9 @@ pub const START_HINT: &str = "start the local DynamoDB servers first: \
      `scripts/dynamodb-servers.sh install && eval \"$(scripts/dynamodb-servers.sh start)\"` \
      (stop them with `scripts/dynamodb-servers.sh stop`)";
 
+/// Something to do to the client's config builder before the client is built.
+pub type ClientTweak = Box<dyn FnOnce(&mut aws_sdk_dynamodb::config::Builder)>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Memory,
@@ -50,10 +53,7 @@ impl Backend {
 }
 
 /// A client for `endpoint` with dummy credentials; `extra` interceptors are kept by the store.
-pub fn client(
-    endpoint: &str,
-    extra: Vec<Box<dyn FnOnce(&mut aws_sdk_dynamodb::config::Builder)>>,
-) -> Client {
+pub fn client(endpoint: &str, extra: Vec<ClientTweak>) -> Client {
     let mut builder = aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
@@ -66,9 +66,7 @@ pub fn client(
 }
 
 /// Adds an interceptor to the client `client_with` builds.
-pub fn with_interceptor(
-    interceptor: impl Intercept + 'static,
-) -> Box<dyn FnOnce(&mut aws_sdk_dynamodb::config::Builder)> {
+pub fn with_interceptor(interceptor: impl Intercept + 'static) -> ClientTweak {
     Box::new(move |b| {
         b.push_interceptor(aws_sdk_dynamodb::config::SharedInterceptor::new(
             interceptor,
@@ -101,7 +99,7 @@ pub async fn dynamodb_store_with(
     backend: Backend,
     clock: ManualClock,
     cfg: DynamoDbConfig,
-    extra: Vec<Box<dyn FnOnce(&mut aws_sdk_dynamodb::config::Builder)>>,
+    extra: Vec<ClientTweak>,
 ) -> DynamoDbStore {
     let client = client(&backend.endpoint(), extra);
     create_table(&client, &cfg, backend).await;
