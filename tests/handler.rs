@@ -5,8 +5,6 @@
 //! Store-server tests need `scripts/dynamodb-servers.sh` (see `tests/common/servers.rs`); they
 //! fail, saying how to start them, when the servers are not running.
 
-// (The store owns this helper; its builder-list type trips clippy::type_complexity.)
-#[allow(clippy::type_complexity)]
 #[path = "common/servers.rs"]
 mod servers;
 
