@@ -511,11 +511,13 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let timeout = remaining(run.end).saturating_sub(self.settings.answer_margin);
         if timeout.is_zero() {
             self.release(key, token.as_ref()).await;
-            let e = DispatchError::Timeout {
-                target: target.into(),
-                after: Duration::ZERO,
-            };
-            return tool_error(run, reply_to, &e);
+            run.reason = Some("no time left before the Lambda deadline".into());
+            let body = json!({"status": "tool_error", "message":
+                "There was not enough time left to call the tool, so it was NOT called. You may retry the call."});
+            return (
+                Outcome::ToolError,
+                notice(reply_to, ResponseState::Reprompt, 503, &body),
+            );
         }
         let reply = match self.dispatcher.invoke(target, payload, timeout).await {
             Ok(reply) => reply,
