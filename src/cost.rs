@@ -54,8 +54,10 @@ impl Inputs {
 
 /// Dollars a single duplicate wastes: both blocks billed once, then re-sent as input every later turn.
 pub fn waste_per_duplicate(i: &Inputs, further_turns: u64) -> f64 {
-    let first = i.tool_use_tokens as f64 * i.output_price_per_m / 1e6 + i.tool_result_tokens as f64 * i.input_price_per_m / 1e6;
-    let resent = (i.tool_use_tokens + i.tool_result_tokens) as f64 * i.input_price_per_m / 1e6 * further_turns as f64;
+    let first = i.tool_use_tokens as f64 * i.output_price_per_m / 1e6
+        + i.tool_result_tokens as f64 * i.input_price_per_m / 1e6;
+    let resent = (i.tool_use_tokens + i.tool_result_tokens) as f64 * i.input_price_per_m / 1e6
+        * further_turns as f64;
     first + resent
 }
 
@@ -95,14 +97,27 @@ pub fn store_cost(i: &Inputs, duplicate_rate: f64) -> StoreCost {
     // A failed conditional write is still billed, by the size of the item it compared against.
     let conflict_write_units = repeats * item_write_units;
     // Without ALL_OLD a repeat reads the record (strongly consistent: one unit per 4 KB).
-    let conflict_read_units = if i.all_old_on_conflict { 0.0 } else { repeats * (item_bytes / 4096.0).ceil() };
+    let conflict_read_units = if i.all_old_on_conflict {
+        0.0
+    } else {
+        repeats * (item_bytes / 4096.0).ceil()
+    };
     // Steady state: each record lives for the TTL window, over the period the calls arrive in.
     let live_records = first_sights * (i.ttl_hours / 24.0 / i.period_days).min(1.0);
     let storage_gb_months = live_records * item_bytes / 1e9 * (i.period_days / 30.0);
-    let dollars = (claim_write_units + completion_write_units + conflict_write_units) * i.write_price_per_m / 1e6
+    let dollars = (claim_write_units + completion_write_units + conflict_write_units)
+        * i.write_price_per_m
+        / 1e6
         + conflict_read_units * i.read_price_per_m / 1e6
         + storage_gb_months * i.storage_price_per_gb_month;
-    StoreCost { claim_write_units, completion_write_units, conflict_write_units, conflict_read_units, storage_gb_months, dollars }
+    StoreCost {
+        claim_write_units,
+        completion_write_units,
+        conflict_write_units,
+        conflict_read_units,
+        storage_gb_months,
+        dollars,
+    }
 }
 
 /// The article's sweep axes: 1–5% duplicates × 5–20 further turns.
@@ -160,7 +175,13 @@ mod tests {
         assert!(corrected.dollars > article_store_cost(&i));
         // 1 KiB results plus the record overhead take two write units on completion.
         assert_eq!(corrected.completion_write_units, 970_000.0 * 2.0);
-        let no_all_old = store_cost(&Inputs { all_old_on_conflict: false, ..i }, 0.03);
+        let no_all_old = store_cost(
+            &Inputs {
+                all_old_on_conflict: false,
+                ..i
+            },
+            0.03,
+        );
         assert_eq!(no_all_old.conflict_read_units, 30_000.0);
         assert!(no_all_old.dollars > corrected.dollars);
     }

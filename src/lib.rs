@@ -1,4 +1,10 @@
 //! toolcall-dedup: keys AI tool calls by meaning and claims each key once.
+//!
+//! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
+//! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
+//! - [`cost`]: the token-waste versus store-cost model.
+//! - [`cli`]: the `dedup` command line.
 pub mod cli;
-pub mod key;
 pub mod cost;
+pub mod key;
+pub mod store;

@@ -2,6 +2,7 @@
 //! binary only calls [`main`].
 
 pub mod key;
+pub mod table;
 
 use std::process::ExitCode;
 
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Derive keys for tool calls read as JSON Lines on stdin.
     Key(key::KeyArgs),
+    /// Manage the idempotency table on a DynamoDB endpoint.
+    #[command(subcommand)]
+    Table(table::TableCommand),
 }
 
 /// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
@@ -29,6 +33,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Key(args) => key::run(args),
+        Command::Table(command) => table::run(command),
     };
     match result {
         Ok(code) => code,
@@ -48,4 +53,6 @@ pub enum CliError {
     Policy(#[from] crate::key::PolicyError),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }

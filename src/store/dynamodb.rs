@@ -1,0 +1,1046 @@
+//! DynamoDB store.
+//!
+//! - **claim** is one conditional `PutItem` with `ReturnValuesOnConditionCheckFailure=ALL_OLD`,
+//!   so a repeat costs one request. Servers that ignore that flag (dynalite) return no item; the
+//!   store then reads the record with one consistent `GetItem`.
+//! - **complete** (`UpdateItem`) and **release** (`DeleteItem`) are conditional on the lease token.
+//! - Every request is counted by an SDK interceptor ([`Store::requests`]).
+//! - Throttling, 5xx and network errors are retried here, with jittered exponential backoff until
+//!   a deadline; the SDK's own retries are switched off so that the store sees every attempt. An
+//!   attempt whose outcome is unknown (timeout, lost response) may have been applied, so the retry
+//!   recognises its own work: a claim that finds its own token is `Claimed`, a complete that finds
+//!   the record completed under its token succeeds, a release that finds the record gone succeeds.
+//!   A claim is never reported lost while it is in fact held.
+//!
+//! Item layout (attribute names other than the key and TTL attribute are fixed):
+//!
+//! | attribute | type | content |
+//! |---|---|---|
+//! | `pk` (`key_attribute`) | S | the idempotency key |
+//! | `status` | S | `IN_PROGRESS` or `COMPLETED` |
+//! | `expires_at` (`ttl_attribute`) | N | epoch seconds; the table's TTL attribute |
+//! | `lease_until` | N | epoch milliseconds |
+//! | `lease_token` | S | UUID of the claim |
+//! | `fingerprint` | S | argument fingerprint |
+//! | `tool` | S | tool name |
+//! | `created_at` | N | epoch milliseconds |
+//! | `result` | B | the result, present once completed |
+//! | `result_encoding` | S | `raw` or `gzip` |
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::{ConfigBag, Credentials, Intercept, Region, RuntimeComponents};
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
+use tokio::time::Instant;
+
+use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
+use super::{
+    BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, DEFAULT_COMPRESS_THRESHOLD,
+    LeaseToken, Op, Record, RequestCounter, RequestCounts, RetriesExhausted, Status, Store,
+    StoreError, SystemClock, validate_claim, validate_key,
+};
+
+/// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
+pub mod attr {
+    pub const STATUS: &str = "status";
+    pub const LEASE_UNTIL: &str = "lease_until";
+    pub const LEASE_TOKEN: &str = "lease_token";
+    pub const FINGERPRINT: &str = "fingerprint";
+    pub const TOOL: &str = "tool";
+    pub const CREATED_AT: &str = "created_at";
+    pub const RESULT: &str = "result";
+    pub const RESULT_ENCODING: &str = "result_encoding";
+
+    pub(crate) const ALL: [&str; 8] = [
+        STATUS,
+        LEASE_UNTIL,
+        LEASE_TOKEN,
+        FINGERPRINT,
+        TOOL,
+        CREATED_AT,
+        RESULT,
+        RESULT_ENCODING,
+    ];
+}
+
+type Item = HashMap<String, AttributeValue>;
+
+/// Absent, or expired, or in progress with an ended lease.
+const CLAIM_CONDITION: &str =
+    "attribute_not_exists(#pk) OR #exp < :now_s OR (#st = :in_progress AND #lease < :now_ms)";
+/// Live, in progress, and still carrying the caller's token.
+const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
+const COMPLETE_UPDATE: &str = "SET #st = :completed, #res = :res, #enc = :enc";
+
+/// Rounds of "conditional write failed, but the record read back is claimable" before giving up.
+/// Each round means another writer changed the record in between, so this only bounds livelock.
+const MAX_CLAIM_ROUNDS: u32 = 5;
+
+/// Table, attribute names, compression and retry settings of a [`DynamoDbStore`].
+///
+/// The Lambda reads them from `DEDUP_TABLE_NAME`, `DEDUP_KEY_ATTRIBUTE` and `DEDUP_TTL_ATTRIBUTE`
+/// (and the endpoint from `DEDUP_DYNAMODB_ENDPOINT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoDbConfig {
+    pub table: String,
+    /// Partition key attribute (type S). Default `pk`.
+    pub key_attribute: String,
+    /// TTL attribute (type N, epoch seconds). Default `expires_at`.
+    pub ttl_attribute: String,
+    /// Results longer than this many bytes are stored gzip-compressed. Default 8 KiB.
+    pub compress_threshold: usize,
+    pub retry: RetryPolicy,
+}
+
+impl DynamoDbConfig {
+    pub const DEFAULT_KEY_ATTRIBUTE: &'static str = "pk";
+    pub const DEFAULT_TTL_ATTRIBUTE: &'static str = "expires_at";
+
+    /// Defaults for everything but the table name.
+    pub fn new(table: impl Into<String>) -> Self {
+        DynamoDbConfig {
+            table: table.into(),
+            key_attribute: Self::DEFAULT_KEY_ATTRIBUTE.to_owned(),
+            ttl_attribute: Self::DEFAULT_TTL_ATTRIBUTE.to_owned(),
+            compress_threshold: DEFAULT_COMPRESS_THRESHOLD,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// Rejects names DynamoDB would refuse or that collide with the fixed attributes.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        let table_ok = (3..=255).contains(&self.table.len())
+            && self
+                .table
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if !table_ok {
+            return Err(StoreError::config(format!(
+                "table name {:?} must be 3-255 characters of a-z, A-Z, 0-9, '_', '-', '.'",
+                self.table
+            )));
+        }
+        for (what, name) in [
+            ("key attribute", &self.key_attribute),
+            ("TTL attribute", &self.ttl_attribute),
+        ] {
+            if name.is_empty() || name.len() > 255 {
+                return Err(StoreError::config(format!(
+                    "{what} {name:?} must be 1-255 bytes"
+                )));
+            }
+            if attr::ALL.contains(&name.as_str()) {
+                return Err(StoreError::config(format!(
+                    "{what} {name:?} collides with a record attribute"
+                )));
+            }
+        }
+        if self.key_attribute == self.ttl_attribute {
+            return Err(StoreError::config(
+                "key attribute and TTL attribute must differ",
+            ));
+        }
+        if self.retry.deadline.is_zero() || self.retry.attempt_timeout.is_zero() {
+            return Err(StoreError::config(
+                "retry deadline and attempt timeout must be positive",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Retries of throttling, 5xx and network errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Give up (with [`StoreError::Unavailable`]) once this much time has passed since the call.
+    pub deadline: Duration,
+    /// Bound of one attempt; a slower attempt counts as a timeout and is retried.
+    pub attempt_timeout: Duration,
+    /// Backoff before the second attempt; it doubles per attempt up to `max_backoff`, jittered.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            deadline: Duration::from_secs(5),
+            attempt_timeout: Duration::from_secs(2),
+            initial_backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// "Equal jitter": half the capped exponential delay, plus a random share of the other half.
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+        let cap = exp.min(self.max_backoff);
+        let half = cap / 2;
+        let jitter_us = u64::try_from(half.as_micros()).unwrap_or(u64::MAX);
+        half + Duration::from_micros(fastrand::u64(0..=jitter_us))
+    }
+}
+
+/// Builds a DynamoDB client from the default AWS configuration, optionally pointed at a local
+/// endpoint. With an endpoint, and only then, a missing region defaults to `us-east-1` and
+/// missing credentials (no `AWS_ACCESS_KEY_ID`, no `AWS_PROFILE`) default to dummy static ones,
+/// which local servers accept.
+pub async fn build_client(endpoint_url: Option<&str>) -> Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    if let Some(url) = endpoint_url {
+        loader = loader.endpoint_url(url);
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            loader = loader.region(Region::from_static("us-east-1"));
+        }
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+            && std::env::var_os("AWS_PROFILE").is_none()
+        {
+            loader = loader.credentials_provider(Credentials::new(
+                "local",
+                "local",
+                None,
+                None,
+                "dedup-local",
+            ));
+        }
+    }
+    Client::new(&loader.load().await)
+}
+
+/// Counts every request attempt by operation name.
+#[derive(Debug)]
+struct CountRequests(Arc<RequestCounter>);
+
+impl Intercept for CountRequests {
+    fn name(&self) -> &'static str {
+        "toolcall_dedup::CountRequests"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = cfg
+            .load::<Metadata>()
+            .map_or(Op::Other, |m| Op::from_name(m.name()));
+        self.0.record(op);
+        Ok(())
+    }
+}
+
+/// [`Store`] on a DynamoDB table (or a DynamoDB-compatible server).
+#[derive(Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    cfg: Arc<DynamoDbConfig>,
+    clock: Arc<dyn Clock>,
+    counter: Arc<RequestCounter>,
+}
+
+impl fmt::Debug for DynamoDbStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoDbStore")
+            .field("cfg", &self.cfg)
+            .field("clock", &self.clock)
+            .field("requests", &self.counter.snapshot())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoDbStore {
+    /// Wraps `client`'s configuration with a request counter and with the SDK's retries off (the
+    /// store retries itself, see the module docs). Interceptors already on `client` are kept.
+    pub fn new(client: &Client, cfg: DynamoDbConfig) -> Result<Self, StoreError> {
+        cfg.validate()?;
+        let counter = Arc::new(RequestCounter::default());
+        let conf = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .interceptor(CountRequests(counter.clone()))
+            .build();
+        Ok(DynamoDbStore {
+            client: Client::from_conf(conf),
+            cfg: Arc::new(cfg),
+            clock: Arc::new(SystemClock),
+            counter,
+        })
+    }
+
+    /// Replaces the clock.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    pub fn config(&self) -> &DynamoDbConfig {
+        &self.cfg
+    }
+
+    /// The store's client (retries off, requests counted).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([(
+            self.cfg.key_attribute.clone(),
+            AttributeValue::S(key.to_owned()),
+        )])
+    }
+
+    fn claim_item(
+        &self,
+        req: &ClaimRequest<'_>,
+        token: &LeaseToken,
+        now_ms: i64,
+    ) -> HashMap<String, AttributeValue> {
+        let mut item = self.key_value(req.key);
+        item.insert(attr::STATUS.into(), s(Status::InProgress.as_str()));
+        item.insert(self.cfg.ttl_attribute.clone(), n(req.expires_at_s));
+        item.insert(attr::LEASE_UNTIL.into(), n(req.lease_until_ms));
+        item.insert(attr::LEASE_TOKEN.into(), s(token.as_str()));
+        item.insert(attr::FINGERPRINT.into(), s(req.fingerprint));
+        item.insert(attr::TOOL.into(), s(req.tool));
+        item.insert(attr::CREATED_AT.into(), n(now_ms));
+        item
+    }
+
+    /// One consistent read of the raw record, expired or not.
+    async fn read(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let out = self
+            .send("GetItem", || {
+                self.client
+                    .get_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .consistent_read(true)
+                    .send()
+            })
+            .await
+            .map_err(Failed::into_store_error)?;
+        out.item()
+            .map(|item| decode_item(&self.cfg, item))
+            .transpose()
+    }
+
+    async fn claim_inner(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        validate_claim(&req)?;
+        let now = self.clock.now_ms();
+        let token = LeaseToken::random();
+        let item = self.claim_item(&req, &token, now);
+        for _round in 0..MAX_CLAIM_ROUNDS {
+            let sent = self
+                .send("PutItem", || {
+                    self.client
+                        .put_item()
+                        .table_name(&self.cfg.table)
+                        .set_item(Some(item.clone()))
+                        .condition_expression(CLAIM_CONDITION)
+                        .expression_attribute_names("#pk", &self.cfg.key_attribute)
+                        .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                        .expression_attribute_names("#st", attr::STATUS)
+                        .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+                        .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                        .expression_attribute_values(":now_ms", n(now))
+                        .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
+                        .send()
+                })
+                .await;
+            let old = match sent {
+                Ok(_) => return Ok(ClaimOutcome::Claimed { token }),
+                Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
+                    PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                    _ => None,
+                })?,
+            };
+            let record = match old {
+                Some(item) => Some(decode_item(&self.cfg, &item)?),
+                None => self.read(req.key).await?,
+            };
+            match record {
+                // An earlier attempt whose response was lost did write the claim.
+                Some(r) if r.token == token && r.status == Status::InProgress => {
+                    return Ok(ClaimOutcome::Claimed { token });
+                }
+                Some(r) if !r.is_claimable(now) => {
+                    return Ok(match r.status {
+                        Status::Completed => ClaimOutcome::Completed(r),
+                        Status::InProgress => ClaimOutcome::InProgress(r),
+                    });
+                }
+                // Gone or claimable by the time we read it (fallback read only): try again.
+                _ => {}
+            }
+        }
+        Err(StoreError::Unavailable(Box::new(ClaimContended {
+            key: req.key.to_owned(),
+            rounds: MAX_CLAIM_ROUNDS,
+        })))
+    }
+
+    async fn complete_inner(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let encoded = match encode_result(result, self.cfg.compress_threshold) {
+            Ok(e) => e,
+            Err(e @ StoreError::ResultTooLarge { .. }) => {
+                return Err(self.release_oversized(key, token, e).await);
+            }
+            Err(e) => return Err(e),
+        };
+        let now = self.clock.now_ms();
+        let EncodedResult { encoding, bytes } = encoded;
+        let stored_len = bytes.len();
+        let res = Blob::new(bytes);
+        let sent = self
+            .send("UpdateItem", || {
+                self.client
+                    .update_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .update_expression(COMPLETE_UPDATE)
+                    .condition_expression(HELD_CONDITION)
+                    .expression_attribute_names("#st", attr::STATUS)
+                    .expression_attribute_names("#res", attr::RESULT)
+                    .expression_attribute_names("#enc", attr::RESULT_ENCODING)
+                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                    .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+                    .expression_attribute_values(":res", AttributeValue::B(res.clone()))
+                    .expression_attribute_values(":enc", s(encoding.as_str()))
+                    .expression_attribute_values(":tok", s(token.as_str()))
+                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+            })
+            .await;
+        let failed = match sent {
+            Ok(_) => return Ok(()),
+            Err(failed) => failed,
+        };
+        if failed.is_item_too_large() {
+            return Err(self
+                .release_oversized(key, token, StoreError::ResultTooLarge { bytes: stored_len })
+                .await);
+        }
+        let old = failed.into_condition_failure(|e: &UpdateItemError| match e {
+            UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
+        let record = match old {
+            Some(item) => Some(decode_item(&self.cfg, &item)?),
+            None => self.read(key).await?,
+        };
+        match record {
+            // Completed under this token already: a retry after a lost response, or a repeat.
+            Some(r) if r.status == Status::Completed && &r.token == token && !r.is_expired(now) => {
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    /// Releases the claim of a result that cannot be stored and hands back `too_large`.
+    async fn release_oversized(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        too_large: StoreError,
+    ) -> StoreError {
+        if let Err(e) = self.release_inner(key, token).await {
+            tracing::warn!(key, error = %e, "could not release the claim of an oversized result");
+        }
+        too_large
+    }
+
+    async fn release_inner(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let now = self.clock.now_ms();
+        let sent = self
+            .send("DeleteItem", || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(HELD_CONDITION)
+                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                    .expression_attribute_names("#st", attr::STATUS)
+                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                    .expression_attribute_values(":tok", s(token.as_str()))
+                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+            })
+            .await;
+        let failed = match sent {
+            Ok(_) => return Ok(()),
+            Err(failed) => failed,
+        };
+        let maybe_applied = failed.maybe_applied_before();
+        let old = failed.into_condition_failure(|e: &DeleteItemError| match e {
+            DeleteItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
+        if old.is_some() || !maybe_applied {
+            return Err(StoreError::LeaseLost);
+        }
+        // An earlier attempt may have deleted the record before its response was lost.
+        match self.read(key).await? {
+            None => Ok(()),
+            Some(_) => Err(StoreError::LeaseLost),
+        }
+    }
+
+    async fn get_inner(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        validate_key(key)?;
+        let now = self.clock.now_ms();
+        Ok(self.read(key).await?.filter(|r| !r.is_expired(now)))
+    }
+
+    /// Sends one request with retries; see [`RetryPolicy`].
+    async fn send<T, E, F, Fut>(
+        &self,
+        operation: &'static str,
+        mut attempt: F,
+    ) -> Result<T, Failed<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let policy = &self.cfg.retry;
+        let start = Instant::now();
+        let deadline = start + policy.deadline;
+        let mut attempts = 0u32;
+        let mut maybe_applied = false;
+        loop {
+            attempts += 1;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let (ambiguous, last): (bool, BoxError) = match tokio::time::timeout(
+                policy.attempt_timeout.min(remaining),
+                attempt(),
+            )
+            .await
+            {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) => match classify(&err) {
+                    Class::Final => {
+                        return Err(Failed::Service {
+                            err,
+                            maybe_applied_before: maybe_applied,
+                        });
+                    }
+                    Class::Retry { ambiguous } => (ambiguous, Box::new(err)),
+                },
+                Err(_) => (
+                    true,
+                    format!(
+                        "attempt timed out after {:?}",
+                        policy.attempt_timeout.min(remaining)
+                    )
+                    .into(),
+                ),
+            };
+            maybe_applied |= ambiguous;
+            let backoff = policy.backoff(attempts);
+            if Instant::now() + backoff >= deadline {
+                let exhausted = RetriesExhausted {
+                    operation,
+                    attempts,
+                    elapsed: start.elapsed(),
+                    last,
+                };
+                return Err(Failed::Unavailable(StoreError::Unavailable(Box::new(
+                    exhausted,
+                ))));
+            }
+            tracing::debug!(operation, attempts, ambiguous, error = %last, ?backoff, "retrying DynamoDB request");
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}
+
+impl Store for DynamoDbStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.claim_inner(req).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> Result<(), StoreError> {
+        self.complete_inner(key, token, result).await
+    }
+
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.release_inner(key, token).await
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.get_inner(key).await
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    fn requests(&self) -> RequestCounts {
+        self.counter.snapshot()
+    }
+}
+
+/// Why [`DynamoDbStore::send`] stopped without a response.
+enum Failed<E> {
+    /// A final answer from the service (or a request that could not be built).
+    Service {
+        err: SdkError<E, HttpResponse>,
+        maybe_applied_before: bool,
+    },
+    /// Retries ran out.
+    Unavailable(StoreError),
+}
+
+impl<E> Failed<E>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    fn maybe_applied_before(&self) -> bool {
+        match self {
+            Failed::Service {
+                maybe_applied_before,
+                ..
+            } => *maybe_applied_before,
+            Failed::Unavailable(_) => true,
+        }
+    }
+
+    /// A conditional-check failure gives `Ok(old item)` (`None` if the server sent no item, as
+    /// dynalite does); any other failure becomes its [`StoreError`].
+    fn into_condition_failure(
+        self,
+        ccf: impl Fn(&E) -> Option<Option<Item>>,
+    ) -> Result<Option<Item>, StoreError> {
+        if let Failed::Service { err, .. } = &self {
+            if let Some(old) = err.as_service_error().and_then(&ccf) {
+                return Ok(old);
+            }
+        }
+        Err(self.into_store_error())
+    }
+
+    fn is_item_too_large(&self) -> bool {
+        match self {
+            Failed::Service { err, .. } => {
+                err.code() == Some("ValidationException")
+                    && err
+                        .message()
+                        .is_some_and(|m| m.to_ascii_lowercase().contains("item size"))
+            }
+            Failed::Unavailable(_) => false,
+        }
+    }
+
+    fn into_store_error(self) -> StoreError {
+        match self {
+            Failed::Unavailable(e) => e,
+            Failed::Service { err, .. } => match err.code() {
+                Some("ResourceNotFoundException") => StoreError::Config {
+                    message: "table not found (create it with `dedup table create`)".into(),
+                    source: Some(Box::new(err)),
+                },
+                Some(
+                    "AccessDeniedException"
+                    | "UnrecognizedClientException"
+                    | "MissingAuthenticationTokenException",
+                ) => StoreError::Config {
+                    message: "not allowed to use the table".into(),
+                    source: Some(Box::new(err)),
+                },
+                _ => StoreError::Rejected(Box::new(err)),
+            },
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Class {
+    Final,
+    /// `ambiguous`: the request may have been applied.
+    Retry {
+        ambiguous: bool,
+    },
+}
+
+fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Class {
+    match err {
+        SdkError::ConstructionFailure(_) => Class::Final,
+        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Class::Retry { ambiguous: true },
+        SdkError::DispatchFailure(d) if d.is_user() => Class::Final,
+        SdkError::DispatchFailure(_) => Class::Retry { ambiguous: true },
+        SdkError::ServiceError(service) => match err.code() {
+            Some(
+                "ProvisionedThroughputExceededException"
+                | "ThrottlingException"
+                | "RequestLimitExceeded"
+                | "TransactionConflictException",
+            ) => Class::Retry { ambiguous: false },
+            _ if service.raw().status().is_server_error() => Class::Retry { ambiguous: true },
+            _ => Class::Final,
+        },
+        _ => Class::Final,
+    }
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Decodes a stored item into a [`Record`], with the result decompressed. Never panics: anything
+/// missing, mistyped or undecodable is [`StoreError::Corrupt`].
+pub fn decode_item(
+    cfg: &DynamoDbConfig,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Record, StoreError> {
+    let status_text = get_s(item, attr::STATUS)?;
+    let status = Status::parse(status_text).ok_or_else(|| {
+        StoreError::Corrupt(format!("attribute {:?}: unknown status", attr::STATUS))
+    })?;
+    let result = match status {
+        Status::InProgress => None,
+        Status::Completed => {
+            let encoding = match item.get(attr::RESULT_ENCODING) {
+                None => ResultEncoding::Raw,
+                Some(AttributeValue::S(e)) => ResultEncoding::parse(e).ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "attribute {:?}: unknown encoding",
+                        attr::RESULT_ENCODING
+                    ))
+                })?,
+                Some(_) => return Err(wrong_type(attr::RESULT_ENCODING, "S")),
+            };
+            let bytes = match item.get(attr::RESULT) {
+                Some(AttributeValue::B(b)) => b.as_ref(),
+                Some(_) => return Err(wrong_type(attr::RESULT, "B")),
+                None => return Err(missing(attr::RESULT)),
+            };
+            Some(decode_result(encoding, bytes)?)
+        }
+    };
+    Ok(Record {
+        key: get_s(item, &cfg.key_attribute)?.to_owned(),
+        status,
+        expires_at_s: get_n(item, &cfg.ttl_attribute)?,
+        lease_until_ms: get_n(item, attr::LEASE_UNTIL)?,
+        token: LeaseToken::new(get_s(item, attr::LEASE_TOKEN)?),
+        fingerprint: get_s(item, attr::FINGERPRINT)?.to_owned(),
+        tool: get_s(item, attr::TOOL)?.to_owned(),
+        created_at_ms: get_n(item, attr::CREATED_AT)?,
+        result,
+    })
+}
+
+fn missing(name: &str) -> StoreError {
+    StoreError::Corrupt(format!("attribute {name:?} missing"))
+}
+
+fn wrong_type(name: &str, want: &str) -> StoreError {
+    StoreError::Corrupt(format!("attribute {name:?} is not of type {want}"))
+}
+
+fn get_s<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> Result<&'a str, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        Some(_) => Err(wrong_type(name, "S")),
+        None => Err(missing(name)),
+    }
+}
+
+fn get_n(item: &HashMap<String, AttributeValue>, name: &str) -> Result<i64, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => v.parse::<i64>().map_err(|_| {
+            StoreError::Corrupt(format!("attribute {name:?} is not an integer in range"))
+        }),
+        Some(_) => Err(wrong_type(name, "N")),
+        None => Err(missing(name)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::get_item::GetItemError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use proptest::prelude::*;
+
+    fn cfg() -> DynamoDbConfig {
+        DynamoDbConfig::new("dedup")
+    }
+
+    fn completed_item() -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            ("pk".to_owned(), s("k")),
+            (attr::STATUS.to_owned(), s("COMPLETED")),
+            ("expires_at".to_owned(), n(100)),
+            (attr::LEASE_UNTIL.to_owned(), n(50_000)),
+            (attr::LEASE_TOKEN.to_owned(), s("tok")),
+            (attr::FINGERPRINT.to_owned(), s("fp")),
+            (attr::TOOL.to_owned(), s("tool")),
+            (attr::CREATED_AT.to_owned(), n(40_000)),
+            (
+                attr::RESULT.to_owned(),
+                AttributeValue::B(Blob::new(b"out".to_vec())),
+            ),
+            (attr::RESULT_ENCODING.to_owned(), s("raw")),
+        ])
+    }
+
+    #[test]
+    fn decodes_a_completed_item() {
+        let r = decode_item(&cfg(), &completed_item()).unwrap();
+        assert_eq!(r.key, "k");
+        assert_eq!(r.status, Status::Completed);
+        assert_eq!(
+            (r.expires_at_s, r.lease_until_ms, r.created_at_ms),
+            (100, 50_000, 40_000)
+        );
+        assert_eq!(r.token, LeaseToken::new("tok"));
+        assert_eq!(r.result.as_deref(), Some(&b"out"[..]));
+    }
+
+    #[test]
+    fn malformed_items_are_corrupt() {
+        let cases: Vec<(&str, Option<AttributeValue>)> = vec![
+            (attr::STATUS, Some(s("DONE"))),
+            (attr::STATUS, Some(n(1))),
+            (attr::STATUS, None),
+            ("expires_at", Some(s("soon"))),
+            ("expires_at", Some(AttributeValue::N("1.5".into()))),
+            (
+                "expires_at",
+                Some(AttributeValue::N("99999999999999999999999".into())),
+            ),
+            (attr::LEASE_TOKEN, None),
+            (attr::RESULT, None),
+            (attr::RESULT, Some(s("out"))),
+            (attr::RESULT_ENCODING, Some(s("zstd"))),
+            (attr::RESULT_ENCODING, Some(s("gzip"))),
+            ("pk", Some(AttributeValue::Bool(true))),
+        ];
+        for (name, value) in cases {
+            let mut item = completed_item();
+            match value.clone() {
+                Some(v) => item.insert(name.to_owned(), v),
+                None => item.remove(name),
+            };
+            assert!(
+                matches!(decode_item(&cfg(), &item), Err(StoreError::Corrupt(_))),
+                "{name} = {value:?} should be corrupt"
+            );
+        }
+    }
+
+    fn attribute_value() -> impl Strategy<Value = AttributeValue> {
+        prop_oneof![
+            any::<String>().prop_map(AttributeValue::S),
+            any::<i64>().prop_map(|v| AttributeValue::N(v.to_string())),
+            "[0-9eE.+-]{0,24}".prop_map(AttributeValue::N),
+            proptest::collection::vec(any::<u8>(), 0..64)
+                .prop_map(|b| AttributeValue::B(Blob::new(b))),
+            Just(AttributeValue::S("COMPLETED".into())),
+            Just(AttributeValue::S("IN_PROGRESS".into())),
+            Just(AttributeValue::S("gzip".into())),
+            any::<bool>().prop_map(AttributeValue::Bool),
+            Just(AttributeValue::Null(true)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_arbitrary_items_never_panics(
+            entries in proptest::collection::vec(
+                (prop_oneof![
+                    Just("pk".to_owned()), Just("expires_at".to_owned()),
+                    Just(attr::STATUS.to_owned()), Just(attr::LEASE_UNTIL.to_owned()),
+                    Just(attr::LEASE_TOKEN.to_owned()), Just(attr::FINGERPRINT.to_owned()),
+                    Just(attr::TOOL.to_owned()), Just(attr::CREATED_AT.to_owned()),
+                    Just(attr::RESULT.to_owned()), Just(attr::RESULT_ENCODING.to_owned()),
+                    any::<String>(),
+                ], attribute_value()),
+                0..14,
+            )
+        ) {
+            let item: HashMap<String, AttributeValue> = entries.into_iter().collect();
+            let _ = decode_item(&cfg(), &item);
+        }
+    }
+
+    fn service_error(
+        status: u16,
+        code: &str,
+        message: &str,
+    ) -> SdkError<GetItemError, HttpResponse> {
+        let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
+        let err =
+            GetItemError::generic(ErrorMetadata::builder().code(code).message(message).build());
+        SdkError::service_error(err, raw)
+    }
+
+    #[test]
+    fn throttling_is_retried_and_known_not_applied() {
+        for code in [
+            "ProvisionedThroughputExceededException",
+            "ThrottlingException",
+            "RequestLimitExceeded",
+        ] {
+            assert_eq!(
+                classify(&service_error(400, code, "m")),
+                Class::Retry { ambiguous: false },
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_errors_are_retried_as_maybe_applied() {
+        assert_eq!(
+            classify(&service_error(500, "InternalServerError", "m")),
+            Class::Retry { ambiguous: true }
+        );
+        assert_eq!(
+            classify(&service_error(503, "ServiceUnavailable", "m")),
+            Class::Retry { ambiguous: true }
+        );
+    }
+
+    #[test]
+    fn client_errors_are_final() {
+        assert_eq!(
+            classify(&service_error(400, "ValidationException", "m")),
+            Class::Final
+        );
+        assert_eq!(
+            classify(&service_error(400, "ResourceNotFoundException", "m")),
+            Class::Final
+        );
+        assert_eq!(
+            classify(&service_error(400, "ConditionalCheckFailedException", "m")),
+            Class::Final
+        );
+    }
+
+    #[test]
+    fn item_size_refusal_is_recognised() {
+        let too_large: Failed<GetItemError> = Failed::Service {
+            err: service_error(
+                400,
+                "ValidationException",
+                "Item size has exceeded the maximum allowed size",
+            ),
+            maybe_applied_before: false,
+        };
+        assert!(too_large.is_item_too_large());
+        let other: Failed<GetItemError> = Failed::Service {
+            err: service_error(
+                400,
+                "ValidationException",
+                "One or more parameter values were invalid",
+            ),
+            maybe_applied_before: false,
+        };
+        assert!(!other.is_item_too_large());
+    }
+
+    #[test]
+    fn backoff_grows_jittered_and_capped() {
+        let p = RetryPolicy::default();
+        for attempt in 1..40 {
+            let cap = p
+                .initial_backoff
+                .saturating_mul(1 << (attempt - 1).min(16))
+                .min(p.max_backoff);
+            let b = p.backoff(attempt);
+            assert!(
+                b >= cap / 2 && b <= cap,
+                "attempt {attempt}: {b:?} not in [{:?}, {cap:?}]",
+                cap / 2
+            );
+        }
+    }
+
+    #[test]
+    fn config_rejects_colliding_or_bad_names() {
+        assert!(cfg().validate().is_ok());
+        let bad = [
+            DynamoDbConfig {
+                table: "x".into(),
+                ..cfg()
+            },
+            DynamoDbConfig {
+                table: "has space".into(),
+                ..cfg()
+            },
+            DynamoDbConfig {
+                key_attribute: "status".into(),
+                ..cfg()
+            },
+            DynamoDbConfig {
+                ttl_attribute: "pk".into(),
+                ..cfg()
+            },
+            DynamoDbConfig {
+                key_attribute: String::new(),
+                ..cfg()
+            },
+        ];
+        for c in bad {
+            assert!(
+                matches!(c.validate(), Err(StoreError::Config { .. })),
+                "{c:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! In-memory store: the embedded default for local runs and the reference the DynamoDB store is
+//! tested against. Same semantics, same limits, same request accounting.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::codec::{EncodedResult, decode_result, encode_result};
+use super::{
+    ClaimOutcome, ClaimRequest, Clock, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record,
+    RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
+    validate_claim, validate_key,
+};
+
+/// Expired records are swept after this many claims, so a long local run does not grow forever.
+const SWEEP_EVERY: u64 = 4096;
+
+/// Concurrency-safe in-memory [`Store`]. Clones share the same records.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    items: Mutex<Items>,
+    clock: Arc<dyn Clock>,
+    counter: RequestCounter,
+    compress_threshold: usize,
+}
+
+#[derive(Debug, Default)]
+struct Items {
+    map: HashMap<String, Stored>,
+    claims: u64,
+}
+
+/// A record as it would sit in DynamoDB: the result still encoded.
+#[derive(Debug, Clone)]
+struct Stored {
+    status: Status,
+    expires_at_s: i64,
+    lease_until_ms: i64,
+    token: LeaseToken,
+    fingerprint: String,
+    tool: String,
+    created_at_ms: i64,
+    result: Option<EncodedResult>,
+}
+
+impl Stored {
+    fn is_live(&self, now_ms: i64) -> bool {
+        !is_expired(self.expires_at_s, now_ms)
+    }
+
+    fn held_by(&self, token: &LeaseToken, now_ms: i64) -> bool {
+        self.is_live(now_ms) && self.status == Status::InProgress && &self.token == token
+    }
+
+    fn decode(&self, key: &str) -> Result<Record, StoreError> {
+        let result = match (&self.status, &self.result) {
+            (Status::Completed, Some(r)) => Some(decode_result(r.encoding, &r.bytes)?),
+            (Status::Completed, None) => {
+                return Err(StoreError::Corrupt(
+                    "completed record without result".into(),
+                ));
+            }
+            (Status::InProgress, _) => None,
+        };
+        Ok(Record {
+            key: key.to_owned(),
+            status: self.status,
+            expires_at_s: self.expires_at_s,
+            lease_until_ms: self.lease_until_ms,
+            token: self.token.clone(),
+            fingerprint: self.fingerprint.clone(),
+            tool: self.tool.clone(),
+            created_at_ms: self.created_at_ms,
+            result,
+        })
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        MemoryStore::with_options(Arc::new(SystemClock), DEFAULT_COMPRESS_THRESHOLD)
+    }
+
+    /// Replaces the clock (before the store is shared).
+    pub fn with_clock(self, clock: impl Clock + 'static) -> Self {
+        MemoryStore::with_options(Arc::new(clock), self.inner.compress_threshold)
+    }
+
+    /// Results longer than `bytes` are stored compressed.
+    pub fn with_compress_threshold(self, bytes: usize) -> Self {
+        MemoryStore::with_options(self.inner.clock.clone(), bytes)
+    }
+
+    fn with_options(clock: Arc<dyn Clock>, compress_threshold: usize) -> Self {
+        MemoryStore {
+            inner: Arc::new(Inner {
+                items: Mutex::new(Items::default()),
+                clock,
+                counter: RequestCounter::default(),
+                compress_threshold,
+            }),
+        }
+    }
+
+    /// Number of records held, expired ones included.
+    pub fn len(&self) -> usize {
+        self.items().map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops expired records; returns how many.
+    pub fn purge_expired(&self) -> usize {
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        let before = items.map.len();
+        items.map.retain(|_, s| s.is_live(now));
+        before - items.map.len()
+    }
+
+    fn items(&self) -> MutexGuard<'_, Items> {
+        // A panic while holding the lock cannot leave a half-applied record (each operation is
+        // one insert, update or remove), so a poisoned lock is still consistent.
+        self.inner.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn claim_now(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        validate_claim(&req)?;
+        self.inner.counter.record(Op::PutItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        if let Some(existing) = items.map.get(req.key) {
+            let record = existing.decode(req.key)?;
+            if !record.is_claimable(now) {
+                return Ok(match record.status {
+                    Status::Completed => ClaimOutcome::Completed(record),
+                    Status::InProgress => ClaimOutcome::InProgress(record),
+                });
+            }
+        }
+        let token = LeaseToken::random();
+        items.map.insert(
+            req.key.to_owned(),
+            Stored {
+                status: Status::InProgress,
+                expires_at_s: req.expires_at_s,
+                lease_until_ms: req.lease_until_ms,
+                token: token.clone(),
+                fingerprint: req.fingerprint.to_owned(),
+                tool: req.tool.to_owned(),
+                created_at_ms: now,
+                result: None,
+            },
+        );
+        items.claims += 1;
+        if items.claims % SWEEP_EVERY == 0 {
+            items.map.retain(|_, s| s.is_live(now));
+        }
+        Ok(ClaimOutcome::Claimed { token })
+    }
+
+    fn complete_now(&self, key: &str, token: &LeaseToken, result: &[u8]) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let encoded = match encode_result(result, self.inner.compress_threshold) {
+            Ok(e) => e,
+            Err(too_large @ StoreError::ResultTooLarge { .. }) => {
+                if let Err(e) = self.release_now(key, token) {
+                    tracing::warn!(key, error = %e, "could not release the claim of an oversized result");
+                }
+                return Err(too_large);
+            }
+            Err(e) => return Err(e),
+        };
+        self.inner.counter.record(Op::UpdateItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get_mut(key) {
+            Some(s) if s.held_by(token, now) => {
+                s.status = Status::Completed;
+                s.result = Some(encoded);
+                Ok(())
+            }
+            // Already completed under this token (a retried complete): keep the first result.
+            Some(s) if s.is_live(now) && s.status == Status::Completed && &s.token == token => {
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    fn release_now(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::DeleteItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get(key) {
+            Some(s) if s.held_by(token, now) => {
+                items.map.remove(key);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    fn get_now(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::GetItem);
+        let now = self.inner.clock.now_ms();
+        let items = self.items();
+        match items.map.get(key) {
+            Some(s) if s.is_live(now) => s.decode(key).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl Store for MemoryStore {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.claim_now(req)
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> Result<(), StoreError> {
+        self.complete_now(key, token, result)
+    }
+
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.release_now(key, token)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.get_now(key)
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
+    fn requests(&self) -> RequestCounts {
+        self.inner.counter.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::ManualClock;
+
+    #[test]
+    fn purge_drops_only_expired_records() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::new().with_clock(clock.clone());
+        for (key, expires_at_s) in [("a", 1_000), ("b", 2_000)] {
+            let req = ClaimRequest {
+                key,
+                fingerprint: "f",
+                tool: "t",
+                lease_until_ms: 1_500_000,
+                expires_at_s,
+            };
+            assert!(matches!(
+                store.claim_now(req),
+                Ok(ClaimOutcome::Claimed { .. })
+            ));
+        }
+        clock.set_ms(1_500_000);
+        assert_eq!(store.purge_expired(), 1);
+        assert_eq!(store.len(), 1);
+    }
+}

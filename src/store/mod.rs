@@ -1,0 +1,545 @@
+//! Idempotency store: exactly one caller owns a key, and only that caller can settle it.
+//!
+//! A key moves through `absent -> IN_PROGRESS -> COMPLETED`, or back to `absent` on
+//! [`Store::release`]. The rules every implementation follows, so that [`MemoryStore`] and
+//! [`DynamoDbStore`] are interchangeable:
+//!
+//! - **Expiry is logical.** A record whose `expires_at_s` is before the current second counts as
+//!   absent in every condition and every read. DynamoDB's TTL deletes up to about two days late,
+//!   and local servers never delete, so nothing here waits for the sweeper.
+//! - **A claim succeeds** when there is no live record, or when the live record is `IN_PROGRESS`
+//!   and its lease has ended (`lease_until_ms < now_ms`). A caller that died mid-call therefore
+//!   blocks its key only until its lease ends. Otherwise the claim reports the live record:
+//!   [`ClaimOutcome::Completed`] with its result, or [`ClaimOutcome::InProgress`].
+//! - **The lease token is the fence.** Every claim writes a fresh random [`LeaseToken`].
+//!   [`Store::complete`] and [`Store::release`] succeed only while the live record is
+//!   `IN_PROGRESS` under the caller's token; anything else is [`StoreError::LeaseLost`]. A late
+//!   caller whose lease was taken over can neither overwrite nor delete the new owner's record
+//!   (the Powertools peer completes with an unconditional write). The fence is the token, not the
+//!   wall clock: a caller that finishes after its lease ended, while nobody took the key over,
+//!   still completes, which saves a second execution of the side effect.
+//! - **Completing is idempotent** for the token that completed: repeating `complete` succeeds and
+//!   keeps the first result. A request retried after a lost response therefore cannot turn a
+//!   success into `LeaseLost`.
+//! - **Results** above a threshold (default 8 KiB) are stored gzip-compressed. A result that would
+//!   not fit in one DynamoDB item (400 KB) is refused with [`StoreError::ResultTooLarge`] and the
+//!   claim is released: nothing is half-written.
+//!
+//! Time comes from an injectable [`Clock`]; the DynamoDB store sends the current time in its
+//! conditions, so [`ManualClock`] drives expiry and lease ends on real servers too.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::Sub;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod codec;
+pub mod dynamodb;
+pub mod memory;
+
+pub use codec::{
+    DEFAULT_COMPRESS_THRESHOLD, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_RESULT_BYTES,
+    MAX_STORED_RESULT_BYTES, ResultEncoding, decode_result,
+};
+pub use dynamodb::{DynamoDbConfig, DynamoDbStore, RetryPolicy, decode_item};
+pub use memory::MemoryStore;
+
+/// Boxed error kept as a `source` (SDK errors, I/O errors).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The operations the handler needs from an idempotency store.
+///
+/// Static dispatch only: the handler is generic over `S: Store`.
+pub trait Store: Send + Sync {
+    /// Claims `req.key` for one caller. See the module docs for when a claim succeeds.
+    fn claim(
+        &self,
+        req: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
+    /// Stores `result` and marks the record `COMPLETED`, if `token` still holds the claim.
+    fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Deletes the claim, if `token` still holds it, so that a retry can run.
+    fn release(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Reads the live record of `key`; an expired record is `None`.
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// The store's current time in epoch milliseconds, from its [`Clock`]. Callers compute
+    /// `lease_until_ms` and `expires_at_s` from it so that a [`ManualClock`] drives everything.
+    fn now_ms(&self) -> i64;
+
+    /// Requests sent to the backend so far (every attempt, retries included).
+    fn requests(&self) -> RequestCounts;
+}
+
+/// What a caller asks to claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimRequest<'a> {
+    /// The idempotency key; at most [`MAX_KEY_BYTES`] bytes, not empty.
+    pub key: &'a str,
+    /// Fingerprint of the arguments, stored so a replay can be checked against its request.
+    pub fingerprint: &'a str,
+    /// The tool name.
+    pub tool: &'a str,
+    /// End of the lease, epoch milliseconds. Until then nobody else can take the key over.
+    pub lease_until_ms: i64,
+    /// End of the record's life, epoch seconds; the DynamoDB TTL attribute.
+    pub expires_at_s: i64,
+}
+
+/// Result of [`Store::claim`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The caller owns the key until `lease_until_ms` and must `complete` or `release` it.
+    Claimed { token: LeaseToken },
+    /// The key was already completed: replay `record.result`.
+    Completed(Record),
+    /// Another caller holds the lease; `record.lease_until_ms` says until when.
+    InProgress(Record),
+}
+
+/// Record status, stored as `IN_PROGRESS` / `COMPLETED`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    InProgress,
+    Completed,
+}
+
+impl Status {
+    /// The stored spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "IN_PROGRESS",
+            Status::Completed => "COMPLETED",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "IN_PROGRESS" => Some(Status::InProgress),
+            "COMPLETED" => Some(Status::Completed),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored record, with its result decompressed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Record {
+    pub key: String,
+    pub status: Status,
+    /// Epoch seconds; the TTL attribute.
+    pub expires_at_s: i64,
+    /// Epoch milliseconds.
+    pub lease_until_ms: i64,
+    /// Token of the claim that wrote this record (and completed it, if completed).
+    pub token: LeaseToken,
+    pub fingerprint: String,
+    pub tool: String,
+    /// Epoch milliseconds, when the claim was made.
+    pub created_at_ms: i64,
+    /// The stored result; `Some` exactly when the record is completed.
+    pub result: Option<Vec<u8>>,
+}
+
+impl Record {
+    /// True once the record counts as absent (`expires_at_s` before the current second).
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        is_expired(self.expires_at_s, now_ms)
+    }
+
+    /// True once the lease has ended (`lease_until_ms < now_ms`).
+    pub fn lease_ended(&self, now_ms: i64) -> bool {
+        self.lease_until_ms < now_ms
+    }
+
+    /// True if a claim made at `now_ms` would replace this record.
+    pub fn is_claimable(&self, now_ms: i64) -> bool {
+        self.is_expired(now_ms) || (self.status == Status::InProgress && self.lease_ended(now_ms))
+    }
+}
+
+impl fmt::Debug for Record {
+    // Results can be large and may hold data nobody wants in a log line: show their size only.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key)
+            .field("status", &self.status)
+            .field("expires_at_s", &self.expires_at_s)
+            .field("lease_until_ms", &self.lease_until_ms)
+            .field("token", &self.token)
+            .field("fingerprint", &self.fingerprint)
+            .field("tool", &self.tool)
+            .field("created_at_ms", &self.created_at_ms)
+            .field("result_bytes", &self.result.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// `expires_at_s` is before the second that contains `now_ms`. The same test runs in every
+/// DynamoDB condition (`#exp < :now_s`), so reads and writes agree on what is expired.
+pub(crate) fn is_expired(expires_at_s: i64, now_ms: i64) -> bool {
+    expires_at_s < now_ms.div_euclid(1000)
+}
+
+/// Random token written by each claim; `complete` and `release` are fenced on it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LeaseToken(String);
+
+impl LeaseToken {
+    /// A fresh random token (UUID v4).
+    pub fn random() -> Self {
+        LeaseToken(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// Wraps a token read back from somewhere else (a log, a test).
+    pub fn new(token: impl Into<String>) -> Self {
+        LeaseToken(token.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Errors of the idempotency store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The caller's token no longer holds the claim: it was taken over after the lease ended,
+    /// released, completed by someone else, expired, or never existed.
+    #[error("lease lost: the record is not held in progress by this lease token")]
+    LeaseLost,
+    /// The result cannot fit in one item even compressed; the claim was released.
+    #[error(
+        "result too large: {bytes} bytes to store, limit {MAX_STORED_RESULT_BYTES} (compressed) \
+         and {MAX_RESULT_BYTES} (uncompressed); the claim was released"
+    )]
+    ResultTooLarge { bytes: usize },
+    /// The backend did not answer in time: network errors, throttling or 5xx after retries, or
+    /// the retry deadline passed. Whether the last write applied is unknown.
+    #[error("store unavailable")]
+    Unavailable(#[source] BoxError),
+    /// A stored record could not be decoded.
+    #[error("corrupt record: {0}")]
+    Corrupt(String),
+    /// The store is misconfigured: missing table, wrong key schema, bad attribute names.
+    #[error("store configuration: {message}")]
+    Config {
+        message: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The request itself is invalid (empty key, key too long, ...).
+    #[error("invalid store request: {0}")]
+    InvalidRequest(String),
+    /// The backend refused the request for a reason retrying cannot fix.
+    #[error("store rejected the request")]
+    Rejected(#[source] BoxError),
+}
+
+impl StoreError {
+    /// True if the same call may succeed later (only [`StoreError::Unavailable`]).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        StoreError::Config {
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// Source of [`StoreError::Unavailable`] when retries ran out.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation}: gave up after {attempts} attempt(s) in {elapsed:?}")]
+pub struct RetriesExhausted {
+    pub operation: &'static str,
+    pub attempts: u32,
+    pub elapsed: Duration,
+    #[source]
+    pub last: BoxError,
+}
+
+/// Source of [`StoreError::Unavailable`] when a claim kept meeting records that changed between
+/// its conditional write and its read.
+#[derive(Debug, thiserror::Error)]
+#[error("claim of {key:?} kept racing with other writers after {rounds} rounds")]
+pub struct ClaimContended {
+    pub key: String,
+    pub rounds: u32,
+}
+
+/// Source of the time, in epoch milliseconds.
+pub trait Clock: Send + Sync + fmt::Debug {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        let since = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A clock that moves only when told to. Clones share the same time, so a test keeps one clone
+/// and hands another to the store.
+#[derive(Debug, Clone)]
+pub struct ManualClock(Arc<AtomicI64>);
+
+impl ManualClock {
+    pub fn new(start_ms: i64) -> Self {
+        ManualClock(Arc::new(AtomicI64::new(start_ms)))
+    }
+
+    /// Starts at the system time, so records written to a real server look current.
+    pub fn starting_now() -> Self {
+        ManualClock::new(SystemClock.now_ms())
+    }
+
+    pub fn set_ms(&self, now_ms: i64) {
+        self.0.store(now_ms, Ordering::SeqCst);
+    }
+
+    pub fn advance_ms(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.advance_ms(i64::try_from(by.as_millis()).unwrap_or(i64::MAX));
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Requests sent to the backend, by DynamoDB operation. The memory store counts the request the
+/// DynamoDB store would send on a server that honours `ReturnValuesOnConditionCheckFailure`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RequestCounts {
+    pub put_item: u64,
+    pub get_item: u64,
+    pub update_item: u64,
+    pub delete_item: u64,
+    /// Anything else sent through the store's client.
+    pub other: u64,
+}
+
+impl RequestCounts {
+    pub fn total(&self) -> u64 {
+        self.put_item + self.get_item + self.update_item + self.delete_item + self.other
+    }
+
+    pub fn reads(&self) -> u64 {
+        self.get_item
+    }
+
+    pub fn writes(&self) -> u64 {
+        self.put_item + self.update_item + self.delete_item
+    }
+}
+
+impl Sub for RequestCounts {
+    type Output = RequestCounts;
+
+    /// Counts sent between two snapshots: `after - before`.
+    fn sub(self, before: RequestCounts) -> RequestCounts {
+        RequestCounts {
+            put_item: self.put_item.saturating_sub(before.put_item),
+            get_item: self.get_item.saturating_sub(before.get_item),
+            update_item: self.update_item.saturating_sub(before.update_item),
+            delete_item: self.delete_item.saturating_sub(before.delete_item),
+            other: self.other.saturating_sub(before.other),
+        }
+    }
+}
+
+impl fmt::Display for RequestCounts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "put={} get={} update={} delete={} other={}",
+            self.put_item, self.get_item, self.update_item, self.delete_item, self.other
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    PutItem,
+    GetItem,
+    UpdateItem,
+    DeleteItem,
+    Other,
+}
+
+impl Op {
+    pub(crate) fn from_name(name: &str) -> Op {
+        match name {
+            "PutItem" => Op::PutItem,
+            "GetItem" => Op::GetItem,
+            "UpdateItem" => Op::UpdateItem,
+            "DeleteItem" => Op::DeleteItem,
+            _ => Op::Other,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct RequestCounter {
+    put_item: AtomicU64,
+    get_item: AtomicU64,
+    update_item: AtomicU64,
+    delete_item: AtomicU64,
+    other: AtomicU64,
+}
+
+impl RequestCounter {
+    pub(crate) fn record(&self, op: Op) {
+        let counter = match op {
+            Op::PutItem => &self.put_item,
+            Op::GetItem => &self.get_item,
+            Op::UpdateItem => &self.update_item,
+            Op::DeleteItem => &self.delete_item,
+            Op::Other => &self.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> RequestCounts {
+        RequestCounts {
+            put_item: self.put_item.load(Ordering::Relaxed),
+            get_item: self.get_item.load(Ordering::Relaxed),
+            update_item: self.update_item.load(Ordering::Relaxed),
+            delete_item: self.delete_item.load(Ordering::Relaxed),
+            other: self.other.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Checks what both stores refuse before sending anything.
+pub(crate) fn validate_claim(req: &ClaimRequest<'_>) -> Result<(), StoreError> {
+    validate_key(req.key)?;
+    for (what, value) in [("fingerprint", req.fingerprint), ("tool", req.tool)] {
+        if value.is_empty() {
+            return Err(StoreError::InvalidRequest(format!("empty {what}")));
+        }
+        if value.len() > MAX_LABEL_BYTES {
+            return Err(StoreError::InvalidRequest(format!(
+                "{what} is {} bytes, limit {MAX_LABEL_BYTES}",
+                value.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_key(key: &str) -> Result<(), StoreError> {
+    if key.is_empty() {
+        return Err(StoreError::InvalidRequest("empty key".into()));
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(StoreError::InvalidRequest(format!(
+            "key is {} bytes, limit {MAX_KEY_BYTES}",
+            key.len()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_per_second_and_inclusive_of_the_last_second() {
+        assert!(!is_expired(100, 100_999));
+        assert!(!is_expired(100, 100_000));
+        assert!(is_expired(100, 101_000));
+        assert!(!is_expired(0, -1));
+    }
+
+    #[test]
+    fn request_counts_subtract_per_operation() {
+        let a = RequestCounts {
+            put_item: 3,
+            get_item: 1,
+            update_item: 2,
+            delete_item: 0,
+            other: 1,
+        };
+        let b = RequestCounts {
+            put_item: 1,
+            get_item: 1,
+            update_item: 0,
+            delete_item: 0,
+            other: 1,
+        };
+        let d = a - b;
+        assert_eq!(
+            d,
+            RequestCounts {
+                put_item: 2,
+                update_item: 2,
+                ..Default::default()
+            }
+        );
+        assert_eq!(d.total(), 4);
+        assert_eq!(d.writes(), 4);
+        assert_eq!(d.reads(), 0);
+    }
+
+    #[test]
+    fn manual_clock_clones_share_time() {
+        let c = ManualClock::new(5);
+        let d = c.clone();
+        c.advance_ms(10);
+        d.advance(Duration::from_millis(5));
+        assert_eq!(c.now_ms(), 20);
+    }
+
+    #[test]
+    fn status_round_trips_its_stored_spelling() {
+        for s in [Status::InProgress, Status::Completed] {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(Status::parse("INPROGRESS"), None);
+    }
+}
