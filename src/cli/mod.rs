@@ -1,7 +1,9 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
+pub mod corpus;
 pub mod key;
+pub mod score;
 
 use std::process::ExitCode;
 
@@ -22,6 +24,10 @@ struct Cli {
 enum Command {
     /// Derive keys for tool calls read as JSON Lines on stdin.
     Key(key::KeyArgs),
+    /// Score keyers A–D and ours on the replay corpus (the article's table).
+    Score(score::ScoreArgs),
+    /// Rebuild the replay corpus files byte for byte.
+    Corpus(corpus::CorpusArgs),
 }
 
 /// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
@@ -29,6 +35,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Key(args) => key::run(args),
+        Command::Score(args) => score::run(args),
+        Command::Corpus(args) => corpus::run(args),
     };
     match result {
         Ok(code) => code,
