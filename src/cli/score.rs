@@ -159,6 +159,9 @@ fn table(report: &Report) -> String {
         report.timed_calls,
         report.wall_clock.as_secs_f64()
     );
+    if cfg!(debug_assertions) {
+        out.push_str("This is a debug build: µs/key is not representative (use --release).\n");
+    }
     out
 }
 
