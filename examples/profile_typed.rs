@@ -1,4 +1,5 @@
-use toolcall_dedup::key::{Call, Keyer, Strategy};
+use std::time::Instant;
+use toolcall_dedup::key::{Call, Keyer, Strategy, json};
 fn main() {
     let calls = [
         (
@@ -15,28 +16,43 @@ fn main() {
         ),
     ];
     let keyer = Keyer::new();
-    let strategy: Strategy = std::env::args()
-        .nth(1)
-        .unwrap_or("typed".into())
-        .parse()
-        .unwrap();
-    let mut x = 0u8;
-    for _ in 0..20000 {
-        for (tool, args) in calls {
-            let k = keyer
-                .key(
-                    strategy,
-                    &Call {
-                        tool,
-                        args,
-                        run_id: Some("r"),
-                        step: Some("1"),
-                        ..Call::default()
-                    },
-                )
-                .unwrap();
-            x ^= k.0[0];
+    let n = 200_000;
+    let time = |name: &str, f: &dyn Fn()| {
+        for _ in 0..n / 10 {
+            f()
         }
+        let t = Instant::now();
+        for _ in 0..n {
+            f()
+        }
+        println!(
+            "{name:>10}: {:.3} µs/key",
+            t.elapsed().as_secs_f64() * 1e6 / n as f64 / 3.0
+        );
+    };
+    for strategy in [Strategy::Raw, Strategy::Typed] {
+        time(strategy.name(), &|| {
+            for (tool, args) in calls {
+                std::hint::black_box(
+                    keyer
+                        .key(
+                            strategy,
+                            &Call {
+                                tool,
+                                args,
+                                run_id: Some("r"),
+                                step: Some("1"),
+                                ..Call::default()
+                            },
+                        )
+                        .unwrap(),
+                );
+            }
+        });
     }
-    println!("{x}");
+    time("parse", &|| {
+        for (_, args) in calls {
+            std::hint::black_box(json::parse(args, 64).unwrap());
+        }
+    });
 }

@@ -5,6 +5,7 @@
 //! - [`cost`]: the token-waste versus store-cost model.
 //! - [`cli`]: the `dedup` command line.
 pub mod cli;
+pub mod corpus;
 pub mod cost;
 pub mod key;
 pub mod store;

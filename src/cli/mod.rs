@@ -1,7 +1,9 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
+pub mod corpus;
 pub mod key;
+pub mod score;
 pub mod table;
 
 use std::process::ExitCode;
@@ -26,6 +28,10 @@ enum Command {
     /// Manage the idempotency table on a DynamoDB endpoint.
     #[command(subcommand)]
     Table(table::TableCommand),
+    /// Score keyers A–D and ours on the replay corpus (the article's table).
+    Score(score::ScoreArgs),
+    /// Rebuild the replay corpus files byte for byte.
+    Corpus(corpus::CorpusArgs),
 }
 
 /// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
@@ -34,6 +40,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Key(args) => key::run(args),
         Command::Table(command) => table::run(command),
+        Command::Score(args) => score::run(args),
+        Command::Corpus(args) => corpus::run(args),
     };
     match result {
         Ok(code) => code,
