@@ -1,7 +1,9 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
+pub mod audit;
 pub mod corpus;
+pub mod cost;
 pub mod key;
 pub mod score;
 pub mod table;
@@ -25,6 +27,10 @@ struct Cli {
 enum Command {
     /// Derive keys for tool calls read as JSON Lines on stdin.
     Key(key::KeyArgs),
+    /// Find retries and deliberate repeats in tool-call logs and score every keyer on them.
+    Audit(audit::AuditArgs),
+    /// Model what duplicates waste in tokens against what the store costs.
+    Cost(cost::CostArgs),
     /// Manage the idempotency table on a DynamoDB endpoint.
     #[command(subcommand)]
     Table(table::TableCommand),
@@ -39,6 +45,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Key(args) => key::run(args),
+        Command::Audit(args) => audit::run(args),
+        Command::Cost(args) => cost::run(args),
         Command::Table(command) => table::run(command),
         Command::Score(args) => score::run(args),
         Command::Corpus(args) => corpus::run(args),
