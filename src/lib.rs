@@ -1,15 +1,21 @@
 //! toolcall-dedup: keys AI tool calls by meaning and claims each key once.
 //!
-//! - [`key`]: the pure key core (strategies, schema, policies).
-//! - [`store`]: the idempotency store (`Store`, `MemoryStore`, `DynamoDbStore`).
+//! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
+//! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
 //! - [`bedrock`]: the Bedrock Agents action-group event and response adapter.
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
 //! - [`handler`]: the executor: claim, dispatch once, replay.
 //! - [`demo`]: the demo tool (a ledger of side effects).
 //! - [`config`], [`telemetry`]: environment and observability.
+//! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
+//! - [`cost`]: the token-waste versus store-cost model.
+//! - [`cli`]: the `dedup` command line.
+pub mod audit;
 pub mod bedrock;
 pub mod cli;
 pub mod config;
+pub mod corpus;
+pub mod cost;
 pub mod demo;
 pub mod dispatch;
 pub mod handler;

@@ -13,9 +13,18 @@ fn dedup_key(args: &[&str], input: &str) -> (Vec<Value>, bool) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("dedup runs");
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    let lines = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     (lines, out.status.success())
 }
 
@@ -45,7 +54,11 @@ fn bad_lines_get_an_inline_error_the_rest_go_on_and_the_exit_is_non_zero() {
     let input = "not json\n{\"tool\":\"t\",\"args\":\"{\\\"a\\\":1,\\\"a\\\":2}\"}\n\n{\"tool\":\"t\",\"args\":\"{}\"}\n";
     let (lines, ok) = dedup_key(&[], input);
     assert!(!ok);
-    assert_eq!(lines.len(), 4, "one line out per line in, blank lines included");
+    assert_eq!(
+        lines.len(),
+        4,
+        "one line out per line in, blank lines included"
+    );
     assert!(lines[0]["error"].is_string());
     assert!(lines[1]["error"].as_str().unwrap().contains("duplicate"));
     assert!(lines[2]["error"].is_string());
@@ -73,7 +86,11 @@ fn strategies_explain_and_schema_in_a_provider_wrapper() {
 fn a_policy_file_applies_per_tool() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, "[tools.charge_card]\nfields = { memo = \"ignore\" }\n").unwrap();
+    std::fs::write(
+        &policy,
+        "[tools.charge_card]\nfields = { memo = \"ignore\" }\n",
+    )
+    .unwrap();
     let input = concat!(
         r#"{"tool":"charge_card","args":"{\"amount\": 1, \"memo\": \"thanks\"}"}"#,
         "\n",

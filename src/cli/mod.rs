@@ -1,8 +1,12 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
+pub mod audit;
+pub mod corpus;
+pub mod cost;
 pub mod key;
 pub mod replay;
+pub mod score;
 pub mod table;
 
 use std::process::ExitCode;
@@ -24,6 +28,17 @@ struct Cli {
 enum Command {
     /// Derive keys for tool calls read as JSON Lines on stdin.
     Key(key::KeyArgs),
+    /// Find retries and deliberate repeats in tool-call logs and score every keyer on them.
+    Audit(audit::AuditArgs),
+    /// Model what duplicates waste in tokens against what the store costs.
+    Cost(cost::CostArgs),
+    /// Manage the idempotency table on a DynamoDB endpoint.
+    #[command(subcommand)]
+    Table(table::TableCommand),
+    /// Score keyers A–D and ours on the replay corpus (the article's table).
+    Score(score::ScoreArgs),
+    /// Rebuild the replay corpus files byte for byte.
+    Corpus(corpus::CorpusArgs),
     /// Run Bedrock event files through the real handler, with the demo tool in-process.
     Replay(replay::ReplayArgs),
 }
@@ -33,6 +48,11 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Key(args) => key::run(args),
+        Command::Audit(args) => audit::run(args),
+        Command::Cost(args) => cost::run(args),
+        Command::Table(command) => table::run(command),
+        Command::Score(args) => score::run(args),
+        Command::Corpus(args) => corpus::run(args),
         Command::Replay(args) => replay::run(args),
     };
     match result {
@@ -53,4 +73,6 @@ pub enum CliError {
     Policy(#[from] crate::key::PolicyError),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
 }

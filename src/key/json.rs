@@ -51,6 +51,19 @@ pub fn parse(text: &str, max_depth: usize) -> Result<Node<'_>, KeyError> {
     Ok(node)
 }
 
+/// Bytes that end the plain run of a string: quote, backslash and control characters.
+const STRING_SPECIAL: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = true;
+        i += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
+
 struct Parser<'a> {
     bytes: &'a [u8],
     text: &'a str,
@@ -109,7 +122,7 @@ impl<'a> Parser<'a> {
     fn object(&mut self, depth: usize) -> Result<Node<'a>, KeyError> {
         self.enter(depth)?;
         self.pos += 1;
-        let mut members = Vec::new();
+        let mut members = Vec::with_capacity(8);
         self.skip_whitespace();
         if self.bytes.get(self.pos) == Some(&b'}') {
             self.pos += 1;
@@ -220,6 +233,13 @@ impl<'a> Parser<'a> {
         let start = self.pos;
         // Fast path: no escapes, borrow the slice.
         loop {
+            while self
+                .bytes
+                .get(self.pos)
+                .is_some_and(|&b| !STRING_SPECIAL[b as usize])
+            {
+                self.pos += 1;
+            }
             match self.bytes.get(self.pos) {
                 None => return Err(self.error("unterminated string")),
                 Some(b'"') => {

@@ -109,6 +109,23 @@ impl fmt::Display for Key {
     }
 }
 
+impl FromStr for Key {
+    type Err = String;
+    /// Parses the 32-hex-character form that `Display` writes.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bytes = s.as_bytes();
+        if bytes.len() != 32 {
+            return Err(format!("a key is 32 hex characters, got {}", bytes.len()));
+        }
+        let mut key = [0u8; 16];
+        for (i, pair) in bytes.chunks(2).enumerate() {
+            let hex = std::str::from_utf8(pair).map_err(|e| e.to_string())?;
+            key[i] = u8::from_str_radix(hex, 16).map_err(|_| format!("not hex: {s:?}"))?;
+        }
+        Ok(Key(key))
+    }
+}
+
 impl fmt::Debug for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Key({self})")
@@ -169,6 +186,14 @@ impl Rules {
     pub fn union(self, other: Rules) -> Rules {
         Rules(self.0 | other.0)
     }
+    /// The rule with this label (as [`Rules::names`] writes it).
+    pub fn from_name(name: &str) -> Option<Rules> {
+        Self::LABELS
+            .iter()
+            .find(|(_, label)| *label == name)
+            .map(|(rule, _)| *rule)
+    }
+
     pub fn names(self) -> impl Iterator<Item = &'static str> {
         Self::LABELS
             .iter()

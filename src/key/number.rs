@@ -164,13 +164,6 @@ impl<'a> Decimal<'a> {
             out.extend_from_slice((point - 1).to_string().as_bytes());
         }
     }
-
-    /// Whether the source text is already exactly its canonical text.
-    pub(crate) fn is_canonical_text(&self, text: &str, scratch: &mut Vec<u8>) -> bool {
-        scratch.clear();
-        self.write_canonical(scratch);
-        scratch.as_slice() == text.as_bytes()
-    }
 }
 
 /// A numeral a person or program would only write for a number: `-?(0|[1-9]\d*)(\.\d*[1-9])?`, not `-0`.

@@ -33,6 +33,21 @@ pub(crate) fn nfc_trim_collapse(s: &str) -> (Cow<'_, str>, bool, bool) {
 }
 
 fn needs_collapse(s: &str) -> bool {
+    if s.is_ascii() {
+        // Byte scan: ASCII whitespace is tab, LF, VT, FF, CR and space.
+        let b = s.as_bytes();
+        let is_space = |c: u8| matches!(c, b' ' | b'\t'..=b'\r');
+        return match (b.first(), b.last()) {
+            (Some(&first), Some(&last)) if !is_space(first) && !is_space(last) => {
+                b.windows(2).any(|w| {
+                    (is_space(w[0]) && (w[0] != b' ' || is_space(w[1])))
+                        || (w[1] != b' ' && is_space(w[1]))
+                })
+            }
+            (None, _) => false,
+            _ => true,
+        };
+    }
     let mut previous_space = true; // a leading space needs trimming
     for c in s.chars() {
         if c.is_whitespace() {
@@ -70,6 +85,9 @@ pub(crate) fn casefold(s: &str) -> Cow<'_, str> {
 /// letter unless every letter is a capital. Anything else is identifier-like (`cus_Ab12Xy`, `C04ABCD`,
 /// `iPhone`, `ORD-7`, URLs) and keeps its case: case carries meaning in identifiers.
 pub(crate) fn is_casefoldable_word(token: &str) -> bool {
+    if token.is_ascii() {
+        return is_casefoldable_ascii_word(token.as_bytes());
+    }
     let body = token.trim_end_matches(['.', ',', '!', '?', ';', ':']);
     if body.is_empty() {
         return false;
@@ -94,8 +112,33 @@ pub(crate) fn is_casefoldable_word(token: &str) -> bool {
     letters > 0 && !(upper_after_first && any_lower)
 }
 
+/// [`is_casefoldable_word`] for ASCII, on bytes.
+fn is_casefoldable_ascii_word(token: &[u8]) -> bool {
+    let mut end = token.len();
+    while end > 0 && matches!(token[end - 1], b'.' | b',' | b'!' | b'?' | b';' | b':') {
+        end -= 1;
+    }
+    let body = &token[..end];
+    if body.is_empty() || !body[0].is_ascii_alphabetic() {
+        return false;
+    }
+    let (mut upper_after_first, mut any_lower) = (false, body[0].is_ascii_lowercase());
+    for &c in &body[1..] {
+        match c {
+            b'a'..=b'z' => any_lower = true,
+            b'A'..=b'Z' => upper_after_first = true,
+            b'\'' => {}
+            _ => return false,
+        }
+    }
+    !(upper_after_first && any_lower)
+}
+
 /// Casefolds the words of a whitespace-collapsed string and leaves identifier-like tokens alone.
 pub(crate) fn casefold_words(s: &str) -> Cow<'_, str> {
+    if s.is_ascii() && !s.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Cow::Borrowed(s);
+    }
     let needs = s
         .split(' ')
         .any(|t| is_casefoldable_word(t) && matches!(casefold(t), Cow::Owned(_)));
@@ -127,8 +170,25 @@ pub(crate) fn is_email(s: &str) -> bool {
         && domain.contains('.')
         && !domain.starts_with('.')
         && !domain.ends_with('.')
-        && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        && if s.is_ascii() {
+            !s.bytes().any(|b| b <= b' ' || b == 0x7f)
+        } else {
+            !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        }
 }
+
+/// Bytes that `write_json_string` must escape.
+const NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        table[i] = true;
+        i += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
 
 /// Python's `str.isspace()`, which is what the article's `\s` and `strip()` mean.
 pub(crate) fn is_python_space(c: char) -> bool {
@@ -158,11 +218,13 @@ pub(crate) fn write_json_string(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
+        if !NEEDS_ESCAPE[b as usize] {
+            continue;
+        }
         let escape: Option<&[u8]> = match b {
             b'"' => Some(b"\\\""),
             b'\\' => Some(b"\\\\"),
-            0x00..=0x1f => None,
-            _ => continue,
+            _ => None,
         };
         out.extend_from_slice(&bytes[run..i]);
         match escape {

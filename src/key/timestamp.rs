@@ -174,18 +174,6 @@ impl<'a> Timestamp<'a> {
         }
     }
 
-    /// True when `s` is already exactly its normalized text (so no rule fired).
-    pub(crate) fn is_normalized_text(
-        &self,
-        s: &str,
-        keep_subseconds: bool,
-        scratch: &mut Vec<u8>,
-    ) -> bool {
-        scratch.clear();
-        self.write_normalized(scratch, keep_subseconds);
-        scratch.as_slice() == s.as_bytes()
-    }
-
     pub(crate) fn has_fraction(&self) -> bool {
         !self.fraction.is_empty()
     }

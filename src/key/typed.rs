@@ -17,7 +17,6 @@ pub(crate) struct Normalizer {
     pub(crate) rules: Rules,
     /// Depth left for JSON embedded in strings (Bedrock `array` parameters).
     pub(crate) depth_left: usize,
-    scratch: Vec<u8>,
 }
 
 impl Normalizer {
@@ -26,7 +25,6 @@ impl Normalizer {
             keep_subseconds,
             rules: Rules::default(),
             depth_left: max_depth,
-            scratch: Vec::new(),
         }
     }
 
@@ -54,10 +52,11 @@ impl Normalizer {
                     decimal.write_canonical(out);
                     out.push(b'"');
                 } else {
-                    if !decimal.is_canonical_text(text, &mut self.scratch) {
+                    let start = out.len();
+                    decimal.write_canonical(out);
+                    if out[start..] != *text.as_bytes() {
                         self.rules.insert(Rules::NUMBER_CANONICAL);
                     }
-                    decimal.write_canonical(out);
                 }
             }
             Node::String(s) => {
@@ -184,7 +183,10 @@ impl Normalizer {
         if let Some(ts) = Timestamp::parse(&s) {
             // The timestamp rule applies to every string in date-time grammar unless the field is exact:
             // the grammar is specific enough that no identifier or prose matches it.
-            if !ts.is_normalized_text(&s, self.keep_subseconds, &mut self.scratch) {
+            out.push(b'"');
+            let start = out.len();
+            ts.write_normalized(out, self.keep_subseconds);
+            if out[start..] != *s.as_bytes() {
                 self.rules.insert(if ts.has_nonzero_offset() {
                     Rules::TIMESTAMP_UTC
                 } else if ts.has_fraction() && !self.keep_subseconds {
@@ -193,8 +195,6 @@ impl Normalizer {
                     Rules::TIMESTAMP_FORMAT
                 });
             }
-            out.push(b'"');
-            ts.write_normalized(out, self.keep_subseconds);
             out.push(b'"');
             return Ok(());
         }

@@ -1,0 +1,390 @@
+//! `dedup audit`: measure every keyer on your own traffic.
+//!
+//! Reads tool-call logs (the Lambda's `DEDUP_LOG_CALLS` lines, or plain `dedup key` input lines) and
+//! finds, per the article's definition:
+//! - **retries**: the same `(namespace, run_id, step, tool)` fired more than once — each later call is
+//!   paired with the first;
+//! - **deliberate repeats**: identical strict arguments (canonical JSON) at a later step of the same run.
+//!
+//! It streams: state is kept per run, and a run that has not been seen for `window` lines is closed and
+//! forgotten, so memory grows with the runs in flight, not with the file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+
+use serde_json::Value;
+
+use crate::key::{Call, Key, Keyer, Rules, Schema, Strategy};
+
+/// One logged call, reduced to what the audit compares.
+#[derive(Debug, Clone)]
+pub struct LoggedCall {
+    pub namespace: Option<String>,
+    pub run_id: String,
+    pub step: String,
+    pub tool: String,
+    /// Keys by strategy, in [`Strategy::ALL`] order; `None` where the strategy failed on these args.
+    pub keys: [Option<Key>; 5],
+    pub rules: Rules,
+    /// The argument text, when the log carries it (`full` logs and `dedup key` input).
+    pub args: Option<String>,
+}
+
+/// How a line was read.
+#[derive(Debug)]
+pub enum Line {
+    Call(Box<LoggedCall>),
+    /// A call without a run id or step: it cannot be placed in a run.
+    Unscoped,
+    /// Not a tool-call line (other log output).
+    Other,
+}
+
+fn strategy_index(strategy: Strategy) -> usize {
+    Strategy::ALL
+        .iter()
+        .position(|s| *s == strategy)
+        .unwrap_or(0)
+}
+
+fn text(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Parses one log line: a call-log line, a `dedup key` input line, or anything else.
+pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
+    // Log pipelines often prefix a timestamp or request id; the JSON object starts at the first brace.
+    let Some(start) = line.find('{') else {
+        return Line::Other;
+    };
+    let Ok(value) = serde_json::from_str::<Value>(&line[start..]) else {
+        return Line::Other;
+    };
+    let (Some(tool), Some(run_id), Some(step)) = (
+        text(value.get("tool")),
+        text(value.get("run_id")),
+        text(value.get("step")),
+    ) else {
+        let is_call = value.get("dedup_call").is_some()
+            || (value.get("tool").is_some() && value.get("args").is_some());
+        return if is_call { Line::Unscoped } else { Line::Other };
+    };
+    let namespace = text(value.get("namespace"));
+    let args = text(value.get("args"));
+    let mut keys = [None; 5];
+    let mut rules = Rules::default();
+    if value.get("dedup_call").is_some() {
+        for strategy in Strategy::ALL {
+            keys[strategy_index(strategy)] = value
+                .pointer(&format!("/keys/{}", strategy.name()))
+                .and_then(Value::as_str)
+                .and_then(|k| k.parse().ok());
+        }
+        for name in value
+            .get("rules")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(rule) = name.as_str().and_then(Rules::from_name) {
+                rules.insert(rule);
+            }
+        }
+    } else if let Some(args) = &args {
+        let schema = value
+            .get("schema")
+            .and_then(|s| Schema::from_tool_definition(s).ok())
+            .map(|(_, s)| s);
+        let call = Call {
+            tool: &tool,
+            args,
+            namespace: namespace.as_deref(),
+            run_id: Some(&run_id),
+            step: Some(&step),
+            schema: schema.as_ref(),
+        };
+        for strategy in Strategy::ALL {
+            keys[strategy_index(strategy)] = keyer.key(strategy, &call).ok();
+        }
+        rules = keyer
+            .explain(Strategy::Typed, &call)
+            .map(|e| e.rules)
+            .unwrap_or_default();
+    } else {
+        return Line::Other;
+    }
+    Line::Call(Box::new(LoggedCall {
+        namespace,
+        run_id,
+        step,
+        tool,
+        keys,
+        rules,
+        args,
+    }))
+}
+
+/// A found pair: the first call and the later one.
+#[derive(Debug, Clone)]
+pub struct FoundPair {
+    pub first: LoggedCall,
+    pub later: LoggedCall,
+}
+
+/// Counts for one strategy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StrategyCounts {
+    pub retries_caught: u64,
+    pub repeats_merged: u64,
+}
+
+/// The audit's result.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    pub lines: u64,
+    pub calls: u64,
+    pub unscoped: u64,
+    pub other_lines: u64,
+    pub retries_total: u64,
+    pub repeats_total: u64,
+    pub by_strategy: [StrategyCounts; 5],
+    /// For retries the typed keyer caught: how often each rule fired on either side of the pair.
+    pub typed_rules: BTreeMap<&'static str, u64>,
+    pub retries: Vec<FoundPair>,
+    pub repeats: Vec<FoundPair>,
+    /// The most runs held open at once (the audit's memory bound).
+    pub peak_open_runs: usize,
+}
+
+impl AuditReport {
+    pub fn counts(&self, strategy: Strategy) -> StrategyCounts {
+        self.by_strategy[strategy_index(strategy)]
+    }
+}
+
+#[derive(Default)]
+struct RunState {
+    last_line: u64,
+    /// First call per (step, tool).
+    first_at_step: HashMap<(String, String), LoggedCall>,
+    /// First call per (tool, strict fingerprint), for deliberate repeats.
+    first_by_args: HashMap<(String, Key), LoggedCall>,
+}
+
+/// Streams log lines and pairs calls. `keep_pairs` keeps the pairs themselves (for `--export-corpus`).
+pub struct Auditor<'k> {
+    keyer: &'k Keyer,
+    window: u64,
+    keep_pairs: bool,
+    runs: HashMap<(Option<String>, String), RunState>,
+    report: AuditReport,
+}
+
+impl<'k> Auditor<'k> {
+    pub fn new(keyer: &'k Keyer, window: u64, keep_pairs: bool) -> Self {
+        Self {
+            keyer,
+            window: window.max(1),
+            keep_pairs,
+            runs: HashMap::new(),
+            report: AuditReport::default(),
+        }
+    }
+
+    pub fn feed(&mut self, input: impl BufRead) -> std::io::Result<()> {
+        for line in input.lines() {
+            self.line(&line?);
+        }
+        Ok(())
+    }
+
+    pub fn line(&mut self, line: &str) {
+        self.report.lines += 1;
+        let n = self.report.lines;
+        if n % self.window == 0 {
+            let horizon = n.saturating_sub(self.window);
+            self.runs.retain(|_, run| run.last_line >= horizon);
+        }
+        match parse_line(self.keyer, line) {
+            Line::Other => self.report.other_lines += 1,
+            Line::Unscoped => self.report.unscoped += 1,
+            Line::Call(call) => self.call(*call),
+        }
+    }
+
+    fn call(&mut self, call: LoggedCall) {
+        self.report.calls += 1;
+        let run = self
+            .runs
+            .entry((call.namespace.clone(), call.run_id.clone()))
+            .or_default();
+        run.last_line = self.report.lines;
+        let strict = call.keys[strategy_index(Strategy::Canonical)];
+        let report = &mut self.report;
+        let step_key = (call.step.clone(), call.tool.clone());
+        if let Some(first) = run.first_at_step.get(&step_key) {
+            report.retries_total += 1;
+            for (i, counts) in report.by_strategy.iter_mut().enumerate() {
+                if first.keys[i].is_some() && first.keys[i] == call.keys[i] {
+                    counts.retries_caught += 1;
+                }
+            }
+            let typed = strategy_index(Strategy::Typed);
+            if first.keys[typed].is_some() && first.keys[typed] == call.keys[typed] {
+                for name in first.rules.union(call.rules).names() {
+                    *report.typed_rules.entry(name).or_default() += 1;
+                }
+            }
+            if self.keep_pairs {
+                report.retries.push(FoundPair {
+                    first: first.clone(),
+                    later: call,
+                });
+            }
+        } else {
+            // A repeat is judged once per step: the first call at a later step with the same arguments.
+            if let Some(strict) = strict {
+                let args_key = (call.tool.clone(), strict);
+                match run.first_by_args.get(&args_key) {
+                    Some(first) if first.step != call.step => {
+                        report.repeats_total += 1;
+                        for (i, counts) in report.by_strategy.iter_mut().enumerate() {
+                            if first.keys[i].is_some() && first.keys[i] == call.keys[i] {
+                                counts.repeats_merged += 1;
+                            }
+                        }
+                        if self.keep_pairs {
+                            report.repeats.push(FoundPair {
+                                first: first.clone(),
+                                later: call.clone(),
+                            });
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        run.first_by_args.insert(args_key, call.clone());
+                    }
+                }
+            }
+            run.first_at_step.insert(step_key, call);
+        }
+        self.report.peak_open_runs = self.report.peak_open_runs.max(self.runs.len());
+    }
+
+    pub fn finish(self) -> AuditReport {
+        self.report
+    }
+}
+
+/// Writes found pairs (those whose logs carry arguments) as a replay corpus `dedup score` can read.
+/// Steps become per-run indices in order of first appearance, so hashed turn steps keep their meaning.
+/// Returns (pairs written, pairs skipped for lack of arguments).
+pub fn export_corpus(
+    report: &AuditReport,
+    dir: &std::path::Path,
+) -> std::io::Result<(usize, usize)> {
+    use serde_json::json;
+    std::fs::create_dir_all(dir)?;
+    let mut step_index: HashMap<String, HashMap<String, u32>> = HashMap::new();
+    let mut index = |call: &LoggedCall| -> u32 {
+        let steps = step_index.entry(call.run_id.clone()).or_default();
+        let next = steps.len() as u32;
+        *steps.entry(call.step.clone()).or_insert(next)
+    };
+    let (mut written, mut skipped) = (0, 0);
+    for (section, class, expect, pairs) in [
+        ("retries", "observed_retry", "same", &report.retries),
+        ("distinct", "deliberate_repeat", "distinct", &report.repeats),
+    ] {
+        let mut out = String::new();
+        for (n, pair) in pairs.iter().enumerate() {
+            let (Some(a), Some(b)) = (&pair.first.args, &pair.later.args) else {
+                skipped += 1;
+                continue;
+            };
+            let line = json!({
+                "id": format!("{section}/{}/{n}", pair.first.tool),
+                "section": section,
+                "class": class,
+                "expect": expect,
+                "tool": pair.first.tool,
+                "base": format!("observed:{}", pair.first.run_id),
+                "a": {"run_id": pair.first.run_id, "step": index(&pair.first), "args": a},
+                "b": {"run_id": pair.later.run_id, "step": index(&pair.later), "args": b},
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+            written += 1;
+        }
+        std::fs::write(dir.join(format!("{section}.jsonl")), out)?;
+    }
+    std::fs::write(dir.join("adversarial.jsonl"), "")?;
+    Ok((written, skipped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_line(run: &str, step: u32, args: &str) -> String {
+        serde_json::json!({"tool": "charge_card", "args": args, "run_id": run, "step": step})
+            .to_string()
+    }
+
+    #[test]
+    fn finds_retries_and_repeats_and_scores_each_strategy() {
+        let keyer = Keyer::new();
+        let lines = [
+            key_line("r1", 1, r#"{"amount": 4200, "currency": "USD"}"#),
+            key_line("r1", 1, r#"{"currency": "usd", "amount": 4200.0}"#), // retry, value drift
+            key_line("r1", 2, r#"{"amount": 4200, "currency": "USD"}"#),   // deliberate repeat
+            key_line("r2", 1, r#"{"amount": 1}"#),
+            key_line("r2", 1, r#"{"amount": 1}"#), // byte-identical retry
+            "not a call".to_string(),
+            r#"{"tool": "x", "args": "{}"}"#.to_string(),
+        ];
+        let mut auditor = Auditor::new(&keyer, 1000, true);
+        auditor.feed(lines.join("\n").as_bytes()).unwrap();
+        let report = auditor.finish();
+        assert_eq!(
+            (report.calls, report.other_lines, report.unscoped),
+            (5, 1, 1)
+        );
+        assert_eq!((report.retries_total, report.repeats_total), (2, 1));
+        assert_eq!(
+            report.counts(Strategy::Raw),
+            StrategyCounts {
+                retries_caught: 1,
+                repeats_merged: 1
+            }
+        );
+        assert_eq!(
+            report.counts(Strategy::Typed),
+            StrategyCounts {
+                retries_caught: 2,
+                repeats_merged: 0
+            }
+        );
+        assert_eq!(report.counts(Strategy::Normalized).repeats_merged, 1);
+        assert!(report.typed_rules.contains_key("number-canonical"));
+    }
+
+    #[test]
+    fn closed_runs_are_forgotten() {
+        let keyer = Keyer::new();
+        let mut auditor = Auditor::new(&keyer, 10, false);
+        for run in 0..1000 {
+            auditor.line(&key_line(&format!("run-{run}"), 1, r#"{"a": 1}"#));
+        }
+        let report = auditor.finish();
+        assert!(
+            report.peak_open_runs <= 20,
+            "open runs grew to {}",
+            report.peak_open_runs
+        );
+    }
+}
