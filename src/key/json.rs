@@ -64,6 +64,37 @@ const STRING_SPECIAL: [bool; 256] = {
     table
 };
 
+/// The index of the first byte at or after `from` that is a quote, a backslash or a control
+/// character (`bytes.len()` if none): eight bytes at a time, then one at a time.
+pub(crate) fn find_string_special(bytes: &[u8], from: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    const QUOTES: u64 = u64::from_ne_bytes([b'"'; 8]);
+    const BACKSLASHES: u64 = u64::from_ne_bytes([b'\\'; 8]);
+    const SPACES: u64 = u64::from_ne_bytes([0x20; 8]);
+    let mut i = from;
+    while let Some(chunk) = bytes.get(i..i + 8) {
+        let w = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        // The high bit of a byte of `found` is set for a byte equal to '"' or '\\' or below 0x20
+        // (the classic "has zero byte" trick; a borrow can only mark bytes above a real match, so
+        // the lowest marked byte is exact).
+        let q = w ^ QUOTES;
+        let b = w ^ BACKSLASHES;
+        let found = (q.wrapping_sub(ONES) & !q)
+            | (b.wrapping_sub(ONES) & !b)
+            | (w.wrapping_sub(SPACES) & !w);
+        let found = found & HIGH;
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < bytes.len() && !STRING_SPECIAL[bytes[i] as usize] {
+        i += 1;
+    }
+    i
+}
+
 struct Parser<'a> {
     bytes: &'a [u8],
     text: &'a str,
@@ -233,13 +264,7 @@ impl<'a> Parser<'a> {
         let start = self.pos;
         // Fast path: no escapes, borrow the slice.
         loop {
-            while self
-                .bytes
-                .get(self.pos)
-                .is_some_and(|&b| !STRING_SPECIAL[b as usize])
-            {
-                self.pos += 1;
-            }
+            self.pos = find_string_special(self.bytes, self.pos);
             match self.bytes.get(self.pos) {
                 None => return Err(self.error("unterminated string")),
                 Some(b'"') => {
@@ -287,12 +312,7 @@ impl<'a> Parser<'a> {
                 Some(_) => {
                     // Copy the run of plain characters up to the next quote or backslash.
                     let run = self.pos;
-                    while let Some(&c) = self.bytes.get(self.pos) {
-                        if c == b'"' || c == b'\\' || c < 0x20 {
-                            break;
-                        }
-                        self.pos += 1;
-                    }
+                    self.pos = find_string_special(self.bytes, self.pos);
                     out.push_str(&self.text[run..self.pos]);
                 }
             }
@@ -391,6 +411,47 @@ mod tests {
             "{'a':1}",
         ] {
             assert!(p(bad).is_err(), "accepted {bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_word_scanner_finds_the_first_special_byte() {
+        let naive = |b: &[u8], from: usize| {
+            (from..b.len())
+                .find(|&i| STRING_SPECIAL[b[i] as usize])
+                .unwrap_or(b.len())
+        };
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let alphabet = [
+            b'a', b'"', b'\\', 0x1f, 0x20, 0x00, 0x7f, 0x80, 0xff, b'!', 0x21, 0x5b, 0x5d,
+        ];
+        for len in 0..40 {
+            for _ in 0..200 {
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        alphabet[(rng % alphabet.len() as u64) as usize]
+                    })
+                    .collect();
+                for from in 0..=len {
+                    assert_eq!(
+                        find_string_special(&bytes, from),
+                        naive(&bytes, from),
+                        "{bytes:?} from {from}"
+                    );
+                }
+            }
+        }
+        for b in 0..=255u8 {
+            let mut bytes = vec![b'x'; 17];
+            bytes[11] = b;
+            assert_eq!(
+                find_string_special(&bytes, 0),
+                naive(&bytes, 0),
+                "byte {b:#x}"
+            );
         }
     }
 
