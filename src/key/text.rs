@@ -421,6 +421,67 @@ mod tests {
     }
 
     #[test]
+    fn the_ascii_shape_agrees_with_the_rules_it_stands_for() {
+        let expected = |s: &str| -> Option<AsciiShape> {
+            if !s.is_ascii() || needs_collapse(s) {
+                return None;
+            }
+            let any = |f: fn(u8) -> bool| s.bytes().any(f);
+            let mut bits = 0;
+            for (yes, bit) in [
+                (any(|b| b.is_ascii_uppercase()), AsciiShape::UPPER),
+                (
+                    any(|b| b < 0x20 || b == b'"' || b == b'\\'),
+                    AsciiShape::ESCAPE,
+                ),
+                (any(|b| b == b'@'), AsciiShape::AT),
+                (
+                    any(|b| !(b.is_ascii_digit() || b == b'.' || b == b'-')),
+                    AsciiShape::NOT_NUMERAL,
+                ),
+                (any(|b| b == b' '), AsciiShape::SPACE),
+            ] {
+                if yes {
+                    bits |= bit;
+                }
+            }
+            Some(AsciiShape(bits))
+        };
+        for b in 0..=127u8 {
+            for len in [1, 5, 9] {
+                for at in [0, len / 2, len - 1] {
+                    let mut bytes = vec![b'x'; len];
+                    bytes[at] = b;
+                    let s = std::str::from_utf8(&bytes).unwrap();
+                    assert_eq!(ascii_shape(s), expected(s), "{s:?}");
+                }
+            }
+        }
+        for s in [
+            "",
+            " ",
+            "a  b",
+            "a b",
+            " a",
+            "a ",
+            "USD",
+            "12.5",
+            "-7",
+            "1/2",
+            "a@b.co",
+            "x\ty",
+            "Annual Pro plan renewal",
+            "0123456789-.",
+            "é",
+            "naïve text",
+            "\"q\"",
+            "b\\s",
+        ] {
+            assert_eq!(ascii_shape(s), expected(s), "{s:?}");
+        }
+    }
+
+    #[test]
     fn emails() {
         assert!(is_email("Alice.Smith@Example.COM"));
         for no in ["alice", "a@b", "@x.io", "a b@x.io", "a@@x.io", "a@x.io."] {
