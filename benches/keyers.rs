@@ -1,7 +1,15 @@
-//! µs per key for every strategy on representative tool calls (the article's table, column 4).
+//! µs per key for every strategy, on representative tool calls (the article's table, column 4) and on
+//! every call of the replay corpus (`tests/corpus/*.jsonl`, both sides of every pair, read at start).
 //! `cargo bench --bench keyers`; compare `typed` with `raw` inside one run (budget: typed ≤ 3× raw).
+//! The summary printed at the end (`cargo bench` only) interleaves the strategies round by round so
+//! that the ratios come from one stretch of a noisy machine.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
+use serde_json::Value;
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 
 const CALLS: [(&str, &str); 4] = [
@@ -89,5 +97,140 @@ fn keyers(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, keyers);
+/// One corpus call: tool, arguments, run id and step.
+struct CorpusCall {
+    tool: String,
+    args: String,
+    run_id: String,
+    step: String,
+}
+
+/// Both sides of every pair in `tests/corpus/*.jsonl`, and the tool schemas in
+/// `tests/corpus/schemas/`.
+fn corpus() -> (Vec<CorpusCall>, BTreeMap<String, Schema>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let mut calls = Vec::new();
+    for section in ["retries", "distinct", "adversarial"] {
+        let text = std::fs::read_to_string(dir.join(format!("{section}.jsonl"))).unwrap();
+        for line in text.lines() {
+            let pair: Value = serde_json::from_str(line).unwrap();
+            for side in ["a", "b"] {
+                let side = &pair[side];
+                calls.push(CorpusCall {
+                    tool: pair["tool"].as_str().unwrap().to_string(),
+                    args: side["args"].as_str().unwrap().to_string(),
+                    run_id: side["run_id"].as_str().unwrap().to_string(),
+                    step: side["step"].to_string(),
+                });
+            }
+        }
+    }
+    let mut schemas = BTreeMap::new();
+    for entry in std::fs::read_dir(dir.join("schemas")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let definition: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let tool = path.file_stem().unwrap().to_str().unwrap().to_string();
+            schemas.insert(tool, Schema::from_tool_definition(&definition).unwrap().1);
+        }
+    }
+    (calls, schemas)
+}
+
+fn calls_of<'a>(
+    corpus: &'a [CorpusCall],
+    schemas: Option<&'a BTreeMap<String, Schema>>,
+) -> Vec<Call<'a>> {
+    corpus
+        .iter()
+        .map(|c| Call {
+            tool: &c.tool,
+            args: &c.args,
+            namespace: Some("AGENT/payments"),
+            run_id: Some(&c.run_id),
+            step: Some(&c.step),
+            schema: schemas.and_then(|s| s.get(&c.tool)),
+        })
+        .collect()
+}
+
+/// Keys every call once; errors (keyer C's overflow on purpose) count like keys.
+fn key_all(keyer: &Keyer, strategy: Strategy, calls: &[Call<'_>]) {
+    for call in calls {
+        let _ = black_box(keyer.key(strategy, black_box(call)));
+    }
+}
+
+fn corpus_keyers(c: &mut Criterion) {
+    let keyer = Keyer::new();
+    let (corpus, schemas) = corpus();
+    let plain = calls_of(&corpus, None);
+    let typed = calls_of(&corpus, Some(&schemas));
+    let mut group = c.benchmark_group("key_per_corpus_call");
+    group.throughput(Throughput::Elements(plain.len() as u64));
+    for strategy in Strategy::ALL {
+        group.bench_with_input(
+            BenchmarkId::from_parameter(strategy.name()),
+            &strategy,
+            |b, &strategy| b.iter(|| key_all(&keyer, strategy, &plain)),
+        );
+    }
+    group.bench_function("typed_with_schemas", |b| {
+        b.iter(|| key_all(&keyer, Strategy::Typed, &typed))
+    });
+    group.finish();
+}
+
+/// µs/key per strategy on the corpus and the ratio to `raw`: the median over rounds, each round
+/// timing every strategy in turn.
+fn corpus_summary(_: &mut Criterion) {
+    if !std::env::args().any(|a| a == "--bench") {
+        return; // `cargo test --benches` runs each benchmark once; skip the long summary
+    }
+    let keyer = Keyer::new();
+    let (corpus, schemas) = corpus();
+    let plain = calls_of(&corpus, None);
+    let typed = calls_of(&corpus, Some(&schemas));
+    let bytes: usize = corpus.iter().map(|c| c.args.len()).sum();
+    let mut rows: Vec<(String, Strategy, &[Call<'_>], Vec<f64>)> = Strategy::ALL
+        .into_iter()
+        .map(|s| (s.name().to_string(), s, plain.as_slice(), Vec::new()))
+        .collect();
+    rows.push((
+        "typed, with schemas".into(),
+        Strategy::Typed,
+        typed.as_slice(),
+        Vec::new(),
+    ));
+    let repeats = 20;
+    for _ in 0..31 {
+        for (_, strategy, calls, samples) in rows.iter_mut() {
+            let start = Instant::now();
+            for _ in 0..repeats {
+                key_all(&keyer, *strategy, calls);
+            }
+            samples.push(start.elapsed().as_secs_f64() * 1e6 / (repeats * calls.len()) as f64);
+        }
+    }
+    let median = |samples: &mut Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let medians: Vec<(String, f64)> = rows
+        .iter_mut()
+        .map(|(name, _, _, samples)| (name.clone(), median(samples)))
+        .collect();
+    let raw = medians[0].1;
+    eprintln!(
+        "\ncorpus: {} calls, {:.0} argument bytes on average; median of 31 interleaved rounds",
+        plain.len(),
+        bytes as f64 / plain.len() as f64
+    );
+    for (name, us) in &medians {
+        eprintln!("  {name:<20} {us:>7.3} µs/key  {:>5.2}× raw", us / raw);
+    }
+}
+
+criterion_group!(benches, keyers, corpus_keyers, corpus_summary);
 criterion_main!(benches);
