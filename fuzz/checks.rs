@@ -10,7 +10,7 @@ use toolcall_dedup::config::{Config, Scope};
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::handler::{Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
-use toolcall_dedup::store::{MemoryStore, Store};
+use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 /// Every strategy: no panic; the same input always gives the same answer (twice, and from a
