@@ -9,10 +9,13 @@
 //! It streams: state is kept per run, and a run that has not been seen for `window` lines is closed and
 //! forgotten, so memory grows with the runs in flight, not with the file.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::key::{Call, Key, Keyer, Rules, Schema, Strategy};
 
@@ -47,9 +50,47 @@ fn strategy_index(strategy: Strategy) -> usize {
         .unwrap_or(0)
 }
 
-fn text(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::String(s) => Some(s.clone()),
+/// The fields of a log line that the audit reads; everything else is ignored. Strings borrow from the
+/// line where they can, so a million lines parse without a million trees.
+#[derive(Deserialize)]
+struct RawLine<'a> {
+    dedup_call: Option<u8>,
+    #[serde(borrow)]
+    tool: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    run_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    step: Option<&'a RawValue>,
+    #[serde(borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    keys: Option<RawKeys<'a>>,
+    #[serde(borrow, default)]
+    rules: Vec<Cow<'a, str>>,
+    #[serde(borrow)]
+    args: Option<Cow<'a, str>>,
+    schema: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawKeys<'a> {
+    #[serde(borrow)]
+    raw: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    canonical: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    normalized: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    scoped: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    typed: Option<Cow<'a, str>>,
+}
+
+/// A step given as a number or a string; `null` counts as absent.
+fn step_text(raw: Option<&RawValue>) -> Option<String> {
+    let text = raw?.get();
+    match serde_json::from_str::<Value>(text).ok()? {
+        Value::String(s) => Some(s),
         Value::Number(n) => Some(n.to_string()),
         _ => None,
     }
@@ -61,42 +102,37 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
     let Some(start) = line.find('{') else {
         return Line::Other;
     };
-    let Ok(value) = serde_json::from_str::<Value>(&line[start..]) else {
+    let Ok(raw) = serde_json::from_str::<RawLine<'_>>(&line[start..]) else {
         return Line::Other;
     };
-    let (Some(tool), Some(run_id), Some(step)) = (
-        text(value.get("tool")),
-        text(value.get("run_id")),
-        text(value.get("step")),
-    ) else {
-        let is_call = value.get("dedup_call").is_some()
-            || (value.get("tool").is_some() && value.get("args").is_some());
-        return if is_call { Line::Unscoped } else { Line::Other };
+    let is_call = raw.dedup_call.is_some() || (raw.tool.is_some() && raw.args.is_some());
+    if !is_call {
+        return Line::Other;
+    }
+    let (Some(tool), Some(run_id), Some(step)) = (raw.tool, raw.run_id, step_text(raw.step)) else {
+        return Line::Unscoped;
     };
-    let namespace = text(value.get("namespace"));
-    let args = text(value.get("args"));
+    let namespace = raw.namespace.map(Cow::into_owned);
     let mut keys = [None; 5];
     let mut rules = Rules::default();
-    if value.get("dedup_call").is_some() {
-        for strategy in Strategy::ALL {
-            keys[strategy_index(strategy)] = value
-                .pointer(&format!("/keys/{}", strategy.name()))
-                .and_then(Value::as_str)
-                .and_then(|k| k.parse().ok());
-        }
-        for name in value
-            .get("rules")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(rule) = name.as_str().and_then(Rules::from_name) {
+    if let Some(logged) = raw.keys {
+        let parse = |k: Option<Cow<'_, str>>| k.and_then(|k| k.parse::<Key>().ok());
+        keys = [
+            parse(logged.raw),
+            parse(logged.canonical),
+            parse(logged.normalized),
+            parse(logged.scoped),
+            parse(logged.typed),
+        ];
+        for name in &raw.rules {
+            if let Some(rule) = Rules::from_name(name) {
                 rules.insert(rule);
             }
         }
-    } else if let Some(args) = &args {
-        let schema = value
-            .get("schema")
+    } else if let Some(args) = &raw.args {
+        let schema = raw
+            .schema
+            .as_ref()
             .and_then(|s| Schema::from_tool_definition(s).ok())
             .map(|(_, s)| s);
         let call = Call {
@@ -119,12 +155,12 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
     }
     Line::Call(Box::new(LoggedCall {
         namespace,
-        run_id,
+        run_id: run_id.into_owned(),
         step,
-        tool,
+        tool: tool.into_owned(),
         keys,
         rules,
-        args,
+        args: raw.args.map(Cow::into_owned),
     }))
 }
 
@@ -166,13 +202,32 @@ impl AuditReport {
     }
 }
 
+/// What a run remembers of a call: its keys and rules, and the call itself only when pairs are kept.
+struct Seen {
+    step: String,
+    keys: [Option<Key>; 5],
+    rules: Rules,
+    call: Option<Box<LoggedCall>>,
+}
+
+impl Seen {
+    fn new(call: &LoggedCall, keep: bool) -> Self {
+        Seen {
+            step: call.step.clone(),
+            keys: call.keys,
+            rules: call.rules,
+            call: keep.then(|| Box::new(call.clone())),
+        }
+    }
+}
+
 #[derive(Default)]
 struct RunState {
     last_line: u64,
     /// First call per (step, tool).
-    first_at_step: HashMap<(String, String), LoggedCall>,
+    first_at_step: HashMap<(String, String), Seen>,
     /// First call per (tool, strict fingerprint), for deliberate repeats.
-    first_by_args: HashMap<(String, Key), LoggedCall>,
+    first_by_args: HashMap<(String, Key), Seen>,
 }
 
 /// Streams log lines and pairs calls. `keep_pairs` keeps the pairs themselves (for `--export-corpus`).
@@ -205,7 +260,8 @@ impl<'k> Auditor<'k> {
     pub fn line(&mut self, line: &str) {
         self.report.lines += 1;
         let n = self.report.lines;
-        if n % self.window == 0 {
+        // Sweep eight times per window, so closed runs linger at most an eighth of a window.
+        if n % (self.window / 8).max(1) == 0 {
             let horizon = n.saturating_sub(self.window);
             self.runs.retain(|_, run| run.last_line >= horizon);
         }
@@ -218,60 +274,60 @@ impl<'k> Auditor<'k> {
 
     fn call(&mut self, call: LoggedCall) {
         self.report.calls += 1;
+        let keep = self.keep_pairs;
         let run = self
             .runs
             .entry((call.namespace.clone(), call.run_id.clone()))
             .or_default();
         run.last_line = self.report.lines;
-        let strict = call.keys[strategy_index(Strategy::Canonical)];
         let report = &mut self.report;
+        let same = |a: &[Option<Key>; 5], i: usize| a[i].is_some() && a[i] == call.keys[i];
         let step_key = (call.step.clone(), call.tool.clone());
         if let Some(first) = run.first_at_step.get(&step_key) {
             report.retries_total += 1;
             for (i, counts) in report.by_strategy.iter_mut().enumerate() {
-                if first.keys[i].is_some() && first.keys[i] == call.keys[i] {
+                if same(&first.keys, i) {
                     counts.retries_caught += 1;
                 }
             }
-            let typed = strategy_index(Strategy::Typed);
-            if first.keys[typed].is_some() && first.keys[typed] == call.keys[typed] {
+            if same(&first.keys, strategy_index(Strategy::Typed)) {
                 for name in first.rules.union(call.rules).names() {
                     *report.typed_rules.entry(name).or_default() += 1;
                 }
             }
-            if self.keep_pairs {
+            if let Some(first) = &first.call {
                 report.retries.push(FoundPair {
-                    first: first.clone(),
+                    first: (**first).clone(),
                     later: call,
                 });
             }
-        } else {
-            // A repeat is judged once per step: the first call at a later step with the same arguments.
-            if let Some(strict) = strict {
-                let args_key = (call.tool.clone(), strict);
-                match run.first_by_args.get(&args_key) {
-                    Some(first) if first.step != call.step => {
-                        report.repeats_total += 1;
-                        for (i, counts) in report.by_strategy.iter_mut().enumerate() {
-                            if first.keys[i].is_some() && first.keys[i] == call.keys[i] {
-                                counts.repeats_merged += 1;
-                            }
-                        }
-                        if self.keep_pairs {
-                            report.repeats.push(FoundPair {
-                                first: first.clone(),
-                                later: call.clone(),
-                            });
+            return;
+        }
+        // A repeat is judged once per step: the first call at a later step with the same arguments.
+        if let Some(strict) = call.keys[strategy_index(Strategy::Canonical)] {
+            let args_key = (call.tool.clone(), strict);
+            match run.first_by_args.get(&args_key) {
+                Some(first) if first.step != call.step => {
+                    report.repeats_total += 1;
+                    for (i, counts) in report.by_strategy.iter_mut().enumerate() {
+                        if same(&first.keys, i) {
+                            counts.repeats_merged += 1;
                         }
                     }
-                    Some(_) => {}
-                    None => {
-                        run.first_by_args.insert(args_key, call.clone());
+                    if let Some(first) = &first.call {
+                        report.repeats.push(FoundPair {
+                            first: (**first).clone(),
+                            later: call.clone(),
+                        });
                     }
                 }
+                Some(_) => {}
+                None => {
+                    run.first_by_args.insert(args_key, Seen::new(&call, keep));
+                }
             }
-            run.first_at_step.insert(step_key, call);
         }
+        run.first_at_step.insert(step_key, Seen::new(&call, keep));
         self.report.peak_open_runs = self.report.peak_open_runs.max(self.runs.len());
     }
 

@@ -11,6 +11,7 @@
 //! - [`cost`]: the token-waste versus store-cost model.
 //! - [`cli`]: the `dedup` command line.
 pub mod audit;
+pub mod aws;
 pub mod bedrock;
 pub mod cli;
 pub mod config;

@@ -6,10 +6,9 @@
 
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_sdk_lambda::Client;
 use aws_sdk_lambda::config::retry::RetryConfig;
-use aws_sdk_lambda::config::{Credentials, Region};
+
 use aws_sdk_lambda::error::SdkError;
 use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
@@ -49,30 +48,9 @@ impl LambdaDispatcher {
 }
 
 /// A Lambda client from the default AWS configuration, optionally pointed at a local endpoint
-/// (`cargo lambda watch`). With an endpoint, and only then, a missing region defaults to
-/// `us-east-1` and missing credentials to dummy ones, which local emulators accept.
+/// (see [`crate::aws::sdk_config`]).
 pub async fn build_client(endpoint_url: Option<&str>) -> Client {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(url) = endpoint_url {
-        loader = loader.endpoint_url(url);
-        if std::env::var_os("AWS_REGION").is_none()
-            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-        {
-            loader = loader.region(Region::from_static("us-east-1"));
-        }
-        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-            && std::env::var_os("AWS_PROFILE").is_none()
-        {
-            loader = loader.credentials_provider(Credentials::new(
-                "local",
-                "local",
-                None,
-                None,
-                "dedup-local",
-            ));
-        }
-    }
-    Client::new(&loader.load().await)
+    Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }
 
 impl Dispatcher for LambdaDispatcher {

@@ -33,11 +33,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{ConfigBag, Credentials, Intercept, Region, RuntimeComponents};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -199,32 +198,10 @@ impl RetryPolicy {
     }
 }
 
-/// Builds a DynamoDB client from the default AWS configuration, optionally pointed at a local
-/// endpoint. With an endpoint, and only then, a missing region defaults to `us-east-1` and
-/// missing credentials (no `AWS_ACCESS_KEY_ID`, no `AWS_PROFILE`) default to dummy static ones,
-/// which local servers accept.
+/// A DynamoDB client from the default AWS configuration, optionally pointed at a local endpoint
+/// (see [`crate::aws::sdk_config`]).
 pub async fn build_client(endpoint_url: Option<&str>) -> Client {
-    let mut loader = aws_config::defaults(BehaviorVersion::latest());
-    if let Some(url) = endpoint_url {
-        loader = loader.endpoint_url(url);
-        if std::env::var_os("AWS_REGION").is_none()
-            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
-        {
-            loader = loader.region(Region::from_static("us-east-1"));
-        }
-        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
-            && std::env::var_os("AWS_PROFILE").is_none()
-        {
-            loader = loader.credentials_provider(Credentials::new(
-                "local",
-                "local",
-                None,
-                None,
-                "dedup-local",
-            ));
-        }
-    }
-    Client::new(&loader.load().await)
+    Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }
 
 /// Counts every request attempt by operation name.
