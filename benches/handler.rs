@@ -5,6 +5,9 @@
 //! on one thread with nothing to wait for, so wall time is CPU time. The summary printed at the end
 //! (`cargo bench` only) lines the stages up in one run and says what the budget compares.
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -120,8 +123,7 @@ fn median_us(rounds: usize, n: usize, mut f: impl FnMut(usize) -> Duration) -> f
     let mut samples: Vec<f64> = (0..rounds)
         .map(|_| f(n).as_secs_f64() * 1e6 / n as f64)
         .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    cpu::median(&mut samples)
 }
 
 fn stages(c: &mut Criterion) {
@@ -224,6 +226,7 @@ fn stages(c: &mut Criterion) {
 /// Invocations of `handle` on `events` (fresh handler, not timed), timed together.
 fn time_handle(
     rt: &tokio::runtime::Runtime,
+    now: &dyn Fn() -> Duration,
     telemetry: &Telemetry,
     events: &[Value],
     repeat: bool,
@@ -234,16 +237,18 @@ fn time_handle(
         if repeat {
             h.handle(&events[0], &invocation).await;
         }
-        let start = Instant::now();
+        let start = now();
         for event in events {
             black_box(h.handle(black_box(event), &invocation).await);
         }
-        start.elapsed()
+        now().saturating_sub(start)
     })
 }
 
 fn whole(c: &mut Criterion) {
     let rt = runtime();
+    let wall = Instant::now();
+    let now = move || wall.elapsed();
     const CHUNK: u64 = 2048;
     let mut group = c.benchmark_group("handler_invocation");
     for (name, telemetry) in [
@@ -263,7 +268,7 @@ fn whole(c: &mut Criterion) {
                     while done < iters {
                         let n = (iters - done).min(CHUNK);
                         let events: Vec<Value> = (done..done + n).map(event_at_step).collect();
-                        total += time_handle(&rt, telemetry, &events, false);
+                        total += time_handle(&rt, &now, telemetry, &events, false);
                         done += n;
                     }
                     total
@@ -276,7 +281,7 @@ fn whole(c: &mut Criterion) {
             |b, telemetry| {
                 b.iter_custom(|iters| {
                     let events = vec![event_at_step(0); iters as usize];
-                    time_handle(&rt, telemetry, &events, true)
+                    time_handle(&rt, &now, telemetry, &events, true)
                 })
             },
         );
@@ -290,6 +295,8 @@ fn summary(_: &mut Criterion) {
         return; // `cargo test --benches` runs each benchmark once; skip the long summary
     }
     let rt = runtime();
+    let clock = cpu::Clock::new();
+    let cpu_now = || clock.now();
     let bytes = EVENT.as_bytes();
     let keyer = Keyer::new();
     let parsed = parse(bytes);
@@ -307,13 +314,13 @@ fn summary(_: &mut Criterion) {
     let quiet = Telemetry::quiet();
     let emf = Telemetry::quiet().with_emf(Some("ToolcallDedup".into()));
     let timed = |n: usize, mut f: Box<dyn FnMut() + '_>| {
-        let start = Instant::now();
-        for _ in 0..n {
-            f();
-        }
-        start.elapsed()
+        clock.time(|| {
+            for _ in 0..n {
+                f();
+            }
+        })
     };
-    let (rounds, n) = (15, 2000);
+    let (rounds, n) = (21, 500);
     let mut rows: Vec<(&str, f64)> = Vec::new();
     rows.push((
         "parse (bytes → Value → envelope → params → schema)",
@@ -355,7 +362,7 @@ fn summary(_: &mut Criterion) {
             let keys: Vec<String> = (0..n).map(|i| format!("{k}-{i}")).collect();
             let now = store.now_ms();
             rt.block_on(async {
-                let start = Instant::now();
+                let start = cpu_now();
                 for key in &keys {
                     let ClaimOutcome::Claimed { token } =
                         store.claim(claim_request(key, &fp, now)).await.unwrap()
@@ -364,7 +371,7 @@ fn summary(_: &mut Criterion) {
                     };
                     store.complete(key, &token, &reply).await.unwrap();
                 }
-                start.elapsed()
+                cpu_now().saturating_sub(start)
             })
         }),
     ));
@@ -380,11 +387,11 @@ fn summary(_: &mut Criterion) {
                     unreachable!()
                 };
                 store.complete(&k, &token, &reply).await.unwrap();
-                let start = Instant::now();
+                let start = cpu_now();
                 for _ in 0..n {
                     black_box(store.claim(claim_request(&k, &fp, now)).await.unwrap());
                 }
-                start.elapsed()
+                cpu_now().saturating_sub(start)
             })
         }),
     ));
@@ -436,13 +443,13 @@ fn summary(_: &mut Criterion) {
     let first = |t: &Telemetry| {
         median_us(rounds, n, |n| {
             let events: Vec<Value> = (0..n as u64).map(event_at_step).collect();
-            time_handle(&rt, t, &events, false)
+            time_handle(&rt, &cpu_now, t, &events, false)
         })
     };
     let repeat = |t: &Telemetry| {
         median_us(rounds, n, |n| {
             let events = vec![event_at_step(0); n];
-            time_handle(&rt, t, &events, true)
+            time_handle(&rt, &cpu_now, t, &events, true)
         })
     };
     let (first_quiet, repeat_quiet) = (first(&quiet), repeat(&quiet));
@@ -454,7 +461,10 @@ fn summary(_: &mut Criterion) {
 
     let get = |name: &str| rows.iter().find(|r| r.0.starts_with(name)).unwrap().1;
     let (key_us, tool_us) = (get("key "), get("demo tool"));
-    eprintln!("\nhandler CPU per invocation (median of {rounds} rounds × {n}), µs:");
+    eprintln!(
+        "\nhandler CPU per invocation, µs (median of {rounds} rounds of {n}, {}):",
+        clock.name()
+    );
     for (name, us) in &rows {
         eprintln!("  {name:<60} {us:>8.2}");
     }

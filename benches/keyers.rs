@@ -4,9 +4,11 @@
 //! The summary printed at the end (`cargo bench` only) interleaves the strategies round by round so
 //! that the ratios come from one stretch of a noisy machine.
 
+#[path = "support/cpu.rs"]
+mod cpu;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Instant;
 
 use criterion::{BenchmarkId, Criterion, Throughput, black_box, criterion_group, criterion_main};
 use serde_json::Value;
@@ -182,53 +184,91 @@ fn corpus_keyers(c: &mut Criterion) {
     group.finish();
 }
 
-/// µs/key per strategy on the corpus and the ratio to `raw`: the median over rounds, each round
-/// timing every strategy in turn.
+/// µs/key per strategy and the ratio to `raw`, on the corpus and on the representative calls: the
+/// median over interleaved rounds of ~1 ms batches, timed in this thread's CPU time.
 fn corpus_summary(_: &mut Criterion) {
     if !std::env::args().any(|a| a == "--bench") {
         return; // `cargo test --benches` runs each benchmark once; skip the long summary
     }
     let keyer = Keyer::new();
+    let clock = cpu::Clock::new();
     let (corpus, schemas) = corpus();
     let plain = calls_of(&corpus, None);
     let typed = calls_of(&corpus, Some(&schemas));
     let bytes: usize = corpus.iter().map(|c| c.args.len()).sum();
-    let mut rows: Vec<(String, Strategy, &[Call<'_>], Vec<f64>)> = Strategy::ALL
+    let representative_schemas: Vec<Schema> = CALLS.iter().map(|(t, _)| schema_for(t)).collect();
+    let representative = |with_schema: bool| -> Vec<Call<'_>> {
+        CALLS
+            .iter()
+            .zip(&representative_schemas)
+            .map(|((tool, args), schema)| Call {
+                tool,
+                args,
+                run_id: Some("run-1"),
+                step: Some("3"),
+                schema: with_schema.then_some(schema),
+                ..Call::default()
+            })
+            .collect()
+    };
+    let (rep_plain, rep_typed) = (representative(false), representative(true));
+    let mut rows: Vec<(String, Strategy, &[Call<'_>])> = Strategy::ALL
         .into_iter()
-        .map(|s| (s.name().to_string(), s, plain.as_slice(), Vec::new()))
+        .map(|s| (format!("corpus {}", s.name()), s, plain.as_slice()))
         .collect();
     rows.push((
-        "typed, with schemas".into(),
+        "corpus typed, schemas".into(),
         Strategy::Typed,
         typed.as_slice(),
-        Vec::new(),
     ));
-    let repeats = 20;
-    for _ in 0..31 {
-        for (_, strategy, calls, samples) in rows.iter_mut() {
-            let start = Instant::now();
-            for _ in 0..repeats {
-                key_all(&keyer, *strategy, calls);
-            }
-            samples.push(start.elapsed().as_secs_f64() * 1e6 / (repeats * calls.len()) as f64);
+    for s in Strategy::ALL {
+        rows.push((format!("4 calls {}", s.name()), s, rep_plain.as_slice()));
+    }
+    rows.push((
+        "4 calls typed, schemas".into(),
+        Strategy::Typed,
+        rep_typed.as_slice(),
+    ));
+    // Repeats per batch so that each batch takes about a millisecond.
+    let repeats: Vec<usize> = rows
+        .iter()
+        .map(|(_, strategy, calls)| {
+            let once = clock.time(|| key_all(&keyer, *strategy, calls));
+            ((1e-3 / once.as_secs_f64().max(1e-9)).round() as usize).max(1)
+        })
+        .collect();
+    let rounds = 101;
+    let mut samples = vec![Vec::with_capacity(rounds); rows.len()];
+    for _ in 0..rounds {
+        for (i, (_, strategy, calls)) in rows.iter().enumerate() {
+            let took = clock.time(|| {
+                for _ in 0..repeats[i] {
+                    key_all(&keyer, *strategy, calls);
+                }
+            });
+            samples[i].push(took.as_secs_f64() * 1e6 / (repeats[i] * calls.len()) as f64);
         }
     }
-    let median = |samples: &mut Vec<f64>| {
-        samples.sort_by(f64::total_cmp);
-        samples[samples.len() / 2]
-    };
-    let medians: Vec<(String, f64)> = rows
-        .iter_mut()
-        .map(|(name, _, _, samples)| (name.clone(), median(samples)))
-        .collect();
-    let raw = medians[0].1;
+    let medians: Vec<f64> = samples.iter_mut().map(|s| cpu::median(s)).collect();
     eprintln!(
-        "\ncorpus: {} calls, {:.0} argument bytes on average; median of 31 interleaved rounds",
+        "\nµs/key, median of {rounds} interleaved rounds of ~1 ms batches, {}; corpus: {} calls, \
+         {:.0} argument bytes on average; 4 calls: {} bytes on average",
+        clock.name(),
         plain.len(),
-        bytes as f64 / plain.len() as f64
+        bytes as f64 / plain.len() as f64,
+        CALLS.iter().map(|(_, a)| a.len()).sum::<usize>() / CALLS.len(),
     );
-    for (name, us) in &medians {
-        eprintln!("  {name:<20} {us:>7.3} µs/key  {:>5.2}× raw", us / raw);
+    for (i, (name, _, _)) in rows.iter().enumerate() {
+        let raw = if name.starts_with("corpus") {
+            medians[0]
+        } else {
+            medians[Strategy::ALL.len() + 1]
+        };
+        eprintln!(
+            "  {name:<24} {:>8.3} µs/key  {:>6.2}× raw",
+            medians[i],
+            medians[i] / raw
+        );
     }
 }
 
