@@ -357,16 +357,19 @@ impl Keyer {
             };
             return Ok(done(key, canonical, normalizer.rules));
         }
+        if strategy == Strategy::Canonical {
+            let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+            let text = article::canonical_text(&tape);
+            return Ok(done(
+                article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
+                text,
+                Rules::default(),
+            ));
+        }
         let root = json::parse(call.args, self.limits.max_depth)?;
         match strategy {
-            Strategy::Raw | Strategy::Typed => unreachable!("handled above"),
-            Strategy::Canonical => {
-                let text = article::canonical_text(root);
-                Ok(done(
-                    article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
-                    text,
-                    Rules::default(),
-                ))
+            Strategy::Raw | Strategy::Typed | Strategy::Canonical => {
+                unreachable!("handled above")
             }
             Strategy::Normalized | Strategy::Scoped => {
                 let text = article::normalized_text(root)?;
