@@ -39,6 +39,11 @@ impl Style {
             Style::Compact => "compact",
         }
     }
+
+    /// The style [`Style::name`] names.
+    pub fn from_name(name: &str) -> Option<Style> {
+        Self::ROTATION.into_iter().find(|s| s.name() == name)
+    }
 }
 
 impl J {
