@@ -342,6 +342,9 @@ fn check_value(name: &str, declared: DeclaredType, value: &str) -> Result<(), St
         {
             Ok(())
         }
+        DeclaredType::Array if nesting_depth(trimmed) > MAX_ARRAY_DEPTH => Err(format!(
+            "parameter {name:?} nests deeper than {MAX_ARRAY_DEPTH} levels"
+        )),
         DeclaredType::Array if is_array_text(trimmed) => Ok(()),
         DeclaredType::Number => Err(format!(
             "parameter {name:?} must be a number, got {}",
@@ -386,6 +389,37 @@ fn is_numeral(s: &str, integer: bool) -> bool {
 /// A JSON array, or the bracketed `toString()` form Bedrock sends for arrays of objects
 /// (`[{sku=A, qty=1}]`, powertools-lambda-typescript #3710) as long as its brackets balance.
 /// The latter is kept as an opaque string; the key core compares it byte for byte.
+/// The deepest an `array` parameter's JSON may nest: the key core's default depth limit, so that
+/// every array the event accepts is one the keyer can read as JSON (deeper text would be keyed as
+/// an opaque string, and the tool would be handed it).
+const MAX_ARRAY_DEPTH: usize = 64;
+
+/// The deepest nesting of `[` and `{` outside string literals.
+fn nesting_depth(s: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in s.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn is_array_text(s: &str) -> bool {
     if serde_json::from_str::<Value>(s).is_ok_and(|v| v.is_array()) {
         return true;
@@ -499,6 +533,20 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn array_text_nests_no_deeper_than_the_keyer_reads() {
+        let nested = |n: usize| "[".repeat(n) + &"]".repeat(n);
+        let array = DeclaredType::Array;
+        assert!(check_value("p", array, &nested(64)).is_ok());
+        let err = check_value("p", array, &nested(65)).unwrap_err();
+        assert_eq!(err, "parameter \"p\" nests deeper than 64 levels");
+        assert!(check_value("p", array, &nested(10_000)).is_err());
+        // Brackets inside strings are text.
+        let in_string = format!("[\"{}\", \"\\\"[\"]", "[".repeat(100));
+        assert!(check_value("p", array, &in_string).is_ok(), "{in_string}");
+        assert_eq!(nesting_depth(r#"[{"a": [1]}, "]]]["]"#), 3);
     }
 
     #[test]

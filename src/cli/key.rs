@@ -99,8 +99,20 @@ pub fn key_lines(
     mut output: impl Write,
 ) -> std::io::Result<bool> {
     let mut all_ok = true;
-    for line in input.lines() {
-        let reply = match key_line(keyer, strategy, explain, &line?) {
+    // Lines are split as bytes so that one line that is not UTF-8 gets its own error line
+    // instead of ending the stream (`BufRead::lines` would fail on it).
+    for line in input.split(b'\n') {
+        let line = line?;
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        let keyed = std::str::from_utf8(line)
+            .map_err(|e| {
+                format!(
+                    "invalid input line: not UTF-8 (invalid byte at offset {})",
+                    e.valid_up_to()
+                )
+            })
+            .and_then(|line| key_line(keyer, strategy, explain, line));
+        let reply = match keyed {
             Ok(reply) => reply,
             Err(message) => {
                 all_ok = false;

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use unicode_normalization::UnicodeNormalization;
 
-use super::json::Node;
+use super::json::{Node, Tape, Token};
 use super::text::is_python_space;
 use super::{Key, KeyError};
 
@@ -188,6 +188,14 @@ fn dumps(value: &Py, out: &mut String) {
 
 fn dumps_str(s: &str, out: &mut String) {
     out.push('"');
+    if s.bytes()
+        .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
+    {
+        // Printable ASCII without a quote or backslash: written as it is.
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -297,11 +305,67 @@ pub(crate) fn key_raw(tool: &str, raw: &str) -> Key {
     h(&[tool.as_bytes(), b"|", raw.as_bytes()])
 }
 
-/// B's canonical text.
-pub(crate) fn canonical_text(root: Node<'_>) -> String {
+/// B's canonical text, written straight from the token tape: what `dumps(Py::from_node(..))`
+/// writes (keys sorted, duplicates resolved to the last, ints by `int_text`, other numbers by
+/// `float_repr`), without building the intermediate values.
+pub(crate) fn canonical_text(tape: &Tape<'_>) -> String {
     let mut out = String::new();
-    dumps(&Py::from_node(root), &mut out);
+    dumps_tape(tape, 0, &mut out);
     out
+}
+
+fn dumps_tape(tape: &Tape<'_>, at: usize, out: &mut String) {
+    match tape.token(at) {
+        Token::Null => out.push_str("null"),
+        Token::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        number @ Token::Number { .. } => {
+            let text = tape.number(number);
+            if text.contains(['.', 'e', 'E']) {
+                out.push_str(&float_repr(text.parse().unwrap_or(f64::NAN)));
+            } else {
+                out.push_str(&int_text(text));
+            }
+        }
+        string @ Token::String { .. } => dumps_str(tape.str(string), out),
+        Token::Array { len, .. } => {
+            out.push('[');
+            let mut item = at + 1;
+            for i in 0..len {
+                if i > 0 {
+                    out.push(',');
+                }
+                dumps_tape(tape, item, out);
+                item = tape.skip(item);
+            }
+            out.push(']');
+        }
+        Token::Object { len, .. } => {
+            // (name, index of the value token), in source order; a stable sort keeps equal names
+            // in source order, and the last of each run wins, as in a Python dict.
+            let mut members: Vec<(&str, usize)> = Vec::with_capacity(len);
+            let mut name = at + 1;
+            for _ in 0..len {
+                members.push((tape.str(tape.token(name)), name + 1));
+                name = tape.skip(name + 1);
+            }
+            members.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            let mut first = true;
+            for (i, &(name, value)) in members.iter().enumerate() {
+                if members.get(i + 1).is_some_and(|next| next.0 == name) {
+                    continue;
+                }
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                dumps_str(name, out);
+                out.push(':');
+                dumps_tape(tape, value, out);
+            }
+            out.push('}');
+        }
+    }
 }
 
 /// C's canonical text (top level must be an object, as `json.loads(raw).items()` demands).

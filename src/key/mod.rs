@@ -336,16 +336,40 @@ impl Keyer {
                 Rules::default(),
             ));
         }
+        if strategy == Strategy::Typed {
+            let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+            if !matches!(tape.token(0), json::Token::Object { .. }) {
+                return Err(KeyError::NotAnObject);
+            }
+            let policy = self.policies.get(call.tool);
+            let schema = call
+                .schema
+                .or_else(|| policy.and_then(|p| p.schema.as_ref()));
+            let mut normalizer =
+                typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
+            let mut out = Vec::with_capacity(call.args.len() + 16);
+            normalizer.value(&tape, 0, schema, policy.map(|p| &p.root), &mut out)?;
+            let key = typed_hash(call, &out);
+            let canonical = if explain {
+                String::from_utf8(out).unwrap_or_default()
+            } else {
+                String::new()
+            };
+            return Ok(done(key, canonical, normalizer.rules));
+        }
+        if strategy == Strategy::Canonical {
+            let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+            let text = article::canonical_text(&tape);
+            return Ok(done(
+                article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
+                text,
+                Rules::default(),
+            ));
+        }
         let root = json::parse(call.args, self.limits.max_depth)?;
         match strategy {
-            Strategy::Raw => unreachable!("handled above"),
-            Strategy::Canonical => {
-                let text = article::canonical_text(root);
-                Ok(done(
-                    article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
-                    text,
-                    Rules::default(),
-                ))
+            Strategy::Raw | Strategy::Typed | Strategy::Canonical => {
+                unreachable!("handled above")
             }
             Strategy::Normalized | Strategy::Scoped => {
                 let text = article::normalized_text(root)?;
@@ -356,27 +380,6 @@ impl Keyer {
                     inner
                 };
                 Ok(done(key, text, Rules::default()))
-            }
-            Strategy::Typed => {
-                let mut root = root;
-                if !matches!(root, json::Node::Object(_)) {
-                    return Err(KeyError::NotAnObject);
-                }
-                let policy = self.policies.get(call.tool);
-                let schema = call
-                    .schema
-                    .or_else(|| policy.and_then(|p| p.schema.as_ref()));
-                let mut normalizer =
-                    typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
-                let mut out = Vec::with_capacity(call.args.len() + 16);
-                normalizer.value(&mut root, schema, policy.map(|p| &p.root), &mut out)?;
-                let key = typed_hash(call, &out);
-                let canonical = if explain {
-                    String::from_utf8(out).unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                Ok(done(key, canonical, normalizer.rules))
             }
         }
     }

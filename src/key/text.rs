@@ -5,6 +5,8 @@ use std::borrow::Cow;
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
+use super::json::find_string_special;
+
 /// NFC-normalizes, trims and collapses every run of Unicode whitespace into one ASCII space.
 /// Reports which of the two rules changed the text.
 pub(crate) fn nfc_trim_collapse(s: &str) -> (Cow<'_, str>, bool, bool) {
@@ -60,6 +62,148 @@ fn needs_collapse(s: &str) -> bool {
         }
     }
     previous_space && !s.is_empty()
+}
+
+/// What one byte scan of an ASCII string tells the string rules, so that each rule that cannot
+/// apply is skipped instead of rescanning the string (see [`ascii_shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AsciiShape(u8);
+
+impl AsciiShape {
+    const UPPER: u8 = 1;
+    const ESCAPE: u8 = 2;
+    const AT: u8 = 4;
+    /// A byte outside `[0-9.-]`: the string cannot be a numeral.
+    const NOT_NUMERAL: u8 = 8;
+    const SPACE: u8 = 16;
+    const OTHER_SPACE: u8 = 32;
+    const NON_ASCII: u8 = 64;
+
+    /// Some ASCII letter is upper case.
+    pub(crate) fn has_upper(self) -> bool {
+        self.0 & Self::UPPER != 0
+    }
+    /// `write_json_string` would escape some byte.
+    pub(crate) fn needs_escape(self) -> bool {
+        self.0 & Self::ESCAPE != 0
+    }
+    pub(crate) fn has_at(self) -> bool {
+        self.0 & Self::AT != 0
+    }
+    /// Only digits, `.` and `-`: [`crate::key::number::is_canonical_numeral`] may hold.
+    pub(crate) fn may_be_numeral(self) -> bool {
+        self.0 & Self::NOT_NUMERAL == 0
+    }
+}
+
+const SHAPE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut bits = 0;
+        if b >= 0x80 {
+            bits |= AsciiShape::NON_ASCII;
+        }
+        if b.is_ascii_uppercase() {
+            bits |= AsciiShape::UPPER;
+        }
+        if b < 0x20 || b == b'"' || b == b'\\' {
+            bits |= AsciiShape::ESCAPE;
+        }
+        if b == b'@' {
+            bits |= AsciiShape::AT;
+        }
+        if !(b.is_ascii_digit() || b == b'.' || b == b'-') {
+            bits |= AsciiShape::NOT_NUMERAL;
+        }
+        if b == b' ' {
+            bits |= AsciiShape::SPACE;
+        }
+        if b >= b'\t' && b <= b'\r' {
+            bits |= AsciiShape::OTHER_SPACE;
+        }
+        table[i] = bits;
+        i += 1;
+    }
+    table
+};
+
+/// One scan of `s`. `None` unless `s` is ASCII and already trimmed with single spaces between
+/// words, i.e. unless [`nfc_trim_collapse`] returns it unchanged; callers then take the general path.
+pub(crate) fn ascii_shape(s: &str) -> Option<AsciiShape> {
+    let b = s.as_bytes();
+    let bits = b.iter().fold(0u8, |acc, &c| acc | SHAPE[c as usize]);
+    if bits & (AsciiShape::NON_ASCII | AsciiShape::OTHER_SPACE) != 0 {
+        return None;
+    }
+    if bits & AsciiShape::SPACE != 0
+        && (b[0] == b' ' || b[b.len() - 1] == b' ' || b.windows(2).any(|w| w == b"  "))
+    {
+        return None;
+    }
+    Some(AsciiShape(bits))
+}
+
+/// [`casefold_words`] for a string with an [`ascii_shape`], written straight into `out` as a JSON
+/// string; returns whether any word changed. Falls back to the general path when escapes are needed.
+pub(crate) fn write_casefolded_ascii_words(out: &mut Vec<u8>, s: &str, shape: AsciiShape) -> bool {
+    if !shape.has_upper() {
+        write_shaped_json_string(out, s, shape);
+        return false;
+    }
+    if shape.needs_escape() {
+        let folded = casefold_words(s);
+        write_json_string(out, &folded);
+        return matches!(folded, Cow::Owned(_));
+    }
+    let mut changed = false;
+    out.push(b'"');
+    let start = out.len();
+    out.extend_from_slice(s.as_bytes());
+    for token in out[start..].split_mut(|&b| b == b' ') {
+        if token.iter().any(u8::is_ascii_uppercase) && is_casefoldable_ascii_word(token) {
+            changed = true;
+            token.make_ascii_lowercase();
+        }
+    }
+    out.push(b'"');
+    changed
+}
+
+/// [`casefold`] for a string with an [`ascii_shape`], written straight into `out` as a JSON string;
+/// returns whether it changed.
+pub(crate) fn write_casefolded_ascii(out: &mut Vec<u8>, s: &str, shape: AsciiShape) -> bool {
+    if !shape.has_upper() {
+        write_shaped_json_string(out, s, shape);
+        return false;
+    }
+    if shape.needs_escape() {
+        write_json_string(out, &s.to_ascii_lowercase());
+    } else {
+        out.push(b'"');
+        let start = out.len();
+        out.extend_from_slice(s.as_bytes());
+        out[start..].make_ascii_lowercase();
+        out.push(b'"');
+    }
+    true
+}
+
+/// [`write_json_string`] when the shape already says whether anything needs escaping.
+pub(crate) fn write_shaped_json_string(out: &mut Vec<u8>, s: &str, shape: AsciiShape) {
+    if shape.needs_escape() {
+        write_json_string(out, s);
+    } else {
+        write_plain_json_string(out, s);
+    }
+}
+
+fn write_plain_json_string(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
 }
 
 /// Full Unicode case folding (`ß` → `ss`), the comparison `str.casefold()` gives in Python.
@@ -177,19 +321,6 @@ pub(crate) fn is_email(s: &str) -> bool {
         }
 }
 
-/// Bytes that `write_json_string` must escape.
-const NEEDS_ESCAPE: [bool; 256] = {
-    let mut table = [false; 256];
-    let mut i = 0;
-    while i < 0x20 {
-        table[i] = true;
-        i += 1;
-    }
-    table[b'"' as usize] = true;
-    table[b'\\' as usize] = true;
-    table
-};
-
 /// Python's `str.isspace()`, which is what the article's `\s` and `strip()` mean.
 pub(crate) fn is_python_space(c: char) -> bool {
     matches!(
@@ -214,22 +345,17 @@ pub(crate) fn is_python_space(c: char) -> bool {
 
 /// Appends `s` as a JSON string with the minimal escapes (quote, backslash, control characters).
 pub(crate) fn write_json_string(out: &mut Vec<u8>, s: &str) {
-    out.push(b'"');
     let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
     let mut run = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if !NEEDS_ESCAPE[b as usize] {
-            continue;
-        }
-        let escape: Option<&[u8]> = match b {
-            b'"' => Some(b"\\\""),
-            b'\\' => Some(b"\\\\"),
-            _ => None,
-        };
+    let mut i = find_string_special(bytes, 0);
+    while i < bytes.len() {
         out.extend_from_slice(&bytes[run..i]);
-        match escape {
-            Some(e) => out.extend_from_slice(e),
-            None => {
+        match bytes[i] {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(&[
                     b'\\',
@@ -242,6 +368,7 @@ pub(crate) fn write_json_string(out: &mut Vec<u8>, s: &str) {
             }
         }
         run = i + 1;
+        i = find_string_special(bytes, run);
     }
     out.extend_from_slice(&bytes[run..]);
     out.push(b'"');
@@ -291,6 +418,67 @@ mod tests {
             "refund ORD-7A for alice"
         );
         assert_eq!(casefold("STRASSE"), casefold("straße"));
+    }
+
+    #[test]
+    fn the_ascii_shape_agrees_with_the_rules_it_stands_for() {
+        let expected = |s: &str| -> Option<AsciiShape> {
+            if !s.is_ascii() || needs_collapse(s) {
+                return None;
+            }
+            let any = |f: fn(u8) -> bool| s.bytes().any(f);
+            let mut bits = 0;
+            for (yes, bit) in [
+                (any(|b| b.is_ascii_uppercase()), AsciiShape::UPPER),
+                (
+                    any(|b| b < 0x20 || b == b'"' || b == b'\\'),
+                    AsciiShape::ESCAPE,
+                ),
+                (any(|b| b == b'@'), AsciiShape::AT),
+                (
+                    any(|b| !(b.is_ascii_digit() || b == b'.' || b == b'-')),
+                    AsciiShape::NOT_NUMERAL,
+                ),
+                (any(|b| b == b' '), AsciiShape::SPACE),
+            ] {
+                if yes {
+                    bits |= bit;
+                }
+            }
+            Some(AsciiShape(bits))
+        };
+        for b in 0..=127u8 {
+            for len in [1, 5, 9] {
+                for at in [0, len / 2, len - 1] {
+                    let mut bytes = vec![b'x'; len];
+                    bytes[at] = b;
+                    let s = std::str::from_utf8(&bytes).unwrap();
+                    assert_eq!(ascii_shape(s), expected(s), "{s:?}");
+                }
+            }
+        }
+        for s in [
+            "",
+            " ",
+            "a  b",
+            "a b",
+            " a",
+            "a ",
+            "USD",
+            "12.5",
+            "-7",
+            "1/2",
+            "a@b.co",
+            "x\ty",
+            "Annual Pro plan renewal",
+            "0123456789-.",
+            "é",
+            "naïve text",
+            "\"q\"",
+            "b\\s",
+        ] {
+            assert_eq!(ascii_shape(s), expected(s), "{s:?}");
+        }
     }
 
     #[test]

@@ -65,6 +65,11 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     )
 }
 
+/// Two decimal digits (`n` < 100).
+fn push_two(out: &mut Vec<u8>, n: u32) {
+    out.extend_from_slice(&[b'0' + (n / 10) as u8, b'0' + (n % 10) as u8]);
+}
+
 impl<'a> Timestamp<'a> {
     pub(crate) fn parse(s: &'a str) -> Option<Self> {
         let b = s.as_bytes();
@@ -157,13 +162,28 @@ impl<'a> Timestamp<'a> {
             h = (rest / 60) as u32;
             mi = (rest % 60) as u32;
         }
-        use std::io::Write;
-        if y < 0 {
-            let _ = write!(out, "-{:04}", -y);
+        if (0..=9999).contains(&y) {
+            let y = y as u32;
+            push_two(out, y / 100);
+            push_two(out, y % 100);
         } else {
-            let _ = write!(out, "{y:04}");
+            use std::io::Write;
+            if y < 0 {
+                let _ = write!(out, "-{:04}", -y);
+            } else {
+                let _ = write!(out, "{y:04}");
+            }
         }
-        let _ = write!(out, "-{mo:02}-{d:02}T{h:02}:{mi:02}:{:02}", self.second);
+        for (sep, n) in [
+            (b'-', mo),
+            (b'-', d),
+            (b'T', h),
+            (b':', mi),
+            (b':', self.second),
+        ] {
+            out.push(sep);
+            push_two(out, n);
+        }
         let fraction = self.fraction.trim_end_matches('0');
         if keep_subseconds && !fraction.is_empty() {
             out.push(b'.');

@@ -3,12 +3,16 @@
 //! strings are minimally escaped UTF-8 (see the README's rules table for every rule and its risk).
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 
-use super::json::{self, Node};
+use super::json::{self, Tape, Token};
 use super::number::{Decimal, is_canonical_numeral};
 use super::policy::PolicyNode;
 use super::schema::{FieldMode, Format, Schema, Types};
-use super::text::{casefold, casefold_words, is_email, nfc_trim_collapse, write_json_string};
+use super::text::{
+    ascii_shape, casefold, casefold_words, is_email, nfc_trim_collapse, write_casefolded_ascii,
+    write_casefolded_ascii_words, write_json_string, write_shaped_json_string,
+};
 use super::timestamp::Timestamp;
 use super::{KeyError, Rules};
 
@@ -28,104 +32,185 @@ impl Normalizer {
         }
     }
 
+    /// Writes the canonical form of the value at token `at` of `tape`.
     pub(crate) fn value(
         &mut self,
-        node: &mut Node<'_>,
+        tape: &Tape<'_>,
+        at: usize,
         schema: Option<&Schema>,
         policy: Option<&PolicyNode>,
         out: &mut Vec<u8>,
     ) -> Result<(), KeyError> {
-        let mode = policy
-            .and_then(|p| p.mode)
-            .or_else(|| schema.and_then(|s| s.mode));
-        match node {
-            Node::Null => out.extend_from_slice(b"null"),
-            Node::Bool(true) => out.extend_from_slice(b"true"),
-            Node::Bool(false) => out.extend_from_slice(b"false"),
-            Node::Number(text) => {
-                let decimal = Decimal::from_json(text)?;
-                let wants_string_only = schema.is_some_and(|s| s.types == Types::STRING);
-                if wants_string_only {
-                    // The schema says string: the model dropped the quotes.
-                    self.rules.insert(Rules::SCHEMA_COERCION);
-                    out.push(b'"');
-                    decimal.write_canonical(out);
-                    out.push(b'"');
-                } else {
-                    let start = out.len();
-                    decimal.write_canonical(out);
-                    if out[start..] != *text.as_bytes() {
-                        self.rules.insert(Rules::NUMBER_CANONICAL);
-                    }
-                }
-            }
-            Node::String(s) => {
+        match tape.token(at) {
+            Token::Null => out.extend_from_slice(b"null"),
+            Token::Bool(true) => out.extend_from_slice(b"true"),
+            Token::Bool(false) => out.extend_from_slice(b"false"),
+            number @ Token::Number { .. } => self.number(tape.number(number), schema, out)?,
+            string @ Token::String { .. } => {
+                let mode = policy
+                    .and_then(|p| p.mode)
+                    .or_else(|| schema.and_then(|s| s.mode));
+                let s = tape.str(string);
                 if mode == Some(FieldMode::Exact) {
                     write_json_string(out, s);
                 } else {
                     self.string(s, schema, policy, mode, out)?;
                 }
             }
-            Node::Array(items) => {
+            Token::Array { len, .. } => {
                 let item_schema = schema.and_then(|s| s.items.as_deref());
                 out.push(b'[');
-                for (i, item) in items.iter_mut().enumerate() {
+                let mut item = at + 1;
+                for i in 0..len {
                     if i > 0 {
                         out.push(b',');
                     }
-                    self.value(item, item_schema, policy, out)?;
+                    self.value(tape, item, item_schema, policy, out)?;
+                    item = tape.skip(item);
                 }
                 out.push(b']');
             }
-            Node::Object(members) => self.object(members, schema, policy, out)?,
+            Token::Object { len, .. } => self.object(tape, at, len, schema, policy, out)?,
         }
         Ok(())
     }
 
+    fn number(
+        &mut self,
+        text: &str,
+        schema: Option<&Schema>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        let wants_string_only = schema.is_some_and(|s| s.types == Types::STRING);
+        if is_plain_integer(text) {
+            // Already canonical: skip the decimal arithmetic.
+            if wants_string_only {
+                self.rules.insert(Rules::SCHEMA_COERCION);
+                out.push(b'"');
+                out.extend_from_slice(text.as_bytes());
+                out.push(b'"');
+            } else {
+                out.extend_from_slice(text.as_bytes());
+            }
+            return Ok(());
+        }
+        let decimal = Decimal::from_json(text)?;
+        if wants_string_only {
+            // The schema says string: the model dropped the quotes.
+            self.rules.insert(Rules::SCHEMA_COERCION);
+            out.push(b'"');
+            decimal.write_canonical(out);
+            out.push(b'"');
+        } else {
+            let start = out.len();
+            decimal.write_canonical(out);
+            if out[start..] != *text.as_bytes() {
+                self.rules.insert(Rules::NUMBER_CANONICAL);
+            }
+        }
+        Ok(())
+    }
+
+    /// An object of `len` members at token `at`, written with its names in UTF-8 byte order.
     fn object(
         &mut self,
-        members: &mut [(Cow<'_, str>, Node<'_>)],
+        tape: &Tape<'_>,
+        at: usize,
+        len: usize,
         schema: Option<&Schema>,
         policy: Option<&PolicyNode>,
         out: &mut Vec<u8>,
     ) -> Result<(), KeyError> {
-        if !members.is_sorted_by(|a, b| a.0 <= b.0) {
-            self.rules.insert(Rules::KEY_ORDER);
-            members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // (name prefix, index of the name token) per member, in source order. Sorting these pairs
+        // orders the members: most names differ in their first eight bytes, so most comparisons
+        // are one integer compare.
+        let mut small = [(0u64, 0usize); SMALL_OBJECT];
+        let mut large = Vec::new();
+        let order: &mut [(u64, usize)] = if len <= SMALL_OBJECT {
+            &mut small[..len]
+        } else {
+            large.resize(len, (0, 0));
+            &mut large
+        };
+        let mut name = at + 1;
+        for slot in order.iter_mut() {
+            *slot = (name_prefix(tape.str(tape.token(name))), name);
+            name = tape.skip(name + 1);
         }
-        if let Some(pair) = members.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(KeyError::DuplicateKey(pair[0].0.to_string()));
+        let by_name = |a: &(u64, usize), b: &(u64, usize)| {
+            a.0.cmp(&b.0).then_with(|| {
+                let (x, y) = (tape.str(tape.token(a.1)), tape.str(tape.token(b.1)));
+                x.as_bytes().cmp(y.as_bytes())
+            })
+        };
+        // Strictly ascending (the usual case for machine-written JSON) means sorted and free of
+        // duplicates; otherwise sort, and two equal neighbours are a duplicate.
+        if !order.is_sorted_by(|a, b| by_name(a, b) == Ordering::Less) {
+            order.sort_unstable_by(by_name);
+            if let Some(pair) = order
+                .windows(2)
+                .find(|w| by_name(&w[0], &w[1]) == Ordering::Equal)
+            {
+                return Err(KeyError::DuplicateKey(
+                    tape.str(tape.token(pair[0].1)).to_string(),
+                ));
+            }
+            self.rules.insert(Rules::KEY_ORDER);
         }
         out.push(b'{');
         let mut first = true;
-        for (name, value) in members.iter_mut() {
-            if matches!(value, Node::Null) {
-                self.rules.insert(Rules::NULL_DROPPED);
-                continue;
-            }
-            let child_policy = policy.and_then(|p| p.child(name));
-            if policy.is_some_and(|p| !p.admits(child_policy)) {
-                self.rules.insert(Rules::FIELD_NOT_KEYED);
-                continue;
-            }
-            let child_schema = schema.and_then(|s| s.property(name));
-            let mode = child_policy
-                .and_then(|p| p.mode)
-                .or_else(|| child_schema.and_then(|s| s.mode));
-            if mode == Some(FieldMode::Ignore) {
-                self.rules.insert(Rules::FIELD_IGNORED);
-                continue;
-            }
-            if !first {
-                out.push(b',');
-            }
-            first = false;
-            write_json_string(out, name);
-            out.push(b':');
-            self.value(value, child_schema, child_policy, out)?;
+        for &(_, name) in order.iter() {
+            self.member(tape, name, schema, policy, &mut first, out)?;
         }
         out.push(b'}');
         Ok(())
+    }
+
+    /// One object member (its name at token `name`, its value next): dropped, ignored, or written
+    /// as `"name":value`.
+    fn member(
+        &mut self,
+        tape: &Tape<'_>,
+        name: usize,
+        schema: Option<&Schema>,
+        policy: Option<&PolicyNode>,
+        first: &mut bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        let value = name + 1;
+        let name_token = tape.token(name);
+        let name = tape.str(name_token);
+        if tape.token(value) == Token::Null {
+            self.rules.insert(Rules::NULL_DROPPED);
+            return Ok(());
+        }
+        let child_policy = policy.and_then(|p| p.child(name));
+        if policy.is_some_and(|p| !p.admits(child_policy)) {
+            self.rules.insert(Rules::FIELD_NOT_KEYED);
+            return Ok(());
+        }
+        let child_schema = schema.and_then(|s| s.property(name));
+        let mode = child_policy
+            .and_then(|p| p.mode)
+            .or_else(|| child_schema.and_then(|s| s.mode));
+        if mode == Some(FieldMode::Ignore) {
+            self.rules.insert(Rules::FIELD_IGNORED);
+            return Ok(());
+        }
+        if !*first {
+            out.push(b',');
+        }
+        *first = false;
+        if matches!(name_token, Token::String { escaped: false, .. }) {
+            // The reader stopped at every quote, backslash and control character: none to escape.
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\":");
+        } else {
+            write_json_string(out, name);
+            out.push(b':');
+        }
+        self.value(tape, value, child_schema, child_policy, out)
     }
 
     fn string(
@@ -136,7 +221,16 @@ impl Normalizer {
         mode: Option<FieldMode>,
         out: &mut Vec<u8>,
     ) -> Result<(), KeyError> {
-        let (s, nfc_changed, ws_changed) = nfc_trim_collapse(raw);
+        // One scan decides which rules can apply to an ASCII string (the common case); the general
+        // path below gives the same answers, only slower.
+        let mut shape = ascii_shape(raw);
+        let (s, nfc_changed, ws_changed) = match shape {
+            Some(_) => (Cow::Borrowed(raw), false, false),
+            None => nfc_trim_collapse(raw),
+        };
+        if shape.is_none() {
+            shape = ascii_shape(&s);
+        }
         if nfc_changed {
             self.rules.insert(Rules::UNICODE_NFC);
         }
@@ -165,9 +259,9 @@ impl Normalizer {
                 || (types.contains(Types::OBJECT) && s.starts_with('{'))
             {
                 // Bedrock sends `array` parameters as JSON text inside a string.
-                if let Ok(mut embedded) = json::parse(&s, self.depth_left) {
+                if let Ok(embedded) = json::parse_tape(&s, self.depth_left) {
                     self.rules.insert(Rules::SCHEMA_COERCION);
-                    return self.value(&mut embedded, schema, policy, out);
+                    return self.value(&embedded, 0, schema, policy, out);
                 }
             }
         }
@@ -199,14 +293,23 @@ impl Normalizer {
             return Ok(());
         }
         if mode == Some(FieldMode::Casefold) || format == Format::CaseInsensitive {
+            if let Some(shape) = shape {
+                if write_casefolded_ascii(out, &s, shape) {
+                    self.rules.insert(Rules::CASEFOLD);
+                }
+                return Ok(());
+            }
             return self.write_folded(casefold(&s), Rules::CASEFOLD, out);
         }
         if types.contains(Types::STRING) || typed_not_string {
-            write_json_string(out, &s);
+            match shape {
+                Some(shape) => write_shaped_json_string(out, &s, shape),
+                None => write_json_string(out, &s),
+            }
             return Ok(());
         }
         // No schema: only safe heuristics (documented in the README's rules table).
-        if is_canonical_numeral(&s) {
+        if shape.is_none_or(|shape| shape.may_be_numeral()) && is_canonical_numeral(&s) {
             self.rules.insert(Rules::NUMERIC_STRING);
             out.extend_from_slice(s.as_bytes());
             return Ok(());
@@ -214,6 +317,17 @@ impl Normalizer {
         if let Some(b) = parse_bool(&s) {
             self.rules.insert(Rules::BOOLEAN_STRING);
             out.extend_from_slice(if b { b"true" } else { b"false" });
+            return Ok(());
+        }
+        if let Some(shape) = shape {
+            let changed = if shape.has_at() && is_email(&s) {
+                write_casefolded_ascii(out, &s, shape)
+            } else {
+                write_casefolded_ascii_words(out, &s, shape)
+            };
+            if changed {
+                self.rules.insert(Rules::CASEFOLD);
+            }
             return Ok(());
         }
         if is_email(&s) {
@@ -235,6 +349,37 @@ impl Normalizer {
         let (folded, _, _) = nfc_trim_collapse(&folded);
         write_json_string(out, &folded);
         Ok(())
+    }
+}
+
+/// Objects up to this many members are sorted through an index on the stack, larger ones on the heap.
+const SMALL_OBJECT: usize = 32;
+
+/// The first eight bytes of a name, zero-padded, as a big-endian integer: ordering these orders the
+/// names by their first eight bytes (ties are broken on the whole name).
+fn name_prefix(name: &str) -> u64 {
+    let b = name.as_bytes();
+    match b.first_chunk::<8>() {
+        Some(head) => u64::from_be_bytes(*head),
+        None => b
+            .iter()
+            .enumerate()
+            .fold(0, |prefix, (i, &c)| prefix | u64::from(c) << (56 - 8 * i)),
+    }
+}
+
+/// `-?[1-9][0-9]*` with at most 40 digits, or `0`: JSON number text that
+/// [`Decimal::write_canonical`] writes back unchanged.
+fn is_plain_integer(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = match b.first() {
+        Some(b'-') => &b[1..],
+        _ => b,
+    };
+    match digits.first() {
+        Some(b'0') => b.len() == 1,
+        Some(b'1'..=b'9') => digits.len() <= 40 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
     }
 }
 
