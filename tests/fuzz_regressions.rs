@@ -37,3 +37,53 @@ fn keyer_regressions() {
 fn bedrock_event_regressions() {
     replay("bedrock_event", checks::bedrock_event);
 }
+
+/// Found by the keyer target: without a schema a canonical numeral string becomes a number, but one
+/// past 40 digits was written digit for digit while the same JSON number is written in scientific
+/// form, so the canonical form was not idempotent and `"5…5"` never met `5…5`.
+#[test]
+fn a_long_numeral_string_meets_the_same_number() {
+    use toolcall_dedup::key::{Call, Keyer, Strategy};
+    let keyer = Keyer::new();
+    let key = |args: &str| {
+        keyer
+            .key(
+                Strategy::Typed,
+                &Call {
+                    tool: "t",
+                    args,
+                    ..Call::default()
+                },
+            )
+            .unwrap()
+    };
+    for digits in [
+        "5".repeat(41),
+        "5".repeat(111),
+        format!("-{}", "9".repeat(60)),
+    ] {
+        assert_eq!(
+            key(&format!(r#"{{"amount": "{digits} "}}"#)),
+            key(&format!(r#"{{"amount": {digits}}}"#)),
+            "{digits}"
+        );
+    }
+    let tiny = format!("0.{}1", "0".repeat(45));
+    assert_eq!(
+        key(&format!(r#"{{"x": "{tiny}"}}"#)),
+        key(&format!(r#"{{"x": {tiny}}}"#))
+    );
+    // Up to 40 digits the numeral is its own canonical text.
+    let forty = "7".repeat(40);
+    let explained = keyer
+        .explain(
+            Strategy::Typed,
+            &Call {
+                tool: "t",
+                args: &format!(r#"{{"n": "{forty}"}}"#),
+                ..Call::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(explained.canonical, format!(r#"{{"n":{forty}}}"#));
+}

@@ -79,8 +79,16 @@ fuzz_target!(|input: (Vec<(Name, Attr)>, Vec<u8>)| {
     let cfg = DynamoDbConfig::new("fuzz");
     match decode_item(&cfg, &item) {
         Ok(record) => {
-            assert_eq!(record.result.is_some(), record.status.as_str() == "COMPLETED");
-            assert!(record.result.as_ref().is_none_or(|r| r.len() <= MAX_RESULT_BYTES));
+            assert_eq!(
+                record.result.is_some(),
+                record.status.as_str() == "COMPLETED"
+            );
+            assert!(
+                record
+                    .result
+                    .as_ref()
+                    .is_none_or(|r| r.len() <= MAX_RESULT_BYTES)
+            );
         }
         Err(StoreError::Corrupt(message)) => assert!(!message.is_empty()),
         Err(other) => panic!("not Corrupt: {other:?}"),

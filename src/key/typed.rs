@@ -311,7 +311,14 @@ impl Normalizer {
         // No schema: only safe heuristics (documented in the README's rules table).
         if shape.is_none_or(|shape| shape.may_be_numeral()) && is_canonical_numeral(&s) {
             self.rules.insert(Rules::NUMERIC_STRING);
-            out.extend_from_slice(s.as_bytes());
+            // The number's canonical text, as a JSON number with the same digits gets: the numeral
+            // itself, except past 40 digits, where the canonical form is scientific (found by the
+            // keyer fuzz target: written as-is, the output was not idempotent and the string never
+            // met the number).
+            match Decimal::from_numeric_string(&s) {
+                Some(Ok(decimal)) if s.len() > 40 => decimal.write_canonical(out),
+                _ => out.extend_from_slice(s.as_bytes()),
+            }
             return Ok(());
         }
         if let Some(b) = parse_bool(&s) {
