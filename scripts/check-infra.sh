@@ -3,8 +3,8 @@
 # needs only the package registries when something must be installed.
 #
 #   1. cfn-lint infra/template.yaml           must print nothing and exit 0
-#   2. sam validate --lint                     when the SAM CLI is available
-#   3. events/*.json                           well-formed Bedrock events
+#   2. sam validate (--lint, via samconfig)    when the SAM CLI is available
+#   3. events/**/*.json                        well-formed Bedrock events (hand-written and corpus)
 #   4. npm ci + tsc + cdk synth (infra/cdk)    without compiling Rust
 #   5. cfn-lint on the CDK template            (W3005 ignored: a CDK artifact)
 #   6. scripts/compare_stacks.py --self-test   CDK synth vs SAM template
@@ -71,19 +71,22 @@ if [ $rc -eq 0 ] && [ -z "$out" ]; then done_step cfn-lint ok; else done_step cf
 # ---------------------------------------------------------------- 2. sam validate
 step "sam validate --lint"
 if [ -n "$SAM" ]; then
-  if "$SAM" validate --lint --region us-east-1 --template-file infra/template.yaml; then
+  # No arguments: samconfig.toml's [default.validate.parameters] name the template, --lint and the
+  # region, so this also proves the SAM CLI reads samconfig.toml.
+  if "$SAM" validate; then
     done_step "sam validate" ok; else done_step "sam validate" FAILED; fi
 else
   echo "SAM CLI not installed; set CHECK_INFRA_INSTALL_SAM=1 to install it"; done_step "sam validate" skipped
 fi
 
 # ---------------------------------------------------------------- 3. events
-step "events/*.json"
+step "events/**/*.json"
 if "$PY" - <<'EOF'
 import glob, json, sys
 TYPES = {"string", "number", "integer", "boolean", "array"}
 bad = 0
-files = sorted(glob.glob("events/*.json"))
+# Every event, the generated corpus included; its key policy is not an event.
+files = sorted(f for f in glob.glob("events/**/*.json", recursive=True) if f != "events/corpus/policy.json")
 for path in files:
     name = path.split("/")[-1]
     try:

@@ -61,6 +61,9 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "PointInTimeRecovery": "false",
         "Mode": "shadow",
         "LogLevel": "DEBUG",
+        "LocalCacheItems": "500",
+        "PolicyFile": "/opt/dedup-policy.json",
+        "PolicyLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:dedup-policy:3",
     },
 }
 
@@ -278,7 +281,7 @@ def norm_params(tpl: dict) -> dict:
 def function_view(res: dict[str, dict], fid: str) -> dict:
     p = res[fid]["Properties"]
     return {k: p.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout",
-                                  "Environment", "LoggingConfig", "Description")}
+                                  "Environment", "LoggingConfig", "Description", "Layers")}
 
 
 def normalize_numbers(x: Any) -> Any:
@@ -433,7 +436,11 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
     def mut_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_WAIT_MS"]
     def mut_param(t): t["Parameters"]["TtlSeconds"]["Default"] = 3600
     def mut_perm(t): del t["Resources"]["AgentInvokePermission"]["Properties"]["SourceAccount"]
-    mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm]
+    def mut_cache(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOCAL_CACHE_ITEMS"]
+    def mut_layer(t): del t["Resources"]["DedupFunction"]["Properties"]["Layers"]
+    def mut_ledger(t): t["Resources"]["DemoToolFunction"]["Properties"]["Environment"]["Variables"]["DEMO_LEDGER"] = "/var/x"
+    mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
+                 mut_cache, mut_layer, mut_ledger]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)

@@ -3,9 +3,11 @@
 //! [`generate`] builds the article's corpus from its spec ([`spec`]: twelve base calls across six
 //! tools, [`mutate`]: eight mutations) plus our adversarial section ([`adversarial`]), byte for byte the
 //! same on every run. [`Corpus::load`] reads the files back and [`score`] replays them through the
-//! keyers. File format: `tests/corpus/README.md`.
+//! keyers. File format: `tests/corpus/README.md`. [`events`] turns the retry pairs and deliberate
+//! repeats into Bedrock Agents events (`events/corpus/`).
 
 pub mod adversarial;
+pub mod events;
 pub mod mutate;
 pub mod pyjson;
 pub mod score;

@@ -5,6 +5,7 @@
 //! `preserve_order` feature is off on purpose), so the corpus uses this small type instead.
 
 use crate::key::json::{self, Node};
+use crate::key::write_python_json_string;
 
 /// A JSON value with ordered object members. Numbers hold the text Python prints for them: digits for
 /// an `int`, `repr()` for a `float` (`4200.0`, `64.5`).
@@ -38,6 +39,11 @@ impl Style {
             Style::Indent => "indent",
             Style::Compact => "compact",
         }
+    }
+
+    /// The style [`Style::name`] names.
+    pub fn from_name(name: &str) -> Option<Style> {
+        Self::ROTATION.into_iter().find(|s| s.name() == name)
     }
 }
 
@@ -123,7 +129,7 @@ impl J {
             J::Bool(true) => out.push_str("true"),
             J::Bool(false) => out.push_str("false"),
             J::Num(text) => out.push_str(text),
-            J::Str(s) => write_string(out, s, ascii),
+            J::Str(s) => write_python_json_string(out, s, ascii),
             J::Arr(items) => {
                 if items.is_empty() {
                     out.push_str("[]");
@@ -145,7 +151,7 @@ impl J {
                 out.push('{');
                 for (i, (name, value)) in members.iter().enumerate() {
                     separator(out, style, i == 0, level + 1);
-                    write_string(out, name, ascii);
+                    write_python_json_string(out, name, ascii);
                     out.push_str(if style == Style::Compact { ":" } else { ": " });
                     value.write(out, style, ascii, level + 1);
                 }
@@ -177,32 +183,6 @@ fn close(out: &mut String, style: Style, level: usize) {
         out.push('\n');
         out.push_str(&"  ".repeat(level));
     }
-}
-
-/// Python's `encode_basestring(_ascii)`: short escapes for `"` `\` and five controls, `\u00XX` for the
-/// other controls, and with `ensure_ascii` every character outside `' '..='~'` as `\uXXXX` (lowercase
-/// hex, UTF-16 surrogate pairs above the BMP).
-fn write_string(out: &mut String, s: &str, ascii: bool) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 || (ascii && !(' '..='~').contains(&c)) => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

@@ -187,6 +187,13 @@ fn dumps(value: &Py, out: &mut String) {
 }
 
 fn dumps_str(s: &str, out: &mut String) {
+    write_python_json_string(out, s, true);
+}
+
+/// Python's `json.dumps` string encoding: short escapes for `"` `\` and five controls, `\u00XX` for
+/// the other controls, and with `ensure_ascii` (Python's default) every character outside `' '..='~'`
+/// as `\uXXXX` (lowercase hex, UTF-16 surrogate pairs above the BMP).
+pub fn write_python_json_string(out: &mut String, s: &str, ensure_ascii: bool) {
     out.push('"');
     if s.bytes()
         .all(|b| matches!(b, b' '..=b'~') && b != b'"' && b != b'\\')
@@ -205,13 +212,13 @@ fn dumps_str(s: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
+            c if (c as u32) < 0x20 || (ensure_ascii && !(' '..='~').contains(&c)) => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     out.push_str(&format!("\\u{unit:04x}"));
                 }
             }
+            c => out.push(c),
         }
     }
     out.push('"');

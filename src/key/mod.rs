@@ -17,6 +17,7 @@ mod typed;
 use std::fmt;
 use std::str::FromStr;
 
+pub use article::write_python_json_string;
 pub use policy::{PolicyError, PolicySet, ToolPolicy};
 pub use schema::{FieldMode, Schema, SchemaError};
 

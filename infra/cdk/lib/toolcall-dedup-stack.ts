@@ -57,6 +57,19 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
       description: 'Cache tool FAILURE responses, DEDUP_CACHE_FAILURES.',
     });
+    const localCacheItems = p('LocalCacheItems', {
+      type: 'Number', default: 0, minValue: 0, maxValue: 1000000,
+      description: 'DEDUP_LOCAL_CACHE_ITEMS: completed records each warm container keeps in memory; 0 = off.',
+    });
+    const policyFile = p('PolicyFile', {
+      type: 'String', default: '', allowedPattern: '^$|^/[^\\s]*$',
+      description: 'DEDUP_POLICY_FILE: absolute path of a per-tool key policy inside the function, e.g. /opt/dedup-policy.json from PolicyLayerArn. Empty = none.',
+    });
+    const policyLayerArn = p('PolicyLayerArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+$',
+      description: 'Layer version ARN attached to the executor (e.g. holding the PolicyFile). Empty = no layer.',
+    });
     const routes = p('Routes', {
       type: 'String', default: '',
       description: 'DEDUP_ROUTES JSON object; empty = everything to the demo tool. Functions named here must be in ExtraToolFunctionArns.',
@@ -122,6 +135,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasExtraTools = cond('HasExtraTools',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
+    const hasPolicyLayer = cond('HasPolicyLayer',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(policyLayerArn.valueAsString, '')));
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
 
     /** Give an L2 construct's resource the same logical ID as in template.yaml. */
@@ -181,6 +196,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
       systemLogLevelV2: lambda.SystemLogLevel.WARN,
       logGroup: logGroup('DemoToolLogGroup'),
+      environment: {
+        // DEMO ONLY: a per-container ledger in /tmp, lost when the container is recycled.
+        DEMO_LEDGER: '/tmp/toolcall-dedup-demo-ledger.jsonl',
+      },
     });
     sameId(demoTool, 'DemoToolFunction');
 
@@ -244,9 +263,16 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_LOG_CALLS: logCalls.valueAsString,
         DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
         DEDUP_CACHE_FAILURES: cacheFailures.valueAsString,
+        DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
+        DEDUP_POLICY_FILE: policyFile.valueAsString,
       },
     });
     sameId(dedup, 'DedupFunction');
+    // Layers: [PolicyLayerArn] only under HasPolicyLayer (an L2 layer list cannot carry Fn::If).
+    (dedup.node.defaultChild as lambda.CfnFunction).addPropertyOverride(
+      'Layers',
+      cdk.Fn.conditionIf(hasPolicyLayer.logicalId, [policyLayerArn.valueAsString], cdk.Aws.NO_VALUE),
+    );
 
     // ---- Bedrock -> executor permissions -------------------------------------------------
     const agentPerm = new lambda.CfnPermission(this, 'AgentInvokePermission', {
