@@ -113,22 +113,22 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
         return Line::Unscoped;
     };
     let namespace = raw.namespace.map(Cow::into_owned);
-    let mut keys = [None; 5];
-    let mut rules = Rules::default();
-    if let Some(logged) = raw.keys {
+    let (keys, rules) = if let Some(logged) = raw.keys {
         let parse = |k: Option<Cow<'_, str>>| k.and_then(|k| k.parse::<Key>().ok());
-        keys = [
+        let keys = [
             parse(logged.raw),
             parse(logged.canonical),
             parse(logged.normalized),
             parse(logged.scoped),
             parse(logged.typed),
         ];
+        let mut rules = Rules::default();
         for name in &raw.rules {
             if let Some(rule) = Rules::from_name(name) {
                 rules.insert(rule);
             }
         }
+        (keys, rules)
     } else if let Some(args) = &raw.args {
         let schema = raw
             .schema
@@ -143,16 +143,10 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
             step: Some(&step),
             schema: schema.as_ref(),
         };
-        for strategy in Strategy::ALL {
-            keys[strategy_index(strategy)] = keyer.key(strategy, &call).ok();
-        }
-        rules = keyer
-            .explain(Strategy::Typed, &call)
-            .map(|e| e.rules)
-            .unwrap_or_default();
+        keyer.every_key(&call)
     } else {
         return Line::Other;
-    }
+    };
     Line::Call(Box::new(LoggedCall {
         namespace,
         run_id: run_id.into_owned(),

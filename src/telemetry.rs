@@ -263,14 +263,11 @@ pub fn emf_line(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) ->
 /// The tool-call line: keys under every strategy (null where a strategy fails on these args).
 pub fn call_line(keyer: &Keyer, call: &Call<'_>, outcome: Outcome, with_args: bool) -> Value {
     let mut keys = Map::new();
-    for strategy in Strategy::ALL {
-        let key = keyer.key(strategy, call).ok().map(|k| k.to_string());
-        keys.insert(strategy.name().into(), json!(key));
+    let (every_key, typed_rules) = keyer.every_key(call);
+    for (strategy, key) in Strategy::ALL.into_iter().zip(every_key) {
+        keys.insert(strategy.name().into(), json!(key.map(|k| k.to_string())));
     }
-    let rules: Vec<&str> = keyer
-        .explain(Strategy::Typed, call)
-        .map(|e| e.rules.names().collect())
-        .unwrap_or_default();
+    let rules: Vec<&str> = typed_rules.names().collect();
     let mut line = json!({
         "dedup_call": 1,
         "run_id": call.run_id,

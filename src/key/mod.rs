@@ -291,6 +291,23 @@ impl Keyer {
         self.derive(strategy, call, true)
     }
 
+    /// The key under every strategy, in [`Strategy::ALL`] order (`None` where a strategy fails on these
+    /// arguments), and the rules the typed keyer applied: what a tool-call log records. One derivation
+    /// per strategy; the typed rules come with its key.
+    pub fn every_key(&self, call: &Call<'_>) -> ([Option<Key>; 5], Rules) {
+        let mut keys = [None; 5];
+        let mut rules = Rules::default();
+        for (slot, strategy) in keys.iter_mut().zip(Strategy::ALL) {
+            if let Ok(derived) = self.derive(strategy, call, false) {
+                *slot = Some(derived.key);
+                if strategy == Strategy::Typed {
+                    rules = derived.rules;
+                }
+            }
+        }
+        (keys, rules)
+    }
+
     /// A strict fingerprint of the arguments alone (canonical JSON, no value rules, no scope). Stored
     /// with a claim so a replay can tell which rules made two different calls meet.
     pub fn fingerprint(&self, call: &Call<'_>) -> Result<Key, KeyError> {
