@@ -19,13 +19,13 @@ use serde_json::{Value, json};
 use servers::Backend;
 use tokio::sync::Notify;
 use toolcall_dedup::bedrock::Envelope;
-use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
+use toolcall_dedup::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
 };
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
@@ -117,7 +117,12 @@ fn with_attrs(mut ev: Value, attrs: Value) -> Value {
 enum Act {
     #[default]
     Run,
-    Raise,
+    /// Runs the tool (the side effect happens), then fails with a `FunctionError` of this type.
+    RunThenFail(&'static str),
+    /// Fails with a `FunctionError` of this type without running the tool.
+    Fail(&'static str),
+    /// Runs the tool and answers with its reply grown past what one DynamoDB item can hold.
+    RunHuge,
     HangBefore(Arc<Notify>),
     HangAfter(Arc<Notify>),
     Malformed,
@@ -129,6 +134,8 @@ struct Scripted {
     demo: DemoTool,
     plan: Mutex<VecDeque<Act>>,
     invokes: AtomicU32,
+    /// What `max_run_time` reports: a tool Lambda's own timeout.
+    max_run_time: Duration,
 }
 
 impl Scripted {
@@ -137,6 +144,14 @@ impl Scripted {
             demo: demo(),
             plan: Mutex::new(plan.into()),
             invokes: AtomicU32::new(0),
+            max_run_time: Duration::ZERO,
+        }
+    }
+
+    fn with_max_run_time(self, max_run_time: Duration) -> Scripted {
+        Scripted {
+            max_run_time,
+            ..self
         }
     }
 
@@ -150,6 +165,10 @@ impl Dispatcher for Scripted {
         Ok("scripted".into())
     }
 
+    fn max_run_time(&self, _target: &str) -> Duration {
+        self.max_run_time
+    }
+
     async fn invoke(
         &self,
         target: &str,
@@ -160,11 +179,18 @@ impl Dispatcher for Scripted {
         let act = self.plan.lock().unwrap().pop_front().unwrap_or_default();
         match act {
             Act::Run => self.demo.invoke(target, payload, timeout).await,
-            Act::Raise => Err(DispatchError::FunctionError {
-                target: target.into(),
-                kind: "Unhandled".into(),
-                message: "card network unreachable".into(),
-            }),
+            Act::RunThenFail(kind) => {
+                self.demo.invoke(target, payload, timeout).await?;
+                Err(function_error(target, kind))
+            }
+            Act::Fail(kind) => Err(function_error(target, kind)),
+            Act::RunHuge => {
+                let reply = self.demo.invoke(target, payload, timeout).await?;
+                let mut reply: Value = serde_json::from_slice(&reply).unwrap();
+                reply["response"]["functionResponse"]["responseBody"]["TEXT"]["body"] =
+                    json!(huge_text());
+                Ok(serde_json::to_vec(&reply).unwrap())
+            }
             Act::HangBefore(gate) => {
                 gate.notified().await;
                 self.demo.invoke(target, payload, timeout).await
@@ -184,6 +210,22 @@ impl Dispatcher for Scripted {
             }
         }
     }
+}
+
+fn function_error(target: &str, kind: &str) -> DispatchError {
+    DispatchError::FunctionError {
+        target: target.into(),
+        kind: kind.into(),
+        message: "card network unreachable".into(),
+    }
+}
+
+/// Text that even gzip cannot fit in one DynamoDB item: 1 MB of random hex.
+fn huge_text() -> String {
+    let mut rng = fastrand::Rng::with_seed(11);
+    (0..1_000_000)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap())
+        .collect()
 }
 
 /// A memory store that can be switched off: every operation then fails as unreachable.
@@ -213,9 +255,10 @@ impl Store for Switchable {
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> Result<(), StoreError> {
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
         self.check()?;
-        self.inner.complete(key, token, result).await
+        self.inner.complete(key, token, result, expires_at_s).await
     }
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.check()?;
@@ -533,6 +576,9 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
         fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
             Ok("r".into())
         }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
+        }
         async fn invoke(
             &self,
             _: &str,
@@ -575,6 +621,9 @@ async fn no_route_is_a_failure_and_claims_nothing() {
                 action_group: group.into(),
                 tool: tool.into(),
             })
+        }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
         }
         async fn invoke(&self, _: &str, _: Vec<u8>, _: Duration) -> Result<Vec<u8>, DispatchError> {
             unreachable!("never routed")
@@ -676,6 +725,9 @@ async fn off_mode_passes_the_event_through_untouched() {
     impl Dispatcher for Echo {
         fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
             Ok("echo".into())
+        }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
         }
         async fn invoke(
             &self,
@@ -813,38 +865,102 @@ async fn emf_lines_count_each_outcome() {
 // ---------------------------------------------------------------------------------------------
 // faults
 
+/// Lambda's `FunctionError` types for an invocation that was cut off or crashed after it may have
+/// done its side effect, and a tool's own unclassified raise.
+const CRASH_KINDS: [&str; 5] = [
+    "Sandbox.Timedout",
+    "Runtime.ExitError",
+    "Runtime.OutOfMemory",
+    "Unhandled",
+    "CardNetworkError",
+];
+
 #[tokio::test]
-async fn a_tool_that_errors_releases_the_claim_and_succeeds_on_retry() {
+async fn a_tool_that_crashes_after_its_side_effect_keeps_the_claim_until_its_lease_ends() {
+    for kind in CRASH_KINDS {
+        let clock = ManualClock::starting_now();
+        let h = handler(
+            MemoryStore::new().with_clock(clock.clone()),
+            Scripted::new(vec![Act::RunThenFail(kind), Act::Run]),
+            &Config::default(),
+        );
+        let ev = event("fd-charge_card.json");
+        let crashed = send(&h, &ev).await;
+        assert_eq!(
+            (crashed.outcome, state(&crashed).as_deref()),
+            (Outcome::ToolError, Some("REPROMPT")),
+            "{kind}"
+        );
+        let message = body(&crashed)["message"].as_str().unwrap().to_string();
+        assert!(message.contains(kind) && message.contains("unknown"), "{kind}: {message}");
+        let record = h
+            .store()
+            .get(crashed.key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .expect("claim kept");
+        assert_eq!(record.status, Status::InProgress, "{kind}");
+        assert_eq!(
+            send(&h, &event("fd-charge_card-retry.json")).await.outcome,
+            Outcome::InProgress,
+            "{kind}: an immediate retry must not charge again"
+        );
+        assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
+        // Once the lease has ended, the key can be claimed again.
+        clock.set_ms(record.lease_until_ms + 1);
+        assert_eq!(send(&h, &ev).await.outcome, Outcome::Executed, "{kind}");
+        assert_eq!(h.dispatcher().invokes(), 2, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_retry() {
+    let custom = Config {
+        release_on_errors: ErrorTypes::parse("CardDetailsRejected").unwrap(),
+        ..Config::default()
+    };
+    for (kind, config) in [
+        ("ValidationError", Config::default()),
+        ("InvalidInput", Config::default()),
+        ("CardDetailsRejected", custom),
+    ] {
+        let h = handler(
+            MemoryStore::new(),
+            Scripted::new(vec![Act::Fail(kind), Act::Run]),
+            &config,
+        );
+        let ev = event("fd-charge_card.json");
+        let failed = send(&h, &ev).await;
+        assert_eq!(
+            (failed.outcome, state(&failed).as_deref()),
+            (Outcome::ToolError, Some("REPROMPT")),
+            "{kind}"
+        );
+        let message = body(&failed)["message"].as_str().unwrap().to_string();
+        assert!(message.contains("raised an error") && message.contains("You may retry"), "{kind}: {message}");
+        assert!(
+            h.store()
+                .get(failed.key.as_deref().unwrap())
+                .await
+                .unwrap()
+                .is_none(),
+            "{kind}: claim released"
+        );
+        let retried = send(&h, &ev).await;
+        assert_eq!(retried.outcome, Outcome::Executed, "{kind}");
+        assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed, "{kind}");
+        assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
+        assert_eq!(h.dispatcher().invokes(), 2, "{kind}");
+    }
+    // The default list is not a catch-all: a crash type keeps the claim under it.
     let h = handler(
         MemoryStore::new(),
-        Scripted::new(vec![Act::Raise, Act::Run]),
+        Scripted::new(vec![Act::Fail("Sandbox.Timedout")]),
         &Config::default(),
     );
     let ev = event("fd-charge_card.json");
-    let failed = send(&h, &ev).await;
-    assert_eq!(
-        (failed.outcome, state(&failed).as_deref()),
-        (Outcome::ToolError, Some("REPROMPT"))
-    );
-    assert!(
-        body(&failed)["message"]
-            .as_str()
-            .unwrap()
-            .contains("raised an error")
-    );
-    assert!(
-        h.store()
-            .get(failed.key.as_deref().unwrap())
-            .await
-            .unwrap()
-            .is_none(),
-        "claim released"
-    );
-    let retried = send(&h, &ev).await;
-    assert_eq!(retried.outcome, Outcome::Executed);
-    assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed);
-    assert_eq!(charges(&h.dispatcher().demo), 1);
-    assert_eq!(h.dispatcher().invokes(), 2);
+    send(&h, &ev).await;
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
 }
 
 #[tokio::test]
