@@ -169,7 +169,10 @@ fn stages(c: &mut Criterion) {
                         ClaimOutcome::Claimed { token } => token,
                         other => panic!("{other:?}"),
                     };
-                    store.complete(key, &token, &reply, expiry(now)).await.unwrap();
+                    store
+                        .complete(key, &token, &reply, expiry(now))
+                        .await
+                        .unwrap();
                 }
                 start.elapsed()
             })
@@ -184,7 +187,10 @@ fn stages(c: &mut Criterion) {
             else {
                 unreachable!()
             };
-            store.complete(&k, &token, &reply, expiry(now)).await.unwrap();
+            store
+                .complete(&k, &token, &reply, expiry(now))
+                .await
+                .unwrap();
         });
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -374,7 +380,10 @@ fn summary(_: &mut Criterion) {
                     else {
                         unreachable!()
                     };
-                    store.complete(key, &token, &reply, expiry(now)).await.unwrap();
+                    store
+                        .complete(key, &token, &reply, expiry(now))
+                        .await
+                        .unwrap();
                 }
                 cpu_now().saturating_sub(start)
             })
@@ -391,7 +400,10 @@ fn summary(_: &mut Criterion) {
                 else {
                     unreachable!()
                 };
-                store.complete(&k, &token, &reply, expiry(now)).await.unwrap();
+                store
+                    .complete(&k, &token, &reply, expiry(now))
+                    .await
+                    .unwrap();
                 let start = cpu_now();
                 for _ in 0..n {
                     black_box(store.claim(claim_request(&k, &fp, now)).await.unwrap());

@@ -219,8 +219,8 @@ fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>),
             "unknown field {unknown:?} (expected \"function\" and \"timeout_seconds\")"
         ));
     }
-    let target = non_empty(fields.get("function"))
-        .ok_or("\"function\" must be a non-empty string")?;
+    let target =
+        non_empty(fields.get("function")).ok_or("\"function\" must be a non-empty string")?;
     let timeout = match fields.get("timeout_seconds") {
         None => None,
         Some(t) => Some(
@@ -296,7 +296,8 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The longest lease any claim can take: Lambda's maximum run time plus the margin.
 /// `DEDUP_TTL_SECONDS` may not be shorter, so a completed call outlives any lease.
-pub const LONGEST_LEASE: Duration = Duration::from_secs(MAX_TOOL_TIMEOUT.as_secs() + LEASE_MARGIN.as_secs());
+pub const LONGEST_LEASE: Duration =
+    Duration::from_secs(MAX_TOOL_TIMEOUT.as_secs() + LEASE_MARGIN.as_secs());
 
 /// The default of `DEDUP_RELEASE_ON_ERRORS`: error types that by convention reject input before
 /// doing anything.
@@ -605,14 +606,23 @@ mod tests {
             ("DEDUP_WAIT_MS", "-1"),
             ("DEDUP_TTL_SECONDS", "0"),
             ("DEDUP_TTL_SECONDS", "60"),
-            ("DEDUP_RELEASE_ON_ERRORS", "ValidationError,Sandbox.Timedout"),
+            (
+                "DEDUP_RELEASE_ON_ERRORS",
+                "ValidationError,Sandbox.Timedout",
+            ),
             ("DEDUP_ALLOW_MEMORY_STORE", "perhaps"),
             ("DEDUP_CACHE_FAILURES", "maybe"),
             ("DEDUP_LOG_CALLS", "all"),
             ("DEDUP_ROUTES", "[\"x\"]"),
             ("DEDUP_ROUTES", "{\"payments\":\"fn\"}"),
-            ("DEDUP_ROUTES", "{\"*\":{\"function\":\"fn\",\"timeout_seconds\":901}}"),
-            ("DEDUP_ROUTES", "{\"*\":{\"function\":\"fn\",\"timeout\":30}}"),
+            (
+                "DEDUP_ROUTES",
+                "{\"*\":{\"function\":\"fn\",\"timeout_seconds\":901}}",
+            ),
+            (
+                "DEDUP_ROUTES",
+                "{\"*\":{\"function\":\"fn\",\"timeout\":30}}",
+            ),
             ("DEDUP_STORE", "redis"),
         ] {
             let err = config(&[(var, value)], StoreKind::Memory).unwrap_err();
@@ -641,6 +651,98 @@ mod tests {
             (c.mode, c.scope, c.cache_failures),
             (Mode::Shadow, Scope::Turn, false)
         );
+    }
+
+    #[test]
+    fn the_lambda_refuses_the_memory_store_unless_allowed() {
+        let routes = ("DEDUP_ROUTES", "{\"*\":\"fn\"}");
+        let err = config(&[routes, ("DEDUP_STORE", "memory")], StoreKind::DynamoDb)
+            .unwrap()
+            .for_lambda()
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("DEDUP_STORE") && text.contains("DEDUP_ALLOW_MEMORY_STORE=true"),
+            "{text}"
+        );
+        let allowed = config(
+            &[
+                routes,
+                ("DEDUP_STORE", "memory"),
+                ("DEDUP_ALLOW_MEMORY_STORE", "true"),
+            ],
+            StoreKind::DynamoDb,
+        )
+        .unwrap()
+        .for_lambda()
+        .unwrap();
+        assert_eq!(allowed.store, StoreKind::Memory);
+        // `dedup replay` defaults to the memory store and never asks.
+        assert_eq!(
+            config(&[], StoreKind::Memory).unwrap().store,
+            StoreKind::Memory
+        );
+        let no_routes = config(&[("DEDUP_TABLE_NAME", "t-1")], StoreKind::DynamoDb).unwrap();
+        assert!(
+            no_routes
+                .for_lambda()
+                .unwrap_err()
+                .to_string()
+                .starts_with("DEDUP_ROUTES")
+        );
+    }
+
+    #[test]
+    fn the_ttl_covers_the_longest_lease() {
+        let at_least = LONGEST_LEASE.as_secs().to_string();
+        let c = config(&[("DEDUP_TTL_SECONDS", &at_least)], StoreKind::Memory).unwrap();
+        assert_eq!(c.ttl, LONGEST_LEASE);
+        let shorter = (LONGEST_LEASE.as_secs() - 1).to_string();
+        let err = config(&[("DEDUP_TTL_SECONDS", &shorter)], StoreKind::Memory).unwrap_err();
+        assert!(err.to_string().contains("longest lease"), "{err}");
+    }
+
+    #[test]
+    fn release_on_errors_defaults_to_validation_names_and_never_takes_crash_types() {
+        let c = config(&[], StoreKind::Memory).unwrap();
+        assert!(c.release_on_errors.contains("ValidationError"));
+        for crash in [
+            "Unhandled",
+            "Sandbox.Timedout",
+            "Runtime.ExitError",
+            "Runtime.OutOfMemory",
+        ] {
+            assert!(!c.release_on_errors.contains(crash), "{crash}");
+        }
+        let c = config(
+            &[("DEDUP_RELEASE_ON_ERRORS", " CardRejected , BadInput ")],
+            StoreKind::Memory,
+        )
+        .unwrap();
+        assert!(
+            c.release_on_errors.contains("CardRejected")
+                && c.release_on_errors.contains("BadInput")
+        );
+        assert!(!c.release_on_errors.contains("ValidationError"));
+        let none = config(&[("DEDUP_RELEASE_ON_ERRORS", "none")], StoreKind::Memory).unwrap();
+        assert_eq!(none.release_on_errors, ErrorTypes::default());
+    }
+
+    #[test]
+    fn a_route_can_state_its_tools_timeout() {
+        let r = Routes::parse(
+            r#"{"payments/*":{"function":"pay-fn","timeout_seconds":120},
+                "payments/refund":{"function":"pay-fn","timeout_seconds":30},"*":"other-fn"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.resolve("payments", "charge_card"), Some("pay-fn"));
+        assert_eq!(
+            r.stated_timeout("pay-fn"),
+            Some(Duration::from_secs(120)),
+            "the longest"
+        );
+        assert_eq!(r.stated_timeout("other-fn"), None);
+        assert_eq!(r.targets(), vec!["other-fn", "pay-fn"]);
     }
 
     #[test]

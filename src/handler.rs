@@ -645,7 +645,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                          again with the same arguments; tell the user the action was already performed.",
                         reply_to.tool()),
                 });
-                (outcome, notice(reply_to, ResponseState::Reprompt, 409, &body))
+                (
+                    outcome,
+                    notice(reply_to, ResponseState::Reprompt, 409, &body),
+                )
             }
             (None, None) => {
                 let e = StoreError::Corrupt("completed record without a result".into());

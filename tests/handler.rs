@@ -892,7 +892,10 @@ async fn a_tool_that_crashes_after_its_side_effect_keeps_the_claim_until_its_lea
             "{kind}"
         );
         let message = body(&crashed)["message"].as_str().unwrap().to_string();
-        assert!(message.contains(kind) && message.contains("unknown"), "{kind}: {message}");
+        assert!(
+            message.contains(kind) && message.contains("unknown"),
+            "{kind}: {message}"
+        );
         let record = h
             .store()
             .get(crashed.key.as_deref().unwrap())
@@ -937,7 +940,10 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
             "{kind}"
         );
         let message = body(&failed)["message"].as_str().unwrap().to_string();
-        assert!(message.contains("raised an error") && message.contains("You may retry"), "{kind}: {message}");
+        assert!(
+            message.contains("raised an error") && message.contains("You may retry"),
+            "{kind}: {message}"
+        );
         assert!(
             h.store()
                 .get(failed.key.as_deref().unwrap())
@@ -1365,7 +1371,9 @@ async fn a_ttl_shorter_than_the_lease_cannot_free_a_running_call<S: Store + Clon
     clock.advance(Duration::from_secs(10));
     let second = handler(store.clone(), demo(), &config);
     assert_eq!(
-        send(&second, &event("fd-charge_card-retry.json")).await.outcome,
+        send(&second, &event("fd-charge_card-retry.json"))
+            .await
+            .outcome,
         Outcome::InProgress
     );
     gate.notify_one();
@@ -1587,9 +1595,11 @@ fn the_lambda_binary_refuses_the_memory_store_unless_allowed_and_a_ttl_shorter_t
     let (status, out) = lambda_binary(&[("DEDUP_STORE", "memory")]);
     assert!(!status.success(), "{out}");
     assert!(
-        out.contains("DEDUP_STORE") && out.contains("DEDUP_ALLOW_MEMORY_STORE=true"),
+        out.contains("DEDUP_STORE=\"memory\" is invalid")
+            && out.contains("set DEDUP_ALLOW_MEMORY_STORE=true for local use"),
         "{out}"
     );
+    assert!(!out.contains("within this container only"), "{out}");
 
     // Allowed: it gets past its configuration (and then fails for want of a Lambda runtime API),
     // saying at start-up that it dedups within one container only.
@@ -1601,10 +1611,8 @@ fn the_lambda_binary_refuses_the_memory_store_unless_allowed_and_a_ttl_shorter_t
     assert!(out.contains("within this container only"), "{out}");
     assert!(!out.contains("is invalid"), "{out}");
 
-    let (status, out) = lambda_binary(&[
-        ("DEDUP_TABLE_NAME", "dedup"),
-        ("DEDUP_TTL_SECONDS", "60"),
-    ]);
+    let (status, out) =
+        lambda_binary(&[("DEDUP_TABLE_NAME", "dedup"), ("DEDUP_TTL_SECONDS", "60")]);
     assert!(!status.success(), "{out}");
     assert!(
         out.contains("DEDUP_TTL_SECONDS=\"60\" is invalid") && out.contains("longest lease"),
@@ -1856,7 +1864,8 @@ impl FakeLambda {
                                     None => (
                                         404,
                                         vec![("x-amzn-errortype", "ResourceNotFoundException")],
-                                        br#"{"Type":"User","Message":"Function not found"}"#.to_vec(),
+                                        br#"{"Type":"User","Message":"Function not found"}"#
+                                            .to_vec(),
                                     ),
                                 }
                             } else {
@@ -1864,11 +1873,11 @@ impl FakeLambda {
                                     function,
                                     serde_json::from_slice(&body).unwrap_or_default(),
                                 ));
-                                replies
-                                    .lock()
-                                    .unwrap()
-                                    .pop_front()
-                                    .unwrap_or((500, vec![], b"{}".to_vec()))
+                                replies.lock().unwrap().pop_front().unwrap_or((
+                                    500,
+                                    vec![],
+                                    b"{}".to_vec(),
+                                ))
                             };
                             if status == 0 {
                                 return;
@@ -2056,8 +2065,14 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
         .await
         .look_up_timeouts()
         .await;
-    assert_eq!(dispatcher.max_run_time("refund-fn"), Duration::from_secs(120));
-    assert_eq!(dispatcher.max_run_time("stated-fn"), Duration::from_secs(30));
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        dispatcher.max_run_time("stated-fn"),
+        Duration::from_secs(30)
+    );
     assert_eq!(
         dispatcher.max_run_time("unknown-fn"),
         Duration::from_secs(900),
@@ -2079,7 +2094,12 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     let claimed_at = h.store().now_ms();
     let ev = event("fd-refund.json");
     let r = send(&h, &ev).await;
-    assert!(body(&r)["message"].as_str().unwrap().contains("Sandbox.Timedout"));
+    assert!(
+        body(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("Sandbox.Timedout")
+    );
     let record = h
         .store()
         .get(r.key.as_deref().unwrap())
@@ -2099,4 +2119,3 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     );
     assert_eq!(fake.seen.lock().unwrap().len(), 1);
 }
-

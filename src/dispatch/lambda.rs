@@ -81,10 +81,14 @@ impl LambdaDispatcher {
                 .get_function_configuration()
                 .function_name(&target)
                 .send();
-            lookups.spawn(async move { (target, tokio::time::timeout(LOOKUP_TIMEOUT, request).await) });
+            lookups.spawn(
+                async move { (target, tokio::time::timeout(LOOKUP_TIMEOUT, request).await) },
+            );
         }
         while let Some(joined) = lookups.join_next().await {
-            let Ok((target, found)) = joined else { continue };
+            let Ok((target, found)) = joined else {
+                continue;
+            };
             match found {
                 Ok(Ok(conf)) => match conf.timeout().and_then(|s| u64::try_from(s).ok()) {
                     Some(seconds) if seconds > 0 => {
@@ -243,8 +247,8 @@ fn error_payload(body: &[u8]) -> (Option<String>, String) {
             .and_then(|m| m.as_str())
             .map(str::to_string)
     };
-    let message = field("errorMessage")
-        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let message =
+        field("errorMessage").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     let mut short: String = message.chars().take(300).collect();
     if short.len() < message.len() {
         short.push('…');

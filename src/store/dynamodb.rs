@@ -49,9 +49,9 @@ use tokio::time::Instant;
 
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
-    BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD,
-    LeaseToken, Op, Record, RequestCounter, RequestCounts, RetriesExhausted, Status, Store,
-    StoreError, SystemClock, validate_claim, validate_key,
+    BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
+    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, validate_claim, validate_key,
 };
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
@@ -451,7 +451,10 @@ impl DynamoDbStore {
             let update = match written {
                 Written::Result(EncodedResult { encoding, bytes }) => update
                     .update_expression(COMPLETE_UPDATE)
-                    .expression_attribute_values(":res", AttributeValue::B(Blob::new(bytes.clone())))
+                    .expression_attribute_values(
+                        ":res",
+                        AttributeValue::B(Blob::new(bytes.clone())),
+                    )
                     .expression_attribute_values(":enc", s(encoding.as_str())),
                 Written::Omitted { bytes } => update
                     .update_expression(COMPLETE_OMITTED_UPDATE)

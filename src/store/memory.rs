@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
-    ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record,
-    RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
+    ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
+    Record, RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
     validate_claim, validate_key,
 };
 

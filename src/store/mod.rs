@@ -114,8 +114,7 @@ impl ClaimRequest<'_> {
     /// record counts as absent, so an earlier expiry would let a second caller run the call while
     /// the first one still may.
     pub fn record_expiry(&self) -> i64 {
-        self.expires_at_s
-            .max(self.lease_until_ms.div_euclid(1000))
+        self.expires_at_s.max(self.lease_until_ms.div_euclid(1000))
     }
 }
 
