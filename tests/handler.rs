@@ -2061,10 +2061,13 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     let routes = r#"{"payments/refund":"refund-fn",
                      "payments/*":{"function":"stated-fn","timeout_seconds":30},
                      "*":"unknown-fn"}"#;
-    let dispatcher = lambda_dispatcher(&fake.url, routes)
-        .await
-        .look_up_timeouts()
-        .await;
+    let dispatcher = lambda_dispatcher(&fake.url, routes).await;
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(900),
+        "until it is looked up"
+    );
+    dispatcher.clone().look_up_timeouts().await;
     assert_eq!(
         dispatcher.max_run_time("refund-fn"),
         Duration::from_secs(120)
