@@ -35,6 +35,12 @@ impl FieldMode {
 }
 
 /// JSON types a schema admits. Empty means "unknown": schema-free heuristics apply.
+///
+/// Declared types are evidence of different strength. A JSON Schema's `type` is what the tool's author
+/// says the value is, and every rule keyed to it applies. [`Types::TEXT`] is weaker: a transport that
+/// carries every value as text (Bedrock Agents' parameter type `string`, its default for anything
+/// textual, also for objects, which it has no type for) says nothing about the value, so the value is
+/// compared as if there were no schema.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Types(u8);
 
@@ -45,12 +51,15 @@ impl Types {
     pub const ARRAY: Types = Types(8);
     pub const OBJECT: Types = Types(16);
     pub const NULL: Types = Types(32);
+    /// Declared only as text by a transport (see above): unknown to every typed rule.
+    pub const TEXT: Types = Types(64);
 
     pub fn contains(self, other: Types) -> bool {
         self.0 & other.0 != 0
     }
+    /// No type a rule can act on: none at all, only `null`, or transport text.
     pub fn is_unknown(self) -> bool {
-        self.0 & !Self::NULL.0 == 0
+        self.0 & !(Self::NULL.0 | Self::TEXT.0) == 0
     }
     fn union(self, other: Types) -> Types {
         Types(self.0 | other.0)
@@ -152,12 +161,20 @@ impl Schema {
     }
 
     /// A flat object schema from Bedrock's declared parameter types (`string|number|integer|boolean|array`).
+    ///
+    /// `number`, `integer`, `boolean` and `array` are typed as a JSON Schema would type them. `string` is
+    /// [`Types::TEXT`]: Bedrock declares every textual parameter so, whether or not its case matters, and
+    /// sends objects that way as JSON text; only a real schema (a policy's, laid over with
+    /// [`Schema::overlay`]) can say a string is strict.
     pub fn from_declared_types<'a>(
         params: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Schema, SchemaError> {
         let mut properties = Vec::new();
         for (name, declared) in params {
-            let types = Types::from_name(declared)?;
+            let types = match declared {
+                "string" => Types::TEXT,
+                other => Types::from_name(other)?,
+            };
             properties.push((
                 name.to_string(),
                 Schema {
@@ -174,8 +191,8 @@ impl Schema {
         })
     }
 
-    /// Overlays `extra` (from a policy file) onto `self` (from declared types): the richer schema wins
-    /// per property, and declared types stay where `extra` is silent.
+    /// Overlays `extra` (from a policy file) onto `self` (from declared types): per property, a real
+    /// schema's type outranks a declared one, and declared types stay where `extra` states no type.
     pub fn overlay(mut self, extra: &Schema) -> Schema {
         for (name, schema) in &extra.properties {
             match self
@@ -371,8 +388,11 @@ mod tests {
             Schema::from_declared_types([("amount", "number"), ("currency", "string")]).unwrap();
         let extra =
             Schema::from_json(&json!({"properties": {"currency": {"enum": ["USD"]}}})).unwrap();
+        let currency = declared.property("currency").unwrap().types;
+        assert!(currency.is_unknown() && currency.contains(Types::TEXT));
         let merged = declared.overlay(&extra);
         assert_eq!(merged.property("currency").unwrap().enum_strings, ["USD"]);
+        assert_eq!(merged.property("currency").unwrap().types, Types::STRING);
         assert_eq!(merged.property("amount").unwrap().types, Types::NUMBER);
         assert!(Schema::from_declared_types([("x", "float")]).is_err());
     }
