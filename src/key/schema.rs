@@ -150,12 +150,16 @@ impl Schema {
                 return Ok((tool, Self::from_json(schema)?));
             }
         }
+        if let Some(flat) = openapi_operation(definition) {
+            let name = definition.get("operationId").and_then(Value::as_str);
+            return Ok((name.map(str::to_string), Self::from_json(&flat)?));
+        }
         if definition.get("type").is_some() || definition.get("properties").is_some() {
             return Ok((None, Self::from_json(definition)?));
         }
         Err(SchemaError::Invalid(
-            "no input schema found (expected input_schema, inputSchema, parameters, toolSpec.inputSchema.json \
-             or a JSON Schema object)"
+            "no input schema found (expected input_schema, inputSchema, parameters, toolSpec.inputSchema.json, \
+             an OpenAPI operation or a JSON Schema object)"
                 .into(),
         ))
     }
@@ -336,6 +340,33 @@ impl Schema {
     }
 }
 
+/// An OpenAPI operation object (`parameters` list and/or `requestBody`) as the one flat object schema
+/// Bedrock's event flattens it into: every parameter's `schema` and every property of the first request
+/// body content's schema, by name. `None` when `op` is no operation.
+fn openapi_operation(op: &Value) -> Option<Value> {
+    let parameters = op.get("parameters").and_then(Value::as_array);
+    let body = op
+        .pointer("/requestBody/content")
+        .and_then(Value::as_object)
+        .and_then(|content| content.values().find_map(|media| media.get("schema")));
+    if parameters.is_none() && body.is_none() {
+        return None;
+    }
+    let mut properties = serde_json::Map::new();
+    for parameter in parameters.into_iter().flatten() {
+        if let (Some(name), Some(schema)) = (
+            parameter.get("name").and_then(Value::as_str),
+            parameter.get("schema"),
+        ) {
+            properties.insert(name.to_string(), schema.clone());
+        }
+    }
+    if let Some(Value::Object(body_properties)) = body.and_then(|b| b.get("properties")) {
+        properties.extend(body_properties.clone());
+    }
+    Some(serde_json::json!({"type": "object", "properties": properties}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +388,28 @@ mod tests {
         }
         assert!(Schema::from_tool_definition(&inner).unwrap().0.is_none());
         assert!(Schema::from_tool_definition(&json!({"name": "x"})).is_err());
+    }
+
+    #[test]
+    fn an_openapi_operation_is_flattened_as_bedrock_flattens_its_event() {
+        let operation = json!({
+            "operationId": "refund",
+            "parameters": [{"name": "chargeId", "in": "path", "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {
+                "amount": {"type": "number"}, "reason": {"enum": ["duplicate", "fraudulent"]}}}}}}
+        });
+        let (name, schema) = Schema::from_tool_definition(&operation).unwrap();
+        assert_eq!(name.as_deref(), Some("refund"));
+        assert_eq!(schema.property("chargeId").unwrap().types, Types::STRING);
+        assert_eq!(schema.property("amount").unwrap().types, Types::NUMBER);
+        assert_eq!(
+            schema.property("reason").unwrap().enum_strings,
+            ["duplicate", "fraudulent"]
+        );
+        let body_only = json!({"requestBody": {"content": {"application/json": {"schema": {
+            "properties": {"currency": {"type": "string"}}}}}}});
+        let (_, schema) = Schema::from_tool_definition(&body_only).unwrap();
+        assert_eq!(schema.property("currency").unwrap().types, Types::STRING);
     }
 
     #[test]
