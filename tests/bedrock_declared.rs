@@ -281,3 +281,65 @@ async fn every_corpus_pair_through_the_handler_with_declared_types_only() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `dedup replay --responses`
+
+#[test]
+fn dedup_replay_responses_prints_what_the_agent_gets_one_line_per_invocation() {
+    let events = root().join("events");
+    let files = [
+        events.join("fd-charge_card-drift.json"),
+        events.join("fd-charge_card-drift-retry.json"),
+        events.join("bad-not-object.json"),
+    ];
+    let run = |responses: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dedup"));
+        for (var, _) in std::env::vars() {
+            if var.starts_with("DEDUP_") || var == "DEMO_LEDGER" {
+                cmd.env_remove(var);
+            }
+        }
+        cmd.arg("replay");
+        if responses {
+            cmd.arg("--responses");
+        }
+        let out = cmd.args(&files).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(run(false).len(), 1, "without the flag, only the summary");
+    let lines = run(true);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    let (first, retry, bad, summary) = (&lines[0], &lines[1], &lines[2], &lines[3]);
+    assert_eq!(summary["executed"], 1);
+    assert_eq!(
+        (first["outcome"].as_str(), retry["outcome"].as_str()),
+        (Some("executed"), Some("replayed"))
+    );
+    assert!(
+        first["event"]
+            .as_str()
+            .unwrap()
+            .ends_with("fd-charge_card-drift.json")
+    );
+    assert_eq!(first["key"], retry["key"]);
+    // The agent gets the stored response again, byte for byte.
+    assert_eq!(first["response"], retry["response"]);
+    assert_eq!(
+        first.pointer("/response/response/function"),
+        Some(&json!("charge_card"))
+    );
+    // An event no Bedrock response can answer: the Lambda error the runtime reports.
+    assert_eq!(bad["outcome"], "bad_request");
+    assert_eq!(bad["error"]["errorType"], "InvalidEvent");
+    assert!(bad.get("response").is_none());
+}
