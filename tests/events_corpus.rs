@@ -10,7 +10,8 @@
 //! - every `bad-*` file is rejected: no execution, nothing in the demo tool's ledger.
 //!
 //! The demo tool writes a ledger file (`DEMO_LEDGER`), so "executed" is also counted on the tool's
-//! side. The corpus events run with their key policy (`events/corpus/policy.json`); the hand-written
+//! side. The corpus events run with their key policy (`events/corpus/policy.json`) and again without
+//! one (Bedrock's declared types alone must catch every retry, issue 12); the hand-written
 //! pair `fd-charge_card-drift*.json` runs without a policy (one execution) and again with
 //! `events/policies/charge_card-currency-strict.json` (two). The generated files must be exactly what
 //! `dedup corpus` builds.
@@ -169,16 +170,20 @@ fn cases() -> Vec<Case> {
                 let b = file.with_file_name(format!("{stem}-b.json"));
                 assert!(b.exists(), "{} has no -b side", name(file));
                 covered.push(b.clone());
-                cases.push(Case {
-                    files: vec![file.clone(), b],
-                    repeat: 1,
-                    expect: if dir == "corpus/retry" {
-                        Expect::Once
-                    } else {
-                        Expect::Twice
-                    },
-                    policy: Some("corpus/policy.json"),
-                });
+                let expect = if dir == "corpus/retry" {
+                    Expect::Once
+                } else {
+                    Expect::Twice
+                };
+                // With the tools' schemas, and with Bedrock's declared types alone.
+                for policy in [Some("corpus/policy.json"), None] {
+                    cases.push(Case {
+                        files: vec![file.clone(), b.clone()],
+                        repeat: 1,
+                        expect,
+                        policy,
+                    });
+                }
             }
             _ => panic!("{}: no rule says what this event must do", name(file)),
         }
