@@ -23,9 +23,14 @@
 //!   argument is left out, as Bedrock never sends one. Scalars are their text: a string as is, a
 //!   number as written (`4200.0`, or `4200` for a number the mutation turned into a string), a
 //!   boolean as `true`/`false`.
-//! - Declared as `string`, an object would be compared as text; `policy.json` overlays the tool's
-//!   schema (`type: object`, property types, `x-dedup` modes), so the executor parses it and the
-//!   retry rules apply inside it. Run these events with `DEDUP_POLICY_FILE=events/corpus/policy.json`.
+//! - A declared `string` is no schema to the key core (issue 12): its JSON object text is read as
+//!   JSON and the schema-free rules apply, so every retry here meets its original with no policy
+//!   file. `policy.json` overlays the tool's schema (`type: object`, property types, `x-dedup`
+//!   modes) for a user who wants it strict: `DEDUP_POLICY_FILE=events/corpus/policy.json`.
+//!
+//! [`pair_events`] builds the same events for any pair, in either flavour, with types a developer
+//! declares from the values ([`DeclaredTypes`]) rather than from a schema: the product path with no
+//! policy file, which `tests/bedrock_declared.rs` and the score's Bedrock row replay.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
