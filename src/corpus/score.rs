@@ -202,13 +202,7 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
         })
         .collect();
     let keyer = Keyer::new();
-    let timed: Vec<Call<'_>> = corpus
-        .pairs
-        .iter()
-        .zip(&calls)
-        .filter(|(p, _)| p.section != "adversarial")
-        .flat_map(|(_, (a, b))| [*a, *b])
-        .collect();
+    let timed = timed_calls(corpus, &calls);
 
     let mut keyers: Vec<KeyerScore> = Strategy::ALL
         .into_iter()
@@ -228,13 +222,7 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
         .zip(&bedrock)
         .map(|((pair, (sa, sb)), [a, b])| (a.call(&pair.a, sa), b.call(&pair.b, sb)))
         .collect();
-    let bedrock_timed: Vec<Call<'_>> = corpus
-        .pairs
-        .iter()
-        .zip(&bedrock_calls)
-        .filter(|(p, _)| p.section != "adversarial")
-        .flat_map(|(_, (a, b))| [*a, *b])
-        .collect();
+    let bedrock_timed = timed_calls(corpus, &bedrock_calls);
     let mut row = tally(corpus, &bedrock_calls, &keyer, Strategy::Typed);
     row.bedrock = true;
     row.label = BEDROCK_LABEL.into();
@@ -254,6 +242,17 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
         timed_calls: timed.len(),
         wall_clock: started.elapsed(),
     }
+}
+
+/// The calls timed for µs/key: both sides of the article-spec pairs (not the adversarial section).
+fn timed_calls<'a>(corpus: &Corpus, calls: &[(Call<'a>, Call<'a>)]) -> Vec<Call<'a>> {
+    corpus
+        .pairs
+        .iter()
+        .zip(calls)
+        .filter(|(p, _)| p.section != "adversarial")
+        .flat_map(|(_, (a, b))| [*a, *b])
+        .collect()
 }
 
 fn tally(
