@@ -9,7 +9,7 @@
 //! Per-file results go to stderr; the last line on stdout is the summary:
 //! `{"events","invocations","executed","replayed","waited","in_progress","errors","shadow_replays"}`.
 //! With `DEDUP_LOG_CALLS=hashes|full` the tool-call log lines come before it on stdout, and with
-//! `--responses` one line per invocation, as it completes: `{"event","outcome","key","response"}`,
+//! `--responses` one line per invocation, in the order sent: `{"event","outcome","key","response"}`,
 //! where `response` is the Bedrock response exactly as the agent gets it, or `{"event","outcome",
 //! "error"}` with the Lambda error (`errorType`, `errorMessage`) Bedrock would get instead.
 
@@ -229,15 +229,16 @@ pub async fn replay<S: Store + 'static>(
         ..Summary::default()
     };
     let mut reports: Vec<FileReport> = vec![FileReport::default(); files.len()];
+    let mut lines = InOrder::default();
     let mut record = |summary: &mut Summary,
-                      (index, outcome, error, line): (
-        usize,
-        Option<Outcome>,
-        Option<String>,
-        Option<String>,
-    )| {
-        if let Some(line) = line {
-            progress.suspend(|| println!("{line}"));
+                      Done {
+                          index,
+                          outcome,
+                          error,
+                          line,
+                      }: Done| {
+        if let Some((sequence, line)) = line {
+            lines.push(sequence, line, &progress);
         }
         summary.count(outcome);
         let report = &mut reports[index];
@@ -250,8 +251,9 @@ pub async fn replay<S: Store + 'static>(
         }
         progress.inc(1);
     };
+    let mut sequence = 0..;
     for index in 0..files.len() {
-        for _ in 0..repeat {
+        for invocation in sequence.by_ref().take(repeat as usize) {
             let permit = permits
                 .clone()
                 .acquire_owned()
@@ -271,9 +273,19 @@ pub async fn replay<S: Store + 'static>(
                         };
                         let outcome = handled.outcome;
                         let line = responses.then(|| response_line(&file.path, handled));
-                        (index, Some(outcome), error, line)
+                        Done {
+                            index,
+                            outcome: Some(outcome),
+                            error,
+                            line: line.map(|l| (invocation, l)),
+                        }
                     }
-                    Err(e) => (index, None, Some(e.clone()), None),
+                    Err(e) => Done {
+                        index,
+                        outcome: None,
+                        error: Some(e.clone()),
+                        line: responses.then(|| (invocation, unreadable_line(&file.path, e))),
+                    },
                 }
             });
             while let Some(done) = tasks.try_join_next() {
@@ -313,6 +325,38 @@ pub fn response_line(event: &std::path::Path, handled: Handled) -> String {
         }
     }
     Value::Object(line).to_string()
+}
+
+/// One finished invocation of the file at `index` (`outcome` `None`: the file is not JSON).
+struct Done {
+    index: usize,
+    outcome: Option<Outcome>,
+    error: Option<String>,
+    /// With `--responses`: the invocation's sequence number and its line.
+    line: Option<(usize, String)>,
+}
+
+/// The `--responses` line of a file that is not JSON: no invocation happened.
+fn unreadable_line(event: &std::path::Path, error: &str) -> String {
+    serde_json::json!({"event": event.display().to_string(), "outcome": "unreadable", "error": error})
+        .to_string()
+}
+
+/// Prints `--responses` lines in invocation order, whatever order concurrent invocations end in.
+#[derive(Default)]
+struct InOrder {
+    next: usize,
+    pending: BTreeMap<usize, String>,
+}
+
+impl InOrder {
+    fn push(&mut self, sequence: usize, line: String, progress: &indicatif::ProgressBar) {
+        self.pending.insert(sequence, line);
+        while let Some(line) = self.pending.remove(&self.next) {
+            progress.suspend(|| println!("{line}"));
+            self.next += 1;
+        }
+    }
 }
 
 fn is_error(outcome: Outcome) -> bool {
