@@ -356,7 +356,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         answer
     }
 
-    /// The declared types, overlaid with the policy file's schema for this tool.
+    /// The declared types, overlaid with the policy file's schema for this tool. Precedence per
+    /// parameter: the policy's schema where it states a type (strict, with its enum, format and
+    /// `x-dedup`), else the declared `number`/`integer`/`boolean`/`array`, else (declared `string` or
+    /// no type) no schema at all: Bedrock declares every textual parameter `string`.
     fn schema_for(&self, call: &bedrock::ToolCall) -> Result<Schema, String> {
         let declared =
             Schema::from_declared_types(call.declared_types()).map_err(|e| e.to_string())?;

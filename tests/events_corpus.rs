@@ -10,8 +10,11 @@
 //! - every `bad-*` file is rejected: no execution, nothing in the demo tool's ledger.
 //!
 //! The demo tool writes a ledger file (`DEMO_LEDGER`), so "executed" is also counted on the tool's
-//! side. The corpus events run with their key policy (`events/corpus/policy.json`). The generated
-//! files must be exactly what `dedup corpus` builds.
+//! side. The corpus events run with their key policy (`events/corpus/policy.json`) and again without
+//! one (Bedrock's declared types alone must catch every retry, issue 12); the hand-written
+//! pair `fd-charge_card-drift*.json` runs without a policy (one execution) and again with
+//! `events/policies/charge_card-currency-strict.json` (two). The generated files must be exactly what
+//! `dedup corpus` builds.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,7 +41,12 @@ fn policy_file() -> PathBuf {
     corpus_dir().join(corpus::events::POLICY_FILE)
 }
 
-/// Every `*.json` under `events/` except the corpus's key policy, sorted.
+/// Key policies among the events (not events): the corpus's and `events/policies/`.
+fn is_policy(path: &Path) -> bool {
+    path == policy_file() || path.starts_with(events_dir().join("policies"))
+}
+
+/// Every `*.json` under `events/` except the key policies, sorted.
 fn event_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -52,7 +60,7 @@ fn event_files() -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     walk(&events_dir(), &mut files);
-    files.retain(|f| *f != policy_file());
+    files.retain(|f| !is_policy(f));
     files.sort();
     files
 }
@@ -79,20 +87,36 @@ struct Case {
     files: Vec<PathBuf>,
     repeat: u32,
     expect: Expect,
-    policy: bool,
+    /// `DEDUP_POLICY_FILE`, relative to `events/`.
+    policy: Option<&'static str>,
 }
 
-/// Hand-written pairs (events/README.md); every other valid hand-written file is a single call.
-const HAND_PAIRS: [(&str, &str, Expect); 2] = [
+/// Hand-written pairs (events/README.md), with the policy each runs under; every other valid
+/// hand-written file is a single call.
+const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 4] = [
     (
         "fd-charge_card.json",
         "fd-charge_card-retry.json",
         Expect::Once,
+        None,
     ),
     (
         "fd-charge_card-step3.json",
         "fd-charge_card-step4.json",
         Expect::Twice,
+        None,
+    ),
+    (
+        "fd-charge_card-drift.json",
+        "fd-charge_card-drift-retry.json",
+        Expect::Once,
+        None,
+    ),
+    (
+        "fd-charge_card-drift.json",
+        "fd-charge_card-drift-retry.json",
+        Expect::Twice,
+        Some("policies/charge_card-currency-strict.json"),
     ),
 ];
 
@@ -101,7 +125,7 @@ fn cases() -> Vec<Case> {
     let files = event_files();
     let mut cases = Vec::new();
     let mut covered: Vec<PathBuf> = Vec::new();
-    for (a, b, expect) in HAND_PAIRS {
+    for (a, b, expect, policy) in HAND_PAIRS {
         let pair = vec![events_dir().join(a), events_dir().join(b)];
         assert!(pair.iter().all(|f| f.exists()), "{a} / {b} missing");
         covered.extend(pair.iter().cloned());
@@ -109,7 +133,7 @@ fn cases() -> Vec<Case> {
             files: pair,
             repeat: 1,
             expect,
-            policy: false,
+            policy,
         });
     }
     for file in &files {
@@ -126,13 +150,13 @@ fn cases() -> Vec<Case> {
                 files: vec![file.clone()],
                 repeat: 1,
                 expect: Expect::Rejected,
-                policy: false,
+                policy: None,
             }),
             Some("") => cases.push(Case {
                 files: vec![file.clone()],
                 repeat: 2,
                 expect: Expect::Once,
-                policy: false,
+                policy: None,
             }),
             Some(dir @ ("corpus/retry" | "corpus/deliberate_repeat")) => {
                 let Some(stem) = file_name.strip_suffix("-a.json") else {
@@ -146,16 +170,20 @@ fn cases() -> Vec<Case> {
                 let b = file.with_file_name(format!("{stem}-b.json"));
                 assert!(b.exists(), "{} has no -b side", name(file));
                 covered.push(b.clone());
-                cases.push(Case {
-                    files: vec![file.clone(), b],
-                    repeat: 1,
-                    expect: if dir == "corpus/retry" {
-                        Expect::Once
-                    } else {
-                        Expect::Twice
-                    },
-                    policy: true,
-                });
+                let expect = if dir == "corpus/retry" {
+                    Expect::Once
+                } else {
+                    Expect::Twice
+                };
+                // With the tools' schemas, and with Bedrock's declared types alone.
+                for policy in [Some("corpus/policy.json"), None] {
+                    cases.push(Case {
+                        files: vec![file.clone(), b.clone()],
+                        repeat: 1,
+                        expect,
+                        policy,
+                    });
+                }
             }
             _ => panic!("{}: no rule says what this event must do", name(file)),
         }
@@ -163,6 +191,7 @@ fn cases() -> Vec<Case> {
     }
     let mut sent: Vec<&PathBuf> = cases.iter().flat_map(|c| &c.files).collect();
     sent.sort();
+    sent.dedup();
     assert_eq!(
         sent,
         files.iter().collect::<Vec<_>>(),
@@ -192,8 +221,8 @@ fn run(case: &Case) -> Result<(), String> {
         .args(["replay", "--store", "memory", "--repeat"])
         .arg(case.repeat.to_string())
         .args(&case.files);
-    if case.policy {
-        cmd.env("DEDUP_POLICY_FILE", policy_file());
+    if let Some(policy) = case.policy {
+        cmd.env("DEDUP_POLICY_FILE", events_dir().join(policy));
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -237,7 +266,10 @@ fn run(case: &Case) -> Result<(), String> {
 #[test]
 fn every_event_file_runs_through_dedup_replay() {
     let cases = cases();
-    let corpus_pairs = cases.iter().filter(|c| c.policy).count();
+    let corpus_pairs = cases
+        .iter()
+        .filter(|c| c.policy == Some("corpus/policy.json"))
+        .count();
     assert_eq!(
         corpus_pairs,
         96 + 12,

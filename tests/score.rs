@@ -22,6 +22,12 @@ const SCHEMA_FREE_LOSSES: [&str; 4] = [
     "adversarial/decimal_string/5",
 ];
 
+/// The pairs the executor gets wrong from Bedrock events with no policy file: the declared types make
+/// up for the top-level decimals, not for the git ref or a decimal inside an array's objects (the
+/// README's Limits give the policy line for each; `tests/bedrock_declared.rs` replays them).
+const BEDROCK_DECLARED_LOSSES: [&str; 2] =
+    ["adversarial/case_id/6", "adversarial/decimal_string/4"];
+
 fn load() -> Corpus {
     Corpus::load(Path::new(CORPUS)).expect("corpus loads")
 }
@@ -194,7 +200,7 @@ fn every_tool_has_a_schema_the_keyer_reads() {
 #[test]
 fn scores_meet_the_issues_invariants_with_schemas() {
     let report = run(true);
-    assert_eq!(report.keyers.len(), 5);
+    assert_eq!(report.keyers.len(), 6);
     assert!(report.schemas);
     for k in &report.keyers {
         assert_eq!(k.retries_total, 96, "{}", k.label);
@@ -266,6 +272,12 @@ fn without_schemas_typed_loses_only_the_listed_pairs() {
     assert_eq!(typed.fm_deliberate_repeat, 0);
     let wrong: Vec<&str> = typed.wrong().collect();
     assert_eq!(wrong, SCHEMA_FREE_LOSSES);
+
+    let bedrock = report.keyers.last().unwrap();
+    assert!(bedrock.bedrock && bedrock.strategy == Strategy::Typed);
+    assert_eq!(bedrock.label, score::BEDROCK_LABEL);
+    assert_eq!((bedrock.retries_caught, bedrock.errors), (96, 0));
+    assert_eq!(bedrock.wrong().collect::<Vec<_>>(), BEDROCK_DECLARED_LOSSES);
     let readme = std::fs::read_to_string(Path::new(CORPUS).join("README.md")).unwrap();
     for id in SCHEMA_FREE_LOSSES {
         assert!(readme.contains(id), "README must list {id}");
@@ -299,7 +311,12 @@ fn score_json_has_one_object_per_keyer() {
     ]);
     let rows: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON array");
     let names: Vec<&str> = rows.iter().map(|r| r["keyer"].as_str().unwrap()).collect();
-    assert_eq!(names, ["raw", "canonical", "normalized", "scoped", "typed"]);
+    assert_eq!(
+        names,
+        ["raw", "canonical", "normalized", "scoped", "typed", "typed"]
+    );
+    assert_eq!(rows[5]["bedrock_declared_types"], true);
+    assert_eq!(rows[4]["bedrock_declared_types"], false);
     for row in &rows {
         for field in [
             "retries_caught",
@@ -345,6 +362,8 @@ fn score_table_and_corpus_check_run() {
         "A raw-bytes hash",
         "D = C + (run_id, step)",
         "typed (ours, no schemas)",
+        "typed (ours, Bedrock declared types only)",
+        "typed/Bedrock",
         "wall clock",
         "number_strings",
         "array_order",
@@ -353,4 +372,40 @@ fn score_table_and_corpus_check_run() {
     }
     let check = dedup(&["corpus", "--check"]);
     assert!(String::from_utf8_lossy(&check.stdout).contains("up to date"));
+}
+
+/// A corpus from other sources (`dedup audit --export-corpus`, or hand-written) may hold runs the
+/// spec has no user turn for, no serializer, and arguments no event can carry: the Bedrock row keys
+/// what it can and counts the rest as errors, as every other row does.
+#[test]
+fn the_bedrock_row_scores_any_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = |id: &str, a: &str, b: &str| {
+        serde_json::json!({"id": id, "section": "retries", "class": "observed", "expect": "same",
+            "tool": "charge_card", "base": "observed:r9",
+            "a": {"run_id": "r9", "step": 1, "args": a}, "b": {"run_id": "r9", "step": 1, "args": b}})
+        .to_string()
+    };
+    let retries = [
+        pair(
+            "retries/ok",
+            r#"{"amount": 4200, "currency": "USD"}"#,
+            r#"{"currency": "usd", "amount": 4200.0}"#,
+        ),
+        pair("retries/not-an-object", "[1]", r#"{"amount": 1}"#),
+    ];
+    std::fs::write(dir.path().join("retries.jsonl"), retries.join("\n") + "\n").unwrap();
+    for empty in ["distinct.jsonl", "adversarial.jsonl"] {
+        std::fs::write(dir.path().join(empty), "").unwrap();
+    }
+    let corpus = Corpus::load(dir.path()).unwrap();
+    let options = Options {
+        schemas: None,
+        runs: 1,
+        iterations: 10,
+    };
+    let report = score::score(&corpus, &options);
+    let bedrock = report.keyers.last().unwrap();
+    assert!(bedrock.bedrock);
+    assert_eq!((bedrock.retries_caught, bedrock.errors), (1, 1));
 }
