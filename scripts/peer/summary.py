@@ -94,6 +94,8 @@ def answer(step: dict) -> str:
     }
     if outcome in named:
         return named[outcome]
+    if outcome not in (None, "answered"):  # an outcome this summary does not know yet
+        return f"outcome `{outcome}`"
     head = step.get("body_head") or ""
     if head.startswith('"Error:'):
         return "an error reply (" + head.strip('"').split(":", 2)[1].strip() + ")"
