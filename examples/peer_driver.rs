@@ -123,7 +123,11 @@ fn pad_reply(bytes: Vec<u8>, size: usize) -> Vec<u8> {
         .pointer_mut("/response/functionResponse/responseBody/TEXT/body")
         .expect("a function-details reply");
     let mut body: Value = serde_json::from_str(slot.as_str().unwrap_or("{}")).unwrap_or(json!({}));
-    body["padding"] = Value::String(std::iter::repeat_with(fastrand::alphanumeric).take(size).collect());
+    body["padding"] = Value::String(
+        std::iter::repeat_with(fastrand::alphanumeric)
+            .take(size)
+            .collect(),
+    );
     *slot = Value::String(body.to_string());
     serde_json::to_vec(&reply).expect("serializable")
 }
@@ -178,7 +182,12 @@ async fn handle(handler: &Handler<DynamoDbStore, FaultyDemoTool>, request: Reque
             let (receipt, state, head) = summarize(&value);
             (receipt, state, head, Value::Null)
         }
-        Err(e) => (Value::Null, Value::Null, String::new(), json!(e.to_string())),
+        Err(e) => (
+            Value::Null,
+            Value::Null,
+            String::new(),
+            json!(e.to_string()),
+        ),
     };
     json!({
         "id": request.id,

@@ -107,11 +107,20 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
         "the recorded run has failed invocations: {stderr}"
     );
     let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let mut keys: Vec<&str> = last.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = last
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
-        ["overhead_ratio_first_sight", "overhead_ratio_repeat", "systems"]
+        [
+            "overhead_ratio_first_sight",
+            "overhead_ratio_repeat",
+            "systems"
+        ]
     );
     let records = records();
     for system in ["powertools", "toolcall_dedup"] {
