@@ -61,6 +61,10 @@ pub const SETTLE_MARGIN: Duration = Duration::from_millis(500);
 /// The settling pass waits for the last lease asked for, but never longer than this.
 pub const MAX_SETTLE_WAIT: Duration = Duration::from_secs(60);
 
+/// The settling pass: invocations in flight, and rounds for calls answered with a store error.
+const SETTLE_CONCURRENCY: usize = 4;
+const SETTLE_ROUNDS: usize = 3;
+
 /// Per-request store faults (per mille) during the run.
 pub const STORE_FAULTS: RequestFaults = RequestFaults {
     drop_before: 15,
@@ -370,36 +374,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         .max(BUDGET + LEASE_MARGIN)
         .min(MAX_SETTLE_WAIT);
     tokio::time::sleep(wait + SETTLE_MARGIN).await;
-    let mut settling = tokio::task::JoinSet::new();
-    for (id, call) in plan.calls.iter().enumerate() {
-        let permit = gate.clone().acquire_owned().await.expect("never closed");
-        let (handler, event) = (handler.clone(), call.event.clone());
-        settling.spawn(async move {
-            let o = invoke(&handler, id, &event, ToolFault::None).await;
-            drop(permit);
-            o
-        });
-    }
-    let mut settles: Vec<Option<Observed>> = (0..plan.calls.len()).map(|_| None).collect();
-    while let Some(joined) = settling.join_next().await {
-        let o = joined.map_err(|e| ChaosError::Setup(format!("an invocation panicked: {e}")))?;
-        let id = o.call;
-        settles[id] = Some(o);
-    }
-    let settles: Vec<Observed> = settles
-        .into_iter()
-        .map(|o| o.expect("every call settled"))
-        .collect();
-    // An in-progress answer here is a stuck claim, which the oracle counts.
-    let settle_failures = settles
-        .iter()
-        .filter(|o| {
-            !matches!(
-                o.outcome,
-                Some(Outcome::Executed | Outcome::Replayed | Outcome::Waited | Outcome::InProgress)
-            )
-        })
-        .count() as u64;
+    let (settles, settle_failures) = settle(&handler, &plan.calls).await;
 
     // The oracle.
     let entries = crate::demo::read_ledger(&ledger_path)?;
@@ -465,6 +440,53 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         ledgers: vec![ledger_path.display().to_string()],
         findings: verdict.findings,
     })
+}
+
+/// Sends every call once more, fault-free, a few at a time (a loaded single-threaded moto must
+/// not turn the settling pass into a store outage). A call answered with a store error is sent
+/// again once the lease its ambiguous claim may have written has ended; an in-progress answer is
+/// final (it is a stuck claim). Returns each call's last settling invocation and how many calls
+/// never got an answer.
+async fn settle<S: Store + 'static, D: crate::dispatch::Dispatcher + 'static>(
+    handler: &Arc<Handler<S, D>>,
+    calls: &[plan::Call],
+) -> (Vec<Observed>, u64) {
+    let mut settled: Vec<Option<Observed>> = (0..calls.len()).map(|_| None).collect();
+    let mut pending: Vec<usize> = (0..calls.len()).collect();
+    let gate = Arc::new(Semaphore::new(SETTLE_CONCURRENCY));
+    for round in 0..SETTLE_ROUNDS {
+        if round > 0 {
+            tokio::time::sleep(BUDGET + LEASE_MARGIN + SETTLE_MARGIN).await;
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for &id in &pending {
+            let permit = gate.clone().acquire_owned().await.expect("never closed");
+            let (handler, event) = (handler.clone(), calls[id].event.clone());
+            tasks.spawn(async move {
+                let o = invoke(&handler, id, &event, ToolFault::None).await;
+                drop(permit);
+                o
+            });
+        }
+        pending.clear();
+        while let Some(joined) = tasks.join_next().await {
+            let o = joined.expect("a settling invocation panicked");
+            if o.outcome == Some(Outcome::StoreError) || o.killed.is_some() {
+                pending.push(o.call);
+            }
+            let id = o.call;
+            settled[id] = Some(o);
+        }
+        if pending.is_empty() {
+            break;
+        }
+    }
+    let failures = pending.len() as u64;
+    let settled = settled
+        .into_iter()
+        .map(|o| o.expect("every call was sent"))
+        .collect();
+    (settled, failures)
 }
 
 /// One invocation with its deadline, under its tool fault; killed (dropped) when the tool pulls
