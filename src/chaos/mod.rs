@@ -72,7 +72,9 @@ pub const STORE_FAULTS: RequestFaults = RequestFaults {
     delay: 10,
     throttle_provisioned: 15,
     throttle_rate: 10,
+    deliver_late: 15,
     delay_by: Duration::from_millis(600),
+    late_by: Duration::from_millis(4000),
 };
 
 /// One soak against one server.

@@ -7,6 +7,9 @@
 //! - **drop after**: the request is forwarded and the answer thrown away, then the connection is
 //!   closed (the write happened, the caller cannot know: an ambiguous failure);
 //! - **delay**: the request is forwarded and the answer held past the SDK's attempt timeout;
+//! - **deliver late**: the connection is closed at once (the SDK retries) and the request is
+//!   delivered anyway, later, after the retry (a stale write arriving out of order: only the lease
+//!   token's fence keeps it from touching a record someone else now holds);
 //! - **throttle**: the proxy itself answers HTTP 400 with the body DynamoDB sends for
 //!   `ProvisionedThroughputExceededException` or `ThrottlingException` (never forwarded).
 //!
@@ -30,8 +33,11 @@ pub struct RequestFaults {
     pub delay: u32,
     pub throttle_provisioned: u32,
     pub throttle_rate: u32,
+    pub deliver_late: u32,
     /// How long a delayed answer is held (past the SDK attempt timeout).
     pub delay_by: Duration,
+    /// A late request is delivered after a random time below this.
+    pub late_by: Duration,
 }
 
 impl RequestFaults {
@@ -41,7 +47,9 @@ impl RequestFaults {
         delay: 0,
         throttle_provisioned: 0,
         throttle_rate: 0,
+        deliver_late: 0,
         delay_by: Duration::ZERO,
+        late_by: Duration::ZERO,
     };
 }
 
@@ -53,6 +61,7 @@ pub enum StoreFault {
     DelayPastTimeout,
     ThrottleProvisioned,
     ThrottleRate,
+    DeliverLate,
     /// A connection refused or cut during an outage window.
     OutageRefused,
 }
@@ -65,6 +74,7 @@ impl StoreFault {
             StoreFault::DelayPastTimeout => "store_delay_past_timeout",
             StoreFault::ThrottleProvisioned => "store_throttle_provisioned_throughput",
             StoreFault::ThrottleRate => "store_throttle_rate",
+            StoreFault::DeliverLate => "store_request_delivered_late",
             StoreFault::OutageRefused => "store_outage_refused",
         }
     }
@@ -95,7 +105,7 @@ impl Shared {
             .or_default() += 1;
     }
 
-    fn draw(&self) -> (Option<StoreFault>, Duration) {
+    fn draw(&self) -> (Option<StoreFault>, RequestFaults) {
         let mut guard = self.faults.lock().unwrap_or_else(|p| p.into_inner());
         let (f, rng) = &mut *guard;
         let roll = rng.u32(0..1000);
@@ -105,15 +115,16 @@ impl Shared {
             (f.delay, StoreFault::DelayPastTimeout),
             (f.throttle_provisioned, StoreFault::ThrottleProvisioned),
             (f.throttle_rate, StoreFault::ThrottleRate),
+            (f.deliver_late, StoreFault::DeliverLate),
         ];
         let mut acc = 0;
         for (per_mille, fault) in table {
             acc += per_mille;
             if roll < acc {
-                return (Some(fault), f.delay_by);
+                return (Some(fault), *f);
             }
         }
-        (None, f.delay_by)
+        (None, *f)
     }
 }
 
@@ -215,12 +226,26 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             _ = cut.changed() => { shared.count(StoreFault::OutageRefused); return; }
         };
         let Ok(Some(request)) = request else { return };
-        let (fault, delay_by) = shared.draw();
+        let (fault, faults) = shared.draw();
         if let Some(fault) = fault {
             shared.count(fault);
         }
         let body = match fault {
             Some(StoreFault::DropBeforeForward) => return,
+            Some(StoreFault::DeliverLate) => {
+                let late_by = faults.late_by.mul_f64(fastrand::f64());
+                let upstream = shared.upstream.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(late_by).await;
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        if outbound.write_all(&request).await.is_ok() {
+                            let _ = read_message(&mut outbound, &mut Vec::new(), Message::Response)
+                                .await;
+                        }
+                    }
+                });
+                return;
+            }
             Some(StoreFault::ThrottleProvisioned) => Some(PROVISIONED_THROUGHPUT_BODY),
             Some(StoreFault::ThrottleRate) => Some(THROTTLING_BODY),
             _ => None,
@@ -254,7 +279,7 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             Some(StoreFault::DropAfterForward) => return,
             Some(StoreFault::DelayPastTimeout) => {
                 tokio::select! {
-                    _ = tokio::time::sleep(delay_by) => {}
+                    _ = tokio::time::sleep(faults.delay_by) => {}
                     _ = cut.changed() => return,
                 }
             }
