@@ -42,6 +42,7 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "store_outage_windows",
         "kill_before_effect",
         "tool_hang_past_timeout",
+        "pause_before_complete_past_lease",
     ] {
         assert!(injected(kind) > 0, "no {kind} fault was injected");
     }

@@ -7,6 +7,7 @@
 //! re-execution (after an attempt whose outcome was unknown and whose lease had ended) from a
 //! double execution; the count of side effects comes from the ledger alone.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,10 +42,16 @@ pub enum ToolFault {
     KillBeforeEffect,
     /// The invocation is killed right after the effect, before the result is stored.
     KillAfterEffect,
+    /// The invocation pauses after the tool returned, before storing the result, until its lease
+    /// has ended and another invocation has taken the key over; then it resumes and completes.
+    /// (A frozen container, a long GC or VM pause, or a clock skewed past the margin: the case
+    /// the lease token fences. Lambda would kill a paused invocation at its deadline; this one is
+    /// not killed.)
+    PauseBeforeComplete,
 }
 
 impl ToolFault {
-    pub const ALL: [ToolFault; 7] = [
+    pub const ALL: [ToolFault; 8] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
         ToolFault::CrashAfterEffect,
@@ -52,6 +59,7 @@ impl ToolFault {
         ToolFault::SlowPastDeadline,
         ToolFault::KillBeforeEffect,
         ToolFault::KillAfterEffect,
+        ToolFault::PauseBeforeComplete,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +71,7 @@ impl ToolFault {
             ToolFault::SlowPastDeadline => "tool_slow_past_deadline",
             ToolFault::KillBeforeEffect => "kill_before_effect",
             ToolFault::KillAfterEffect => "kill_after_effect",
+            ToolFault::PauseBeforeComplete => "pause_before_complete_past_lease",
         }
     }
 }
@@ -86,6 +95,8 @@ pub struct Notes {
     /// The receipt the tool wrote, and when.
     pub receipt_id: Option<String>,
     pub completion: Option<Completion>,
+    /// Store time when the completion was sent.
+    pub completed_at_ms: Option<i64>,
 }
 
 /// One invocation: its planned tool fault, a kill switch, and notes.
@@ -153,7 +164,7 @@ impl ChaosTool {
         // A tool takes a little time, so that identical calls overlap.
         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
         match attempt.fault {
-            ToolFault::None => self.effect(target, &payload),
+            ToolFault::None | ToolFault::PauseBeforeComplete => self.effect(target, &payload),
             ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
                 target: target.into(),
                 kind: "ValidationException".into(),
@@ -215,19 +226,63 @@ impl Dispatcher for ChaosTool {
     }
 }
 
-/// A store that notes, per invocation, its successful claim and how its completion went.
-pub struct NotingStore<S>(pub S);
+/// A store that notes, per invocation, its successful claim and how its completion went, and
+/// holds a [`ToolFault::PauseBeforeComplete`] completion until the key is taken over.
+pub struct NotingStore<S> {
+    inner: S,
+    /// Per key, woken at each successful claim.
+    claims: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+/// A paused completion resumes at the latest this long after its lease ended.
+const MAX_PAUSE_PAST_LEASE: Duration = Duration::from_secs(3);
+
+impl<S: Store> NotingStore<S> {
+    pub fn new(inner: S) -> NotingStore<S> {
+        NotingStore {
+            inner,
+            claims: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn claims_of(&self, key: &str) -> Arc<Notify> {
+        self.claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Waits until another invocation claims `key` (its lease ended), or past the lease.
+    async fn pause_until_taken_over(&self, key: &str, attempt: &Attempt) {
+        let claimed = self.claims_of(key);
+        let taken_over = claimed.notified();
+        let lease_until = attempt.note(|n| n.lease_until_ms).unwrap_or(0);
+        let past_lease = u64::try_from(lease_until - self.inner.now_ms()).unwrap_or(0);
+        let _ = tokio::time::timeout(
+            Duration::from_millis(past_lease) + MAX_PAUSE_PAST_LEASE,
+            taken_over,
+        )
+        .await;
+        // The new holder is now between its claim and its completion.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
 
 impl<S: Store> Store for NotingStore<S> {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let sent_at = self.0.now_ms();
-        let lease_until = req.lease_until_ms;
-        let outcome = self.0.claim(req).await;
-        if let (Ok(ClaimOutcome::Claimed { .. }), Some(attempt)) = (&outcome, current()) {
-            attempt.note(|n| {
-                n.claimed_at_ms = Some(sent_at);
-                n.lease_until_ms = Some(lease_until);
-            });
+        let sent_at = self.inner.now_ms();
+        let (key, lease_until) = (req.key, req.lease_until_ms);
+        let outcome = self.inner.claim(req).await;
+        if let Ok(ClaimOutcome::Claimed { .. }) = &outcome {
+            if let Some(attempt) = current() {
+                attempt.note(|n| {
+                    n.claimed_at_ms = Some(sent_at);
+                    n.lease_until_ms = Some(lease_until);
+                });
+            }
+            self.claims_of(key).notify_waiters();
         }
         outcome
     }
@@ -238,31 +293,42 @@ impl<S: Store> Store for NotingStore<S> {
         token: &LeaseToken,
         result: &[u8],
     ) -> Result<(), StoreError> {
-        let outcome = self.0.complete(key, token, result).await;
-        if let Some(attempt) = current() {
+        let attempt = current();
+        if let Some(attempt) = attempt
+            .as_ref()
+            .filter(|a| a.fault == ToolFault::PauseBeforeComplete)
+        {
+            self.pause_until_taken_over(key, attempt).await;
+        }
+        let sent_at = self.inner.now_ms();
+        let outcome = self.inner.complete(key, token, result).await;
+        if let Some(attempt) = attempt {
             let completion = match &outcome {
                 Ok(()) => Completion::Stored,
                 Err(StoreError::LeaseLost) => Completion::LeaseLost,
                 Err(_) => Completion::Failed,
             };
-            attempt.note(|n| n.completion = Some(completion));
+            attempt.note(|n| {
+                n.completion = Some(completion);
+                n.completed_at_ms = Some(sent_at);
+            });
         }
         outcome
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.0.release(key, token).await
+        self.inner.release(key, token).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.0.get(key).await
+        self.inner.get(key).await
     }
 
     fn now_ms(&self) -> i64 {
-        self.0.now_ms()
+        self.inner.now_ms()
     }
 
     fn requests(&self) -> RequestCounts {
-        self.0.requests()
+        self.inner.requests()
     }
 }

@@ -116,6 +116,9 @@ pub struct SoakReport {
     pub lost_results: u64,
     pub stuck_claims: u64,
     pub reexecutions_after_unknown_outcome: u64,
+    /// Completions refused because they came after their own lease ended and the key had been
+    /// taken over: the lease token's fence at work.
+    pub late_completions_refused: u64,
     pub unexecuted_before_settle: u64,
     pub key_splits: u64,
     pub settle_failures: u64,
@@ -151,6 +154,7 @@ impl SoakReport {
         self.lost_results += other.lost_results;
         self.stuck_claims += other.stuck_claims;
         self.reexecutions_after_unknown_outcome += other.reexecutions_after_unknown_outcome;
+        self.late_completions_refused += other.late_completions_refused;
         self.unexecuted_before_settle += other.unexecuted_before_settle;
         self.key_splits += other.key_splits;
         self.settle_failures += other.settle_failures;
@@ -177,7 +181,7 @@ impl SoakReport {
              faults: {}\n\
              answers: {}\n\
              side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended); \
-             {} calls unexecuted before the settling pass\n\
+             {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
              double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}\n\
              ledger: {}\n",
             self.seed,
@@ -190,6 +194,7 @@ impl SoakReport {
             self.executed,
             self.reexecutions_after_unknown_outcome,
             self.unexecuted_before_settle,
+            self.late_completions_refused,
             self.double_executions,
             self.lost_results,
             self.stuck_claims,
@@ -300,7 +305,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     };
     let handler = Arc::new(
         Handler::new(
-            NotingStore(store),
+            NotingStore::new(store),
             ChaosTool {
                 demo: DemoTool::new(Ledger::file(&ledger_path)),
             },
@@ -435,6 +440,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         lost_results: verdict.lost_results,
         stuck_claims: verdict.stuck_claims,
         reexecutions_after_unknown_outcome: verdict.reexecutions_after_unknown_outcome,
+        late_completions_refused: verdict.late_completions_refused,
         unexecuted_before_settle: verdict.unexecuted_before_settle,
         key_splits: verdict.key_splits,
         settle_failures,
@@ -505,8 +511,13 @@ async fn invoke<S: Store, D: crate::dispatch::Dispatcher>(
         deadline_ms: Some(handler.store().now_ms() + BUDGET.as_millis() as i64),
     };
     let run = ATTEMPT.scope(attempt.clone(), handler.handle(event, &invocation));
+    // Lambda kills an invocation at its deadline; the paused one models a host that does not.
+    let kill_after = match fault {
+        ToolFault::PauseBeforeComplete => BUDGET + LEASE_MARGIN + Duration::from_secs(5),
+        _ => BUDGET,
+    };
     let handled = tokio::select! {
-        handled = tokio::time::timeout(BUDGET, run) => handled.map_err(|_| "killed_at_deadline"),
+        handled = tokio::time::timeout(kill_after, run) => handled.map_err(|_| "killed_at_deadline"),
         () = attempt.kill.notified() => Err("killed_by_fault"),
     };
     let notes = std::mem::take(&mut *attempt.notes.lock().unwrap_or_else(|p| p.into_inner()));

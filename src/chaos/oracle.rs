@@ -9,8 +9,10 @@
 //!   that is the documented at-least-once window of an unrecorded outcome. Any other further
 //!   entry is a **double execution**.
 //! - **Results**: every replayed answer, and every executed answer whose completion was stored,
-//!   equals the call's stored result byte for byte; an execution whose completion was refused as
-//!   `LeaseLost` lost its result. Otherwise it is a **lost result**.
+//!   equals the call's stored result byte for byte; and no completion sent within its own lease
+//!   is refused (that would mean someone overwrote or deleted the record under its holder).
+//!   Otherwise it is a **lost result**. A completion refused after its own lease ended is the
+//!   fence working, counted apart.
 //! - **Claims**: after the run settles (every lease plus a margin has passed) no record may still
 //!   block its key, and a last, fault-free send of every call must be answered, not told "in
 //!   progress". Otherwise it is a **stuck claim**.
@@ -42,6 +44,7 @@ pub struct Verdict {
     pub executed: u64,
     pub double_executions: u64,
     pub reexecutions_after_unknown_outcome: u64,
+    pub late_completions_refused: u64,
     pub lost_results: u64,
     pub stuck_claims: u64,
     /// Calls with no side effect before the settling pass (every attempt ended in a store
@@ -158,10 +161,20 @@ pub fn check_call(
         let executed_and_stored =
             o.outcome == Some(Outcome::Executed) && o.notes.completion == Some(Completion::Stored);
         if o.notes.completion == Some(Completion::LeaseLost) {
-            verdict.lost_results += 1;
-            verdict.finding(format!(
-                "{session}: an execution's completion was refused (lease lost): its result is lost"
-            ));
+            let late = match (o.notes.completed_at_ms, o.notes.lease_until_ms) {
+                (Some(sent), Some(lease)) => sent > lease,
+                _ => false,
+            };
+            if late {
+                verdict.late_completions_refused += 1;
+            } else {
+                verdict.lost_results += 1;
+                verdict.finding(format!(
+                    "{session}: a completion sent within its lease was refused: the record was \
+                     overwritten or deleted under its holder, and its result is lost ({})",
+                    describe_notes(o)
+                ));
+            }
         } else if replayed || executed_and_stored {
             let same = match (stored, &o.response) {
                 (Some(stored), Some(answer)) => stored == answer.as_bytes(),
@@ -194,16 +207,20 @@ fn outcome_unknown(o: &Observed) -> bool {
     o.notes.completion != Some(Completion::Stored)
 }
 
+fn describe_notes(o: &Observed) -> String {
+    format!(
+        "claimed_at={:?} lease_until={:?} completed_at={:?} outcome={:?} completion={:?}",
+        o.notes.claimed_at_ms,
+        o.notes.lease_until_ms,
+        o.notes.completed_at_ms,
+        o.outcome,
+        o.notes.completion
+    )
+}
+
 fn describe(entry: &Value, o: Option<&Observed>) -> String {
     match o {
-        Some(o) => format!(
-            "{} claimed_at={:?} lease_until={:?} outcome={:?} completion={:?}",
-            entry["receipt_id"],
-            o.notes.claimed_at_ms,
-            o.notes.lease_until_ms,
-            o.outcome,
-            o.notes.completion
-        ),
+        Some(o) => format!("{} {}", entry["receipt_id"], describe_notes(o)),
         None => format!("{} (no invocation noted it)", entry["receipt_id"]),
     }
 }

@@ -41,13 +41,14 @@ pub struct Plan {
 }
 
 /// Per mille of invocations that carry each tool fault.
-pub const TOOL_FAULTS: [(ToolFault, u32); 6] = [
+pub const TOOL_FAULTS: [(ToolFault, u32); 7] = [
     (ToolFault::ErrorBeforeEffect, 35),
     (ToolFault::CrashAfterEffect, 25),
     (ToolFault::HangPastTimeout, 30),
     (ToolFault::SlowPastDeadline, 25),
     (ToolFault::KillBeforeEffect, 30),
     (ToolFault::KillAfterEffect, 25),
+    (ToolFault::PauseBeforeComplete, 25),
 ];
 
 /// Sends of one call that are not part of its opening burst spread over this long (a few leases).
