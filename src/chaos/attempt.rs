@@ -11,7 +11,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::demo::DemoTool;
@@ -61,6 +60,11 @@ impl ToolFault {
         ToolFault::KillAfterEffect,
         ToolFault::PauseBeforeComplete,
     ];
+
+    /// The fault called `name` (see [`ToolFault::name`]).
+    pub fn from_name(name: &str) -> Option<ToolFault> {
+        ToolFault::ALL.into_iter().find(|f| f.name() == name)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -134,21 +138,11 @@ pub struct ChaosTool {
 
 impl ChaosTool {
     fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
-        let function_error = |kind: &str, message: String| DispatchError::FunctionError {
-            target: target.to_string(),
-            kind: kind.to_string(),
-            message,
-        };
-        let event: Value = serde_json::from_slice(payload)
-            .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
-        let done = self.demo.perform(&event).map_err(|e| {
-            let d = lambda_runtime::Diagnostic::from(e);
-            function_error(&d.error_type, d.error_message)
-        })?;
-        if let (Some(attempt), Some(receipt)) = (current(), &done.receipt_id) {
-            attempt.note(|n| n.receipt_id = Some(receipt.clone()));
+        let (reply, receipt) = self.demo.perform_payload(target, payload)?;
+        if let (Some(attempt), Some(receipt)) = (current(), receipt) {
+            attempt.note(|n| n.receipt_id = Some(receipt));
         }
-        serde_json::to_vec(&done.reply).map_err(|e| function_error("Internal", e.to_string()))
+        Ok(reply)
     }
 
     async fn faulted(

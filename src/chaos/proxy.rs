@@ -17,7 +17,7 @@
 //! connection is cut and new ones are closed at once, until the outage ends.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,7 +92,6 @@ struct Shared {
     /// Bumped at each outage start; connections watch it and close.
     cut: watch::Sender<u32>,
     counts: Mutex<BTreeMap<StoreFault, u64>>,
-    forwarded: AtomicU32,
 }
 
 impl Shared {
@@ -156,7 +155,6 @@ impl FaultProxy {
             outage: AtomicBool::new(false),
             cut: watch::channel(0).0,
             counts: Mutex::new(BTreeMap::new()),
-            forwarded: AtomicU32::new(0),
         });
         let accept = tokio::spawn({
             let shared = shared.clone();
@@ -206,11 +204,6 @@ impl FaultProxy {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
-    }
-
-    /// Requests forwarded to the server so far.
-    pub fn forwarded(&self) -> u32 {
-        self.shared.forwarded.load(Ordering::Relaxed)
     }
 }
 
@@ -264,7 +257,6 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
         let forwarded = async {
             let mut outbound = TcpStream::connect(&shared.upstream).await.ok()?;
             outbound.write_all(&request).await.ok()?;
-            shared.forwarded.fetch_add(1, Ordering::Relaxed);
             read_message(&mut outbound, &mut Vec::new(), Message::Response)
                 .await
                 .ok()

@@ -53,9 +53,7 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
         .without
         .iter()
         .map(|name| {
-            ToolFault::ALL
-                .into_iter()
-                .find(|f| f.name() == name)
+            ToolFault::from_name(name)
                 .ok_or_else(|| CliError::Usage(format!("unknown fault {name:?}")))
         })
         .collect::<Result<Vec<_>, _>>()?;

@@ -304,18 +304,33 @@ impl Dispatcher for DemoTool {
         payload: Vec<u8>,
         _timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
+        self.perform_payload(target, &payload)
+            .map(|(reply, _receipt)| reply)
+    }
+}
+
+impl DemoTool {
+    /// What the in-process dispatcher does with a forwarded event: the reply's bytes and the
+    /// receipt written, or the error a tool Lambda would raise.
+    pub fn perform_payload(
+        &self,
+        target: &str,
+        payload: &[u8],
+    ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
         let function_error = |kind: &str, message: String| DispatchError::FunctionError {
             target: target.to_string(),
             kind: kind.to_string(),
             message,
         };
-        let event: Value = serde_json::from_slice(&payload)
+        let event: Value = serde_json::from_slice(payload)
             .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
-        let reply = self.handle(&event).map_err(|e| {
+        let done = self.perform(&event).map_err(|e| {
             let d = lambda_runtime::Diagnostic::from(e);
             function_error(&d.error_type, d.error_message)
         })?;
-        serde_json::to_vec(&reply).map_err(|e| function_error("Internal", e.to_string()))
+        let reply = serde_json::to_vec(&done.reply)
+            .map_err(|e| function_error("Internal", e.to_string()))?;
+        Ok((reply, done.receipt_id))
     }
 }
 
