@@ -148,18 +148,22 @@ impl DemoTool {
 
     /// Performs the call in `event` and returns its Bedrock response.
     pub fn handle(&self, event: &Value) -> Result<Value, DemoError> {
+        self.perform(event).map(|done| done.reply)
+    }
+
+    /// [`DemoTool::handle`], also saying which ledger entry (receipt) the call wrote, if any: the
+    /// chaos soak ties each side effect to the invocation that made it.
+    pub fn perform(&self, event: &Value) -> Result<Performed, DemoError> {
         let envelope = Envelope::parse(event)?;
         let reply_to = strip_dedup_key(envelope.reply_to.clone());
         let call = match envelope.tool_call() {
             Ok(call) => call,
             Err(EventError::Arguments { message, .. }) => {
                 let body = json!({"error": "invalid_arguments", "message": message});
-                return Ok(response::finish(
-                    &reply_to,
-                    Some(ResponseState::Reprompt),
-                    400,
-                    &body,
-                ));
+                return Ok(Performed {
+                    reply: response::finish(&reply_to, Some(ResponseState::Reprompt), 400, &body),
+                    receipt_id: None,
+                });
             }
             Err(e) => return Err(e.into()),
         };
@@ -212,13 +216,26 @@ impl DemoTool {
         if kind == Kind::Echo {
             receipt["arguments"] = Value::Object(arguments);
         }
-        Ok(if declined {
+        let reply = if declined {
             receipt["decline_code"] = json!("card_declined");
             response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
         } else {
             response::success(&reply_to, &receipt)
+        };
+        Ok(Performed {
+            reply,
+            receipt_id: Some(receipt_id),
         })
     }
+}
+
+/// What [`DemoTool::perform`] did.
+#[derive(Debug, Clone)]
+pub struct Performed {
+    /// The Bedrock response.
+    pub reply: Value,
+    /// The receipt of the ledger entry written; `None` when nothing was (invalid arguments).
+    pub receipt_id: Option<String>,
 }
 
 /// The tool's reply must not carry the executor's key back into the session.
@@ -292,18 +309,33 @@ impl Dispatcher for DemoTool {
         payload: Vec<u8>,
         _timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
+        self.perform_payload(target, &payload)
+            .map(|(reply, _receipt)| reply)
+    }
+}
+
+impl DemoTool {
+    /// What the in-process dispatcher does with a forwarded event: the reply's bytes and the
+    /// receipt written, or the error a tool Lambda would raise.
+    pub fn perform_payload(
+        &self,
+        target: &str,
+        payload: &[u8],
+    ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
         let function_error = |kind: &str, message: String| DispatchError::FunctionError {
             target: target.to_string(),
             kind: kind.to_string(),
             message,
         };
-        let event: Value = serde_json::from_slice(&payload)
+        let event: Value = serde_json::from_slice(payload)
             .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
-        let reply = self.handle(&event).map_err(|e| {
+        let done = self.perform(&event).map_err(|e| {
             let d = lambda_runtime::Diagnostic::from(e);
             function_error(&d.error_type, d.error_message)
         })?;
-        serde_json::to_vec(&reply).map_err(|e| function_error("Internal", e.to_string()))
+        let reply = serde_json::to_vec(&done.reply)
+            .map_err(|e| function_error("Internal", e.to_string()))?;
+        Ok((reply, done.receipt_id))
     }
 }
 
