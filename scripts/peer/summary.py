@@ -83,6 +83,9 @@ def answer(step: dict) -> str:
     if step.get("error"):
         return f"Lambda error `{error_name(step)}`"
     outcome = step.get("outcome")
+    if outcome == "replayed" and step.get("state") == "REPROMPT" and "already ran" in (step.get("body_head") or ""):
+        # A settled call whose result was too large to store: a notice, not the reply.
+        return "REPROMPT (already ran; result too large to replay)"
     named = {
         "executed": "the tool's reply",
         "replayed": "the stored reply",
