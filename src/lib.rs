@@ -2,7 +2,11 @@
 //!
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
+//! - [`adapter`]: the seam every entry point implements: a call, a route, a payload, answers.
 //! - [`bedrock`]: the Bedrock Agents action-group event and response adapter.
+//! - [`agentcore`]: the Bedrock AgentCore Gateway Lambda-target adapter.
+//! - [`envelope`]: the harness-neutral invoke envelope adapter.
+//! - [`decide`]: the executor's pure decision (claim outcome, mode, time left → next action).
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
 //! - [`handler`]: the executor: claim, dispatch once, replay.
 //! - [`demo`]: the demo tool (a ledger of side effects).
@@ -10,6 +14,8 @@
 //! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
 //! - [`cost`]: the token-waste versus store-cost model.
 //! - [`cli`]: the `dedup` command line.
+pub mod adapter;
+pub mod agentcore;
 pub mod audit;
 pub mod aws;
 pub mod bedrock;
@@ -17,8 +23,10 @@ pub mod cli;
 pub mod config;
 pub mod corpus;
 pub mod cost;
+pub mod decide;
 pub mod demo;
 pub mod dispatch;
+pub mod envelope;
 pub mod handler;
 pub mod key;
 pub mod store;
