@@ -8,10 +8,16 @@
 //! executor caches like any final answer), `refund` / `…/refunds`, `create_ticket` /
 //! `POST /tickets`.
 //!
+//! Called as an AgentCore Gateway Lambda target, or routed from the invoke envelope, it receives
+//! the arguments object and finds the tool's name in the client context
+//! (`bedrockAgentCoreToolName`, or the executor's `dedupTool`); it then answers with the receipt
+//! object itself, with `"isError": true` on a decline.
+//!
 //! The ledger is a JSON Lines file (`DEMO_LEDGER`, default `toolcall-dedup-demo-ledger.jsonl` in
 //! the temp directory) or, for replays and tests, memory. A ledger line holds the receipt id, the
 //! tool, the session, the `dedup_key` the executor passed, and the arguments.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use crate::{agentcore, envelope};
 use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
 use crate::dispatch::{DispatchError, Dispatcher};
 
@@ -146,6 +153,39 @@ impl DemoTool {
         &self.ledger
     }
 
+    /// Performs the call in `event`: a Bedrock action-group event, or (with a client context that
+    /// names the tool) an arguments object.
+    pub fn handle_with_context(
+        &self,
+        event: &Value,
+        custom: Option<&HashMap<String, String>>,
+    ) -> Result<Value, DemoError> {
+        let tool = custom.and_then(|c| {
+            c.get(agentcore::TOOL_NAME)
+                .map(|t| {
+                    t.split_once(agentcore::TOOL_NAME_DELIMITER)
+                        .map_or(t.as_str(), |(_, tool)| tool)
+                })
+                .or(c.get(envelope::DEDUP_TOOL_CONTEXT).map(String::as_str))
+        });
+        match (tool, event.as_object()) {
+            (Some(tool), Some(arguments)) => {
+                let dedup_key = custom.and_then(|c| c.get(agentcore::DEDUP_KEY_CONTEXT));
+                let session = custom.and_then(|c| c.get(agentcore::SESSION_ID));
+                let (mut receipt, declined) = self.perform(
+                    tool,
+                    arguments.clone(),
+                    json!({"session_id": session, "dedup_key": dedup_key}),
+                )?;
+                if declined {
+                    receipt["isError"] = json!(true);
+                }
+                Ok(receipt)
+            }
+            _ => self.handle(event),
+        }
+    }
+
     /// Performs the call in `event` and returns its Bedrock response.
     pub fn handle(&self, event: &Value) -> Result<Value, DemoError> {
         let envelope = Envelope::parse(event)?;
@@ -168,8 +208,31 @@ impl DemoTool {
             .iter()
             .map(|p| (p.name.clone(), Value::String(p.value.clone())))
             .collect();
-        let tool = call.tool().to_string();
-        let kind = Kind::of(&tool);
+        let dedup_key = event
+            .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
+            .and_then(Value::as_str);
+        let (receipt, declined) = self.perform(
+            call.tool(),
+            arguments,
+            json!({"action_group": call.reply_to.action_group, "session_id": call.session_id,
+                   "dedup_key": dedup_key}),
+        )?;
+        Ok(if declined {
+            response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
+        } else {
+            response::success(&reply_to, &receipt)
+        })
+    }
+
+    /// Records one side effect and builds its receipt; `true` when the charge was declined.
+    /// `context` (an object) is merged into the ledger entry.
+    fn perform(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        context: Value,
+    ) -> Result<(Value, bool), DemoError> {
+        let kind = Kind::of(tool);
         let declined = kind == Kind::Charge
             && arguments
                 .get("customer_id")
@@ -181,20 +244,18 @@ impl DemoTool {
             (Kind::Ticket, _) => "open",
             _ => "succeeded",
         };
-        let dedup_key = event
-            .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
-            .and_then(Value::as_str);
-        self.ledger.append(json!({
+        let mut entry = json!({
             "ts_ms": now_ms(),
             "receipt_id": receipt_id,
             "kind": kind.name(),
             "status": status,
             "tool": tool,
-            "action_group": call.reply_to.action_group,
-            "session_id": call.session_id,
-            "dedup_key": dedup_key,
             "arguments": arguments,
-        }))?;
+        });
+        if let (Some(entry), Value::Object(context)) = (entry.as_object_mut(), context) {
+            entry.extend(context);
+        }
+        self.ledger.append(entry)?;
         let mut receipt = json!({"receipt_id": receipt_id, "status": status, "tool": tool});
         for field in [
             "customer_id",
@@ -212,12 +273,10 @@ impl DemoTool {
         if kind == Kind::Echo {
             receipt["arguments"] = Value::Object(arguments);
         }
-        Ok(if declined {
+        if declined {
             receipt["decline_code"] = json!("card_declined");
-            response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
-        } else {
-            response::success(&reply_to, &receipt)
-        })
+        }
+        Ok((receipt, declined))
     }
 }
 
@@ -363,6 +422,36 @@ mod tests {
             "FAILURE"
         );
         assert_eq!(tool.ledger().entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_arguments_object_with_a_named_tool_gets_the_receipt_itself() {
+        let tool = DemoTool::new(Ledger::memory());
+        let custom: HashMap<String, String> = [
+            (agentcore::TOOL_NAME, "payments___charge_card"),
+            (agentcore::SESSION_ID, "s-1"),
+            (agentcore::DEDUP_KEY_CONTEXT, "k9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let reply = tool
+            .handle_with_context(&json!({"customer_id": "cus_1", "amount": 5}), Some(&custom))
+            .unwrap();
+        assert!(reply["receipt_id"].as_str().unwrap().starts_with("ch_"));
+        assert_eq!(reply["amount"], 5);
+        assert!(reply.get("isError").is_none());
+        let envelope_call: HashMap<String, String> =
+            [(envelope::DEDUP_TOOL_CONTEXT.to_string(), "charge_card".to_string())].into();
+        let declined = tool
+            .handle_with_context(&json!({"customer_id": "cus_declined_1"}), Some(&envelope_call))
+            .unwrap();
+        assert_eq!(declined["isError"], true);
+        let entries = tool.ledger().entries().unwrap();
+        assert_eq!(entries[0]["dedup_key"], "k9");
+        assert_eq!(entries[0]["session_id"], "s-1");
+        // Without a named tool, the event must be a Bedrock event.
+        assert!(tool.handle_with_context(&json!({"a": 1}), None).is_err());
     }
 
     #[test]

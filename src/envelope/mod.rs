@@ -25,6 +25,10 @@ use serde_json::value::RawValue;
 use crate::adapter::{DedupInfo, Forward, Notice, ReplyClass, ToolCall, step_value};
 use crate::key::Schema;
 
+/// The client-context key through which the executor names the tool (beside
+/// [`crate::agentcore::DEDUP_KEY_CONTEXT`], the key): the tool receives only its arguments.
+pub const DEDUP_TOOL_CONTEXT: &str = "dedupTool";
+
 /// The namespace of an envelope without one.
 pub const DEFAULT_NAMESPACE: &str = "envelope";
 
@@ -178,11 +182,20 @@ impl Envelope {
         })
     }
 
-    /// The tool receives the arguments object.
-    pub fn forward(&self) -> Result<Forward, EnvelopeError> {
+    /// The tool receives the arguments object, and a client context naming the tool and the key
+    /// (`{"custom": {"dedupTool": …, "dedupKey": …}}`), which a single-tool Lambda can ignore.
+    pub fn forward(&self, key: Option<&str>) -> Result<Forward, EnvelopeError> {
+        let mut custom = serde_json::Map::new();
+        custom.insert(DEDUP_TOOL_CONTEXT.into(), Value::String(self.tool.clone()));
+        if let Some(key) = key {
+            custom.insert(
+                crate::agentcore::DEDUP_KEY_CONTEXT.into(),
+                Value::String(key.into()),
+            );
+        }
         Ok(Forward {
             payload: self.args.clone()?.into_bytes(),
-            client_context: None,
+            client_context: Some(serde_json::json!({ "custom": custom }).to_string()),
         })
     }
 }
@@ -252,8 +265,13 @@ mod tests {
         assert_eq!(ca.namespace, DEFAULT_NAMESPACE);
         assert_eq!((ca.step.as_deref(), cb.step.as_deref()), (Some("7"), Some("7")));
         assert_eq!(a.route(), ("envelope", "charge_card"));
-        assert_eq!(a.forward().unwrap().payload, br#"{"a":"x","b":1}"#);
-        assert_eq!(b.forward().unwrap().payload, br#"{"a":"x","b":1}"#);
+        assert_eq!(a.forward(None).unwrap().payload, br#"{"a":"x","b":1}"#);
+        let forward = b.forward(Some("k")).unwrap();
+        assert_eq!(forward.payload, br#"{"a":"x","b":1}"#);
+        assert_eq!(
+            forward.client_context.as_deref(),
+            Some(r#"{"custom":{"dedupKey":"k","dedupTool":"charge_card"}}"#)
+        );
     }
 
     #[test]
