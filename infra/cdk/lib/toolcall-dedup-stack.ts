@@ -111,6 +111,11 @@ export class ToolcallDedupStack extends cdk.Stack {
       allowedPattern: '^$|^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:[0-9]{12}:agent/[A-Za-z0-9*]+$',
       description: 'ARN of an existing Bedrock agent allowed to invoke the executor. Empty = none.',
     });
+    const gatewayArn = p('AgentCoreGatewayArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]+:[0-9]{12}:gateway/[A-Za-z0-9_-]+$',
+      description: 'ARN of an AgentCore Gateway whose Lambda target is the executor. Empty = none.',
+    });
     const createDemoAgent = p('CreateDemoAgent', {
       type: 'String', default: 'false', allowedValues: ['true', 'false'],
       description: 'Create a demo Bedrock agent executed by DedupFunction.',
@@ -135,6 +140,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasExtraTools = cond('HasExtraTools',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
+    const hasGateway = cond('HasAgentCoreGateway',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(gatewayArn.valueAsString, '')));
     const hasPolicyLayer = cond('HasPolicyLayer',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(policyLayerArn.valueAsString, '')));
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
@@ -292,6 +299,17 @@ export class ToolcallDedupStack extends cdk.Stack {
       reason: 'AgentInvokePermission exists only under HasAgentArn, so SourceArn is never the empty default',
     };
     Validations.of(this).acknowledge(falsePositive);
+
+    // ---- AgentCore Gateway -> executor (Lambda target) permission ---------------------------------
+    const gatewayPerm = new lambda.CfnPermission(this, 'AgentCoreGatewayInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: dedup.functionArn,
+      principal: 'bedrock-agentcore.amazonaws.com',
+      sourceAccount: cdk.Fn.select(4, cdk.Fn.split(':', gatewayArn.valueAsString)),
+      sourceArn: gatewayArn.valueAsString,
+    });
+    gatewayPerm.overrideLogicalId('AgentCoreGatewayInvokePermission');
+    gatewayPerm.cfnOptions.condition = hasGateway;
 
     // ---- optional demo agent ---------------------------------------------------------------
     const agentRole = new iam.CfnRole(this, 'DemoAgentRole', {
