@@ -8,7 +8,9 @@
 //! - [`envelope`]: the harness-neutral invoke envelope adapter.
 //! - [`decide`]: the executor's pure decision (claim outcome, mode, time left → next action).
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
-//! - [`handler`]: the executor: claim, dispatch once, replay.
+//! - [`executor`]: the state machine of one keyed call: claim, run once, complete, wait, replay.
+//! - [`handler`]: the Lambda handler: flavour detection, routing, keying, the executor, answers.
+//! - [`guard`]: the library guard: `Dedup::new(store, keyer).run(&call, || side_effect())`.
 //! - [`demo`]: the demo tool (a ledger of side effects).
 //! - [`config`], [`telemetry`]: environment and observability.
 //! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
@@ -27,6 +29,8 @@ pub mod decide;
 pub mod demo;
 pub mod dispatch;
 pub mod envelope;
+pub mod guard;
+pub mod executor;
 pub mod handler;
 pub mod key;
 pub mod store;
