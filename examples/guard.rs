@@ -61,7 +61,11 @@ async fn main() -> Result<(), GuardError<std::io::Error>> {
         .run(&call(original, "8"), || charge_card(&ledger, 4200))
         .await?;
 
-    for (what, guarded) in [("original", &first), ("retry", &second), ("next step", &repeat)] {
+    for (what, guarded) in [
+        ("original", &first),
+        ("retry", &second),
+        ("next step", &repeat),
+    ] {
         println!(
             "{what:>9}: {} ({}, key {})",
             guarded.value.charge_id, guarded.outcome, guarded.key
@@ -69,8 +73,14 @@ async fn main() -> Result<(), GuardError<std::io::Error>> {
     }
     let charged = ledger.load(Ordering::SeqCst);
     println!("charged {charged} times for 3 calls");
-    assert_eq!(first.value, second.value, "the retry replays the original's receipt");
-    assert!(first.replayed() != second.replayed(), "exactly one of them ran");
+    assert_eq!(
+        first.value, second.value,
+        "the retry replays the original's receipt"
+    );
+    assert!(
+        first.replayed() != second.replayed(),
+        "exactly one of them ran"
+    );
     assert_ne!(repeat.value, first.value, "the next step is a new charge");
     assert_eq!(charged, 2);
     Ok(())

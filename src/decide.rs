@@ -81,15 +81,27 @@ mod tests {
             NextAction::Execute { token: t } if t == token
         ));
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Completed(record(Status::Completed))), Mode::Enforce, Duration::ZERO),
+            decide(
+                Ok(ClaimOutcome::Completed(record(Status::Completed))),
+                Mode::Enforce,
+                Duration::ZERO
+            ),
             NextAction::Replay(_)
         ));
         assert!(matches!(
-            decide(Ok(ClaimOutcome::InProgress(record(Status::InProgress))), Mode::Enforce, SOME),
+            decide(
+                Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
+                Mode::Enforce,
+                SOME
+            ),
             NextAction::Wait(_)
         ));
         assert!(matches!(
-            decide(Ok(ClaimOutcome::InProgress(record(Status::InProgress))), Mode::Enforce, Duration::ZERO),
+            decide(
+                Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
+                Mode::Enforce,
+                Duration::ZERO
+            ),
             NextAction::Busy(_)
         ));
         assert!(matches!(
@@ -101,7 +113,13 @@ mod tests {
     #[test]
     fn shadow_mode_never_blocks_and_never_replays() {
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Claimed { token: LeaseToken::new("t") }), Mode::Shadow, SOME),
+            decide(
+                Ok(ClaimOutcome::Claimed {
+                    token: LeaseToken::new("t")
+                }),
+                Mode::Shadow,
+                SOME
+            ),
             NextAction::Execute { .. }
         ));
         for status in [Status::Completed, Status::InProgress] {

@@ -324,7 +324,8 @@ mod tests {
         let call = GatewayCall::parse(&event, &ctx).unwrap();
         let forward = call.forward(Some("k1"), SCOPE).unwrap();
         assert_eq!(forward.payload, br#"{"amount":5}"#);
-        let context: Value = serde_json::from_str(forward.client_context.as_deref().unwrap()).unwrap();
+        let context: Value =
+            serde_json::from_str(forward.client_context.as_deref().unwrap()).unwrap();
         assert_eq!(context["custom"][TOOL_NAME], "payments___charge_card");
         assert_eq!(context["custom"][SESSION_ID], "s-1");
         assert_eq!(context["custom"][DEDUP_KEY_CONTEXT], "k1");

@@ -26,9 +26,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::{agentcore, envelope};
 use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
 use crate::dispatch::{DispatchError, Dispatcher};
+use crate::{agentcore, envelope};
 
 /// The default ledger file name (in the temp directory).
 pub const DEFAULT_LEDGER_FILE: &str = "toolcall-dedup-demo-ledger.jsonl";
@@ -441,10 +441,16 @@ mod tests {
         assert!(reply["receipt_id"].as_str().unwrap().starts_with("ch_"));
         assert_eq!(reply["amount"], 5);
         assert!(reply.get("isError").is_none());
-        let envelope_call: HashMap<String, String> =
-            [(envelope::DEDUP_TOOL_CONTEXT.to_string(), "charge_card".to_string())].into();
+        let envelope_call: HashMap<String, String> = [(
+            envelope::DEDUP_TOOL_CONTEXT.to_string(),
+            "charge_card".to_string(),
+        )]
+        .into();
         let declined = tool
-            .handle_with_context(&json!({"customer_id": "cus_declined_1"}), Some(&envelope_call))
+            .handle_with_context(
+                &json!({"customer_id": "cus_declined_1"}),
+                Some(&envelope_call),
+            )
             .unwrap();
         assert_eq!(declined["isError"], true);
         let entries = tool.ledger().entries().unwrap();

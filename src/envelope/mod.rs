@@ -82,10 +82,15 @@ impl Envelope {
     /// Reads the members a route and an answer need. Argument problems surface in
     /// [`Envelope::tool_call`], so that they are answered after the route is known.
     pub fn parse(event: &Value) -> Result<Envelope, EnvelopeError> {
-        let raw = RawEnvelope::deserialize(event).map_err(|e| EnvelopeError::Event(e.to_string()))?;
+        let raw =
+            RawEnvelope::deserialize(event).map_err(|e| EnvelopeError::Event(e.to_string()))?;
         let tool = match &raw.tool {
             Value::String(t) if !t.trim().is_empty() => t.trim().to_string(),
-            _ => return Err(EnvelopeError::Event("\"tool\" must be a non-empty string".into())),
+            _ => {
+                return Err(EnvelopeError::Event(
+                    "\"tool\" must be a non-empty string".into(),
+                ));
+            }
         };
         let namespace = match &raw.namespace {
             None | Some(Value::Null) => DEFAULT_NAMESPACE.to_string(),
@@ -110,7 +115,8 @@ impl Envelope {
         };
         let args = match (&raw.input, &raw.args) {
             (Some(_), Some(_)) => Err(EnvelopeError::Event(
-                "send the arguments once: \"input\" (an object) or \"args\" (JSON text), not both".into(),
+                "send the arguments once: \"input\" (an object) or \"args\" (JSON text), not both"
+                    .into(),
             )),
             (None, None) => Err(EnvelopeError::Event(
                 "no arguments: send \"input\" (an object) or \"args\" (JSON object text)".into(),
@@ -258,12 +264,17 @@ mod tests {
         let a = Envelope::parse(&json!({"tool": "charge_card", "input": {"b": 1, "a": "x"},
                                          "run_id": "r", "step": 7}))
         .unwrap();
-        let b = Envelope::parse(&json!({"tool": "charge_card", "args": "{\"a\":\"x\",\"b\":1}",
-                                         "run_id": "r", "step": "7"}))
+        let b = Envelope::parse(
+            &json!({"tool": "charge_card", "args": "{\"a\":\"x\",\"b\":1}",
+                                         "run_id": "r", "step": "7"}),
+        )
         .unwrap();
         let (ca, cb) = (a.tool_call().unwrap(), b.tool_call().unwrap());
         assert_eq!(ca.namespace, DEFAULT_NAMESPACE);
-        assert_eq!((ca.step.as_deref(), cb.step.as_deref()), (Some("7"), Some("7")));
+        assert_eq!(
+            (ca.step.as_deref(), cb.step.as_deref()),
+            (Some("7"), Some("7"))
+        );
         assert_eq!(a.route(), ("envelope", "charge_card"));
         assert_eq!(a.forward(None).unwrap().payload, br#"{"a":"x","b":1}"#);
         let forward = b.forward(Some("k")).unwrap();
@@ -279,10 +290,22 @@ mod tests {
         let cases = [
             (json!({"tool": "", "input": {}, "run_id": "r"}), "tool"),
             (json!({"tool": "t", "run_id": "r"}), "no arguments"),
-            (json!({"tool": "t", "input": {}, "args": "{}", "run_id": "r"}), "not both"),
-            (json!({"tool": "t", "input": {}, "run_id": "r", "stpe": 1}), "unknown field"),
-            (json!({"tool": "t", "input": {}, "run_id": "r", "step": [1]}), "step"),
-            (json!({"tool": "t", "input": {}, "run_id": "r", "schema": 3}), "schema"),
+            (
+                json!({"tool": "t", "input": {}, "args": "{}", "run_id": "r"}),
+                "not both",
+            ),
+            (
+                json!({"tool": "t", "input": {}, "run_id": "r", "stpe": 1}),
+                "unknown field",
+            ),
+            (
+                json!({"tool": "t", "input": {}, "run_id": "r", "step": [1]}),
+                "step",
+            ),
+            (
+                json!({"tool": "t", "input": {}, "run_id": "r", "schema": 3}),
+                "schema",
+            ),
         ];
         for (event, needle) in cases {
             let err = Envelope::parse(&event)
@@ -291,11 +314,26 @@ mod tests {
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }
         let no_run = Envelope::parse(&json!({"tool": "t", "input": {}})).unwrap();
-        assert!(no_run.tool_call().unwrap_err().to_string().contains("run_id"));
+        assert!(
+            no_run
+                .tool_call()
+                .unwrap_err()
+                .to_string()
+                .contains("run_id")
+        );
         for (event, needle) in [
-            (json!({"tool": "t", "input": [1], "run_id": "r"}), "must be a JSON object"),
-            (json!({"tool": "t", "args": "[1]", "run_id": "r"}), "JSON object"),
-            (json!({"tool": "t", "args": "{oops", "run_id": "r"}), "not JSON"),
+            (
+                json!({"tool": "t", "input": [1], "run_id": "r"}),
+                "must be a JSON object",
+            ),
+            (
+                json!({"tool": "t", "args": "[1]", "run_id": "r"}),
+                "JSON object",
+            ),
+            (
+                json!({"tool": "t", "args": "{oops", "run_id": "r"}),
+                "not JSON",
+            ),
         ] {
             let err = Envelope::parse(&event).unwrap().tool_call().unwrap_err();
             assert!(matches!(err, EnvelopeError::Arguments(_)), "{event}: {err}");
@@ -309,8 +347,10 @@ mod tests {
             json!({"type": "object", "properties": {"amount": {"type": "integer"}}}),
             json!({"name": "t", "inputSchema": {"type": "object", "properties": {"amount": {"type": "integer"}}}}),
         ] {
-            let e = Envelope::parse(&json!({"tool": "t", "input": {"amount": 1}, "run_id": "r", "schema": schema}))
-                .unwrap();
+            let e = Envelope::parse(
+                &json!({"tool": "t", "input": {"amount": 1}, "run_id": "r", "schema": schema}),
+            )
+            .unwrap();
             assert!(e.tool_call().unwrap().schema.is_some());
         }
     }

@@ -183,12 +183,11 @@ impl PolicySet {
             tools.insert(tool, ToolPolicy { root, schema });
         }
         for (i, definition) in file.tool_definitions.iter().enumerate() {
-            let (name, schema) = Schema::from_tool_definition(definition).map_err(|source| {
-                PolicyError::Schema {
+            let (name, schema) =
+                Schema::from_tool_definition(definition).map_err(|source| PolicyError::Schema {
                     tool: format!("tool_definitions[{i}]"),
                     source,
-                }
-            })?;
+                })?;
             let name = name.ok_or_else(|| PolicyError::Parse {
                 path: "<input>".into(),
                 message: format!("tool_definitions[{i}] has no name"),
@@ -243,10 +242,18 @@ mod tests {
         let refund = set.get("refund").unwrap();
         assert!(refund.schema.is_some() && refund.root.child("memo").is_some());
         let charge = set.get("charge_card").unwrap().schema.as_ref().unwrap();
-        assert!(format!("{charge:?}").contains("amount"), "the tools entry's own schema wins");
+        assert!(
+            format!("{charge:?}").contains("amount"),
+            "the tools entry's own schema wins"
+        );
         assert!(set.get("create_ticket").unwrap().schema.is_some());
         let nameless = r#"{"tool_definitions": [{"inputSchema": {"type": "object"}}]}"#;
-        assert!(PolicySet::parse(nameless, false).unwrap_err().to_string().contains("no name"));
+        assert!(
+            PolicySet::parse(nameless, false)
+                .unwrap_err()
+                .to_string()
+                .contains("no name")
+        );
     }
 
     #[test]
