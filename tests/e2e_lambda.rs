@@ -161,7 +161,7 @@ fn function(exe: &str, name: &str, port: u16) -> Command {
 }
 
 #[test]
-fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
+fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     if std::env::var(GATE).as_deref() != Ok("1") {
         eprintln!(
             "skipped: set {GATE}=1 (and install cargo-lambda) to run the cargo lambda end-to-end test"
@@ -241,15 +241,20 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
     let mut executor = Proc::spawn("toolcall-dedup", &mut executor_cmd, &dedup_log);
 
     let invoke = |file: &str| -> Value {
-        let out = run(
-            Command::new(&cargo_lambda)
-                .args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
-                .arg(port.to_string())
-                .args(["toolcall-dedup", "--data-file"])
-                .arg(root.join("events").join(file))
-                .current_dir(root),
-            Duration::from_secs(60),
-        );
+        let mut cmd = Command::new(&cargo_lambda);
+        cmd.args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
+            .arg(port.to_string())
+            .args(["toolcall-dedup", "--data-file"])
+            .arg(root.join("events").join(file))
+            .current_dir(root);
+        // An AgentCore event's client context sits beside it, as the Gateway would send it.
+        let context = root
+            .join("events")
+            .join(file.replace(".json", ".client-context.json"));
+        if context.is_file() {
+            cmd.arg("--client-context-file").arg(context);
+        }
+        let out = run(&mut cmd, Duration::from_secs(60));
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{file}: not JSON ({e}): {out}"))
     };
     let first = invoke("fd-charge_card.json");
@@ -294,6 +299,31 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
     let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 3);
 
+    // AgentCore Gateway: the arguments as the event, the tool in the client context. The tool's
+    // reply (the receipt object itself) is the answer, and the retry gets it byte for byte.
+    let first = invoke("agentcore/charge_card.json");
+    let retry = invoke("agentcore/charge_card-retry.json");
+    assert_eq!(first, retry, "the AgentCore retry must get the stored reply");
+    assert!(first["receipt_id"].as_str().unwrap().starts_with("ch_"), "{first}");
+    let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
+    let last = entries.last().unwrap();
+    assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 4);
+    assert_eq!(last["receipt_id"], first["receipt_id"]);
+    assert_eq!(last["session_id"], "agentcore-session-7f3a", "the tool got the client context");
+    assert_eq!(last["dedup_key"].as_str().map(str::len), Some(32));
+
+    // The invoke envelope: the answer wraps the reply and says what happened.
+    let first = invoke("envelope/charge_card.json");
+    let retry = invoke("envelope/charge_card-retry.json");
+    assert_eq!(first["dedup"]["outcome"], "executed", "{first}");
+    assert_eq!(retry["dedup"]["outcome"], "replayed", "{retry}");
+    assert_eq!(first["result"], retry["result"]);
+    assert_eq!(first["dedup"]["key"], retry["dedup"]["key"]);
+    let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
+    assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 5);
+    let bad = invoke("envelope/bad-no-run-id.json");
+    assert_eq!(bad["error"]["type"], "invalid_event", "{bad}");
+
     // The executor wrote its per-invocation EMF line and the tool-call log to stdout.
     let log = std::fs::read_to_string(&dedup_log).unwrap();
     let lines: Vec<Value> = log
@@ -301,10 +331,10 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let emf: Vec<&Value> = lines.iter().filter(|l| l.get("_aws").is_some()).collect();
-    assert_eq!(emf.len(), 4, "{log}");
+    assert_eq!(emf.len(), 9, "{log}");
     assert_eq!(
         emf.iter().filter(|l| l["replayed"] == 1).count(),
-        1,
+        3,
         "{log}"
     );
     assert_eq!(
@@ -312,7 +342,7 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
             .iter()
             .filter(|l| l.get("dedup_call").is_some())
             .count(),
-        4,
+        8,
         "{log}"
     );
     assert!(
