@@ -114,8 +114,13 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         fingerprint,
         tool: "charge_card",
         lease_until_ms: now_ms + 65_000,
-        expires_at_s: now_ms / 1000 + 86_400,
+        expires_at_s: expiry(now_ms),
     }
+}
+
+/// A record life of one day from `now_ms`.
+fn expiry(now_ms: i64) -> i64 {
+    now_ms / 1000 + 86_400
 }
 
 /// Median over `rounds` of the mean time of `f` over `n` calls, in µs.
@@ -164,7 +169,10 @@ fn stages(c: &mut Criterion) {
                         ClaimOutcome::Claimed { token } => token,
                         other => panic!("{other:?}"),
                     };
-                    store.complete(key, &token, &reply).await.unwrap();
+                    store
+                        .complete(key, &token, &reply, expiry(now))
+                        .await
+                        .unwrap();
                 }
                 start.elapsed()
             })
@@ -179,7 +187,10 @@ fn stages(c: &mut Criterion) {
             else {
                 unreachable!()
             };
-            store.complete(&k, &token, &reply).await.unwrap();
+            store
+                .complete(&k, &token, &reply, expiry(now))
+                .await
+                .unwrap();
         });
         b.iter_custom(|iters| {
             rt.block_on(async {
@@ -369,7 +380,10 @@ fn summary(_: &mut Criterion) {
                     else {
                         unreachable!()
                     };
-                    store.complete(key, &token, &reply).await.unwrap();
+                    store
+                        .complete(key, &token, &reply, expiry(now))
+                        .await
+                        .unwrap();
                 }
                 cpu_now().saturating_sub(start)
             })
@@ -386,7 +400,10 @@ fn summary(_: &mut Criterion) {
                 else {
                     unreachable!()
                 };
-                store.complete(&k, &token, &reply).await.unwrap();
+                store
+                    .complete(&k, &token, &reply, expiry(now))
+                    .await
+                    .unwrap();
                 let start = cpu_now();
                 for _ in 0..n {
                     black_box(store.claim(claim_request(&k, &fp, now)).await.unwrap());

@@ -100,12 +100,16 @@ parse_enum!(Scope, "DEDUP_SCOPE", "turn" => Scope::Turn, "session" => Scope::Ses
 parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
 
 /// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
-/// `"actionGroup/*"` or `"*"` → tool function name or ARN. The most specific entry wins.
+/// `"actionGroup/*"` or `"*"` → tool function name or ARN, or
+/// `{"function": "name or ARN", "timeout_seconds": 120}` to state the tool's own timeout (else
+/// the Lambda looks it up at cold start). The most specific entry wins.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routes {
     exact: HashMap<String, String>,
     groups: HashMap<String, String>,
     default: Option<String>,
+    /// Timeouts stated in the routes, by target.
+    timeouts: HashMap<String, Duration>,
 }
 
 impl Routes {
@@ -114,18 +118,40 @@ impl Routes {
         let map: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
         let mut routes = Routes::default();
-        for (pattern, target) in map {
-            let target = match target {
-                serde_json::Value::String(t) if !t.trim().is_empty() => t.trim().to_string(),
-                other => {
-                    return Err(format!(
-                        "route {pattern:?}: target must be a non-empty string, got {other}"
-                    ));
-                }
-            };
+        for (pattern, value) in map {
+            let (target, timeout) = route_target(&value)
+                .map_err(|reason| format!("route {pattern:?}: {reason}, got {value}"))?;
+            if let Some(timeout) = timeout {
+                routes.state_timeout(&target, timeout);
+            }
             routes.insert(&pattern, target)?;
         }
         Ok(routes)
+    }
+
+    /// Records that `target` can run for `timeout` (the longest stated one wins).
+    pub fn state_timeout(&mut self, target: &str, timeout: Duration) {
+        let known = self.timeouts.entry(target.to_string()).or_default();
+        *known = (*known).max(timeout);
+    }
+
+    /// The timeout stated for `target` in the routes, if any.
+    pub fn stated_timeout(&self, target: &str) -> Option<Duration> {
+        self.timeouts.get(target).copied()
+    }
+
+    /// Every distinct target, sorted.
+    pub fn targets(&self) -> Vec<&str> {
+        let mut targets: Vec<&str> = self
+            .exact
+            .values()
+            .chain(self.groups.values())
+            .chain(&self.default)
+            .map(String::as_str)
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        targets
     }
 
     /// Adds one route; the pattern syntax is the same as in [`Routes::parse`].
@@ -170,6 +196,44 @@ impl Routes {
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
     }
+}
+
+/// A route's value: `"target"` or `{"function": "target", "timeout_seconds": N}`.
+fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>), String> {
+    use serde_json::Value;
+    let non_empty = |v: Option<&Value>| match v {
+        Some(Value::String(t)) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        _ => None,
+    };
+    if let Some(target) = non_empty(Some(value)) {
+        return Ok((target, None));
+    }
+    let Value::Object(fields) = value else {
+        return Err("target must be a non-empty string or an object".into());
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|k| !["function", "timeout_seconds"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown field {unknown:?} (expected \"function\" and \"timeout_seconds\")"
+        ));
+    }
+    let target =
+        non_empty(fields.get("function")).ok_or("\"function\" must be a non-empty string")?;
+    let timeout = match fields.get("timeout_seconds") {
+        None => None,
+        Some(t) => Some(
+            t.as_u64()
+                .filter(|s| (1..=MAX_TOOL_TIMEOUT.as_secs()).contains(s))
+                .map(Duration::from_secs)
+                .ok_or(format!(
+                    "\"timeout_seconds\" must be a whole number of seconds from 1 to {} (Lambda's maximum)",
+                    MAX_TOOL_TIMEOUT.as_secs()
+                ))?,
+        ),
+    };
+    Ok((target, timeout))
 }
 
 fn route_key(action_group: &str, tool: &str) -> String {
@@ -219,6 +283,72 @@ pub struct Config {
     pub policies: PolicySet,
     /// Completed records kept in a warm container (`DEDUP_LOCAL_CACHE_ITEMS`, default 0 = off).
     pub local_cache_items: usize,
+    /// Tool error types that prove nothing ran, so the claim is released (`DEDUP_RELEASE_ON_ERRORS`).
+    pub release_on_errors: ErrorTypes,
+    /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
+    pub allow_memory_store: bool,
+}
+
+/// The longest a Lambda function can run (its maximum timeout): the bound of a tool whose own
+/// timeout is not known, and of this function's own deadline.
+pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// A lease ends this long after the later of the tool's timeout and the Lambda deadline (clock
+/// skew between containers).
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// The longest lease any claim can take: Lambda's maximum run time plus the margin.
+/// `DEDUP_TTL_SECONDS` may not be shorter, so a completed call outlives any lease.
+pub const LONGEST_LEASE: Duration =
+    Duration::from_secs(MAX_TOOL_TIMEOUT.as_secs() + LEASE_MARGIN.as_secs());
+
+/// The default of `DEDUP_RELEASE_ON_ERRORS`: error types that by convention reject input before
+/// doing anything.
+pub const DEFAULT_RELEASE_ON_ERRORS: &[&str] = &[
+    "ValidationError",
+    "ValidationException",
+    "InvalidInput",
+    "InvalidArgument",
+    "InvalidParameter",
+    "BadRequest",
+];
+
+/// Lambda's own error types for an invocation that was cut off: whatever ran before stays done,
+/// so they can never release a claim.
+const CRASH_ERROR_PREFIXES: [&str; 2] = ["Sandbox.", "Runtime."];
+
+/// A set of tool error types (the `errorType` of a Lambda error payload).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorTypes(Vec<String>);
+
+impl ErrorTypes {
+    /// Parses a comma-separated list; `none` is the empty set. Lambda's crash types are refused.
+    pub fn parse(text: &str) -> Result<ErrorTypes, String> {
+        if text.trim().eq_ignore_ascii_case("none") {
+            return Ok(ErrorTypes::default());
+        }
+        let names: Vec<String> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        if let Some(crash) = names
+            .iter()
+            .find(|n| CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p)))
+        {
+            return Err(format!(
+                "{crash} is Lambda's error for an invocation that was cut off, after which the side \
+                 effect may have happened; it can never release a claim"
+            ));
+        }
+        Ok(ErrorTypes(names))
+    }
+
+    /// True when a tool error of this type proves that nothing ran (exact, case-sensitive).
+    pub fn contains(&self, error_type: &str) -> bool {
+        self.0.iter().any(|n| n == error_type)
+    }
 }
 
 pub const DEFAULT_TTL_SECONDS: u64 = 86_400;
@@ -250,6 +380,13 @@ impl Default for Config {
             policy_file: None,
             policies: PolicySet::default(),
             local_cache_items: 0,
+            release_on_errors: ErrorTypes(
+                DEFAULT_RELEASE_ON_ERRORS
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect(),
+            ),
+            allow_memory_store: false,
         }
     }
 }
@@ -273,11 +410,18 @@ impl Config {
         let defaults = Config::default();
         let store = parsed(&get, StoreKind::VAR)?.unwrap_or(default_store);
         let ttl_s: u64 = parsed(&get, "DEDUP_TTL_SECONDS")?.unwrap_or(DEFAULT_TTL_SECONDS);
-        if ttl_s == 0 {
+        if ttl_s < LONGEST_LEASE.as_secs() {
             return Err(invalid(
                 "DEDUP_TTL_SECONDS",
-                "0",
-                "must be at least 1 second",
+                &ttl_s.to_string(),
+                format!(
+                    "must be at least {} seconds, the longest lease (Lambda's {} s maximum run time \
+                     plus a {} s margin): a shorter life would let a record expire while its call \
+                     may still be running",
+                    LONGEST_LEASE.as_secs(),
+                    MAX_TOOL_TIMEOUT.as_secs(),
+                    LEASE_MARGIN.as_secs()
+                ),
             ));
         }
         let routes = match get("DEDUP_ROUTES") {
@@ -315,11 +459,45 @@ impl Config {
             policy_file,
             policies,
             local_cache_items: parsed(&get, "DEDUP_LOCAL_CACHE_ITEMS")?.unwrap_or(0),
+            release_on_errors: match get("DEDUP_RELEASE_ON_ERRORS") {
+                Some(text) => ErrorTypes::parse(&text)
+                    .map_err(|reason| invalid("DEDUP_RELEASE_ON_ERRORS", &text, reason))?,
+                None => defaults.release_on_errors,
+            },
+            allow_memory_store: parsed_bool(&get, "DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),
         };
         if config.store == StoreKind::DynamoDb {
             config.dynamodb()?;
         }
         Ok(config)
+    }
+
+    /// The Lambda's configuration from the process environment; see [`Config::for_lambda`].
+    pub fn lambda_from_env() -> Result<Config, ConfigError> {
+        Config::from_env(StoreKind::DynamoDb)?.for_lambda()
+    }
+
+    /// Checks what the Lambda needs beyond [`Config::from_lookup`]: routes, and no in-memory
+    /// store unless `DEDUP_ALLOW_MEMORY_STORE=true` (each container would dedup only the calls
+    /// it sees itself, so retries landing on another container would run again).
+    pub fn for_lambda(self) -> Result<Config, ConfigError> {
+        self.required_routes()?;
+        if self.store == StoreKind::Memory {
+            if !self.allow_memory_store {
+                return Err(invalid(
+                    StoreKind::VAR,
+                    StoreKind::Memory.name(),
+                    "the in-memory store dedups within one Lambda container only, so a retry \
+                     served by another container runs the tool again; use DynamoDB, or set \
+                     DEDUP_ALLOW_MEMORY_STORE=true for local use",
+                ));
+            }
+            tracing::warn!(
+                "DEDUP_STORE=memory with DEDUP_ALLOW_MEMORY_STORE=true: calls are deduplicated \
+                 within this container only; for local use, never in production"
+            );
+        }
+        Ok(self)
     }
 
     /// The route table, which the Lambda cannot work without.
@@ -435,10 +613,24 @@ mod tests {
             ("DEDUP_SCOPE", "step"),
             ("DEDUP_WAIT_MS", "-1"),
             ("DEDUP_TTL_SECONDS", "0"),
+            ("DEDUP_TTL_SECONDS", "60"),
+            (
+                "DEDUP_RELEASE_ON_ERRORS",
+                "ValidationError,Sandbox.Timedout",
+            ),
+            ("DEDUP_ALLOW_MEMORY_STORE", "perhaps"),
             ("DEDUP_CACHE_FAILURES", "maybe"),
             ("DEDUP_LOG_CALLS", "all"),
             ("DEDUP_ROUTES", "[\"x\"]"),
             ("DEDUP_ROUTES", "{\"payments\":\"fn\"}"),
+            (
+                "DEDUP_ROUTES",
+                "{\"*\":{\"function\":\"fn\",\"timeout_seconds\":901}}",
+            ),
+            (
+                "DEDUP_ROUTES",
+                "{\"*\":{\"function\":\"fn\",\"timeout\":30}}",
+            ),
             ("DEDUP_STORE", "redis"),
         ] {
             let err = config(&[(var, value)], StoreKind::Memory).unwrap_err();
@@ -467,6 +659,98 @@ mod tests {
             (c.mode, c.scope, c.cache_failures),
             (Mode::Shadow, Scope::Turn, false)
         );
+    }
+
+    #[test]
+    fn the_lambda_refuses_the_memory_store_unless_allowed() {
+        let routes = ("DEDUP_ROUTES", "{\"*\":\"fn\"}");
+        let err = config(&[routes, ("DEDUP_STORE", "memory")], StoreKind::DynamoDb)
+            .unwrap()
+            .for_lambda()
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("DEDUP_STORE") && text.contains("DEDUP_ALLOW_MEMORY_STORE=true"),
+            "{text}"
+        );
+        let allowed = config(
+            &[
+                routes,
+                ("DEDUP_STORE", "memory"),
+                ("DEDUP_ALLOW_MEMORY_STORE", "true"),
+            ],
+            StoreKind::DynamoDb,
+        )
+        .unwrap()
+        .for_lambda()
+        .unwrap();
+        assert_eq!(allowed.store, StoreKind::Memory);
+        // `dedup replay` defaults to the memory store and never asks.
+        assert_eq!(
+            config(&[], StoreKind::Memory).unwrap().store,
+            StoreKind::Memory
+        );
+        let no_routes = config(&[("DEDUP_TABLE_NAME", "t-1")], StoreKind::DynamoDb).unwrap();
+        assert!(
+            no_routes
+                .for_lambda()
+                .unwrap_err()
+                .to_string()
+                .starts_with("DEDUP_ROUTES")
+        );
+    }
+
+    #[test]
+    fn the_ttl_covers_the_longest_lease() {
+        let at_least = LONGEST_LEASE.as_secs().to_string();
+        let c = config(&[("DEDUP_TTL_SECONDS", &at_least)], StoreKind::Memory).unwrap();
+        assert_eq!(c.ttl, LONGEST_LEASE);
+        let shorter = (LONGEST_LEASE.as_secs() - 1).to_string();
+        let err = config(&[("DEDUP_TTL_SECONDS", &shorter)], StoreKind::Memory).unwrap_err();
+        assert!(err.to_string().contains("longest lease"), "{err}");
+    }
+
+    #[test]
+    fn release_on_errors_defaults_to_validation_names_and_never_takes_crash_types() {
+        let c = config(&[], StoreKind::Memory).unwrap();
+        assert!(c.release_on_errors.contains("ValidationError"));
+        for crash in [
+            "Unhandled",
+            "Sandbox.Timedout",
+            "Runtime.ExitError",
+            "Runtime.OutOfMemory",
+        ] {
+            assert!(!c.release_on_errors.contains(crash), "{crash}");
+        }
+        let c = config(
+            &[("DEDUP_RELEASE_ON_ERRORS", " CardRejected , BadInput ")],
+            StoreKind::Memory,
+        )
+        .unwrap();
+        assert!(
+            c.release_on_errors.contains("CardRejected")
+                && c.release_on_errors.contains("BadInput")
+        );
+        assert!(!c.release_on_errors.contains("ValidationError"));
+        let none = config(&[("DEDUP_RELEASE_ON_ERRORS", "none")], StoreKind::Memory).unwrap();
+        assert_eq!(none.release_on_errors, ErrorTypes::default());
+    }
+
+    #[test]
+    fn a_route_can_state_its_tools_timeout() {
+        let r = Routes::parse(
+            r#"{"payments/*":{"function":"pay-fn","timeout_seconds":120},
+                "payments/refund":{"function":"pay-fn","timeout_seconds":30},"*":"other-fn"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.resolve("payments", "charge_card"), Some("pay-fn"));
+        assert_eq!(
+            r.stated_timeout("pay-fn"),
+            Some(Duration::from_secs(120)),
+            "the longest"
+        );
+        assert_eq!(r.stated_timeout("other-fn"), None);
+        assert_eq!(r.targets(), vec!["other-fn", "pay-fn"]);
     }
 
     #[test]

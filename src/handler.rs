@@ -21,15 +21,21 @@
 //! | argument does not match its declared type | no | none | REPROMPT |
 //! | no route for the tool | no | none | FAILURE |
 //! | store unreachable | **no** (fail closed) | none | REPROMPT saying why |
-//! | tool raised (`FunctionError`) or could not be invoked | yes / no | released | REPROMPT |
-//! | tool timed out (outcome unknown) | maybe | kept until its lease ends | REPROMPT |
+//! | tool error whose type says nothing ran (`DEDUP_RELEASE_ON_ERRORS`) | no | released | REPROMPT |
+//! | tool crashed, timed out, ran out of memory, or any other `FunctionError` | maybe | kept until its lease ends | REPROMPT |
+//! | no answer in time, or the connection broke mid-invoke (outcome unknown) | maybe | kept until its lease ends | REPROMPT |
+//! | invoke never sent (connection refused, DNS failure) or refused by Lambda (4xx) | no | released | REPROMPT |
 //! | tool reply not a Bedrock response | yes | released | REPROMPT |
+//! | tool reply too large to store | yes | completed without it | the reply; repeats are told it ran |
 //! | tool FAILURE (declined card) | yes | completed (`DEDUP_CACHE_FAILURES=true`) or released | the tool's reply |
 //! | tool REPROMPT (invalid input) | yes | released (nothing happened) | the tool's reply |
 //!
-//! The lease runs to the Lambda deadline plus a margin, so a killed invocation blocks its key
-//! only until then; completion and release are fenced by the lease token, so a late invocation
-//! can neither overwrite nor delete a record someone else took over.
+//! The lease runs to the later of the Lambda deadline and the end of the tool's own timeout
+//! ([`Dispatcher::max_run_time`]), plus a margin, so nobody takes a key over while its tool may
+//! still be running, and a killed invocation blocks its key only until then. A record never
+//! expires before its lease ends, and a completed one lives `DEDUP_TTL_SECONDS` from completion.
+//! Completion and release are fenced by the lease token, so a late invocation can neither
+//! overwrite nor delete a record someone else took over.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,10 +47,12 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::bedrock::{self, Envelope, EventError, ReplyClass, ReplyTo, ResponseState};
-use crate::config::{Config, Mode, Scope};
+use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::key::{Call, Keyer, Schema, Strategy};
-use crate::store::{ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, Store, StoreError};
+use crate::store::{
+    ClaimOutcome, ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
+};
 use crate::telemetry::{InvocationReport, Outcome, Telemetry};
 
 /// Timing and behaviour knobs, from [`Config`] plus fixed margins.
@@ -57,7 +65,10 @@ pub struct Settings {
     pub wait: Duration,
     pub cache_failures: bool,
     pub local_cache_items: usize,
-    /// The lease ends this long after the Lambda deadline (clock skew between containers).
+    /// Tool error types that prove nothing ran: only these release the claim.
+    pub release_on_errors: ErrorTypes,
+    /// The lease ends this long after the later of the Lambda deadline and the tool's own
+    /// timeout (clock skew between containers).
     pub lease_margin: Duration,
     /// Time kept back before the deadline to store the result and answer.
     pub answer_margin: Duration,
@@ -75,7 +86,8 @@ impl Settings {
             wait: config.wait,
             cache_failures: config.cache_failures,
             local_cache_items: config.local_cache_items,
-            lease_margin: Duration::from_secs(5),
+            release_on_errors: config.release_on_errors.clone(),
+            lease_margin: LEASE_MARGIN,
             answer_margin: Duration::from_millis(1500),
             default_budget: Duration::from_secs(60),
         }
@@ -162,6 +174,8 @@ struct Run<'a> {
     end: Instant,
     tool: Option<String>,
     key: Option<String>,
+    /// The strict fingerprint of the arguments, stored with the result.
+    fingerprint: Option<String>,
     rules: Vec<&'static str>,
     reason: Option<String>,
 }
@@ -232,6 +246,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             end: deadline_instant(invocation.deadline_ms, self.settings.default_budget),
             tool: None,
             key: None,
+            fingerprint: None,
             rules: Vec::new(),
             reason: None,
         };
@@ -333,6 +348,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
         };
         run.key = Some(key.clone());
+        run.fingerprint = Some(fingerprint.clone());
         let answer = self
             .dedup(run, &call.reply_to, &key_call, &key, &fingerprint, &target)
             .await;
@@ -381,15 +397,16 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let wait_until = Instant::now() + self.wait_bound(run.end);
         for _round in 0..MAX_CLAIM_ROUNDS {
             let now = self.store.now_ms();
-            let lease = remaining(run.end) + self.settings.lease_margin;
+            // Until the later of our deadline and the tool's own timeout: a tool that outlives us
+            // may still be running after our deadline.
+            let lease = remaining(run.end).max(self.dispatcher.max_run_time(target))
+                + self.settings.lease_margin;
             let request = ClaimRequest {
                 key,
                 fingerprint,
                 tool: call.tool,
                 lease_until_ms: now.saturating_add(millis(lease)),
-                expires_at_s: now
-                    .div_euclid(1000)
-                    .saturating_add(self.settings.ttl.as_secs() as i64),
+                expires_at_s: self.expiry_from(now),
             };
             let record = match self.store.claim(request).await {
                 Ok(ClaimOutcome::Claimed { token }) => {
@@ -522,12 +539,13 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let reply = match self.dispatcher.invoke(target, payload, timeout).await {
             Ok(reply) => reply,
             Err(e) => {
-                if e.outcome_unknown() {
+                let unknown = e.outcome_unknown(&self.settings.release_on_errors);
+                if unknown {
                     tracing::warn!(error = %e, "tool outcome unknown: the claim is kept until its lease ends");
                 } else {
                     self.release(key, token.as_ref()).await;
                 }
-                return tool_error(run, reply_to, &e);
+                return tool_error(run, reply_to, &e, unknown);
             }
         };
         let class = match bedrock::validate_reply(&reply, reply_to) {
@@ -550,7 +568,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 ReplyClass::Reprompt => false,
             };
             if keep {
-                self.complete(key, &token, &reply).await;
+                self.complete(run, key, &token, &reply).await;
             } else {
                 self.release(key, Some(&token)).await;
             }
@@ -560,16 +578,20 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     /// Stores the reply. A failure here does not change the answer: the tool already ran, and
     /// its reply is the truth the caller needs.
-    async fn complete(&self, key: &str, token: &LeaseToken, reply: &[u8]) {
-        match self.store.complete(key, token, reply).await {
-            Ok(()) => {
-                if let Some(cache) = &self.cache {
-                    let now = self.store.now_ms();
-                    if let Ok(Some(record)) = self.store.get(key).await {
-                        cache.put(key, &record, now);
-                    }
+    async fn complete(&self, run: &Run<'_>, key: &str, token: &LeaseToken, reply: &[u8]) {
+        let expires_at_s = self.expiry_from(self.store.now_ms());
+        match self.store.complete(key, token, reply, expires_at_s).await {
+            Ok(Completion::Stored) => {
+                // Warm the cache from what is in hand: no read after the write.
+                if let (Some(cache), Some(fingerprint)) = (&self.cache, &run.fingerprint) {
+                    cache.insert(key, reply, fingerprint, expires_at_s);
                 }
             }
+            Ok(Completion::ResultOmitted { bytes }) => tracing::warn!(
+                bytes,
+                "the tool's reply is too large to store; the call is settled and repeats are told \
+                 it already ran, without its result"
+            ),
             Err(StoreError::LeaseLost) => tracing::warn!(
                 "completion refused: the lease ended and another invocation took the key over; \
                  returning this invocation's result without storing it"
@@ -579,6 +601,13 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 "completion write failed after the tool ran; a repeat may run the tool again once the lease ends"
             ),
         }
+    }
+
+    /// The expiry of a record written at `now_ms`: `DEDUP_TTL_SECONDS` later.
+    fn expiry_from(&self, now_ms: i64) -> i64 {
+        now_ms
+            .div_euclid(1000)
+            .saturating_add(i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX))
     }
 
     async fn release(&self, key: &str, token: Option<&LeaseToken>) {
@@ -604,9 +633,24 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         if let Some(cache) = &self.cache {
             cache.put(&record.key, &record, self.store.now_ms());
         }
-        match record.result {
-            Some(result) => (outcome, raw(result)),
-            None => {
+        match (record.result, record.omitted_result_bytes) {
+            (Some(result), _) => (outcome, raw(result)),
+            (None, Some(bytes)) => {
+                run.reason = Some(format!("result of {bytes} bytes was too large to store"));
+                let body = json!({
+                    "status": "already_executed",
+                    "message": format!(
+                        "An identical {} call made earlier in this session already ran, so this one was not \
+                         executed. Its result was too large to store and cannot be shown again. Do not call it \
+                         again with the same arguments; tell the user the action was already performed.",
+                        reply_to.tool()),
+                });
+                (
+                    outcome,
+                    notice(reply_to, ResponseState::Reprompt, 409, &body),
+                )
+            }
+            (None, None) => {
                 let e = StoreError::Corrupt("completed record without a result".into());
                 store_unavailable(run, reply_to, &e)
             }
@@ -667,7 +711,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                     notice(reply_to, ResponseState::Reprompt, 502, &body),
                 )
             }
-            Err(e) => tool_error(run, reply_to, &e),
+            Err(e) => {
+                let unknown = e.outcome_unknown(&self.settings.release_on_errors);
+                tool_error(run, reply_to, &e, unknown)
+            }
         }
     }
 }
@@ -715,11 +762,16 @@ fn store_unavailable(run: &mut Run<'_>, reply_to: &ReplyTo, e: &StoreError) -> A
     )
 }
 
-fn tool_error(run: &mut Run<'_>, reply_to: &ReplyTo, e: &DispatchError) -> Answer {
+fn tool_error(
+    run: &mut Run<'_>,
+    reply_to: &ReplyTo,
+    e: &DispatchError,
+    outcome_unknown: bool,
+) -> Answer {
     // The tool's own error message may quote its arguments: only at DEBUG.
     tracing::debug!(error = %e, "tool error");
     run.reason = Some(e.short_reason());
-    let (status, message) = if e.outcome_unknown() {
+    let (status, message) = if outcome_unknown {
         (
             504,
             format!(
@@ -843,6 +895,11 @@ impl RecordCache {
         if record.is_expired(now_ms) {
             return;
         }
+        self.insert(key, result, &record.fingerprint, record.expires_at_s);
+    }
+
+    /// Caches a completed result.
+    fn insert(&self, key: &str, result: &[u8], fingerprint: &str, expires_at_s: i64) {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.tick += 1;
         let tick = inner.tick;
@@ -859,9 +916,9 @@ impl RecordCache {
         inner.entries.insert(
             key.to_string(),
             CacheEntry {
-                result: Arc::from(result.as_slice()),
-                fingerprint: record.fingerprint.clone(),
-                expires_at_s: record.expires_at_s,
+                result: Arc::from(result),
+                fingerprint: fingerprint.to_string(),
+                expires_at_s,
                 used: tick,
             },
         );
@@ -921,6 +978,7 @@ mod tests {
             tool: "tool".into(),
             created_at_ms: 0,
             result: Some(key.as_bytes().to_vec()),
+            omitted_result_bytes: None,
         }
     }
 

@@ -19,10 +19,11 @@ async fn main() -> Result<(), Error> {
 }
 
 async fn run() -> Result<(), Error> {
-    let config = Config::from_env(StoreKind::DynamoDb)?;
-    let routes = config.required_routes()?.clone();
+    let config = Config::lambda_from_env()?;
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
-    let dispatcher = LambdaDispatcher::new(&lambda_client, routes);
+    let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone())
+        .look_up_timeouts()
+        .await;
     let telemetry = Telemetry::lambda(&config);
     match config.store {
         StoreKind::DynamoDb => {

@@ -69,6 +69,10 @@ impl Dispatcher for Tool {
         self.demo.route(group, tool)
     }
 
+    fn max_run_time(&self, target: &str) -> Duration {
+        self.demo.max_run_time(target)
+    }
+
     async fn invoke(
         &self,
         target: &str,

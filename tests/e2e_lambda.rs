@@ -235,7 +235,9 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         }
         None => {
             eprintln!("DEDUP_TEST_MOTO_ENDPOINT is not set: the executor uses the in-memory store");
-            executor_cmd.env("DEDUP_STORE", "memory");
+            executor_cmd
+                .env("DEDUP_STORE", "memory")
+                .env("DEDUP_ALLOW_MEMORY_STORE", "true");
         }
     }
     let mut executor = Proc::spawn("toolcall-dedup", &mut executor_cmd, &dedup_log);

@@ -19,13 +19,13 @@ use serde_json::{Value, json};
 use servers::Backend;
 use tokio::sync::Notify;
 use toolcall_dedup::bedrock::Envelope;
-use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
+use toolcall_dedup::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
 };
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
@@ -117,7 +117,12 @@ fn with_attrs(mut ev: Value, attrs: Value) -> Value {
 enum Act {
     #[default]
     Run,
-    Raise,
+    /// Runs the tool (the side effect happens), then fails with a `FunctionError` of this type.
+    RunThenFail(&'static str),
+    /// Fails with a `FunctionError` of this type without running the tool.
+    Fail(&'static str),
+    /// Runs the tool and answers with its reply grown past what one DynamoDB item can hold.
+    RunHuge,
     HangBefore(Arc<Notify>),
     HangAfter(Arc<Notify>),
     Malformed,
@@ -129,6 +134,8 @@ struct Scripted {
     demo: DemoTool,
     plan: Mutex<VecDeque<Act>>,
     invokes: AtomicU32,
+    /// What `max_run_time` reports: a tool Lambda's own timeout.
+    max_run_time: Duration,
 }
 
 impl Scripted {
@@ -137,6 +144,14 @@ impl Scripted {
             demo: demo(),
             plan: Mutex::new(plan.into()),
             invokes: AtomicU32::new(0),
+            max_run_time: Duration::ZERO,
+        }
+    }
+
+    fn with_max_run_time(self, max_run_time: Duration) -> Scripted {
+        Scripted {
+            max_run_time,
+            ..self
         }
     }
 
@@ -150,6 +165,10 @@ impl Dispatcher for Scripted {
         Ok("scripted".into())
     }
 
+    fn max_run_time(&self, _target: &str) -> Duration {
+        self.max_run_time
+    }
+
     async fn invoke(
         &self,
         target: &str,
@@ -160,11 +179,18 @@ impl Dispatcher for Scripted {
         let act = self.plan.lock().unwrap().pop_front().unwrap_or_default();
         match act {
             Act::Run => self.demo.invoke(target, payload, timeout).await,
-            Act::Raise => Err(DispatchError::FunctionError {
-                target: target.into(),
-                kind: "Unhandled".into(),
-                message: "card network unreachable".into(),
-            }),
+            Act::RunThenFail(kind) => {
+                self.demo.invoke(target, payload, timeout).await?;
+                Err(function_error(target, kind))
+            }
+            Act::Fail(kind) => Err(function_error(target, kind)),
+            Act::RunHuge => {
+                let reply = self.demo.invoke(target, payload, timeout).await?;
+                let mut reply: Value = serde_json::from_slice(&reply).unwrap();
+                reply["response"]["functionResponse"]["responseBody"]["TEXT"]["body"] =
+                    json!(huge_text());
+                Ok(serde_json::to_vec(&reply).unwrap())
+            }
             Act::HangBefore(gate) => {
                 gate.notified().await;
                 self.demo.invoke(target, payload, timeout).await
@@ -184,6 +210,22 @@ impl Dispatcher for Scripted {
             }
         }
     }
+}
+
+fn function_error(target: &str, kind: &str) -> DispatchError {
+    DispatchError::FunctionError {
+        target: target.into(),
+        kind: kind.into(),
+        message: "card network unreachable".into(),
+    }
+}
+
+/// Text that even gzip cannot fit in one DynamoDB item: 1 MB of random hex.
+fn huge_text() -> String {
+    let mut rng = fastrand::Rng::with_seed(11);
+    (0..1_000_000)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap())
+        .collect()
 }
 
 /// A memory store that can be switched off: every operation then fails as unreachable.
@@ -213,9 +255,10 @@ impl Store for Switchable {
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> Result<(), StoreError> {
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
         self.check()?;
-        self.inner.complete(key, token, result).await
+        self.inner.complete(key, token, result, expires_at_s).await
     }
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.check()?;
@@ -533,6 +576,9 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
         fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
             Ok("r".into())
         }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
+        }
         async fn invoke(
             &self,
             _: &str,
@@ -575,6 +621,9 @@ async fn no_route_is_a_failure_and_claims_nothing() {
                 action_group: group.into(),
                 tool: tool.into(),
             })
+        }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
         }
         async fn invoke(&self, _: &str, _: Vec<u8>, _: Duration) -> Result<Vec<u8>, DispatchError> {
             unreachable!("never routed")
@@ -676,6 +725,9 @@ async fn off_mode_passes_the_event_through_untouched() {
     impl Dispatcher for Echo {
         fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
             Ok("echo".into())
+        }
+        fn max_run_time(&self, _: &str) -> Duration {
+            Duration::ZERO
         }
         async fn invoke(
             &self,
@@ -813,38 +865,108 @@ async fn emf_lines_count_each_outcome() {
 // ---------------------------------------------------------------------------------------------
 // faults
 
+/// Lambda's `FunctionError` types for an invocation that was cut off or crashed after it may have
+/// done its side effect, and a tool's own unclassified raise.
+const CRASH_KINDS: [&str; 5] = [
+    "Sandbox.Timedout",
+    "Runtime.ExitError",
+    "Runtime.OutOfMemory",
+    "Unhandled",
+    "CardNetworkError",
+];
+
 #[tokio::test]
-async fn a_tool_that_errors_releases_the_claim_and_succeeds_on_retry() {
+async fn a_tool_that_crashes_after_its_side_effect_keeps_the_claim_until_its_lease_ends() {
+    for kind in CRASH_KINDS {
+        let clock = ManualClock::starting_now();
+        let h = handler(
+            MemoryStore::new().with_clock(clock.clone()),
+            Scripted::new(vec![Act::RunThenFail(kind), Act::Run]),
+            &Config::default(),
+        );
+        let ev = event("fd-charge_card.json");
+        let crashed = send(&h, &ev).await;
+        assert_eq!(
+            (crashed.outcome, state(&crashed).as_deref()),
+            (Outcome::ToolError, Some("REPROMPT")),
+            "{kind}"
+        );
+        let message = body(&crashed)["message"].as_str().unwrap().to_string();
+        assert!(
+            message.contains(kind) && message.contains("unknown"),
+            "{kind}: {message}"
+        );
+        let record = h
+            .store()
+            .get(crashed.key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .expect("claim kept");
+        assert_eq!(record.status, Status::InProgress, "{kind}");
+        assert_eq!(
+            send(&h, &event("fd-charge_card-retry.json")).await.outcome,
+            Outcome::InProgress,
+            "{kind}: an immediate retry must not charge again"
+        );
+        assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
+        // Once the lease has ended, the key can be claimed again.
+        clock.set_ms(record.lease_until_ms + 1);
+        assert_eq!(send(&h, &ev).await.outcome, Outcome::Executed, "{kind}");
+        assert_eq!(h.dispatcher().invokes(), 2, "{kind}");
+    }
+}
+
+#[tokio::test]
+async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_retry() {
+    let custom = Config {
+        release_on_errors: ErrorTypes::parse("CardDetailsRejected").unwrap(),
+        ..Config::default()
+    };
+    for (kind, config) in [
+        ("ValidationError", Config::default()),
+        ("InvalidInput", Config::default()),
+        ("CardDetailsRejected", custom),
+    ] {
+        let h = handler(
+            MemoryStore::new(),
+            Scripted::new(vec![Act::Fail(kind), Act::Run]),
+            &config,
+        );
+        let ev = event("fd-charge_card.json");
+        let failed = send(&h, &ev).await;
+        assert_eq!(
+            (failed.outcome, state(&failed).as_deref()),
+            (Outcome::ToolError, Some("REPROMPT")),
+            "{kind}"
+        );
+        let message = body(&failed)["message"].as_str().unwrap().to_string();
+        assert!(
+            message.contains("raised an error") && message.contains("You may retry"),
+            "{kind}: {message}"
+        );
+        assert!(
+            h.store()
+                .get(failed.key.as_deref().unwrap())
+                .await
+                .unwrap()
+                .is_none(),
+            "{kind}: claim released"
+        );
+        let retried = send(&h, &ev).await;
+        assert_eq!(retried.outcome, Outcome::Executed, "{kind}");
+        assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed, "{kind}");
+        assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
+        assert_eq!(h.dispatcher().invokes(), 2, "{kind}");
+    }
+    // The default list is not a catch-all: a crash type keeps the claim under it.
     let h = handler(
         MemoryStore::new(),
-        Scripted::new(vec![Act::Raise, Act::Run]),
+        Scripted::new(vec![Act::Fail("Sandbox.Timedout")]),
         &Config::default(),
     );
     let ev = event("fd-charge_card.json");
-    let failed = send(&h, &ev).await;
-    assert_eq!(
-        (failed.outcome, state(&failed).as_deref()),
-        (Outcome::ToolError, Some("REPROMPT"))
-    );
-    assert!(
-        body(&failed)["message"]
-            .as_str()
-            .unwrap()
-            .contains("raised an error")
-    );
-    assert!(
-        h.store()
-            .get(failed.key.as_deref().unwrap())
-            .await
-            .unwrap()
-            .is_none(),
-        "claim released"
-    );
-    let retried = send(&h, &ev).await;
-    assert_eq!(retried.outcome, Outcome::Executed);
-    assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed);
-    assert_eq!(charges(&h.dispatcher().demo), 1);
-    assert_eq!(h.dispatcher().invokes(), 2);
+    send(&h, &ev).await;
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
 }
 
 #[tokio::test]
@@ -1218,6 +1340,287 @@ async fn the_warm_container_cache_replays_without_a_store_request() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// paths that could run a side effect twice (issue 11), on the memory store and on moto
+
+async fn a_ttl_shorter_than_the_lease_cannot_free_a_running_call<S: Store + Clone + 'static>(
+    store: S,
+    clock: ManualClock,
+    _backend: Backend,
+) {
+    let gate = Arc::new(Notify::new());
+    let config = Config {
+        ttl: Duration::from_secs(1),
+        wait: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let first = Arc::new(handler(
+        store.clone(),
+        Scripted::new(vec![Act::HangBefore(gate.clone())]),
+        &config,
+    ));
+    let ev = event("fd-charge_card.json");
+    let task = tokio::spawn({
+        let (first, ev) = (first.clone(), ev.clone());
+        async move { send(&first, &ev).await }
+    });
+    wait_for("the first call to reach the tool", || {
+        first.dispatcher().invokes() == 1
+    })
+    .await;
+    // Past the record's 1 s life, well inside the lease.
+    clock.advance(Duration::from_secs(10));
+    let second = handler(store.clone(), demo(), &config);
+    assert_eq!(
+        send(&second, &event("fd-charge_card-retry.json"))
+            .await
+            .outcome,
+        Outcome::InProgress
+    );
+    gate.notify_one();
+    assert_eq!(task.await.unwrap().outcome, Outcome::Executed);
+    assert_eq!(charges(second.dispatcher()), 0, "charged twice");
+    assert_eq!(
+        send(&second, &ev).await.outcome,
+        Outcome::Replayed,
+        "the first call's result was stored"
+    );
+}
+
+async fn a_completed_call_replays_for_its_ttl_counted_from_completion<
+    S: Store + Clone + 'static,
+>(
+    store: S,
+    clock: ManualClock,
+    _backend: Backend,
+) {
+    let gate = Arc::new(Notify::new());
+    let config = Config {
+        ttl: Duration::from_secs(1000),
+        ..Config::default()
+    };
+    let h = Arc::new(handler(
+        store,
+        Scripted::new(vec![Act::HangAfter(gate.clone())]),
+        &config,
+    ));
+    let ev = event("fd-charge_card.json");
+    let task = tokio::spawn({
+        let (h, ev) = (h.clone(), ev.clone());
+        async move { send(&h, &ev).await }
+    });
+    wait_for("the side effect", || charges(&h.dispatcher().demo) == 1).await;
+    clock.advance(Duration::from_secs(900)); // a slow tool
+    gate.notify_one();
+    assert_eq!(task.await.unwrap().outcome, Outcome::Executed);
+    clock.advance(Duration::from_secs(200)); // 1100 s after the claim, 200 s after completion
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed);
+    clock.advance(Duration::from_secs(801));
+    assert_eq!(
+        send(&h, &ev).await.outcome,
+        Outcome::Executed,
+        "expired {} s after completion",
+        1000
+    );
+}
+
+async fn the_lease_covers_a_tool_that_outlives_this_invocation<S: Store + Clone + 'static>(
+    store: S,
+    clock: ManualClock,
+    _backend: Backend,
+) {
+    let gate = Arc::new(Notify::new());
+    let config = Config {
+        wait: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let tool_timeout = Duration::from_secs(600);
+    let first = Arc::new(handler(
+        store.clone(),
+        Scripted::new(vec![Act::HangBefore(gate)]).with_max_run_time(tool_timeout),
+        &config,
+    ));
+    let ev = event("fd-charge_card.json");
+    let task = tokio::spawn({
+        let (first, ev) = (first.clone(), ev.clone());
+        async move { send(&first, &ev).await }
+    });
+    wait_for("the first call to reach the tool", || {
+        first.dispatcher().invokes() == 1
+    })
+    .await;
+    let margin = first.settings().lease_margin;
+    // This invocation's own budget and margin are over; the tool's timeout is not.
+    clock.advance(first.settings().default_budget + margin + Duration::from_secs(1));
+    let next = handler(store.clone(), demo(), &config);
+    assert_eq!(
+        send(&next, &ev).await.outcome,
+        Outcome::InProgress,
+        "the tool may still be running"
+    );
+    clock.advance(tool_timeout);
+    assert_eq!(send(&next, &ev).await.outcome, Outcome::Executed);
+    task.abort();
+}
+
+async fn a_reply_too_large_to_store_settles_the_call<S: Store + Clone + 'static>(
+    store: S,
+    _clock: ManualClock,
+    _backend: Backend,
+) {
+    let h = handler(store, Scripted::new(vec![Act::RunHuge]), &Config::default());
+    let first = send(&h, &event("fd-charge_card.json")).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    let text = response(&first)
+        .pointer("/response/functionResponse/responseBody/TEXT/body")
+        .and_then(Value::as_str)
+        .map(str::len);
+    assert_eq!(text, Some(1_000_000), "the caller gets the whole reply");
+    let record = h
+        .store()
+        .get(first.key.as_deref().unwrap())
+        .await
+        .unwrap()
+        .expect("settled");
+    assert_eq!(record.status, Status::Completed);
+    assert_eq!(record.result, None);
+    assert!(record.omitted_result_bytes.unwrap() > 1_000_000);
+
+    let repeat = send(&h, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(
+        (repeat.outcome, state(&repeat).as_deref()),
+        (Outcome::Replayed, Some("REPROMPT"))
+    );
+    let b = body(&repeat);
+    assert_eq!(b["status"], "already_executed");
+    let message = b["message"].as_str().unwrap();
+    assert!(
+        message.contains("already ran") && message.contains("too large"),
+        "{message}"
+    );
+    assert_eq!(h.dispatcher().invokes(), 1);
+    assert_eq!(charges(&h.dispatcher().demo), 1);
+}
+
+async fn first_sight_costs_two_store_requests_with_the_cache_on_or_off<
+    S: Store + Clone + 'static,
+>(
+    store: S,
+    _clock: ManualClock,
+    backend: Backend,
+) {
+    let repeat_requests = backend.repeat_requests();
+    for (cache, name) in [(0, "fd-refund.json"), (16, "fd-create_ticket.json")] {
+        let config = Config {
+            local_cache_items: cache,
+            ..Config::default()
+        };
+        let h = handler(store.clone(), demo(), &config);
+        let before = h.store().requests();
+        assert_eq!(send(&h, &event(name)).await.outcome, Outcome::Executed);
+        assert_eq!(
+            h.store().requests() - before,
+            RequestCounts {
+                put_item: 1,
+                update_item: 1,
+                ..RequestCounts::default()
+            },
+            "cache of {cache}: first sight is one claim and one completion"
+        );
+        let before = h.store().requests();
+        assert_eq!(send(&h, &event(name)).await.outcome, Outcome::Replayed);
+        let repeat = (h.store().requests() - before).total();
+        let expected = if cache > 0 { 0 } else { repeat_requests };
+        assert_eq!(repeat, expected, "cache of {cache}: a repeat");
+    }
+}
+
+macro_rules! on_memory_and_moto {
+    ($($case:ident),* $(,)?) => {
+        mod on_memory {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let clock = ManualClock::starting_now();
+                    let store = MemoryStore::new().with_clock(clock.clone());
+                    super::$case(store, clock, Backend::Memory).await;
+                }
+            )*
+        }
+        mod on_moto {
+            use super::*;
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    let clock = ManualClock::starting_now();
+                    let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+                    super::$case(store, clock, Backend::Moto).await;
+                }
+            )*
+        }
+    };
+}
+
+on_memory_and_moto!(
+    a_ttl_shorter_than_the_lease_cannot_free_a_running_call,
+    a_completed_call_replays_for_its_ttl_counted_from_completion,
+    the_lease_covers_a_tool_that_outlives_this_invocation,
+    a_reply_too_large_to_store_settles_the_call,
+    first_sight_costs_two_store_requests_with_the_cache_on_or_off,
+);
+
+/// Runs the Lambda binary outside a Lambda with `vars` and returns its exit status and output.
+fn lambda_binary(vars: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_toolcall-dedup"));
+    for (var, _) in std::env::vars() {
+        if var.starts_with("DEDUP_") || var.starts_with("AWS_") {
+            cmd.env_remove(var);
+        }
+    }
+    // Nothing to reach: refused at once, never a real AWS endpoint.
+    cmd.env("DEDUP_LAMBDA_ENDPOINT", "http://127.0.0.1:1")
+        .env("DEDUP_ROUTES", r#"{"*":"tool-fn"}"#)
+        .envs(vars.iter().copied());
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+#[test]
+fn the_lambda_binary_refuses_the_memory_store_unless_allowed_and_a_ttl_shorter_than_a_lease() {
+    let (status, out) = lambda_binary(&[("DEDUP_STORE", "memory")]);
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("DEDUP_STORE=\"memory\" is invalid")
+            && out.contains("set DEDUP_ALLOW_MEMORY_STORE=true for local use"),
+        "{out}"
+    );
+    assert!(!out.contains("within this container only"), "{out}");
+
+    // Allowed: it gets past its configuration (and then fails for want of a Lambda runtime API),
+    // saying at start-up that it dedups within one container only.
+    let (status, out) = lambda_binary(&[
+        ("DEDUP_STORE", "memory"),
+        ("DEDUP_ALLOW_MEMORY_STORE", "true"),
+    ]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("within this container only"), "{out}");
+    assert!(!out.contains("is invalid"), "{out}");
+
+    let (status, out) =
+        lambda_binary(&[("DEDUP_TABLE_NAME", "dedup"), ("DEDUP_TTL_SECONDS", "60")]);
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("DEDUP_TTL_SECONDS=\"60\" is invalid") && out.contains("longest lease"),
+        "{out}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // dedup replay
 
 fn dedup() -> Command {
@@ -1391,28 +1794,42 @@ async fn many_concurrent_identical_calls_through_the_handler_execute_once() {
 // ---------------------------------------------------------------------------------------------
 // the aws-sdk-lambda dispatcher against a fake Lambda invoke endpoint
 
-/// A fake Lambda `Invoke` endpoint: answers each request with the next scripted reply
-/// `(status, extra headers, body)` and records the function names and payloads it was sent.
-/// One scripted reply of the fake Lambda: status, extra headers, body.
+/// One scripted reply of the fake Lambda: status, extra headers, body. Status 0 closes the
+/// connection instead of answering: the invoke was delivered, its response is lost.
 type FakeReply = (u16, Vec<(&'static str, &'static str)>, Vec<u8>);
 
+/// A fake Lambda endpoint. `Invoke` requests get the next scripted reply and are recorded (function
+/// name, payload); `GetFunctionConfiguration` requests get the configuration reply of their
+/// function (404 for an unknown one) and are counted.
 struct FakeLambda {
     url: String,
     seen: Arc<Mutex<Vec<(String, Value)>>>,
+    configurations_read: Arc<AtomicU32>,
 }
 
 impl FakeLambda {
     async fn start(replies: Vec<FakeReply>) -> FakeLambda {
+        FakeLambda::with_configurations(replies, Vec::new()).await
+    }
+
+    async fn with_configurations(
+        replies: Vec<FakeReply>,
+        configurations: Vec<(&'static str, Value)>,
+    ) -> FakeLambda {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let seen = Arc::new(Mutex::new(Vec::new()));
+        let configurations_read = Arc::new(AtomicU32::new(0));
         let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let configurations = Arc::new(configurations);
         tokio::spawn({
-            let seen = seen.clone();
+            let (seen, configurations_read) = (seen.clone(), configurations_read.clone());
             async move {
                 while let Ok((stream, _)) = listener.accept().await {
                     let (seen, replies) = (seen.clone(), replies.clone());
+                    let (configurations, configurations_read) =
+                        (configurations.clone(), configurations_read.clone());
                     tokio::spawn(async move {
                         let mut reader = BufReader::new(stream);
                         loop {
@@ -1440,15 +1857,31 @@ impl FakeLambda {
                                 .nth(3)
                                 .unwrap_or_default()
                                 .to_string();
-                            seen.lock().unwrap().push((
-                                function,
-                                serde_json::from_slice(&body).unwrap_or_default(),
-                            ));
-                            let (status, headers, payload) = replies
-                                .lock()
-                                .unwrap()
-                                .pop_front()
-                                .unwrap_or((500, vec![], b"{}".to_vec()));
+                            let (status, headers, payload) = if request_line.starts_with("GET ") {
+                                configurations_read.fetch_add(1, Ordering::SeqCst);
+                                match configurations.iter().find(|(f, _)| *f == function) {
+                                    Some((_, conf)) => (200, vec![], conf.to_string().into_bytes()),
+                                    None => (
+                                        404,
+                                        vec![("x-amzn-errortype", "ResourceNotFoundException")],
+                                        br#"{"Type":"User","Message":"Function not found"}"#
+                                            .to_vec(),
+                                    ),
+                                }
+                            } else {
+                                seen.lock().unwrap().push((
+                                    function,
+                                    serde_json::from_slice(&body).unwrap_or_default(),
+                                ));
+                                replies.lock().unwrap().pop_front().unwrap_or((
+                                    500,
+                                    vec![],
+                                    b"{}".to_vec(),
+                                ))
+                            };
+                            if status == 0 {
+                                return;
+                            }
                             let mut response = format!(
                                 "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n",
                                 payload.len()
@@ -1465,7 +1898,11 @@ impl FakeLambda {
                 }
             }
         });
-        FakeLambda { url, seen }
+        FakeLambda {
+            url,
+            seen,
+            configurations_read,
+        }
     }
 }
 
@@ -1484,7 +1921,7 @@ async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors(
         (
             200,
             vec![("x-amz-function-error", "Unhandled")],
-            br#"{"errorType":"Boom","errorMessage":"db down"}"#.to_vec(),
+            br#"{"errorType":"ValidationError","errorMessage":"amount must be positive"}"#.to_vec(),
         ),
         (
             429,
@@ -1510,7 +1947,8 @@ async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors(
         body(&failed)["message"]
             .as_str()
             .unwrap()
-            .contains("Unhandled")
+            .contains("ValidationError"),
+        "the error payload's type, which says nothing ran, so the claim was released"
     );
     let ok = send(&h, &ev).await;
     assert_eq!(
@@ -1559,6 +1997,125 @@ async fn an_unreachable_tool_lambda_releases_the_claim() {
             .get(r.key.as_deref().unwrap())
             .await
             .unwrap()
-            .is_none()
+            .is_none(),
+        "connection refused: the invoke never left"
     );
+    assert!(
+        body(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not complete")
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_breaks_mid_invoke_keeps_the_claim() {
+    // Lambda read the whole invoke, then the connection broke before any response: the tool may
+    // be running.
+    let fake = FakeLambda::start(vec![(0, vec![], Vec::new())]).await;
+    let h = handler(
+        MemoryStore::new(),
+        lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
+        &Config::default(),
+    )
+    .with_settings(|s| s.wait = Duration::from_millis(50));
+    let ev = event("fd-refund.json");
+    let r = send(&h, &ev).await;
+    assert_eq!(
+        (r.outcome, state(&r).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        body(&r)["message"].as_str().unwrap().contains("unknown"),
+        "{}",
+        body(&r)
+    );
+    let record = h
+        .store()
+        .get(r.key.as_deref().unwrap())
+        .await
+        .unwrap()
+        .expect("claim kept");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
+    assert_eq!(fake.seen.lock().unwrap().len(), 1, "invoked once");
+}
+
+#[tokio::test]
+async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
+    // The tool timed out on Lambda's side after 120 s; this function's own budget is 60 s.
+    let timed_out: FakeReply = (
+        200,
+        vec![("x-amz-function-error", "Unhandled")],
+        br#"{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after 120.00 seconds"}"#
+            .to_vec(),
+    );
+    let fake = FakeLambda::with_configurations(
+        vec![timed_out],
+        vec![(
+            "refund-fn",
+            json!({"FunctionName": "refund-fn", "Timeout": 120, "MemorySize": 128}),
+        )],
+    )
+    .await;
+    let routes = r#"{"payments/refund":"refund-fn",
+                     "payments/*":{"function":"stated-fn","timeout_seconds":30},
+                     "*":"unknown-fn"}"#;
+    let dispatcher = lambda_dispatcher(&fake.url, routes)
+        .await
+        .look_up_timeouts()
+        .await;
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        dispatcher.max_run_time("stated-fn"),
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        dispatcher.max_run_time("unknown-fn"),
+        Duration::from_secs(900),
+        "a failed lookup assumes Lambda's maximum"
+    );
+    assert_eq!(
+        fake.configurations_read.load(Ordering::SeqCst),
+        2,
+        "looked up once each, and not for the route that states its timeout"
+    );
+
+    let clock = ManualClock::starting_now();
+    let h = handler(
+        MemoryStore::new().with_clock(clock.clone()),
+        dispatcher,
+        &Config::default(),
+    )
+    .with_settings(|s| s.wait = Duration::from_millis(50));
+    let claimed_at = h.store().now_ms();
+    let ev = event("fd-refund.json");
+    let r = send(&h, &ev).await;
+    assert!(
+        body(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("Sandbox.Timedout")
+    );
+    let record = h
+        .store()
+        .get(r.key.as_deref().unwrap())
+        .await
+        .unwrap()
+        .expect("a timed-out tool keeps its claim");
+    assert!(
+        record.lease_until_ms - claimed_at >= 125_000,
+        "lease of {} ms does not cover the tool's 120 s plus the margin",
+        record.lease_until_ms - claimed_at
+    );
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(
+        send(&h, &ev).await.outcome,
+        Outcome::InProgress,
+        "past this function's budget, inside the tool's timeout"
+    );
+    assert_eq!(fake.seen.lock().unwrap().len(), 1);
 }

@@ -26,8 +26,9 @@ use servers::Backend;
 use tokio::task::JoinSet;
 use toolcall_dedup::cli::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Clock, DynamoDbConfig, LeaseToken, MAX_STORED_RESULT_BYTES,
-    ManualClock, Record, RequestCounts, RetriesExhausted, RetryPolicy, Status, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
+    MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, RetriesExhausted, RetryPolicy,
+    Status, Store, StoreError,
 };
 
 const LEASE_MS: i64 = 30_000;
@@ -71,6 +72,17 @@ impl<S: Store + 'static> Ctx<S> {
     fn counts(&self) -> RequestCounts {
         self.store.requests()
     }
+
+    /// Completes with a 1 h record life from the current time.
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> Result<Completion, StoreError> {
+        let expires_at_s = self.store.now_ms().div_euclid(1000) + TTL_S;
+        self.store.complete(key, token, result, expires_at_s).await
+    }
 }
 
 fn in_progress(outcome: ClaimOutcome) -> Record {
@@ -88,7 +100,7 @@ fn completed(outcome: ClaimOutcome) -> Record {
 }
 
 #[track_caller]
-fn assert_lease_lost(r: Result<(), StoreError>) {
+fn assert_lease_lost<T: std::fmt::Debug>(r: Result<T, StoreError>) {
     match r {
         Err(StoreError::LeaseLost) => {}
         other => panic!("expected LeaseLost, got {other:?}"),
@@ -151,10 +163,7 @@ async fn repeat_returns_completed_with_the_result_for_the_expected_request_count
     );
 
     let before = cx.counts();
-    cx.store
-        .complete(&key, &token, b"{\"sent\":true}")
-        .await
-        .unwrap();
+    cx.complete(&key, &token, b"{\"sent\":true}").await.unwrap();
     let complete_cost = cx.counts() - before;
     assert_eq!(
         complete_cost,
@@ -211,7 +220,7 @@ async fn expired_lease_lets_a_new_caller_take_over<S: Store + 'static>(cx: Ctx<S
         cx.clock.now_ms() + LEASE_MS,
         "the new owner's lease"
     );
-    cx.store.complete(&key, &new, b"new").await.unwrap();
+    cx.complete(&key, &new, b"new").await.unwrap();
     assert_eq!(
         completed(cx.claim(&key).await).result.as_deref(),
         Some(&b"new"[..])
@@ -230,15 +239,15 @@ async fn stale_token_cannot_complete_or_release_after_takeover<S: Store + 'stati
         new,
         "a stale release deletes nothing"
     );
-    assert_lease_lost(cx.store.complete(&key, &old, b"late").await);
+    assert_lease_lost(cx.complete(&key, &old, b"late").await);
     assert_eq!(
         in_progress(cx.claim(&key).await).token,
         new,
         "a stale complete writes nothing"
     );
 
-    cx.store.complete(&key, &new, b"owner").await.unwrap();
-    assert_lease_lost(cx.store.complete(&key, &old, b"late").await);
+    cx.complete(&key, &new, b"owner").await.unwrap();
+    assert_lease_lost(cx.complete(&key, &old, b"late").await);
     assert_lease_lost(cx.store.release(&key, &old).await);
     let r = completed(cx.claim(&key).await);
     assert_eq!(
@@ -260,9 +269,9 @@ async fn killed_caller_blocks_its_key_only_until_its_lease_ends<S: Store + 'stat
     }
     cx.clock.advance_ms(LEASE_MS / 4 + 1);
     let next = cx.claimed(&key).await;
-    cx.store.complete(&key, &next, b"done once").await.unwrap();
+    cx.complete(&key, &next, b"done once").await.unwrap();
 
-    assert_lease_lost(cx.store.complete(&key, &killed, b"zombie").await);
+    assert_lease_lost(cx.complete(&key, &killed, b"zombie").await);
     let r = completed(cx.claim(&key).await);
     assert_eq!(r.result.as_deref(), Some(&b"done once"[..]));
     assert_eq!(r.token, next);
@@ -274,10 +283,7 @@ async fn late_complete_without_takeover_still_completes<S: Store + 'static>(cx: 
     let key = cx.key("late");
     let token = cx.claimed(&key).await;
     cx.clock.advance_ms(LEASE_MS * 2);
-    cx.store
-        .complete(&key, &token, b"slow but sole")
-        .await
-        .unwrap();
+    cx.complete(&key, &token, b"slow but sole").await.unwrap();
     assert_eq!(
         completed(cx.claim(&key).await).result.as_deref(),
         Some(&b"slow but sole"[..])
@@ -289,7 +295,7 @@ async fn expired_but_undeleted_record_counts_as_absent<S: Store + 'static>(cx: C
     let key = cx.key("expired");
     let req = cx.req(&key);
     let token = cx.claimed(&key).await;
-    cx.store.complete(&key, &token, b"old").await.unwrap();
+    cx.complete(&key, &token, b"old").await.unwrap();
     cx.clock.set_ms(req.expires_at_s * 1000 + 999);
     assert!(
         cx.store.get(&key).await.unwrap().is_some(),
@@ -310,40 +316,104 @@ async fn expired_but_undeleted_record_counts_as_absent<S: Store + 'static>(cx: C
     assert_ne!(fresh, token);
     assert_eq!(in_progress(cx.claim(&key).await).token, fresh);
 
-    // In-progress record that expired while held: its holder can no longer settle it.
+    // In-progress record whose lease ended and which then expired: its holder can no longer
+    // settle it. (It cannot expire while its lease holds: see
+    // `a_claim_never_expires_before_its_lease_ends`.)
     let key = cx.key("expired-held");
-    let req = ClaimRequest {
-        lease_until_ms: i64::MAX / 2,
-        ..cx.req(&key)
-    };
-    let ClaimOutcome::Claimed { token: held } = cx.store.claim(req).await.unwrap() else {
-        panic!("expected Claimed")
-    };
+    let req = cx.req(&key);
+    let held = cx.claimed(&key).await;
     cx.clock.set_ms((req.expires_at_s + 1) * 1000);
     assert_eq!(cx.store.get(&key).await.unwrap(), None);
-    assert_lease_lost(cx.store.complete(&key, &held, b"too late").await);
+    assert_lease_lost(cx.complete(&key, &held, b"too late").await);
     assert_lease_lost(cx.store.release(&key, &held).await);
     let _ = cx.claimed(&key).await;
 }
 
-async fn oversized_result_is_refused_and_the_claim_released<S: Store + 'static>(cx: Ctx<S>) {
+async fn an_oversized_result_completes_the_record_without_it<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("oversized");
     let token = cx.claimed(&key).await;
     let result = noise(MAX_STORED_RESULT_BYTES + 50_000, 7);
-    match cx.store.complete(&key, &token, &result).await {
-        Err(StoreError::ResultTooLarge { bytes }) => {
-            assert!(bytes > MAX_STORED_RESULT_BYTES, "{bytes}")
-        }
-        other => panic!("expected ResultTooLarge, got {other:?}"),
-    }
+    let omitted = Completion::ResultOmitted {
+        bytes: result.len(),
+    };
+    let before = cx.counts();
+    assert_eq!(cx.complete(&key, &token, &result).await.unwrap(), omitted);
     assert_eq!(
-        cx.store.get(&key).await.unwrap(),
-        None,
-        "nothing half-written, claim released"
+        cx.counts() - before,
+        RequestCounts {
+            update_item: 1,
+            ..Default::default()
+        },
+        "one write: the marker"
     );
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(
+        (r.result.as_deref(), r.omitted_result_bytes, &r.token),
+        (None, Some(result.len()), &token),
+        "{:?}: the call stays settled, without its result",
+        cx.backend
+    );
+    let got = cx.store.get(&key).await.unwrap().expect("settled");
+    assert_eq!(got, r);
     assert_lease_lost(cx.store.release(&key, &token).await);
-    let retry = cx.claimed(&key).await;
-    assert_ne!(retry, token);
+    assert_eq!(
+        cx.complete(&key, &token, b"small").await.unwrap(),
+        omitted,
+        "a repeated complete (a lost response) reports what was stored"
+    );
+}
+
+async fn a_claim_never_expires_before_its_lease_ends<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("short-ttl");
+    let now = cx.store.now_ms();
+    let req = ClaimRequest {
+        expires_at_s: now.div_euclid(1000) + 1,
+        ..cx.req(&key)
+    };
+    let ClaimOutcome::Claimed { token } = cx.store.claim(req).await.unwrap() else {
+        panic!("expected Claimed")
+    };
+    cx.clock.set_ms(req.lease_until_ms); // the lease's last millisecond, the TTL long past
+    assert_eq!(in_progress(cx.claim(&key).await).token, token);
+    let r = cx.store.get(&key).await.unwrap().expect("still live");
+    assert!(
+        r.expires_at_s >= req.lease_until_ms.div_euclid(1000),
+        "{:?}: expires at {} s, lease until {} ms",
+        cx.backend,
+        r.expires_at_s,
+        req.lease_until_ms
+    );
+    cx.clock.set_ms(req.lease_until_ms + 1);
+    assert_ne!(
+        cx.claimed(&key).await,
+        token,
+        "taken over once the lease ended"
+    );
+}
+
+async fn completing_sets_the_expiry_from_completion<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("expiry-from-completion");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+    cx.clock.advance_ms(50 * 60_000); // a slow call: 50 of the record's 60 minutes
+    let completed_at_s = cx.store.now_ms().div_euclid(1000);
+    assert_eq!(
+        cx.complete(&key, &token, b"done").await.unwrap(),
+        Completion::Stored
+    );
+    let r = cx.store.get(&key).await.unwrap().expect("completed");
+    assert_eq!(r.expires_at_s, completed_at_s + TTL_S);
+    cx.clock.set_ms((req.expires_at_s + 600) * 1000); // 10 minutes past the claim's expiry
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"done"[..])
+    );
+    cx.clock.set_ms((completed_at_s + TTL_S + 1) * 1000);
+    assert_ne!(
+        cx.claimed(&key).await,
+        token,
+        "expired a full life after completion"
+    );
 }
 
 async fn results_round_trip_raw_compressed_and_empty<S: Store + 'static>(cx: Ctx<S>) {
@@ -363,8 +433,7 @@ async fn results_round_trip_raw_compressed_and_empty<S: Store + 'static>(cx: Ctx
     for (what, result) in results {
         let key = cx.key("roundtrip");
         let token = cx.claimed(&key).await;
-        cx.store
-            .complete(&key, &token, &result)
+        cx.complete(&key, &token, &result)
             .await
             .unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let r = completed(cx.claim(&key).await);
@@ -394,7 +463,7 @@ async fn release_gives_the_key_back_once<S: Store + 'static>(cx: Ctx<S>) {
     );
     assert_eq!(cx.store.get(&key).await.unwrap(), None);
     assert_lease_lost(cx.store.release(&key, &token).await);
-    assert_lease_lost(cx.store.complete(&key, &token, b"after release").await);
+    assert_lease_lost(cx.complete(&key, &token, b"after release").await);
     let again = cx.claimed(&key).await;
     assert_ne!(again, token);
 }
@@ -404,8 +473,8 @@ async fn complete_is_idempotent_for_its_own_token_and_keeps_the_first_result<S: 
 ) {
     let key = cx.key("idempotent");
     let token = cx.claimed(&key).await;
-    cx.store.complete(&key, &token, b"first").await.unwrap();
-    cx.store.complete(&key, &token, b"second").await.unwrap();
+    cx.complete(&key, &token, b"first").await.unwrap();
+    cx.complete(&key, &token, b"second").await.unwrap();
     assert_eq!(
         completed(cx.claim(&key).await).result.as_deref(),
         Some(&b"first"[..])
@@ -416,8 +485,7 @@ async fn complete_is_idempotent_for_its_own_token_and_keeps_the_first_result<S: 
         "a completed result is never released"
     );
     assert_lease_lost(
-        cx.store
-            .complete(&key, &LeaseToken::new("someone else"), b"x")
+        cx.complete(&key, &LeaseToken::new("someone else"), b"x")
             .await,
     );
 }
@@ -426,7 +494,7 @@ async fn unknown_keys_cannot_be_settled_and_read_as_absent<S: Store + 'static>(c
     let key = cx.key("unknown");
     let token = LeaseToken::random();
     assert_eq!(cx.store.get(&key).await.unwrap(), None);
-    assert_lease_lost(cx.store.complete(&key, &token, b"x").await);
+    assert_lease_lost(cx.complete(&key, &token, b"x").await);
     assert_lease_lost(cx.store.release(&key, &token).await);
     assert_eq!(
         cx.store.get(&key).await.unwrap(),
@@ -460,7 +528,7 @@ async fn invalid_requests_are_refused_before_any_request<S: Store + 'static>(cx:
         Err(StoreError::InvalidRequest(_))
     ));
     assert!(matches!(
-        cx.store.complete("", &LeaseToken::random(), b"").await,
+        cx.complete("", &LeaseToken::random(), b"").await,
         Err(StoreError::InvalidRequest(_))
     ));
     assert_eq!(cx.counts() - before, RequestCounts::default());
@@ -598,7 +666,9 @@ conformance!(
     killed_caller_blocks_its_key_only_until_its_lease_ends,
     late_complete_without_takeover_still_completes,
     expired_but_undeleted_record_counts_as_absent,
-    oversized_result_is_refused_and_the_claim_released,
+    an_oversized_result_completes_the_record_without_it,
+    a_claim_never_expires_before_its_lease_ends,
+    completing_sets_the_expiry_from_completion,
     results_round_trip_raw_compressed_and_empty,
     release_gives_the_key_back_once,
     complete_is_idempotent_for_its_own_token_and_keeps_the_first_result,
@@ -720,7 +790,7 @@ async fn claim_whose_response_was_lost_is_still_ours(backend: Backend) {
     assert_eq!(c.put_item, 2, "{c}");
     assert_eq!(c.get_item, backend.repeat_requests() - 1, "{c}");
     assert_eq!(in_progress(cx.claim(&key).await).token, token);
-    cx.store.complete(&key, &token, b"r").await.unwrap();
+    cx.complete(&key, &token, b"r").await.unwrap();
 }
 
 async fn complete_whose_response_was_lost_still_succeeds(backend: Backend) {
@@ -734,10 +804,7 @@ async fn complete_whose_response_was_lost_still_succeeds(backend: Backend) {
     let cx = ctx(store, clock, backend);
     let key = cx.key("lost-complete");
     let token = cx.claimed(&key).await;
-    cx.store
-        .complete(&key, &token, b"applied once")
-        .await
-        .unwrap();
+    cx.complete(&key, &token, b"applied once").await.unwrap();
     assert_eq!(cx.counts().update_item, 2);
     assert_eq!(
         completed(cx.claim(&key).await).result.as_deref(),
@@ -863,7 +930,7 @@ async fn custom_attribute_names_are_used(backend: Backend) {
     let key = cx.key("custom");
     let req = cx.req(&key);
     let token = cx.claimed(&key).await;
-    cx.store.complete(&key, &token, b"r").await.unwrap();
+    cx.complete(&key, &token, b"r").await.unwrap();
 
     let item = cx
         .store
@@ -960,6 +1027,7 @@ enum Seen {
     },
     Absent,
     Ok,
+    Completed(Completion),
     Err(String),
 }
 
@@ -1009,8 +1077,18 @@ impl<S: Store> Twin<S> {
                     Err(e) => Seen::Err(format!("{e:?}")),
                 }
             }
-            TwinOp::Complete { claim, result } => match self.tokens.get(*claim) {
-                Some((key, token)) => Self::unit(self.store.complete(key, token, result).await),
+            TwinOp::Complete {
+                claim,
+                result,
+                ttl_s,
+            } => match self.tokens.get(*claim) {
+                Some((key, token)) => {
+                    let expires_at_s = now_ms.div_euclid(1000) + ttl_s;
+                    match self.store.complete(key, token, result, expires_at_s).await {
+                        Ok(completion) => Seen::Completed(completion),
+                        Err(e) => Seen::Err(format!("{e:?}")),
+                    }
+                }
                 None => Seen::Absent,
             },
             TwinOp::Release { claim } => match self.tokens.get(*claim) {
@@ -1037,6 +1115,7 @@ enum TwinOp {
     Complete {
         claim: usize,
         result: Vec<u8>,
+        ttl_s: i64,
     },
     Release {
         claim: usize,
@@ -1071,6 +1150,7 @@ fn twin_ops(seed: u64, len: usize, keys: &[String]) -> Vec<TwinOp> {
                     } else {
                         vec![b'x'; 20_000]
                     },
+                    ttl_s: rng.i64(1..60),
                 },
                 5 => TwinOp::Release {
                     claim: rng.usize(..claims_so_far.max(1)),
@@ -1122,7 +1202,7 @@ async fn memory_twin_agrees_with(backend: Backend) {
                     },
                     TwinOp::Claim { .. },
                 ) => "in progress",
-                (Seen::Ok, TwinOp::Complete { .. }) => "completed",
+                (Seen::Completed(_), TwinOp::Complete { .. }) => "completed",
                 (Seen::Ok, TwinOp::Release { .. }) => "released",
                 (Seen::Err(e), _) if e.contains("LeaseLost") => "lease lost",
                 (Seen::Absent, TwinOp::Get { .. }) => "absent",

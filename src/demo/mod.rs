@@ -340,6 +340,11 @@ impl Dispatcher for DemoTool {
         Ok("demo-tool".into())
     }
 
+    /// In-process: it cannot outlive the invocation.
+    fn max_run_time(&self, _target: &str) -> Duration {
+        Duration::ZERO
+    }
+
     async fn invoke(
         &self,
         target: &str,

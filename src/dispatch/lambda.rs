@@ -3,7 +3,17 @@
 //! The SDK's own retries are off: retrying a synchronous invoke whose response was lost would run
 //! the tool twice, which is exactly what this crate exists to prevent. Only throttling
 //! (`TooManyRequestsException`: the tool never started) is retried here, within the time left.
+//!
+//! A failed invoke counts as "did not run" only when the SDK error proves the request never left:
+//! it could not be built, or the connection was never made (refused, DNS failure, TLS handshake,
+//! connect timeout). A connection that breaks later may have delivered the invoke.
+//!
+//! Each tool's own timeout bounds how long it can run after we stop waiting; the handler's lease
+//! covers it ([`Dispatcher::max_run_time`]). It comes from the route (`timeout_seconds`) or from
+//! `GetFunctionConfiguration` once at cold start ([`LambdaDispatcher::look_up_timeouts`]), else
+//! Lambda's maximum.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_lambda::Client;
@@ -13,19 +23,25 @@ use aws_sdk_lambda::error::SdkError;
 use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use tokio::time::Instant;
 
 use super::{DispatchError, Dispatcher};
-use crate::config::Routes;
+use crate::config::{MAX_TOOL_TIMEOUT, Routes};
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;
+
+/// Bound on looking up one tool's timeout at cold start.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Invokes tool Lambdas chosen by a route table.
 #[derive(Debug, Clone)]
 pub struct LambdaDispatcher {
     client: Client,
     routes: Routes,
+    /// Tool timeouts found by [`LambdaDispatcher::look_up_timeouts`].
+    looked_up: HashMap<String, Duration>,
 }
 
 impl LambdaDispatcher {
@@ -39,11 +55,62 @@ impl LambdaDispatcher {
         LambdaDispatcher {
             client: Client::from_conf(conf),
             routes,
+            looked_up: HashMap::new(),
         }
     }
 
     pub fn routes(&self) -> &Routes {
         &self.routes
+    }
+
+    /// Looks up, once (at cold start), the timeout of every routed tool whose route does not
+    /// state one, with `GetFunctionConfiguration`. A tool whose lookup fails (no permission, a
+    /// local emulator) keeps Lambda's maximum, so its lease errs on the long side.
+    pub async fn look_up_timeouts(mut self) -> LambdaDispatcher {
+        let targets: Vec<String> = self
+            .routes
+            .targets()
+            .into_iter()
+            .filter(|t| self.routes.stated_timeout(t).is_none())
+            .map(str::to_string)
+            .collect();
+        let mut lookups = tokio::task::JoinSet::new();
+        for target in targets {
+            let request = self
+                .client
+                .get_function_configuration()
+                .function_name(&target)
+                .send();
+            lookups.spawn(
+                async move { (target, tokio::time::timeout(LOOKUP_TIMEOUT, request).await) },
+            );
+        }
+        while let Some(joined) = lookups.join_next().await {
+            let Ok((target, found)) = joined else {
+                continue;
+            };
+            match found {
+                Ok(Ok(conf)) => match conf.timeout().and_then(|s| u64::try_from(s).ok()) {
+                    Some(seconds) if seconds > 0 => {
+                        tracing::info!(target_fn = %target, seconds, "tool timeout");
+                        self.looked_up
+                            .insert(target.clone(), Duration::from_secs(seconds));
+                    }
+                    _ => tracing::warn!(target_fn = %target, "tool configuration has no timeout"),
+                },
+                Ok(Err(e)) => tracing::warn!(
+                    target_fn = %target,
+                    error = %aws_sdk_lambda::error::DisplayErrorContext(&e),
+                    "could not look up the tool's timeout; its lease assumes Lambda's maximum (900 s). \
+                     State it in DEDUP_ROUTES as {{\"function\": ..., \"timeout_seconds\": N}}"
+                ),
+                Err(_) => tracing::warn!(
+                    target_fn = %target,
+                    "looking up the tool's timeout timed out; its lease assumes Lambda's maximum (900 s)"
+                ),
+            }
+        }
+        self
     }
 }
 
@@ -62,6 +129,13 @@ impl Dispatcher for LambdaDispatcher {
                 action_group: action_group.to_string(),
                 tool: tool.to_string(),
             })
+    }
+
+    fn max_run_time(&self, target: &str) -> Duration {
+        self.routes
+            .stated_timeout(target)
+            .or_else(|| self.looked_up.get(target).copied())
+            .unwrap_or(MAX_TOOL_TIMEOUT)
     }
 
     async fn invoke(
@@ -115,11 +189,12 @@ impl Dispatcher for LambdaDispatcher {
                 .payload()
                 .map(|b| b.as_ref().to_vec())
                 .unwrap_or_default();
-            if let Some(kind) = out.function_error() {
+            if let Some(header) = out.function_error() {
+                let (error_type, message) = error_payload(&body);
                 return Err(DispatchError::FunctionError {
                     target: target.to_string(),
-                    kind: kind.to_string(),
-                    message: error_message(&body),
+                    kind: error_type.unwrap_or_else(|| header.to_string()),
+                    message,
                 });
             }
             return Ok(body);
@@ -127,31 +202,56 @@ impl Dispatcher for LambdaDispatcher {
     }
 }
 
-fn invoke_error<R: std::fmt::Debug + Send + Sync + 'static>(
-    target: &str,
-    e: SdkError<InvokeError, R>,
-) -> DispatchError {
-    // A request that timed out or whose response could not be read may have run the tool.
-    let outcome_unknown = matches!(e, SdkError::TimeoutError(_) | SdkError::ResponseError(_));
+fn invoke_error(target: &str, e: SdkError<InvokeError, HttpResponse>) -> DispatchError {
     DispatchError::Invoke {
         target: target.to_string(),
-        outcome_unknown,
+        outcome_unknown: !did_not_run(&e),
         source: Box::new(e),
     }
 }
 
-/// The `errorMessage` of a Lambda error payload, shortened; the raw text if it is not one.
-fn error_message(body: &[u8]) -> String {
+/// True only when the error proves the tool did not run: the invoke could not be built, no
+/// connection was made (hyper's connect phase: refused, DNS, TLS handshake, connect timeout), or
+/// Lambda refused it with a 4xx (throttled, not found, too large). Every other failure (a reset,
+/// a read timeout, a cut response, a 5xx) may follow a delivered invoke.
+fn did_not_run(e: &SdkError<InvokeError, HttpResponse>) -> bool {
+    match e {
+        SdkError::ConstructionFailure(_) => true,
+        SdkError::DispatchFailure(d) if d.is_user() => true,
+        SdkError::DispatchFailure(_) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+            while let Some(err) = source {
+                if err
+                    .downcast_ref::<hyper_util::client::legacy::Error>()
+                    .is_some_and(hyper_util::client::legacy::Error::is_connect)
+                {
+                    return true;
+                }
+                source = err.source();
+            }
+            false
+        }
+        SdkError::ServiceError(service) => service.raw().status().is_client_error(),
+        _ => false,
+    }
+}
+
+/// The `errorType` and `errorMessage` (shortened) of a Lambda error payload; no type and the raw
+/// text if it is not one.
+fn error_payload(body: &[u8]) -> (Option<String>, String) {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
-    let message = parsed
-        .as_ref()
-        .and_then(|v| v.get("errorMessage"))
-        .and_then(|m| m.as_str())
-        .map(str::to_string)
-        .unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    let field = |name: &str| {
+        parsed
+            .as_ref()
+            .and_then(|v| v.get(name))
+            .and_then(|m| m.as_str())
+            .map(str::to_string)
+    };
+    let message =
+        field("errorMessage").unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
     let mut short: String = message.chars().take(300).collect();
     if short.len() < message.len() {
         short.push('…');
     }
-    short
+    (field("errorType").filter(|t| !t.is_empty()), short)
 }

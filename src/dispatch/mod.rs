@@ -9,6 +9,8 @@ use std::time::Duration;
 
 pub use lambda::{LambdaDispatcher, build_client};
 
+use crate::config::ErrorTypes;
+
 /// Boxed error kept as a `source`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -17,6 +19,12 @@ pub trait Dispatcher: Send + Sync {
     /// The tool that takes calls of `tool` in `action_group`. No I/O: the handler asks before it
     /// claims, so that an unroutable call claims nothing.
     fn route(&self, action_group: &str, tool: &str) -> Result<String, DispatchError>;
+
+    /// How long `target` can keep running once invoked: its own timeout, which may be longer than
+    /// this invocation's deadline. The handler's lease covers it, so that nobody takes a key over
+    /// while its tool may still be running. `Duration::ZERO` for a tool that runs in-process and
+    /// cannot outlive the invocation. No I/O (known at cold start).
+    fn max_run_time(&self, target: &str) -> Duration;
 
     /// Invokes `target` with the forwarded event and returns the tool's reply bytes. Must give up
     /// with [`DispatchError::Timeout`] once `timeout` has passed.
@@ -33,10 +41,12 @@ pub trait Dispatcher: Send + Sync {
 pub enum DispatchError {
     #[error("no route for {action_group}/{tool} in DEDUP_ROUTES")]
     NoRoute { action_group: String, tool: String },
-    /// The tool ran and raised (Lambda `FunctionError`).
+    /// The tool raised, crashed, timed out or ran out of memory (Lambda `FunctionError`).
     #[error("tool {target} failed: {kind}: {message}")]
     FunctionError {
         target: String,
+        /// The `errorType` of the error payload (`Sandbox.Timedout`, `ValidationError`, ...), else
+        /// the `FunctionError` header (`Unhandled`).
         kind: String,
         message: String,
     },
@@ -47,7 +57,8 @@ pub enum DispatchError {
     #[error("invoking tool {target} failed")]
     Invoke {
         target: String,
-        /// True when the request may have reached the tool (the response was lost).
+        /// False only when the request provably never left (connection refused, DNS failure, a
+        /// request that could not be built); any other failure may have reached the tool.
         outcome_unknown: bool,
         #[source]
         source: BoxError,
@@ -56,14 +67,17 @@ pub enum DispatchError {
 
 impl DispatchError {
     /// True when the tool may have run: the claim must then be kept until its lease ends, not
-    /// released for an immediate retry.
-    pub fn outcome_unknown(&self) -> bool {
+    /// released for an immediate retry. A tool error proves nothing ran only when its type is one
+    /// of `nothing_ran` (`DEDUP_RELEASE_ON_ERRORS`): a tool that timed out, ran out of memory or
+    /// crashed may have done its side effect first.
+    pub fn outcome_unknown(&self, nothing_ran: &ErrorTypes) -> bool {
         match self {
             DispatchError::Timeout { .. } => true,
             DispatchError::Invoke {
                 outcome_unknown, ..
             } => *outcome_unknown,
-            DispatchError::NoRoute { .. } | DispatchError::FunctionError { .. } => false,
+            DispatchError::FunctionError { kind, .. } => !nothing_ran.contains(kind),
+            DispatchError::NoRoute { .. } => false,
         }
     }
 

@@ -26,6 +26,7 @@
 //! | `created_at` | N | epoch milliseconds |
 //! | `result` | B | the result, present once completed |
 //! | `result_encoding` | S | `raw` or `gzip` |
+//! | `result_omitted` | N | instead of `result`: the size of a result too large to store |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -48,9 +49,9 @@ use tokio::time::Instant;
 
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
-    BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, DEFAULT_COMPRESS_THRESHOLD,
-    LeaseToken, Op, Record, RequestCounter, RequestCounts, RetriesExhausted, Status, Store,
-    StoreError, SystemClock, validate_claim, validate_key,
+    BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
+    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, validate_claim, validate_key,
 };
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
@@ -63,8 +64,10 @@ pub mod attr {
     pub const CREATED_AT: &str = "created_at";
     pub const RESULT: &str = "result";
     pub const RESULT_ENCODING: &str = "result_encoding";
+    /// On a completed record without its result (too large): the result's size in bytes.
+    pub const RESULT_OMITTED: &str = "result_omitted";
 
-    pub(crate) const ALL: [&str; 8] = [
+    pub(crate) const ALL: [&str; 9] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -73,6 +76,7 @@ pub mod attr {
         CREATED_AT,
         RESULT,
         RESULT_ENCODING,
+        RESULT_OMITTED,
     ];
 }
 
@@ -83,7 +87,10 @@ const CLAIM_CONDITION: &str =
     "attribute_not_exists(#pk) OR #exp < :now_s OR (#st = :in_progress AND #lease < :now_ms)";
 /// Live, in progress, and still carrying the caller's token.
 const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
-const COMPLETE_UPDATE: &str = "SET #st = :completed, #res = :res, #enc = :enc";
+const COMPLETE_UPDATE: &str = "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc";
+/// Completion without the result (too large to store): the call stays settled.
+const COMPLETE_OMITTED_UPDATE: &str =
+    "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc";
 
 /// Rounds of "conditional write failed, but the record read back is claimable" before giving up.
 /// Each round means another writer changed the record in between, so this only bounds livelock.
@@ -296,7 +303,7 @@ impl DynamoDbStore {
     ) -> HashMap<String, AttributeValue> {
         let mut item = self.key_value(req.key);
         item.insert(attr::STATUS.into(), s(Status::InProgress.as_str()));
-        item.insert(self.cfg.ttl_attribute.clone(), n(req.expires_at_s));
+        item.insert(self.cfg.ttl_attribute.clone(), n(req.record_expiry()));
         item.insert(attr::LEASE_UNTIL.into(), n(req.lease_until_ms));
         item.insert(attr::LEASE_TOKEN.into(), s(token.as_str()));
         item.insert(attr::FINGERPRINT.into(), s(req.fingerprint));
@@ -386,53 +393,97 @@ impl DynamoDbStore {
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> Result<(), StoreError> {
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
         validate_key(key)?;
         let encoded = match encode_result(result, self.cfg.compress_threshold) {
-            Ok(e) => e,
-            Err(e @ StoreError::ResultTooLarge { .. }) => {
-                return Err(self.release_oversized(key, token, e).await);
-            }
+            Ok(e) => Some(e),
+            Err(StoreError::ResultTooLarge { .. }) => None,
             Err(e) => return Err(e),
         };
-        let now = self.clock.now_ms();
-        let EncodedResult { encoding, bytes } = encoded;
-        let stored_len = bytes.len();
-        let res = Blob::new(bytes);
+        if let Some(encoded) = &encoded {
+            match self
+                .send_complete(key, token, Written::Result(encoded), expires_at_s)
+                .await
+            {
+                // The item with its other attributes is over DynamoDB's limit: store the marker.
+                Err(failed) if failed.is_item_too_large() => {}
+                sent => return self.completed(key, token, sent, Completion::Stored).await,
+            }
+        }
+        let bytes = result.len();
         let sent = self
-            .send("UpdateItem", || {
-                self.client
-                    .update_item()
-                    .table_name(&self.cfg.table)
-                    .set_key(Some(self.key_value(key)))
-                    .update_expression(COMPLETE_UPDATE)
-                    .condition_expression(HELD_CONDITION)
-                    .expression_attribute_names("#st", attr::STATUS)
-                    .expression_attribute_names("#res", attr::RESULT)
-                    .expression_attribute_names("#enc", attr::RESULT_ENCODING)
-                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
-                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
-                    .expression_attribute_values(":completed", s(Status::Completed.as_str()))
-                    .expression_attribute_values(":res", AttributeValue::B(res.clone()))
-                    .expression_attribute_values(":enc", s(encoding.as_str()))
-                    .expression_attribute_values(":tok", s(token.as_str()))
-                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
-                    .return_values_on_condition_check_failure(
-                        ReturnValuesOnConditionCheckFailure::AllOld,
-                    )
-                    .send()
-            })
+            .send_complete(key, token, Written::Omitted { bytes }, expires_at_s)
             .await;
+        self.completed(key, token, sent, Completion::ResultOmitted { bytes })
+            .await
+    }
+
+    /// One conditional completion write.
+    async fn send_complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        written: Written<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), Failed<UpdateItemError>> {
+        let now = self.clock.now_ms();
+        self.send("UpdateItem", || {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.cfg.table)
+                .set_key(Some(self.key_value(key)))
+                .condition_expression(HELD_CONDITION)
+                .expression_attribute_names("#st", attr::STATUS)
+                .expression_attribute_names("#res", attr::RESULT)
+                .expression_attribute_names("#enc", attr::RESULT_ENCODING)
+                .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+                .expression_attribute_values(":exp", n(expires_at_s))
+                .expression_attribute_values(":tok", s(token.as_str()))
+                .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            let update = match written {
+                Written::Result(EncodedResult { encoding, bytes }) => update
+                    .update_expression(COMPLETE_UPDATE)
+                    .expression_attribute_values(
+                        ":res",
+                        AttributeValue::B(Blob::new(bytes.clone())),
+                    )
+                    .expression_attribute_values(":enc", s(encoding.as_str())),
+                Written::Omitted { bytes } => update
+                    .update_expression(COMPLETE_OMITTED_UPDATE)
+                    .expression_attribute_names("#omit", attr::RESULT_OMITTED)
+                    .expression_attribute_values(
+                        ":omit",
+                        n(i64::try_from(bytes).unwrap_or(i64::MAX)),
+                    ),
+            };
+            update.send()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// What a completion write ended with. A refused write is still a success when the record
+    /// is already completed under this token: a retry after a lost response, or a repeat.
+    async fn completed(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        sent: Result<(), Failed<UpdateItemError>>,
+        completion: Completion,
+    ) -> Result<Completion, StoreError> {
         let failed = match sent {
-            Ok(_) => return Ok(()),
+            Ok(()) => return Ok(completion),
             Err(failed) => failed,
         };
-        if failed.is_item_too_large() {
-            return Err(self
-                .release_oversized(key, token, StoreError::ResultTooLarge { bytes: stored_len })
-                .await);
-        }
+        let now = self.clock.now_ms();
         let old = failed.into_condition_failure(|e: &UpdateItemError| match e {
             UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
             _ => None,
@@ -442,25 +493,14 @@ impl DynamoDbStore {
             None => self.read(key).await?,
         };
         match record {
-            // Completed under this token already: a retry after a lost response, or a repeat.
             Some(r) if r.status == Status::Completed && &r.token == token && !r.is_expired(now) => {
-                Ok(())
+                Ok(match r.omitted_result_bytes {
+                    Some(bytes) => Completion::ResultOmitted { bytes },
+                    None => Completion::Stored,
+                })
             }
             _ => Err(StoreError::LeaseLost),
         }
-    }
-
-    /// Releases the claim of a result that cannot be stored and hands back `too_large`.
-    async fn release_oversized(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        too_large: StoreError,
-    ) -> StoreError {
-        if let Err(e) = self.release_inner(key, token).await {
-            tracing::warn!(key, error = %e, "could not release the claim of an oversized result");
-        }
-        too_large
     }
 
     async fn release_inner(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
@@ -583,8 +623,9 @@ impl Store for DynamoDbStore {
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> Result<(), StoreError> {
-        self.complete_inner(key, token, result).await
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        self.complete_inner(key, token, result, expires_at_s).await
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
@@ -602,6 +643,13 @@ impl Store for DynamoDbStore {
     fn requests(&self) -> RequestCounts {
         self.counter.snapshot()
     }
+}
+
+/// What a completion writes: the encoded result, or the marker of a result too large to store.
+#[derive(Clone, Copy)]
+enum Written<'a> {
+    Result(&'a EncodedResult),
+    Omitted { bytes: usize },
 }
 
 /// Why [`DynamoDbStore::send`] stopped without a response.
@@ -724,8 +772,17 @@ pub fn decode_item(
     let status = Status::parse(status_text).ok_or_else(|| {
         StoreError::Corrupt(format!("attribute {:?}: unknown status", attr::STATUS))
     })?;
+    let omitted_result_bytes = match (status, item.get(attr::RESULT_OMITTED)) {
+        (Status::Completed, Some(_)) => Some(
+            usize::try_from(get_n(item, attr::RESULT_OMITTED)?).map_err(|_| {
+                StoreError::Corrupt(format!("attribute {:?} is negative", attr::RESULT_OMITTED))
+            })?,
+        ),
+        _ => None,
+    };
     let result = match status {
         Status::InProgress => None,
+        Status::Completed if omitted_result_bytes.is_some() => None,
         Status::Completed => {
             let encoding = match item.get(attr::RESULT_ENCODING) {
                 None => ResultEncoding::Raw,
@@ -755,6 +812,7 @@ pub fn decode_item(
         tool: get_s(item, attr::TOOL)?.to_owned(),
         created_at_ms: get_n(item, attr::CREATED_AT)?,
         result,
+        omitted_result_bytes,
     })
 }
 

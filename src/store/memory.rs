@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
-    ClaimOutcome, ClaimRequest, Clock, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record,
-    RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
+    ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
+    Record, RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
     validate_claim, validate_key,
 };
 
@@ -45,6 +45,8 @@ struct Stored {
     tool: String,
     created_at_ms: i64,
     result: Option<EncodedResult>,
+    /// Set when completed without a result that was too large (see [`Completion`]).
+    omitted_result_bytes: Option<usize>,
 }
 
 impl Stored {
@@ -59,6 +61,7 @@ impl Stored {
     fn decode(&self, key: &str) -> Result<Record, StoreError> {
         let result = match (&self.status, &self.result) {
             (Status::Completed, Some(r)) => Some(decode_result(r.encoding, &r.bytes)?),
+            (Status::Completed, None) if self.omitted_result_bytes.is_some() => None,
             (Status::Completed, None) => {
                 return Err(StoreError::Corrupt(
                     "completed record without result".into(),
@@ -76,6 +79,7 @@ impl Stored {
             tool: self.tool.clone(),
             created_at_ms: self.created_at_ms,
             result,
+            omitted_result_bytes: self.omitted_result_bytes,
         })
     }
 }
@@ -156,13 +160,14 @@ impl MemoryStore {
             req.key.to_owned(),
             Stored {
                 status: Status::InProgress,
-                expires_at_s: req.expires_at_s,
+                expires_at_s: req.record_expiry(),
                 lease_until_ms: req.lease_until_ms,
                 token: token.clone(),
                 fingerprint: req.fingerprint.to_owned(),
                 tool: req.tool.to_owned(),
                 created_at_ms: now,
                 result: None,
+                omitted_result_bytes: None,
             },
         );
         items.claims += 1;
@@ -172,16 +177,22 @@ impl MemoryStore {
         Ok(ClaimOutcome::Claimed { token })
     }
 
-    fn complete_now(&self, key: &str, token: &LeaseToken, result: &[u8]) -> Result<(), StoreError> {
+    fn complete_now(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
         validate_key(key)?;
-        let encoded = match encode_result(result, self.inner.compress_threshold) {
-            Ok(e) => e,
-            Err(too_large @ StoreError::ResultTooLarge { .. }) => {
-                if let Err(e) = self.release_now(key, token) {
-                    tracing::warn!(key, error = %e, "could not release the claim of an oversized result");
-                }
-                return Err(too_large);
-            }
+        let (encoded, completion) = match encode_result(result, self.inner.compress_threshold) {
+            Ok(e) => (Some(e), Completion::Stored),
+            Err(StoreError::ResultTooLarge { .. }) => (
+                None,
+                Completion::ResultOmitted {
+                    bytes: result.len(),
+                },
+            ),
             Err(e) => return Err(e),
         };
         self.inner.counter.record(Op::UpdateItem);
@@ -190,12 +201,20 @@ impl MemoryStore {
         match items.map.get_mut(key) {
             Some(s) if s.held_by(token, now) => {
                 s.status = Status::Completed;
-                s.result = Some(encoded);
-                Ok(())
+                s.expires_at_s = expires_at_s;
+                s.omitted_result_bytes = match completion {
+                    Completion::ResultOmitted { bytes } => Some(bytes),
+                    Completion::Stored => None,
+                };
+                s.result = encoded;
+                Ok(completion)
             }
             // Already completed under this token (a retried complete): keep the first result.
             Some(s) if s.is_live(now) && s.status == Status::Completed && &s.token == token => {
-                Ok(())
+                Ok(match s.omitted_result_bytes {
+                    Some(bytes) => Completion::ResultOmitted { bytes },
+                    None => Completion::Stored,
+                })
             }
             _ => Err(StoreError::LeaseLost),
         }
@@ -237,8 +256,9 @@ impl Store for MemoryStore {
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> Result<(), StoreError> {
-        self.complete_now(key, token, result)
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        self.complete_now(key, token, result, expires_at_s)
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {

@@ -21,9 +21,14 @@
 //! - **Completing is idempotent** for the token that completed: repeating `complete` succeeds and
 //!   keeps the first result. A request retried after a lost response therefore cannot turn a
 //!   success into `LeaseLost`.
+//! - **A record never expires before its lease ends**: a claim stores
+//!   `max(expires_at_s, lease end)`, so an in-progress record cannot turn absent while its caller
+//!   may still be running. **Completing sets a new expiry**, so a completed call replays for its
+//!   full life counted from completion.
 //! - **Results** above a threshold (default 8 KiB) are stored gzip-compressed. A result that would
-//!   not fit in one DynamoDB item (400 KB) is refused with [`StoreError::ResultTooLarge`] and the
-//!   claim is released: nothing is half-written.
+//!   not fit in one DynamoDB item (400 KB) still settles the call: the record is completed without
+//!   it ([`Completion::ResultOmitted`], [`Record::omitted_result_bytes`]), so a repeat learns that
+//!   the call already ran instead of running it again. Nothing is half-written.
 //!
 //! Time comes from an injectable [`Clock`]; the DynamoDB store sends the current time in its
 //! conditions, so [`ManualClock`] drives expiry and lease ends on real servers too.
@@ -59,13 +64,16 @@ pub trait Store: Send + Sync {
         req: ClaimRequest<'_>,
     ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
 
-    /// Stores `result` and marks the record `COMPLETED`, if `token` still holds the claim.
+    /// Stores `result`, marks the record `COMPLETED` and sets its expiry to `expires_at_s`, if
+    /// `token` still holds the claim. A result too large to store completes the record without
+    /// it ([`Completion::ResultOmitted`]).
     fn complete(
         &self,
         key: &str,
         token: &LeaseToken,
         result: &[u8],
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
 
     /// Deletes the claim, if `token` still holds it, so that a retry can run.
     fn release(
@@ -96,8 +104,28 @@ pub struct ClaimRequest<'a> {
     pub tool: &'a str,
     /// End of the lease, epoch milliseconds. Until then nobody else can take the key over.
     pub lease_until_ms: i64,
-    /// End of the record's life, epoch seconds; the DynamoDB TTL attribute.
+    /// End of the record's life, epoch seconds; the DynamoDB TTL attribute. The store never
+    /// writes an expiry before the lease's last second (see [`ClaimRequest::record_expiry`]).
     pub expires_at_s: i64,
+}
+
+impl ClaimRequest<'_> {
+    /// The expiry a claim writes: `expires_at_s`, but never before the lease ends. An expired
+    /// record counts as absent, so an earlier expiry would let a second caller run the call while
+    /// the first one still may.
+    pub fn record_expiry(&self) -> i64 {
+        self.expires_at_s.max(self.lease_until_ms.div_euclid(1000))
+    }
+}
+
+/// What [`Store::complete`] stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// The record is completed with its result.
+    Stored,
+    /// The result (`bytes` long) could not fit in one item even compressed: the record is
+    /// completed without it, so the call stays settled and a repeat is told it already ran.
+    ResultOmitted { bytes: usize },
 }
 
 /// Result of [`Store::claim`].
@@ -158,8 +186,12 @@ pub struct Record {
     pub tool: String,
     /// Epoch milliseconds, when the claim was made.
     pub created_at_ms: i64,
-    /// The stored result; `Some` exactly when the record is completed.
+    /// The stored result; `Some` when the record is completed, unless the result was too large
+    /// to store.
     pub result: Option<Vec<u8>>,
+    /// Set on a completed record stored without its result because it was too large: the
+    /// result's size in bytes. The call ran; its result cannot be replayed.
+    pub omitted_result_bytes: Option<usize>,
 }
 
 impl Record {
@@ -192,6 +224,7 @@ impl fmt::Debug for Record {
             .field("tool", &self.tool)
             .field("created_at_ms", &self.created_at_ms)
             .field("result_bytes", &self.result.as_ref().map(Vec::len))
+            .field("omitted_result_bytes", &self.omitted_result_bytes)
             .finish()
     }
 }
@@ -236,10 +269,11 @@ pub enum StoreError {
     /// released, completed by someone else, expired, or never existed.
     #[error("lease lost: the record is not held in progress by this lease token")]
     LeaseLost,
-    /// The result cannot fit in one item even compressed; the claim was released.
+    /// The result cannot fit in one item even compressed. [`Store::complete`] never returns it:
+    /// it stores the record without the result instead ([`Completion::ResultOmitted`]).
     #[error(
         "result too large: {bytes} bytes to store, limit {MAX_STORED_RESULT_BYTES} (compressed) \
-         and {MAX_RESULT_BYTES} (uncompressed); the claim was released"
+         and {MAX_RESULT_BYTES} (uncompressed)"
     )]
     ResultTooLarge { bytes: usize },
     /// The backend did not answer in time: network errors, throttling or 5xx after retries, or
@@ -487,6 +521,20 @@ pub(crate) fn validate_key(key: &str) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_claim_never_expires_before_its_lease_ends() {
+        let req = |lease_until_ms, expires_at_s| ClaimRequest {
+            key: "k",
+            fingerprint: "f",
+            tool: "t",
+            lease_until_ms,
+            expires_at_s,
+        };
+        assert_eq!(req(65_500, 200).record_expiry(), 200);
+        assert_eq!(req(65_500, 1).record_expiry(), 65);
+        assert!(!is_expired(req(65_999, 1).record_expiry(), 65_999));
+    }
 
     #[test]
     fn expiry_is_per_second_and_inclusive_of_the_last_second() {

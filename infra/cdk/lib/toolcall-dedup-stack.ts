@@ -30,8 +30,9 @@ export class ToolcallDedupStack extends cdk.Stack {
       description: 'TTL attribute (epoch seconds), DEDUP_TTL_ATTRIBUTE.',
     });
     const ttlSeconds = p('TtlSeconds', {
-      type: 'Number', default: 86400, minValue: 60, maxValue: 31536000,
-      description: 'How long a completed call is remembered and replayed, DEDUP_TTL_SECONDS.',
+      type: 'Number', default: 86400, minValue: 905, maxValue: 31536000,
+      description: 'How long a completed call is remembered and replayed, counted from completion, DEDUP_TTL_SECONDS. '
+        + 'At least 905 (the longest lease: Lambda\'s 900 s maximum plus a 5 s margin).',
     });
     const pitr = p('PointInTimeRecovery', {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
@@ -56,6 +57,12 @@ export class ToolcallDedupStack extends cdk.Stack {
     const cacheFailures = p('CacheFailures', {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
       description: 'Cache tool FAILURE responses, DEDUP_CACHE_FAILURES.',
+    });
+    const releaseOnErrors = p('ReleaseOnErrors', {
+      type: 'String', default: '', allowedPattern: '^[A-Za-z0-9_.,: -]*$',
+      description: 'DEDUP_RELEASE_ON_ERRORS, comma-separated tool errorTypes that prove nothing ran, so the claim is '
+        + 'released for an immediate retry; "none" for none. Empty = ValidationError, ValidationException, '
+        + 'InvalidInput, InvalidArgument, InvalidParameter, BadRequest. Any other tool error keeps the claim until its lease ends.',
     });
     const localCacheItems = p('LocalCacheItems', {
       type: 'Number', default: 0, minValue: 0, maxValue: 1000000,
@@ -223,7 +230,8 @@ export class ToolcallDedupStack extends cdk.Stack {
         }),
         new iam.PolicyStatement({
           sid: 'InvokeDemoTool',
-          actions: ['lambda:InvokeFunction'],
+          // GetFunctionConfiguration: the tool's timeout, read once at cold start to size the lease.
+          actions: ['lambda:InvokeFunction', 'lambda:GetFunctionConfiguration'],
           resources: [demoTool.functionArn, `${demoTool.functionArn}:*`],
         }),
       ],
@@ -236,7 +244,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       cdk.Fn.conditionIf(hasExtraTools.logicalId, {
         Sid: 'InvokeRoutedTools',
         Effect: 'Allow',
-        Action: 'lambda:InvokeFunction',
+        Action: ['lambda:InvokeFunction', 'lambda:GetFunctionConfiguration'],
         Resource: extraToolArns.valueAsList,
       }, cdk.Aws.NO_VALUE),
     );
@@ -270,6 +278,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_LOG_CALLS: logCalls.valueAsString,
         DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
         DEDUP_CACHE_FAILURES: cacheFailures.valueAsString,
+        DEDUP_RELEASE_ON_ERRORS: releaseOnErrors.valueAsString,
         DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
         DEDUP_POLICY_FILE: policyFile.valueAsString,
       },
