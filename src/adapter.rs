@@ -12,8 +12,17 @@
 //! (executed or replayed), or a [`Notice`] (in progress, tool error, store down, bad input, no
 //! route). The executor never sees an event format; adapters never see the store.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use lambda_runtime::Diagnostic;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::agentcore::{self, GatewayCall, GatewayError, ScopeArguments};
+use crate::bedrock::{self, EventError};
+use crate::config::Scope;
+use crate::envelope::{self, EnvelopeError};
 use crate::key::{Call, Schema};
 use crate::telemetry::Outcome;
 
@@ -95,6 +104,8 @@ pub fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
 pub enum NoticeKind {
     /// An identical call is still running (or identical calls keep racing for the key).
     InProgress,
+    /// An identical call already ran, but its result was too large to store.
+    AlreadyExecuted,
     /// The tool raised, could not be invoked, or answered with something that is not a reply:
     /// it did not complete, and a retry may run.
     ToolFailed,
@@ -117,6 +128,7 @@ impl NoticeKind {
     pub fn status(self) -> &'static str {
         match self {
             NoticeKind::InProgress => "in_progress",
+            NoticeKind::AlreadyExecuted => "already_executed",
             NoticeKind::ToolFailed | NoticeKind::OutcomeUnknown | NoticeKind::NoTime => {
                 "tool_error"
             }
@@ -130,7 +142,7 @@ impl NoticeKind {
     /// The HTTP status an HTTP-shaped answer carries (Bedrock OpenAPI responses).
     pub fn http_status(self) -> u16 {
         match self {
-            NoticeKind::InProgress => 409,
+            NoticeKind::InProgress | NoticeKind::AlreadyExecuted => 409,
             NoticeKind::ToolFailed => 502,
             NoticeKind::OutcomeUnknown => 504,
             NoticeKind::NoTime | NoticeKind::StoreUnavailable => 503,
@@ -225,6 +237,270 @@ pub fn step_value(value: &serde_json::Value) -> Option<String> {
         serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
+    }
+}
+
+/// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
+/// can reach.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error(transparent)]
+    InvalidEvent(Unanswerable),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Diagnostic {
+        let error_type = match &e {
+            HandlerError::InvalidEvent(_) => "InvalidEvent",
+            HandlerError::Internal(_) => "Internal",
+        };
+        Diagnostic {
+            error_type: error_type.into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// An event that no entry point can answer in its own format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswerable {
+    /// Recognised as an action-group event, but without what a Bedrock response needs.
+    #[error(transparent)]
+    Bedrock(EventError),
+    /// No entry point recognises it.
+    #[error(
+        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
+         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
+         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
+         (invoke envelope)"
+    )]
+    NoEntryPoint(String),
+}
+
+/// Which names carry the caller's run and step, and the Bedrock turn scope.
+#[derive(Debug, Clone, Copy)]
+pub struct Scoping<'a> {
+    pub step_attribute: &'a str,
+    pub run_argument: &'a str,
+    pub scope: Scope,
+}
+
+impl Scoping<'_> {
+    fn arguments(&self) -> ScopeArguments<'_> {
+        ScopeArguments {
+            run: self.run_argument,
+            step: self.step_attribute,
+        }
+    }
+}
+
+/// One invocation as seen by the entry point it came in by.
+#[derive(Debug)]
+pub enum Door<'a> {
+    Bedrock {
+        event: &'a Value,
+        envelope: bedrock::Envelope,
+    },
+    AgentCore(GatewayCall<'a>),
+    Envelope(envelope::Envelope),
+}
+
+/// An invocation refused before it had a call: already written in the caller's format.
+#[derive(Debug)]
+pub struct Refusal {
+    pub response: Result<Box<RawValue>, HandlerError>,
+    pub reason: String,
+    /// The tool, when the refusal got that far.
+    pub tool: Option<String>,
+}
+
+impl<'a> Door<'a> {
+    /// Flavour detection: the first match wins, in this order (each test is a map lookup):
+    /// 1. the client context names an AgentCore Gateway tool (`bedrockAgentCoreToolName`);
+    /// 2. the event is an object with `actionGroup` (Bedrock Agents);
+    /// 3. the event is an object with `tool` (the invoke envelope).
+    ///
+    /// A recognised event that is malformed is refused in its own format where it can be.
+    pub fn detect(
+        event: &'a Value,
+        client_context: Option<&'a HashMap<String, String>>,
+    ) -> Result<Door<'a>, Refusal> {
+        if let Some(custom) = client_context.filter(|c| agentcore::is_gateway_call(Some(c))) {
+            return GatewayCall::parse(event, custom)
+                .map(Door::AgentCore)
+                .map_err(|e| {
+                    let notice = gateway_refusal(&e);
+                    Refusal {
+                        response: raw(notice.body_json()),
+                        reason: e.to_string(),
+                        tool: None,
+                    }
+                });
+        }
+        let object = event.as_object();
+        if object.is_some_and(|o| o.contains_key("actionGroup")) {
+            return bedrock::Envelope::parse(event)
+                .map(|envelope| Door::Bedrock { event, envelope })
+                .map_err(|e| Refusal {
+                    reason: "unrecognised event".into(),
+                    response: Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))),
+                    tool: None,
+                });
+        }
+        if envelope::is_envelope(event) {
+            return envelope::Envelope::parse(event)
+                .map(Door::Envelope)
+                .map_err(|e| {
+                    let notice = envelope_refusal(&e);
+                    let dedup = DedupInfo {
+                        outcome: Outcome::BadRequest,
+                        key: None,
+                    };
+                    Refusal {
+                        response: raw(envelope::error(&notice, &dedup)),
+                        reason: e.to_string(),
+                        tool: None,
+                    }
+                });
+        }
+        let what = match event {
+            Value::Object(_) => "an object with none of those members".to_string(),
+            other => format!("the event is a JSON {}", json_type(other)),
+        };
+        Err(Refusal {
+            reason: "unrecognised event".into(),
+            response: Err(HandlerError::InvalidEvent(Unanswerable::NoEntryPoint(what))),
+            tool: None,
+        })
+    }
+
+    /// The tool's name, as keyed and reported.
+    pub fn tool(&self) -> &str {
+        match self {
+            Door::Bedrock { envelope, .. } => envelope.reply_to.tool(),
+            Door::AgentCore(call) => call.tool,
+            Door::Envelope(envelope) => &envelope.tool,
+        }
+    }
+
+    /// `(group, tool)` for [`crate::dispatch::Dispatcher::route`].
+    pub fn route(&self) -> (&str, &str) {
+        match self {
+            Door::Bedrock { envelope, .. } => {
+                (&envelope.reply_to.action_group, envelope.reply_to.tool())
+            }
+            Door::AgentCore(call) => call.route(),
+            Door::Envelope(envelope) => envelope.route(),
+        }
+    }
+
+    /// The call to key, or the notice that refuses it.
+    pub fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
+        match self {
+            Door::Bedrock { envelope, .. } => {
+                bedrock::call(envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
+                    bedrock::refusal(&e).unwrap_or_else(|| {
+                        Notice::new(NoticeKind::InvalidEvent, format!("{e}. The call was not executed."))
+                    })
+                })
+            }
+            Door::AgentCore(call) => call
+                .tool_call(scoping.arguments())
+                .map_err(|e| gateway_refusal(&e)),
+            Door::Envelope(envelope) => envelope.tool_call().map_err(|e| envelope_refusal(&e)),
+        }
+    }
+
+    /// What the tool receives: what it would have received directly, plus `key` when one was
+    /// derived (`None`: pass-through, unchanged).
+    pub fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
+        match self {
+            Door::Bedrock { event, .. } => serde_json::to_vec(&bedrock::forward_event(event, key))
+                .map(|payload| Forward {
+                    payload,
+                    client_context: None,
+                })
+                .map_err(|e| e.to_string()),
+            Door::AgentCore(call) => call
+                .forward(key, scoping.arguments())
+                .map_err(|e| e.to_string()),
+            Door::Envelope(envelope) => envelope.forward(key).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
+    pub fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
+        match self {
+            Door::Bedrock { envelope, .. } => bedrock::validate_reply(reply, &envelope.reply_to)
+                .map_err(|r| format!("tool reply is not a Bedrock response: {r}")),
+            Door::AgentCore(_) => agentcore::classify_reply(reply)
+                .map_err(|r| format!("tool reply is not JSON: {r}")),
+            Door::Envelope(_) => envelope::classify_reply(reply)
+                .map_err(|r| format!("tool reply is not JSON: {r}")),
+        }
+    }
+
+    /// The answer carrying the tool's reply (executed or replayed).
+    pub fn result(&self, reply: &[u8], dedup: DedupInfo<'_>) -> Result<Box<RawValue>, HandlerError> {
+        let text = std::str::from_utf8(reply)
+            .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
+        match self {
+            Door::Bedrock { .. } | Door::AgentCore(_) => raw(text.to_string()),
+            Door::Envelope(_) => raw(envelope::result(text, &dedup)),
+        }
+    }
+
+    /// The executor's own answer.
+    pub fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> Result<Box<RawValue>, HandlerError> {
+        raw(match self {
+            Door::Bedrock { envelope, .. } => bedrock::notice_response(&envelope.reply_to, notice),
+            Door::AgentCore(_) => agentcore::notice(notice),
+            Door::Envelope(_) => envelope::error(notice, &dedup),
+        })
+    }
+}
+
+fn gateway_refusal(e: &GatewayError) -> Notice {
+    match e {
+        GatewayError::Event(m) => Notice::new(
+            NoticeKind::InvalidEvent,
+            format!("{m}. The call was not executed."),
+        ),
+        GatewayError::Arguments(m) => Notice::new(
+            NoticeKind::InvalidArguments,
+            format!("{m}. The call was not executed."),
+        ),
+    }
+}
+
+fn envelope_refusal(e: &EnvelopeError) -> Notice {
+    match e {
+        EnvelopeError::Event(m) => Notice::new(
+            NoticeKind::InvalidEvent,
+            format!("{m}. The call was not executed."),
+        ),
+        EnvelopeError::Arguments(m) => Notice::new(
+            NoticeKind::InvalidArguments,
+            format!("{m}. The call was not executed."),
+        ),
+    }
+}
+
+/// JSON text as the Lambda's answer.
+pub fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
+    RawValue::from_string(text).map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
     }
 }
 

@@ -64,6 +64,7 @@ mod tests {
             tool: "tool".into(),
             created_at_ms: 0,
             result: (status == Status::Completed).then(|| b"{}".to_vec()),
+            omitted_result_bytes: None,
         }
     }
 

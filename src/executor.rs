@@ -14,10 +14,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::adapter::ReplyClass;
-use crate::config::{Config, Mode, Scope};
+use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
 use crate::decide::{NextAction, decide};
 use crate::key::{Call, Keyer, Strategy};
-use crate::store::{ClaimRequest, LeaseToken, Record, Status, Store, StoreError};
+use crate::store::{
+    ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
+};
 use crate::telemetry::Outcome;
 
 /// Timing and behaviour knobs, from [`Config`] plus fixed margins.
@@ -32,7 +34,10 @@ pub struct Settings {
     pub wait: Duration,
     pub cache_failures: bool,
     pub local_cache_items: usize,
-    /// The lease ends this long after the Lambda deadline (clock skew between containers).
+    /// Tool error types that prove nothing ran: only these release the claim.
+    pub release_on_errors: ErrorTypes,
+    /// The lease ends this long after the later of the Lambda deadline and the tool's own
+    /// timeout (clock skew between containers).
     pub lease_margin: Duration,
     /// Time kept back before the deadline to store the result and answer.
     pub answer_margin: Duration,
@@ -51,7 +56,8 @@ impl Settings {
             wait: config.wait,
             cache_failures: config.cache_failures,
             local_cache_items: config.local_cache_items,
-            lease_margin: Duration::from_secs(5),
+            release_on_errors: config.release_on_errors.clone(),
+            lease_margin: LEASE_MARGIN,
             answer_margin: Duration::from_millis(1500),
             default_budget: Duration::from_secs(60),
         }
@@ -92,6 +98,9 @@ pub enum Settled<E> {
     Executed { reply: Vec<u8> },
     /// A completed record answered: from the store, the warm cache, or after waiting.
     Replayed { reply: Arc<[u8]> },
+    /// A completed record answered whose result was too large to store (`bytes` long): the call
+    /// ran, and its result cannot be shown again.
+    AlreadyRan { bytes: usize },
     /// An identical call still holds the key. `retry_after_ms` is when its lease ends.
     InProgress { retry_after_ms: Option<i64> },
     /// The store could not be asked; the side effect did not run.
@@ -163,9 +172,17 @@ impl<S: Store> Executor<S> {
         &self.settings
     }
 
-    /// Runs `call` at most once per key. `end` is the deadline (monotonic); `side_effect` gets
+    /// Runs `call` at most once per key. `end` is the deadline (monotonic); `tool_time` how long
+    /// the side effect may keep running once started, which can outlive `end` (a tool Lambda's
+    /// own timeout; zero in-process): the lease covers the later of the two. `side_effect` gets
     /// the time it may take.
-    pub async fn run<E, F, Fut>(&self, call: Keyed<'_>, end: Instant, side_effect: F) -> Finished<E>
+    pub async fn run<E, F, Fut>(
+        &self,
+        call: Keyed<'_>,
+        end: Instant,
+        tool_time: Duration,
+        side_effect: F,
+    ) -> Finished<E>
     where
         F: FnOnce(Duration) -> Fut,
         Fut: Future<Output = ToolRun<E>>,
@@ -188,11 +205,14 @@ impl<S: Store> Executor<S> {
         }
         let wait_until = Instant::now() + self.wait_bound(end);
         for _round in 0..MAX_CLAIM_ROUNDS {
-            let claim = self.store.claim(self.claim_request(call, end)).await;
+            let claim = self
+                .store
+                .claim(self.claim_request(call, end, tool_time))
+                .await;
             let wait_left = wait_until.saturating_duration_since(Instant::now());
             let record = match decide(claim, self.settings.mode, wait_left) {
                 NextAction::Execute { token } => {
-                    let settled = self.execute(call.key, Some(token), end, side_effect).await;
+                    let settled = self.execute(call, Some(token), end, side_effect).await;
                     return finished(settled, Outcome::Executed, rules);
                 }
                 NextAction::Shadow { seen } => {
@@ -207,7 +227,7 @@ impl<S: Store> Executor<S> {
                             Outcome::Executed
                         }
                     };
-                    let settled = self.execute(call.key, None, end, side_effect).await;
+                    let settled = self.execute(call, None, end, side_effect).await;
                     return finished(settled, outcome, rules);
                 }
                 NextAction::StoreDown(e) => {
@@ -245,18 +265,30 @@ impl<S: Store> Executor<S> {
         }
     }
 
-    fn claim_request<'a>(&self, call: Keyed<'a>, end: Instant) -> ClaimRequest<'a> {
+    fn claim_request<'a>(
+        &self,
+        call: Keyed<'a>,
+        end: Instant,
+        tool_time: Duration,
+    ) -> ClaimRequest<'a> {
         let now = self.store.now_ms();
-        let lease = remaining(end) + self.settings.lease_margin;
+        // Until the later of our deadline and the tool's own timeout: a tool that outlives us
+        // may still be running after our deadline.
+        let lease = remaining(end).max(tool_time) + self.settings.lease_margin;
         ClaimRequest {
             key: call.key,
             fingerprint: call.fingerprint,
             tool: call.call.tool,
             lease_until_ms: now.saturating_add(millis(lease)),
-            expires_at_s: now
-                .div_euclid(1000)
-                .saturating_add(i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX)),
+            expires_at_s: self.expiry_from(now),
         }
+    }
+
+    /// The expiry of a record written at `now_ms`: `DEDUP_TTL_SECONDS` later.
+    fn expiry_from(&self, now_ms: i64) -> i64 {
+        now_ms
+            .div_euclid(1000)
+            .saturating_add(i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX))
     }
 
     fn wait_bound(&self, end: Instant) -> Duration {
@@ -293,7 +325,7 @@ impl<S: Store> Executor<S> {
     /// without one (shadow mode) nothing is written.
     async fn execute<E, F, Fut>(
         &self,
-        key: &str,
+        call: Keyed<'_>,
         token: Option<LeaseToken>,
         end: Instant,
         side_effect: F,
@@ -302,6 +334,7 @@ impl<S: Store> Executor<S> {
         F: FnOnce(Duration) -> Fut,
         Fut: Future<Output = ToolRun<E>>,
     {
+        let key = call.key;
         let timeout = remaining(end).saturating_sub(self.settings.answer_margin);
         if timeout.is_zero() {
             self.release(key, token.as_ref()).await;
@@ -330,7 +363,7 @@ impl<S: Store> Executor<S> {
                         ReplyClass::Reprompt => false,
                     };
                     if keep {
-                        self.complete(key, &token, &reply).await;
+                        self.complete(call, &token, &reply).await;
                     } else {
                         self.release(key, Some(&token)).await;
                     }
@@ -342,16 +375,24 @@ impl<S: Store> Executor<S> {
 
     /// Stores the reply. A failure here does not change the answer: the side effect already
     /// ran, and its reply is the truth the caller needs.
-    async fn complete(&self, key: &str, token: &LeaseToken, reply: &[u8]) {
-        match self.store.complete(key, token, reply).await {
-            Ok(()) => {
+    async fn complete(&self, call: Keyed<'_>, token: &LeaseToken, reply: &[u8]) {
+        let expires_at_s = self.expiry_from(self.store.now_ms());
+        match self
+            .store
+            .complete(call.key, token, reply, expires_at_s)
+            .await
+        {
+            Ok(Completion::Stored) => {
+                // Warm the cache from what is in hand: no read after the write.
                 if let Some(cache) = &self.cache {
-                    let now = self.store.now_ms();
-                    if let Ok(Some(record)) = self.store.get(key).await {
-                        cache.put(key, &record, now);
-                    }
+                    cache.insert(call.key, reply, call.fingerprint, expires_at_s);
                 }
             }
+            Ok(Completion::ResultOmitted { bytes }) => tracing::warn!(
+                bytes,
+                "the tool's reply is too large to store; the call is settled and repeats are told \
+                 it already ran, without its result"
+            ),
             Err(StoreError::LeaseLost) => tracing::warn!(
                 "completion refused: the lease ended and another invocation took the key over; \
                  returning this invocation's result without storing it"
@@ -378,15 +419,16 @@ impl<S: Store> Executor<S> {
         if let Some(cache) = &self.cache {
             cache.put(&record.key, &record, self.store.now_ms());
         }
-        match record.result {
-            Some(result) => finished(
+        match (record.result, record.omitted_result_bytes) {
+            (Some(result), _) => finished(
                 Settled::Replayed {
                     reply: Arc::from(result),
                 },
                 outcome,
                 rules,
             ),
-            None => {
+            (None, Some(bytes)) => finished(Settled::AlreadyRan { bytes }, outcome, rules),
+            (None, None) => {
                 let e = StoreError::Corrupt("completed record without a result".into());
                 finished(Settled::StoreDown(e), Outcome::StoreError, rules)
             }
@@ -475,10 +517,15 @@ impl RecordCache {
         if record.is_expired(now_ms) {
             return;
         }
+        self.insert(key, result, &record.fingerprint, record.expires_at_s);
+    }
+
+    /// Caches a completed result.
+    fn insert(&self, key: &str, result: &[u8], fingerprint: &str, expires_at_s: i64) {
         let entry = CacheEntry {
-            result: Arc::from(result.as_slice()),
-            fingerprint: record.fingerprint.clone(),
-            expires_at_s: record.expires_at_s,
+            result: Arc::from(result),
+            fingerprint: fingerprint.to_string(),
+            expires_at_s,
         };
         self.inner
             .lock()
@@ -502,6 +549,7 @@ mod tests {
             tool: "tool".into(),
             created_at_ms: 0,
             result: Some(key.as_bytes().to_vec()),
+            omitted_result_bytes: None,
         }
     }
 

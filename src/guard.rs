@@ -38,6 +38,7 @@
 //! ```
 
 use std::future::Future;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -89,6 +90,10 @@ pub enum GuardError<E> {
     /// The result could not be stored as JSON, or a stored result is not a `T`.
     #[error("the result does not round-trip through JSON")]
     Result(#[source] serde_json::Error),
+    /// An identical call already ran, but its result was too large to store, so it cannot be
+    /// returned again.
+    #[error("an identical call already ran; its result ({bytes} bytes) was too large to store")]
+    ResultNotStored { bytes: usize },
     /// The lease budget was spent before the side effect could start.
     #[error("no time left to run the side effect")]
     NoTime,
@@ -157,7 +162,8 @@ impl<S: Store> Dedup<S> {
         let end = Instant::now() + self.executor.settings().default_budget;
         let finished = self
             .executor
-            .run(keyed, end, |_timeout| async move {
+            // In-process: the side effect cannot outlive this call.
+            .run(keyed, end, Duration::ZERO, |_timeout| async move {
                 match side_effect().await {
                     Ok(value) => match serde_json::to_vec(&value) {
                         Ok(reply) => ToolRun::Replied {
@@ -182,6 +188,7 @@ impl<S: Store> Dedup<S> {
             Settled::InProgress { retry_after_ms } => {
                 return Err(GuardError::InProgress { retry_after_ms });
             }
+            Settled::AlreadyRan { bytes } => return Err(GuardError::ResultNotStored { bytes }),
             Settled::StoreDown(e) => return Err(GuardError::Store(e)),
             Settled::ToolFailed { error, .. } => return Err(error),
             Settled::NoTime => return Err(GuardError::NoTime),

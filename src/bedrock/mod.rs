@@ -33,7 +33,9 @@ use sha2::{Digest, Sha256};
 pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
+use crate::adapter::{self, Notice, NoticeKind};
 use crate::config::Scope;
+use crate::key::Schema;
 
 /// The session attribute through which the executor hands the derived key to the tool.
 pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
@@ -60,6 +62,61 @@ pub fn turn_step(input_text: &str) -> String {
         step.push_str(&format!("{b:02x}"));
     }
     step
+}
+
+/// The format-free call of an action-group event: the declared parameter types become its
+/// schema, the session its run, [`step`] its step.
+pub fn call(
+    envelope: &Envelope,
+    step_attribute: &str,
+    scope: Scope,
+) -> Result<adapter::ToolCall, EventError> {
+    let call = envelope.tool_call()?;
+    let schema = Schema::from_declared_types(call.declared_types()).map_err(|e| {
+        EventError::Envelope {
+            reply_to: Box::new(call.reply_to.clone()),
+            message: e.to_string(),
+        }
+    })?;
+    Ok(adapter::ToolCall {
+        step: step(&call, step_attribute, scope),
+        namespace: call.namespace(),
+        tool: call.tool().to_string(),
+        run_id: Some(call.session_id),
+        args: call.args,
+        schema: Some(schema),
+    })
+}
+
+/// The notice for an event error a Bedrock response can carry (`None` for
+/// [`EventError::Unrecognised`]): arguments the model can fix, or an event only the
+/// configuration can.
+pub fn refusal(e: &EventError) -> Option<Notice> {
+    let (kind, message) = match e {
+        EventError::Arguments { message, .. } => (NoticeKind::InvalidArguments, message),
+        EventError::Envelope { message, .. } => (NoticeKind::InvalidEvent, message),
+        EventError::Unrecognised(_) => return None,
+    };
+    Some(Notice::new(
+        kind,
+        format!("{message}. The call was not executed."),
+    ))
+}
+
+/// A notice as a Bedrock response: REPROMPT when the model can act on it, else FAILURE.
+pub fn notice_response(reply_to: &ReplyTo, notice: &Notice) -> String {
+    let state = if notice.kind.model_can_act() {
+        ResponseState::Reprompt
+    } else {
+        ResponseState::Failure
+    };
+    response::finish_text(
+        reply_to,
+        Some(state),
+        notice.kind.http_status(),
+        notice.body_json(),
+    )
+    .to_string()
 }
 
 /// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key = key`.

@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
+use crate::adapter::Forward;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::{agentcore, envelope};
 
@@ -349,6 +350,19 @@ impl Dispatcher for DemoTool {
         &self,
         target: &str,
         payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let forward = Forward {
+            payload,
+            client_context: None,
+        };
+        self.invoke_forward(target, forward, timeout).await
+    }
+
+    async fn invoke_forward(
+        &self,
+        target: &str,
+        forward: Forward,
         _timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         let function_error = |kind: &str, message: String| DispatchError::FunctionError {
@@ -356,12 +370,27 @@ impl Dispatcher for DemoTool {
             kind: kind.to_string(),
             message,
         };
-        let event: Value = serde_json::from_slice(&payload)
+        let event: Value = serde_json::from_slice(&forward.payload)
             .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
-        let reply = self.handle(&event).map_err(|e| {
-            let d = lambda_runtime::Diagnostic::from(e);
-            function_error(&d.error_type, d.error_message)
-        })?;
+        // What the Lambda runtime would hand the tool as `Context::client_context.custom`.
+        #[derive(serde::Deserialize)]
+        struct ClientContext {
+            #[serde(default)]
+            custom: HashMap<String, String>,
+        }
+        let context: Option<ClientContext> = match &forward.client_context {
+            Some(json) => Some(
+                serde_json::from_str(json)
+                    .map_err(|e| function_error("InvalidClientContext", e.to_string()))?,
+            ),
+            None => None,
+        };
+        let reply = self
+            .handle_with_context(&event, context.as_ref().map(|c| &c.custom))
+            .map_err(|e| {
+                let d = lambda_runtime::Diagnostic::from(e);
+                function_error(&d.error_type, d.error_message)
+            })?;
         serde_json::to_vec(&reply).map_err(|e| function_error("Internal", e.to_string()))
     }
 }
