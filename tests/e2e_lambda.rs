@@ -99,6 +99,114 @@ fn wait_for_port(port: u16, watch: &mut Proc, log: &Path) {
     }
 }
 
+/// Relays in front of `cargo lambda watch` that carry a Lambda client context the way Lambda does.
+/// Lambda's Invoke API takes it base64-encoded (`X-Amz-Client-Context`, as `aws-sdk-lambda` sends
+/// it) and the runtime API hands it to the function decoded, as JSON
+/// (`Lambda-Runtime-Client-Context`). The emulator (cargo-lambda 1.9) ignores
+/// `X-Amz-Client-Context`, reads its own `lambda-runtime-client-context` request header (what
+/// `cargo lambda invoke --client-context-ascii` sends), and hands that to the function
+/// base64-encoded, which the Rust runtime cannot parse (the function stops). So:
+/// - [`Relay::InvokeApi`] (the executor's `DEDUP_LAMBDA_ENDPOINT`) turns `X-Amz-Client-Context`
+///   into `lambda-runtime-client-context`;
+/// - [`Relay::RuntimeApi`] (each function's `AWS_LAMBDA_RUNTIME_API`) decodes the header of the
+///   next invocation.
+///
+/// Each request gets `Connection: close`, so each connection carries one exchange to rewrite.
+#[derive(Debug, Clone, Copy)]
+enum Relay {
+    InvokeApi,
+    RuntimeApi,
+}
+
+impl Relay {
+    /// Starts the relay to `upstream`; returns its port.
+    fn start(self, upstream: u16) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = self.relay(client, upstream);
+                });
+            }
+        });
+        port
+    }
+
+    fn relay(self, mut client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut server = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+        let (head, rest) = read_head(&mut client)?;
+        let mut request = String::new();
+        for line in head.split("\r\n") {
+            match line.split_once(':') {
+                Some((name, _)) if name.eq_ignore_ascii_case("connection") => continue,
+                Some((name, value))
+                    if matches!(self, Relay::InvokeApi)
+                        && name.eq_ignore_ascii_case("x-amz-client-context") =>
+                {
+                    request.push_str("lambda-runtime-client-context: ");
+                    request.push_str(&decode_base64(value.trim())?);
+                }
+                _ => request.push_str(line),
+            }
+            request.push_str("\r\n");
+        }
+        request.push_str("connection: close\r\n\r\n");
+        server.write_all(request.as_bytes())?;
+        server.write_all(&rest)?;
+        let (mut from_client, mut to_server) = (client.try_clone()?, server.try_clone()?);
+        std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+        if matches!(self, Relay::RuntimeApi) {
+            let (head, rest) = read_head(&mut server)?;
+            let mut response = String::new();
+            for line in head.split("\r\n") {
+                match line.split_once(':') {
+                    Some((name, value))
+                        if name.eq_ignore_ascii_case("lambda-runtime-client-context") =>
+                    {
+                        response.push_str(name);
+                        response.push_str(": ");
+                        response.push_str(&decode_base64(value.trim())?);
+                    }
+                    _ => response.push_str(line),
+                }
+                response.push_str("\r\n");
+            }
+            response.push_str("\r\n");
+            client.write_all(response.as_bytes())?;
+            client.write_all(&rest)?;
+        }
+        std::io::copy(&mut server, &mut client)?;
+        client.shutdown(std::net::Shutdown::Both)
+    }
+}
+
+fn decode_base64(text: &str) -> std::io::Result<String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(std::io::Error::other)?;
+    String::from_utf8(bytes).map_err(std::io::Error::other)
+}
+
+/// Reads an HTTP head up to (not including) the blank line; returns it and the bytes after it.
+fn read_head(stream: &mut std::net::TcpStream) -> std::io::Result<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return Ok((head, buf[end + 4..].to_vec()));
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Runs a command to completion within `limit`, returning its stdout.
 fn run(cmd: &mut Command, limit: Duration) -> String {
     let mut child = cmd
@@ -205,15 +313,24 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     );
     wait_for_port(port, &mut watch, &watch_log);
 
+    let runtime_api = Relay::RuntimeApi.start(port);
     let mut tool = Proc::spawn(
         "demo-tool",
-        function(env!("CARGO_BIN_EXE_demo-tool"), "demo-tool", port).env("DEMO_LEDGER", &ledger),
+        function(env!("CARGO_BIN_EXE_demo-tool"), "demo-tool", runtime_api)
+            .env("DEMO_LEDGER", &ledger),
         &tool_log,
     );
-    let mut executor_cmd = function(env!("CARGO_BIN_EXE_toolcall-dedup"), "toolcall-dedup", port);
+    let mut executor_cmd = function(
+        env!("CARGO_BIN_EXE_toolcall-dedup"),
+        "toolcall-dedup",
+        runtime_api,
+    );
     executor_cmd
         .env("DEDUP_ROUTES", r#"{"*":"demo-tool"}"#)
-        .env("DEDUP_LAMBDA_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env(
+            "DEDUP_LAMBDA_ENDPOINT",
+            format!("http://127.0.0.1:{}", Relay::InvokeApi.start(port)),
+        )
         .env("DEDUP_LOG_CALLS", "hashes");
     match std::env::var("DEDUP_TEST_MOTO_ENDPOINT")
         .ok()
@@ -250,11 +367,13 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
             .arg(root.join("events").join(file))
             .current_dir(root);
         // An AgentCore event's client context sits beside it, as the Gateway would send it.
+        // `--client-context-ascii` sends the JSON in the header the emulator reads (see Relay).
         let context = root
             .join("events")
             .join(file.replace(".json", ".client-context.json"));
         if context.is_file() {
-            cmd.arg("--client-context-file").arg(context);
+            let json = std::fs::read_to_string(&context).unwrap();
+            cmd.arg("--client-context-ascii").arg(json.trim());
         }
         let out = run(&mut cmd, Duration::from_secs(60));
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{file}: not JSON ({e}): {out}"))
