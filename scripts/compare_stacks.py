@@ -74,6 +74,7 @@ IGNORED_PARAMETERS = {"BootstrapVersion"}
 IGNORED_RESOURCE_TYPES = {"AWS::CDK::Metadata"}
 
 DEDUP_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+TOOL_ACTIONS = {"lambda:InvokeFunction", "lambda:GetFunctionConfiguration"}
 
 
 # --------------------------------------------------------------------------- loading
@@ -394,10 +395,11 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        ddb == {(a, "<GetAtt:IdempotencyTable.Arn>") for a in DEDUP_ITEM_ACTIONS}, str(sorted(ddb)))
             allowed_targets = {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} | \
                 set(s_ev.params.get("ExtraToolFunctionArns", [])) - {""}
-            lam = {r for (_, a, r, _) in st if a == "lambda:InvokeFunction"}
-            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction only on routed tools", lam <= allowed_targets,
-                       str(sorted(lam - allowed_targets)))
-            other = {a for (_, a, _, _) in st if not a.startswith("dynamodb:") and a != "lambda:InvokeFunction"}
+            # GetFunctionConfiguration: the tool's timeout, read at cold start to size the lease.
+            lam = {r for (_, a, r, _) in st if a in TOOL_ACTIONS}
+            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction/GetFunctionConfiguration only on routed tools",
+                       lam <= allowed_targets, str(sorted(lam - allowed_targets)))
+            other = {a for (_, a, _, _) in st if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS}
             rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
             rep.expect(f"[{scen}] dedup role: no wildcard actions or resources",
                        not any("*" == a or a.endswith(":*") or r == "*" for (_, a, r, _) in st))

@@ -21,9 +21,12 @@ async fn main() -> Result<(), Error> {
 async fn run() -> Result<(), Error> {
     let config = Config::lambda_from_env()?;
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
-    let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone())
-        .look_up_timeouts()
-        .await;
+    let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone());
+    // In the background: until a tool's timeout is known, its lease assumes Lambda's maximum.
+    tokio::spawn({
+        let dispatcher = dispatcher.clone();
+        async move { dispatcher.look_up_timeouts().await }
+    });
     let telemetry = Telemetry::lambda(&config);
     match config.store {
         StoreKind::DynamoDb => {

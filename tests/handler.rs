@@ -276,6 +276,51 @@ impl Store for Switchable {
     }
 }
 
+/// The record of `handled`'s key.
+async fn stored<S: Store, D: Dispatcher>(h: &Handler<S, D>, handled: &Handled) -> Option<Record> {
+    h.store()
+        .get(handled.key.as_deref().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Asserts a tool-error REPROMPT and returns its message.
+#[track_caller]
+fn tool_error_message(h: &Handled) -> String {
+    assert_eq!(
+        (h.outcome, state(h).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    body(h)["message"].as_str().unwrap().to_string()
+}
+
+/// Sends `ev` through a handler on `store` and `tool` in the background; returns once the call
+/// has claimed its key and reached the tool (which hangs until its gate opens).
+async fn hung_in_tool<S: Store + 'static>(
+    store: S,
+    tool: Scripted,
+    config: &Config,
+    ev: &Value,
+) -> (Arc<Handler<S, Scripted>>, tokio::task::JoinHandle<Handled>) {
+    let h = Arc::new(handler(store, tool, config));
+    let task = spawn_send(&h, ev);
+    wait_for("the call to reach the tool", || {
+        h.dispatcher().invokes() == 1
+    })
+    .await;
+    (h, task)
+}
+
+/// Sends `ev` through `h` in the background.
+fn spawn_send<S, D>(h: &Arc<Handler<S, D>>, ev: &Value) -> tokio::task::JoinHandle<Handled>
+where
+    S: Store + 'static,
+    D: Dispatcher + 'static,
+{
+    let (h, ev) = (h.clone(), ev.clone());
+    tokio::spawn(async move { send(&h, &ev).await })
+}
+
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     for _ in 0..500 {
         if done() {
@@ -886,22 +931,12 @@ async fn a_tool_that_crashes_after_its_side_effect_keeps_the_claim_until_its_lea
         );
         let ev = event("fd-charge_card.json");
         let crashed = send(&h, &ev).await;
-        assert_eq!(
-            (crashed.outcome, state(&crashed).as_deref()),
-            (Outcome::ToolError, Some("REPROMPT")),
-            "{kind}"
-        );
-        let message = body(&crashed)["message"].as_str().unwrap().to_string();
+        let message = tool_error_message(&crashed);
         assert!(
             message.contains(kind) && message.contains("unknown"),
             "{kind}: {message}"
         );
-        let record = h
-            .store()
-            .get(crashed.key.as_deref().unwrap())
-            .await
-            .unwrap()
-            .expect("claim kept");
+        let record = stored(&h, &crashed).await.expect("claim kept");
         assert_eq!(record.status, Status::InProgress, "{kind}");
         assert_eq!(
             send(&h, &event("fd-charge_card-retry.json")).await.outcome,
@@ -934,22 +969,13 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
         );
         let ev = event("fd-charge_card.json");
         let failed = send(&h, &ev).await;
-        assert_eq!(
-            (failed.outcome, state(&failed).as_deref()),
-            (Outcome::ToolError, Some("REPROMPT")),
-            "{kind}"
-        );
-        let message = body(&failed)["message"].as_str().unwrap().to_string();
+        let message = tool_error_message(&failed);
         assert!(
             message.contains("raised an error") && message.contains("You may retry"),
             "{kind}: {message}"
         );
         assert!(
-            h.store()
-                .get(failed.key.as_deref().unwrap())
-                .await
-                .unwrap()
-                .is_none(),
+            stored(&h, &failed).await.is_none(),
             "{kind}: claim released"
         );
         let retried = send(&h, &ev).await;
@@ -993,19 +1019,13 @@ async fn a_tool_that_hangs_past_the_wait_bound_gets_an_in_progress_reprompt_then
         wait: Duration::from_millis(200),
         ..Config::default()
     };
-    let h = Arc::new(handler(
+    let ev = event("fd-charge_card.json");
+    let (h, first) = hung_in_tool(
         MemoryStore::new(),
         Scripted::new(vec![Act::HangBefore(gate.clone())]),
         &config,
-    ));
-    let ev = event("fd-charge_card.json");
-    let first = tokio::spawn({
-        let (h, ev) = (h.clone(), ev.clone());
-        async move { send(&h, &ev).await }
-    });
-    wait_for("the first call to reach the tool", || {
-        h.dispatcher().invokes() == 1
-    })
+        &ev,
+    )
     .await;
 
     let started = tokio::time::Instant::now();
@@ -1026,10 +1046,7 @@ async fn a_tool_that_hangs_past_the_wait_bound_gets_an_in_progress_reprompt_then
 
     // A caller still waiting when the tool finishes gets the result as `waited`.
     let patient = Arc::new(handler(h.store().clone(), demo(), &Config::default()));
-    let third = tokio::spawn({
-        let (patient, ev) = (patient.clone(), ev.clone());
-        async move { send(&patient, &ev).await }
-    });
+    let third = spawn_send(&patient, &ev);
     tokio::time::sleep(Duration::from_millis(100)).await;
     gate.notify_one();
     let first = first.await.unwrap();
@@ -1067,12 +1084,7 @@ async fn a_tool_timeout_keeps_the_claim_because_the_outcome_is_unknown() {
         (Outcome::ToolError, Some("REPROMPT"))
     );
     assert!(body(&r)["message"].as_str().unwrap().contains("unknown"));
-    let record = h
-        .store()
-        .get(r.key.as_deref().unwrap())
-        .await
-        .unwrap()
-        .expect("claim kept");
+    let record = stored(&h, &r).await.expect("claim kept");
     assert_eq!(record.status, Status::InProgress);
     assert_eq!(
         send(&h, &ev).await.outcome,
@@ -1220,19 +1232,13 @@ async fn a_killed_handlers_lease_is_taken_over_once_it_ends() {
         wait: Duration::from_millis(50),
         ..Config::default()
     };
-    let killed = Arc::new(handler(
+    let ev = event("fd-charge_card.json");
+    let (killed, task) = hung_in_tool(
         store.clone(),
         Scripted::new(vec![Act::HangBefore(gate)]),
         &config,
-    ));
-    let ev = event("fd-charge_card.json");
-    let task = tokio::spawn({
-        let (killed, ev) = (killed.clone(), ev.clone());
-        async move { send(&killed, &ev).await }
-    });
-    wait_for("the doomed call to claim", || {
-        killed.dispatcher().invokes() == 1
-    })
+        &ev,
+    )
     .await;
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
@@ -1263,10 +1269,7 @@ async fn a_late_handler_cannot_overwrite_the_record_of_the_one_that_took_over() 
         &Config::default(),
     ));
     let ev = event("fd-charge_card.json");
-    let task = tokio::spawn({
-        let (late, ev) = (late.clone(), ev.clone());
-        async move { send(&late, &ev).await }
-    });
+    let task = spawn_send(&late, &ev);
     wait_for("the slow call's side effect", || {
         charges(&late.dispatcher().demo) == 1
     })
@@ -1353,19 +1356,13 @@ async fn a_ttl_shorter_than_the_lease_cannot_free_a_running_call<S: Store + Clon
         wait: Duration::from_millis(50),
         ..Config::default()
     };
-    let first = Arc::new(handler(
+    let ev = event("fd-charge_card.json");
+    let (_first, task) = hung_in_tool(
         store.clone(),
         Scripted::new(vec![Act::HangBefore(gate.clone())]),
         &config,
-    ));
-    let ev = event("fd-charge_card.json");
-    let task = tokio::spawn({
-        let (first, ev) = (first.clone(), ev.clone());
-        async move { send(&first, &ev).await }
-    });
-    wait_for("the first call to reach the tool", || {
-        first.dispatcher().invokes() == 1
-    })
+        &ev,
+    )
     .await;
     // Past the record's 1 s life, well inside the lease.
     clock.advance(Duration::from_secs(10));
@@ -1404,10 +1401,7 @@ async fn a_completed_call_replays_for_its_ttl_counted_from_completion<
         &config,
     ));
     let ev = event("fd-charge_card.json");
-    let task = tokio::spawn({
-        let (h, ev) = (h.clone(), ev.clone());
-        async move { send(&h, &ev).await }
-    });
+    let task = spawn_send(&h, &ev);
     wait_for("the side effect", || charges(&h.dispatcher().demo) == 1).await;
     clock.advance(Duration::from_secs(900)); // a slow tool
     gate.notify_one();
@@ -1434,19 +1428,13 @@ async fn the_lease_covers_a_tool_that_outlives_this_invocation<S: Store + Clone 
         ..Config::default()
     };
     let tool_timeout = Duration::from_secs(600);
-    let first = Arc::new(handler(
+    let ev = event("fd-charge_card.json");
+    let (first, task) = hung_in_tool(
         store.clone(),
         Scripted::new(vec![Act::HangBefore(gate)]).with_max_run_time(tool_timeout),
         &config,
-    ));
-    let ev = event("fd-charge_card.json");
-    let task = tokio::spawn({
-        let (first, ev) = (first.clone(), ev.clone());
-        async move { send(&first, &ev).await }
-    });
-    wait_for("the first call to reach the tool", || {
-        first.dispatcher().invokes() == 1
-    })
+        &ev,
+    )
     .await;
     let margin = first.settings().lease_margin;
     // This invocation's own budget and margin are over; the tool's timeout is not.
@@ -1475,12 +1463,7 @@ async fn a_reply_too_large_to_store_settles_the_call<S: Store + Clone + 'static>
         .and_then(Value::as_str)
         .map(str::len);
     assert_eq!(text, Some(1_000_000), "the caller gets the whole reply");
-    let record = h
-        .store()
-        .get(first.key.as_deref().unwrap())
-        .await
-        .unwrap()
-        .expect("settled");
+    let record = stored(&h, &first).await.expect("settled");
     assert_eq!(record.status, Status::Completed);
     assert_eq!(record.result, None);
     assert!(record.omitted_result_bytes.unwrap() > 1_000_000);
@@ -1993,11 +1976,7 @@ async fn an_unreachable_tool_lambda_releases_the_claim() {
         (Outcome::ToolError, Some("REPROMPT"))
     );
     assert!(
-        h.store()
-            .get(r.key.as_deref().unwrap())
-            .await
-            .unwrap()
-            .is_none(),
+        stored(&h, &r).await.is_none(),
         "connection refused: the invoke never left"
     );
     assert!(
@@ -2030,12 +2009,7 @@ async fn a_connection_that_breaks_mid_invoke_keeps_the_claim() {
         "{}",
         body(&r)
     );
-    let record = h
-        .store()
-        .get(r.key.as_deref().unwrap())
-        .await
-        .unwrap()
-        .expect("claim kept");
+    let record = stored(&h, &r).await.expect("claim kept");
     assert_eq!(record.status, Status::InProgress);
     assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
     assert_eq!(fake.seen.lock().unwrap().len(), 1, "invoked once");
@@ -2061,10 +2035,13 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     let routes = r#"{"payments/refund":"refund-fn",
                      "payments/*":{"function":"stated-fn","timeout_seconds":30},
                      "*":"unknown-fn"}"#;
-    let dispatcher = lambda_dispatcher(&fake.url, routes)
-        .await
-        .look_up_timeouts()
-        .await;
+    let dispatcher = lambda_dispatcher(&fake.url, routes).await;
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(900),
+        "until it is looked up"
+    );
+    dispatcher.clone().look_up_timeouts().await;
     assert_eq!(
         dispatcher.max_run_time("refund-fn"),
         Duration::from_secs(120)
@@ -2100,11 +2077,8 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
             .unwrap()
             .contains("Sandbox.Timedout")
     );
-    let record = h
-        .store()
-        .get(r.key.as_deref().unwrap())
+    let record = stored(&h, &r)
         .await
-        .unwrap()
         .expect("a timed-out tool keeps its claim");
     assert!(
         record.lease_until_ms - claimed_at >= 125_000,

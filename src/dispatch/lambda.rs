@@ -14,6 +14,7 @@
 //! Lambda's maximum.
 
 use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use aws_sdk_lambda::Client;
@@ -43,8 +44,8 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct LambdaDispatcher {
     client: Client,
     routes: Routes,
-    /// Tool timeouts found by [`LambdaDispatcher::look_up_timeouts`].
-    looked_up: HashMap<String, Duration>,
+    /// Tool timeouts found by [`LambdaDispatcher::look_up_timeouts`] (shared by clones).
+    looked_up: Arc<RwLock<HashMap<String, Duration>>>,
 }
 
 impl LambdaDispatcher {
@@ -58,7 +59,7 @@ impl LambdaDispatcher {
         LambdaDispatcher {
             client: Client::from_conf(conf),
             routes,
-            looked_up: HashMap::new(),
+            looked_up: Arc::default(),
         }
     }
 
@@ -67,9 +68,11 @@ impl LambdaDispatcher {
     }
 
     /// Looks up, once (at cold start), the timeout of every routed tool whose route does not
-    /// state one, with `GetFunctionConfiguration`. A tool whose lookup fails (no permission, a
-    /// local emulator) keeps Lambda's maximum, so its lease errs on the long side.
-    pub async fn look_up_timeouts(mut self) -> LambdaDispatcher {
+    /// state one, with `GetFunctionConfiguration`, for this dispatcher and its clones. Until it
+    /// is known, and when its lookup fails (no permission, a local emulator), a tool counts as
+    /// running up to Lambda's maximum, so its lease errs on the long side. The Lambda runs this in
+    /// the background, so that cold start does not wait for it.
+    pub async fn look_up_timeouts(&self) {
         let targets: Vec<String> = self
             .routes
             .targets()
@@ -97,7 +100,9 @@ impl LambdaDispatcher {
                     Some(seconds) if seconds > 0 => {
                         tracing::info!(target_fn = %target, seconds, "tool timeout");
                         self.looked_up
-                            .insert(target.clone(), Duration::from_secs(seconds));
+                            .write()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(target, Duration::from_secs(seconds));
                     }
                     _ => tracing::warn!(target_fn = %target, "tool configuration has no timeout"),
                 },
@@ -113,7 +118,6 @@ impl LambdaDispatcher {
                 ),
             }
         }
-        self
     }
 }
 
@@ -137,7 +141,10 @@ impl Dispatcher for LambdaDispatcher {
     fn max_run_time(&self, target: &str) -> Duration {
         self.routes
             .stated_timeout(target)
-            .or_else(|| self.looked_up.get(target).copied())
+            .or_else(|| {
+                let looked_up = self.looked_up.read().unwrap_or_else(|p| p.into_inner());
+                looked_up.get(target).copied()
+            })
             .unwrap_or(MAX_TOOL_TIMEOUT)
     }
 

@@ -292,7 +292,7 @@ mod tests {
                 key,
                 fingerprint: "f",
                 tool: "t",
-                lease_until_ms: 1_500_000,
+                lease_until_ms: 1_200_000,
                 expires_at_s,
             };
             assert!(matches!(
