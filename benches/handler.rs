@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use toolcall_dedup::adapter::{Door, Scoping};
 use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::{Config, Scope};
 use toolcall_dedup::demo::{DemoTool, Ledger};
@@ -47,6 +48,35 @@ const EVENT: &str = r#"{
 fn event_at_step(step: u64) -> Value {
     let mut event: Value = serde_json::from_str(EVENT).unwrap();
     event["sessionAttributes"]["dedup_step"] = Value::String(step.to_string());
+    event
+}
+
+/// An AgentCore Gateway call at its own step (the arguments of `events/agentcore/charge_card.json`).
+fn agentcore_at_step(step: u64) -> Value {
+    let mut event: Value =
+        serde_json::from_str(include_str!("../events/agentcore/charge_card.json")).unwrap();
+    event["dedup_step"] = Value::from(step);
+    event
+}
+
+/// The client context an AgentCore Gateway sends with it.
+fn agentcore_invocation() -> Invocation {
+    #[derive(serde::Deserialize)]
+    struct ClientContext {
+        custom: std::collections::HashMap<String, String>,
+    }
+    let context: ClientContext = serde_json::from_str(include_str!(
+        "../events/agentcore/charge_card.client-context.json"
+    ))
+    .unwrap();
+    Invocation::default().with_client_context(context.custom)
+}
+
+/// An invoke envelope at its own step (`events/envelope/charge_card.json`).
+fn envelope_at_step(step: u64) -> Value {
+    let mut event: Value =
+        serde_json::from_str(include_str!("../events/envelope/charge_card.json")).unwrap();
+    event["step"] = Value::from(step);
     event
 }
 
@@ -242,8 +272,19 @@ fn time_handle(
     events: &[Value],
     repeat: bool,
 ) -> Duration {
+    time_handle_with(rt, now, telemetry, events, repeat, &Invocation::default())
+}
+
+fn time_handle_with(
+    rt: &tokio::runtime::Runtime,
+    now: &dyn Fn() -> Duration,
+    telemetry: &Telemetry,
+    events: &[Value],
+    repeat: bool,
+    invocation: &Invocation,
+) -> Duration {
     let h = handler(telemetry.clone());
-    let invocation = Invocation::default();
+    let invocation = invocation.clone();
     rt.block_on(async {
         if repeat {
             h.handle(&events[0], &invocation).await;
@@ -512,6 +553,68 @@ fn summary(_: &mut Criterion) {
         value_us + first_logged - key_us - tool_us,
         value_us + repeat_logged - key_us,
     );
+    // Every entry point, the same way: the runtime's bytes → Value, the adapter's call keyed, the
+    // demo tool's own work, and handle() at first sight with EMF and the log line.
+    let scoping = Scoping {
+        step_attribute: "dedup_step",
+        run_argument: "dedup_run_id",
+        scope: Scope::Turn,
+    };
+    let flavours: [(&str, fn(u64) -> Value, Invocation); 3] = [
+        ("Bedrock action group", event_at_step, Invocation::default()),
+        ("AgentCore Gateway", agentcore_at_step, agentcore_invocation()),
+        ("invoke envelope", envelope_at_step, Invocation::default()),
+    ];
+    eprintln!("  per entry point, first sight, EMF + log line, µs:");
+    for (name, make, invocation) in &flavours {
+        let event = make(1);
+        let bytes = serde_json::to_vec(&event).unwrap();
+        let door = Door::detect(&event, invocation.client_context.as_ref()).unwrap();
+        let call = door.call(scoping).unwrap();
+        let key_call = call.key_call(call.schema.as_ref());
+        let (k, _) = key(&keyer, &key_call);
+        let (group, tool_name) = door.route();
+        let target = tool.route(group, tool_name).unwrap();
+        let value = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    black_box(serde_json::from_slice::<Value>(black_box(&bytes)).unwrap());
+                }),
+            )
+        });
+        let keyed = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    black_box(key(&keyer, black_box(&key_call)));
+                }),
+            )
+        });
+        let tool_us = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    let forward = door.forward(Some(&k), scoping).unwrap();
+                    black_box(
+                        rt.block_on(tool.invoke_forward(&target, forward, Duration::from_secs(5)))
+                            .unwrap(),
+                    );
+                }),
+            )
+        });
+        let handled = tracing::subscriber::with_default(lambda_log(), || {
+            median_us(rounds, n, |n| {
+                let events: Vec<Value> = (0..n as u64).map(make).collect();
+                time_handle_with(&rt, &cpu_now, &emf, &events, false, invocation)
+            })
+        });
+        eprintln!(
+            "    {name:<22} handle {handled:>7.2}, key {keyed:>6.2}, tool {tool_us:>6.2}, bytes → Value {value:>5.2}: \
+             beyond the keyer {:>6.2}",
+            value + handled - keyed - tool_us
+        );
+    }
     let h = handler(Telemetry::quiet());
     let invocation = Invocation::default();
     let ev = event_at_step(1);

@@ -417,7 +417,7 @@ impl<'a> Door<'a> {
     /// derived (`None`: pass-through, unchanged).
     pub fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
         match self {
-            Door::Bedrock { event, .. } => serde_json::to_vec(&bedrock::forward_event(event, key))
+            Door::Bedrock { event, .. } => bedrock::forward_bytes(event, key)
                 .map(|payload| Forward {
                     payload,
                     client_context: None,

@@ -119,6 +119,63 @@ pub fn notice_response(reply_to: &ReplyTo, notice: &Notice) -> String {
     .to_string()
 }
 
+/// [`forward_event`] serialized, without cloning the event: the key is written into
+/// `sessionAttributes` on the way out.
+pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec<u8>> {
+    use serde::ser::{Serialize, SerializeMap, Serializer};
+
+    struct WithKey<'a> {
+        event: &'a serde_json::Map<String, Value>,
+        key: &'a str,
+    }
+    struct Attributes<'a> {
+        attributes: Option<&'a serde_json::Map<String, Value>>,
+        key: &'a str,
+    }
+    impl Serialize for Attributes<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(None)?;
+            for (k, v) in self.attributes.into_iter().flatten() {
+                if k != DEDUP_KEY_ATTRIBUTE {
+                    map.serialize_entry(k, v)?;
+                }
+            }
+            map.serialize_entry(DEDUP_KEY_ATTRIBUTE, self.key)?;
+            map.end()
+        }
+    }
+    impl Serialize for WithKey<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(None)?;
+            let mut wrote_attributes = false;
+            for (k, v) in self.event {
+                if k == "sessionAttributes" {
+                    wrote_attributes = true;
+                    let attributes = Attributes {
+                        attributes: v.as_object(),
+                        key: self.key,
+                    };
+                    map.serialize_entry(k, &attributes)?;
+                } else {
+                    map.serialize_entry(k, v)?;
+                }
+            }
+            if !wrote_attributes {
+                let attributes = Attributes {
+                    attributes: None,
+                    key: self.key,
+                };
+                map.serialize_entry("sessionAttributes", &attributes)?;
+            }
+            map.end()
+        }
+    }
+    match (key, event.as_object()) {
+        (Some(key), Some(event)) => serde_json::to_vec(&WithKey { event, key }),
+        _ => serde_json::to_vec(event),
+    }
+}
+
 /// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key = key`.
 pub fn forward_event(event: &Value, key: Option<&str>) -> Value {
     let mut forwarded = event.clone();
@@ -176,5 +233,21 @@ mod tests {
             json!({"a": 1, "sessionAttributes": {"dedup_key": "k"}})
         );
         assert_eq!(forward_event(&event, None), event);
+    }
+
+    #[test]
+    fn forwarded_bytes_are_the_forwarded_event() {
+        for event in [
+            json!({"a": 1, "sessionAttributes": {"x": "y", "dedup_key": "old"}}),
+            json!({"a": 1}),
+            json!({"a": 1, "sessionAttributes": "not an object"}),
+            json!([1, 2]),
+        ] {
+            for key in [Some("k1"), None] {
+                let bytes = forward_bytes(&event, key).unwrap();
+                let parsed: Value = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(parsed, forward_event(&event, key), "{event} {key:?}");
+            }
+        }
     }
 }
