@@ -560,9 +560,14 @@ fn summary(_: &mut Criterion) {
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
     };
-    let flavours: [(&str, fn(u64) -> Value, Invocation); 3] = [
+    type Flavour = (&'static str, fn(u64) -> Value, Invocation);
+    let flavours: [Flavour; 3] = [
         ("Bedrock action group", event_at_step, Invocation::default()),
-        ("AgentCore Gateway", agentcore_at_step, agentcore_invocation()),
+        (
+            "AgentCore Gateway",
+            agentcore_at_step,
+            agentcore_invocation(),
+        ),
         ("invoke envelope", envelope_at_step, Invocation::default()),
     ];
     eprintln!("  per entry point, first sight, EMF + log line, µs:");

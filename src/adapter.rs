@@ -297,6 +297,9 @@ impl Scoping<'_> {
 }
 
 /// One invocation as seen by the entry point it came in by.
+// One per invocation, on the stack and never in a collection: boxing the large variant would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Door<'a> {
     Bedrock {
@@ -401,9 +404,8 @@ impl<'a> Door<'a> {
         match self {
             Door::Bedrock { envelope, .. } => {
                 bedrock::call(envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
-                    bedrock::refusal(&e).unwrap_or_else(|| {
-                        Notice::new(NoticeKind::InvalidEvent, format!("{e}. The call was not executed."))
-                    })
+                    bedrock::refusal(&e)
+                        .unwrap_or_else(|| refusal(NoticeKind::InvalidEvent, &e.to_string()))
                 })
             }
             Door::AgentCore(call) => call
@@ -435,15 +437,21 @@ impl<'a> Door<'a> {
         match self {
             Door::Bedrock { envelope, .. } => bedrock::validate_reply(reply, &envelope.reply_to)
                 .map_err(|r| format!("tool reply is not a Bedrock response: {r}")),
-            Door::AgentCore(_) => agentcore::classify_reply(reply)
-                .map_err(|r| format!("tool reply is not JSON: {r}")),
-            Door::Envelope(_) => envelope::classify_reply(reply)
-                .map_err(|r| format!("tool reply is not JSON: {r}")),
+            Door::AgentCore(_) => {
+                agentcore::classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+            }
+            Door::Envelope(_) => {
+                envelope::classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+            }
         }
     }
 
     /// The answer carrying the tool's reply (executed or replayed).
-    pub fn result(&self, reply: &[u8], dedup: DedupInfo<'_>) -> Result<Box<RawValue>, HandlerError> {
+    pub fn result(
+        &self,
+        reply: &[u8],
+        dedup: DedupInfo<'_>,
+    ) -> Result<Box<RawValue>, HandlerError> {
         let text = std::str::from_utf8(reply)
             .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
         match self {
@@ -453,7 +461,11 @@ impl<'a> Door<'a> {
     }
 
     /// The executor's own answer.
-    pub fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> Result<Box<RawValue>, HandlerError> {
+    pub fn notice(
+        &self,
+        notice: &Notice,
+        dedup: DedupInfo<'_>,
+    ) -> Result<Box<RawValue>, HandlerError> {
         raw(match self {
             Door::Bedrock { envelope, .. } => bedrock::notice_response(&envelope.reply_to, notice),
             Door::AgentCore(_) => agentcore::notice(notice),
@@ -464,36 +476,31 @@ impl<'a> Door<'a> {
 
 fn gateway_refusal(e: &GatewayError) -> Notice {
     match e {
-        GatewayError::Event(m) => Notice::new(
-            NoticeKind::InvalidEvent,
-            format!("{m}. The call was not executed."),
-        ),
-        GatewayError::Arguments(m) => Notice::new(
-            NoticeKind::InvalidArguments,
-            format!("{m}. The call was not executed."),
-        ),
+        GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
+        GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
     }
 }
 
 fn envelope_refusal(e: &EnvelopeError) -> Notice {
     match e {
-        EnvelopeError::Event(m) => Notice::new(
-            NoticeKind::InvalidEvent,
-            format!("{m}. The call was not executed."),
-        ),
-        EnvelopeError::Arguments(m) => Notice::new(
-            NoticeKind::InvalidArguments,
-            format!("{m}. The call was not executed."),
-        ),
+        EnvelopeError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
+        EnvelopeError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
     }
+}
+
+/// A refused call's notice: what is wrong, and that nothing ran.
+fn refusal(kind: NoticeKind, message: &str) -> Notice {
+    Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
 /// JSON text as the Lambda's answer.
 pub fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
-    RawValue::from_string(text).map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
+    RawValue::from_string(text)
+        .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// The JSON type of `v`, for messages.
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -17,9 +17,7 @@ use crate::adapter::ReplyClass;
 use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
 use crate::decide::{NextAction, decide};
 use crate::key::{Call, Keyer, Strategy};
-use crate::store::{
-    ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
-};
+use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
 use crate::telemetry::Outcome;
 
 /// Timing and behaviour knobs, from [`Config`] plus fixed margins.

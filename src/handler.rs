@@ -341,7 +341,11 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 };
             }
         };
-        match self.dispatcher.invoke_forward(target, forward, timeout).await {
+        match self
+            .dispatcher
+            .invoke_forward(target, forward, timeout)
+            .await
+        {
             Ok(reply) => match door.classify(&reply) {
                 Ok(class) => ToolRun::Replied { reply, class },
                 Err(reason) => ToolRun::Failed {

@@ -424,13 +424,22 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     // reply (the receipt object itself) is the answer, and the retry gets it byte for byte.
     let first = invoke("agentcore/charge_card.json");
     let retry = invoke("agentcore/charge_card-retry.json");
-    assert_eq!(first, retry, "the AgentCore retry must get the stored reply");
-    assert!(first["receipt_id"].as_str().unwrap().starts_with("ch_"), "{first}");
+    assert_eq!(
+        first, retry,
+        "the AgentCore retry must get the stored reply"
+    );
+    assert!(
+        first["receipt_id"].as_str().unwrap().starts_with("ch_"),
+        "{first}"
+    );
     let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
     let last = entries.last().unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 4);
     assert_eq!(last["receipt_id"], first["receipt_id"]);
-    assert_eq!(last["session_id"], "agentcore-session-7f3a", "the tool got the client context");
+    assert_eq!(
+        last["session_id"], "agentcore-session-7f3a",
+        "the tool got the client context"
+    );
     assert_eq!(last["dedup_key"].as_str().map(str::len), Some(32));
 
     // The invoke envelope: the answer wraps the reply and says what happened.

@@ -145,7 +145,11 @@ fn cases() -> Vec<Case> {
         let pair = vec![events_dir().join(a), events_dir().join(b)];
         assert!(pair.iter().all(|f| f.exists()), "{a} / {b} missing");
         covered.extend(pair.iter().cloned());
-        let dir = Path::new(a).parent().unwrap().to_string_lossy().into_owned();
+        let dir = Path::new(a)
+            .parent()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         cases.push(Case {
             files: pair,
             repeat: 1,
@@ -163,14 +167,13 @@ fn cases() -> Vec<Case> {
             .parent()
             .map(|p| p.to_string_lossy().replace('\\', "/"));
         match parent.as_deref() {
-            Some(dir @ ("" | "agentcore" | "envelope")) if file_name.starts_with("bad-") => {
-                cases.push(Case {
+            Some(dir @ ("" | "agentcore" | "envelope")) if file_name.starts_with("bad-") => cases
+                .push(Case {
                     files: vec![file.clone()],
                     repeat: 1,
                     expect: Expect::Rejected,
                     policy: hand_policy(dir),
-                })
-            }
+                }),
             Some(dir @ ("" | "agentcore" | "envelope")) => cases.push(Case {
                 files: vec![file.clone()],
                 repeat: 2,
@@ -242,7 +245,14 @@ fn run(case: &Case, store: Store<'_>) -> Result<(), String> {
     match store {
         Store::Memory => cmd.args(["--store", "memory"]),
         Store::Moto(endpoint) => cmd
-            .args(["--store", "dynamodb", "--create-table", "--endpoint", endpoint, "--table"])
+            .args([
+                "--store",
+                "dynamodb",
+                "--create-table",
+                "--endpoint",
+                endpoint,
+                "--table",
+            ])
             .arg(format!("dedup-events-{}", uuid::Uuid::new_v4().simple()))
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -336,9 +346,18 @@ fn every_event_file_runs_through_dedup_replay() {
     for dir in ["agentcore", "envelope"] {
         let of_dir = |c: &&Case| c.files[0].starts_with(events_dir().join(dir));
         assert!(
-            cases.iter().filter(of_dir).any(|c| c.expect == Expect::Once && c.files.len() == 2)
-                && cases.iter().filter(of_dir).any(|c| c.expect == Expect::Twice)
-                && cases.iter().filter(of_dir).any(|c| c.expect == Expect::Rejected),
+            cases
+                .iter()
+                .filter(of_dir)
+                .any(|c| c.expect == Expect::Once && c.files.len() == 2)
+                && cases
+                    .iter()
+                    .filter(of_dir)
+                    .any(|c| c.expect == Expect::Twice)
+                && cases
+                    .iter()
+                    .filter(of_dir)
+                    .any(|c| c.expect == Expect::Rejected),
             "{dir}: a retry pair, a deliberate repeat and a bad event"
         );
     }
@@ -372,7 +391,9 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
     };
     for file in event_files() {
         let read = EventFile::read(file.clone()).unwrap();
-        let event = read.event.unwrap_or_else(|e| panic!("{}: {e}", name(&file)));
+        let event = read
+            .event
+            .unwrap_or_else(|e| panic!("{}: {e}", name(&file)));
         let call = Door::detect(&event, read.invocation.client_context.as_ref())
             .map_err(|refusal| refusal.reason)
             .and_then(|door| {

@@ -33,7 +33,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::adapter::{Forward, Notice, ReplyClass, ToolCall, step_value};
+use crate::adapter::{Forward, Notice, ReplyClass, ToolCall, json_type, step_value};
 
 pub const TOOL_NAME: &str = "bedrockAgentCoreToolName";
 pub const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
@@ -217,17 +217,6 @@ pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
 /// The executor's own answer: the notice body.
 pub fn notice(notice: &Notice) -> String {
     notice.body_json()
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 #[cfg(test)]

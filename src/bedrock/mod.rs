@@ -72,12 +72,11 @@ pub fn call(
     scope: Scope,
 ) -> Result<adapter::ToolCall, EventError> {
     let call = envelope.tool_call()?;
-    let schema = Schema::from_declared_types(call.declared_types()).map_err(|e| {
-        EventError::Envelope {
+    let schema =
+        Schema::from_declared_types(call.declared_types()).map_err(|e| EventError::Envelope {
             reply_to: Box::new(call.reply_to.clone()),
             message: e.to_string(),
-        }
-    })?;
+        })?;
     Ok(adapter::ToolCall {
         step: step(&call, step_attribute, scope),
         namespace: call.namespace(),

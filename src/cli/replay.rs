@@ -115,7 +115,10 @@ impl EventFile {
             match serde_json::from_str::<ClientContext>(&std::fs::read_to_string(&context_path)?) {
                 Ok(context) => invocation = invocation.with_client_context(context.custom),
                 Err(e) => {
-                    event = Err(format!("{}: not a client context: {e}", context_path.display()))
+                    event = Err(format!(
+                        "{}: not a client context: {e}",
+                        context_path.display()
+                    ))
                 }
             }
         }
@@ -129,7 +132,10 @@ impl EventFile {
 
 /// Where the client context of the event at `path` is kept.
 pub fn client_context_path(path: &std::path::Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let stem = name.strip_suffix(".json").unwrap_or(&name);
     path.with_file_name(format!("{stem}{CLIENT_CONTEXT_SUFFIX}"))
 }
