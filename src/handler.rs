@@ -309,6 +309,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     }
 
     /// The schema the event declares, overlaid with the policy file's schema for this tool.
+    /// Precedence per parameter (Bedrock): the policy's schema where it states a type (strict, with
+    /// its enum, format and `x-dedup`), else the declared `number`/`integer`/`boolean`/`array`,
+    /// else (declared `string` or no type) no schema at all: Bedrock declares every textual
+    /// parameter `string` (see [`Schema::from_declared_types`]).
     fn schema_for(&self, call: &ToolCall) -> Result<Option<Schema>, String> {
         let policy = self
             .executor

@@ -12,8 +12,11 @@
 //! - every `bad-*` file is rejected: no execution, nothing in the demo tool's ledger.
 //!
 //! The demo tool writes a ledger file (`DEMO_LEDGER`), so "executed" is also counted on the tool's
-//! side. The corpus events run with their key policy (`events/corpus/policy.json`). The generated
-//! files must be exactly what `dedup corpus` builds.
+//! side. The corpus events run with their key policy (`events/corpus/policy.json`) and again without
+//! one (Bedrock's declared types alone must catch every retry, issue 12); the hand-written
+//! pair `fd-charge_card-drift*.json` runs without a policy (one execution) and again with
+//! `events/policies/charge_card-currency-strict.json` (two). The generated files must be exactly what
+//! `dedup corpus` builds.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,11 +41,15 @@ fn corpus_dir() -> PathBuf {
     events_dir().join("corpus")
 }
 
-fn policy_file() -> PathBuf {
-    corpus_dir().join(corpus::events::POLICY_FILE)
+/// Key policies among the events (not events): every `policy.json` (the corpus's, the AgentCore
+/// Gateway target's tool definitions) and `events/policies/`.
+fn is_policy(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == "policy.json")
+        || path.starts_with(events_dir().join("policies"))
 }
 
-/// Every event under `events/`: every `*.json` except key policies and client contexts, sorted.
+/// Every event under `events/`: every `*.json` except key policies and AgentCore client contexts
+/// (read with their event), sorted.
 fn event_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -56,10 +63,7 @@ fn event_files() -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     walk(&events_dir(), &mut files);
-    files.retain(|f| {
-        let name = f.file_name().unwrap().to_string_lossy();
-        name != "policy.json" && !name.ends_with(CLIENT_CONTEXT_SUFFIX)
-    });
+    files.retain(|f| !is_policy(f) && !f.to_string_lossy().ends_with(CLIENT_CONTEXT_SUFFIX));
     files.sort();
     files
 }
@@ -86,75 +90,89 @@ struct Case {
     files: Vec<PathBuf>,
     repeat: u32,
     expect: Expect,
-    /// The key policy (`DEDUP_POLICY_FILE`) the case runs with.
-    policy: Option<PathBuf>,
+    /// `DEDUP_POLICY_FILE`, relative to `events/`.
+    policy: Option<&'static str>,
 }
 
 impl Case {
     fn corpus(&self) -> bool {
-        self.policy.as_deref() == Some(policy_file().as_path())
+        self.policy == Some("corpus/policy.json")
     }
 }
 
-/// Hand-written pairs (events/README.md); every other valid hand-written file is a single call.
-const HAND_PAIRS: [(&str, &str, Expect); 6] = [
+/// The key policy a hand-written event of `dir` runs with: AgentCore events with their Gateway
+/// target's tool definitions.
+fn hand_policy(dir: &str) -> Option<&'static str> {
+    (dir == "agentcore").then_some("agentcore/policy.json")
+}
+
+/// Hand-written pairs (events/README.md), with the policy each runs under; every other valid
+/// hand-written file is a single call.
+const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 8] = [
     (
         "fd-charge_card.json",
         "fd-charge_card-retry.json",
         Expect::Once,
+        None,
     ),
     (
         "fd-charge_card-step3.json",
         "fd-charge_card-step4.json",
         Expect::Twice,
+        None,
+    ),
+    (
+        "fd-charge_card-drift.json",
+        "fd-charge_card-drift-retry.json",
+        Expect::Once,
+        None,
+    ),
+    (
+        "fd-charge_card-drift.json",
+        "fd-charge_card-drift-retry.json",
+        Expect::Twice,
+        Some("policies/charge_card-currency-strict.json"),
     ),
     (
         "agentcore/charge_card.json",
         "agentcore/charge_card-retry.json",
         Expect::Once,
+        Some("agentcore/policy.json"),
     ),
     (
         "agentcore/charge_card-step2.json",
         "agentcore/charge_card-step3.json",
         Expect::Twice,
+        Some("agentcore/policy.json"),
     ),
     (
         "envelope/charge_card.json",
         "envelope/charge_card-retry.json",
         Expect::Once,
+        None,
     ),
     (
         "envelope/charge_card-step8.json",
         "envelope/charge_card-step9.json",
         Expect::Twice,
+        None,
     ),
 ];
-
-/// The key policy an event of `dir` runs with: AgentCore events with their Gateway target's tool
-/// definitions.
-fn hand_policy(dir: &str) -> Option<PathBuf> {
-    (dir == "agentcore").then(|| events_dir().join("agentcore/policy.json"))
-}
 
 /// Sorts every event file into exactly one case; panics on a file no rule covers.
 fn cases() -> Vec<Case> {
     let files = event_files();
     let mut cases = Vec::new();
     let mut covered: Vec<PathBuf> = Vec::new();
-    for (a, b, expect) in HAND_PAIRS {
+    for (a, b, expect, policy) in HAND_PAIRS {
         let pair = vec![events_dir().join(a), events_dir().join(b)];
         assert!(pair.iter().all(|f| f.exists()), "{a} / {b} missing");
         covered.extend(pair.iter().cloned());
-        let dir = Path::new(a)
-            .parent()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
         cases.push(Case {
             files: pair,
             repeat: 1,
             expect,
-            policy: hand_policy(&dir),
+            policy,
         });
     }
     for file in &files {
@@ -192,16 +210,20 @@ fn cases() -> Vec<Case> {
                 let b = file.with_file_name(format!("{stem}-b.json"));
                 assert!(b.exists(), "{} has no -b side", name(file));
                 covered.push(b.clone());
-                cases.push(Case {
-                    files: vec![file.clone(), b],
-                    repeat: 1,
-                    expect: if dir == "corpus/retry" {
-                        Expect::Once
-                    } else {
-                        Expect::Twice
-                    },
-                    policy: Some(policy_file()),
-                });
+                let expect = if dir == "corpus/retry" {
+                    Expect::Once
+                } else {
+                    Expect::Twice
+                };
+                // With the tools' schemas, and with Bedrock's declared types alone.
+                for policy in [Some("corpus/policy.json"), None] {
+                    cases.push(Case {
+                        files: vec![file.clone(), b.clone()],
+                        repeat: 1,
+                        expect,
+                        policy,
+                    });
+                }
             }
             _ => panic!("{}: no rule says what this event must do", name(file)),
         }
@@ -209,6 +231,7 @@ fn cases() -> Vec<Case> {
     }
     let mut sent: Vec<&PathBuf> = cases.iter().flat_map(|c| &c.files).collect();
     sent.sort();
+    sent.dedup();
     assert_eq!(
         sent,
         files.iter().collect::<Vec<_>>(),
@@ -261,8 +284,8 @@ fn run(case: &Case, store: Store<'_>) -> Result<(), String> {
     cmd.arg("--repeat")
         .arg(case.repeat.to_string())
         .args(&case.files);
-    if let Some(policy) = &case.policy {
-        cmd.env("DEDUP_POLICY_FILE", policy);
+    if let Some(policy) = case.policy {
+        cmd.env("DEDUP_POLICY_FILE", events_dir().join(policy));
     }
     let out = cmd.output().map_err(|e| e.to_string())?;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -315,9 +338,10 @@ fn run_all(cases: &[&Case], store: Store<'_>) {
                     if let Err(e) = run(case, store) {
                         let names: Vec<String> = case.files.iter().map(|f| name(f)).collect();
                         failures.lock().unwrap().push(format!(
-                            "{} ({:?}): {e}",
+                            "{} ({:?}, policy {:?}): {e}",
                             names.join(" + "),
-                            case.expect
+                            case.expect,
+                            case.policy
                         ));
                     }
                 }
@@ -377,7 +401,10 @@ fn every_hand_written_event_runs_through_dedup_replay_on_moto() {
             )
         });
     let cases = cases();
-    let hand: Vec<&Case> = cases.iter().filter(|c| !c.corpus()).collect();
+    let hand: Vec<&Case> = cases
+        .iter()
+        .filter(|c| !c.files[0].starts_with(corpus_dir()))
+        .collect();
     assert!(hand.len() >= 20, "{} hand-written cases", hand.len());
     run_all(&hand, Store::Moto(&endpoint));
 }

@@ -456,6 +456,8 @@ async fn the_events_readme_table_holds_in_file_order() {
         ("fd-charge_card-retry.json", Outcome::Replayed),
         ("fd-charge_card-step3.json", Outcome::Executed),
         ("fd-charge_card-step4.json", Outcome::Executed),
+        ("fd-charge_card-drift.json", Outcome::Executed),
+        ("fd-charge_card-drift-retry.json", Outcome::Replayed),
         ("fd-refund.json", Outcome::Executed),
         ("fd-create_ticket.json", Outcome::Executed),
         ("openapi-charge_card.json", Outcome::Executed),
@@ -474,8 +476,8 @@ async fn the_events_readme_table_holds_in_file_order() {
     }
     assert_eq!(
         charges(h.dispatcher()),
-        4,
-        "charge, step3, step4, openapi charge"
+        5,
+        "charge, step3, step4, drift, openapi charge"
     );
 }
 
@@ -1637,7 +1639,7 @@ fn dedup_replay_runs_every_event_file_with_zero_configuration() {
     let (s, _, stderr) = run_replay(dedup().arg("replay").args(&files));
     assert_eq!(
         s,
-        json!({"events": 15, "invocations": 15, "executed": 8, "replayed": 1, "waited": 0,
+        json!({"events": 17, "invocations": 17, "executed": 9, "replayed": 2, "waited": 0,
                "in_progress": 0, "errors": 6, "shadow_replays": 0}),
         "{stderr}"
     );

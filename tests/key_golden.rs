@@ -5,7 +5,7 @@
 //!   written from the rule's statement.
 
 use serde_json::Value;
-use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
+use toolcall_dedup::key::{Call, Keyer, Rules, Schema, Strategy};
 
 fn lines(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -167,6 +167,83 @@ fn retries_meet_and_distinct_calls_do_not() {
     assert_ne!(
         key(r#"{"at": "2026-08-11T09:00:00"}"#),
         key(r#"{"at": "2026-08-11T09:00:00Z"}"#)
+    );
+}
+
+/// Declared types are evidence of different strength: Bedrock's `number`/`integer`/`boolean`/`array`
+/// coerce as a schema would; its `string` (every textual parameter) is no evidence, so the schema-free
+/// rules apply; a real JSON Schema laid over it (a policy's) is strict again.
+#[test]
+fn bedrock_declared_string_is_weaker_than_a_schema() {
+    let keyer = Keyer::new();
+    let declared = Schema::from_declared_types([
+        ("amount", "number"),
+        ("currency", "string"),
+        ("customer_id", "string"),
+        ("metadata", "string"),
+    ])
+    .unwrap();
+    let policy = |currency: serde_json::Value| {
+        Schema::from_json(
+            &serde_json::json!({"type": "object", "properties": {"currency": currency}}),
+        )
+        .unwrap()
+    };
+    let strict = declared
+        .clone()
+        .overlay(&policy(serde_json::json!({"type": "string"})));
+    let enumerated = declared
+        .clone()
+        .overlay(&policy(serde_json::json!({"enum": ["USD", "EUR"]})));
+    let explain = |schema: &Schema, args: &str| {
+        keyer
+            .explain(
+                Strategy::Typed,
+                &Call {
+                    tool: "charge_card",
+                    args,
+                    schema: Some(schema),
+                    ..Call::default()
+                },
+            )
+            .unwrap()
+    };
+    let original = r#"{"amount": "4200", "currency": "USD", "customer_id": "cus_Ab12Xy",
+                      "metadata": "{\"order_id\": \"ord-1\", \"channel\": \"Web\"}"}"#;
+    let retry = r#"{"metadata": "{\n  \"channel\": \"web\",\n  \"order_id\": \"ord-1\"\n}",
+                   "customer_id": "cus_Ab12Xy", "currency": "usd", "amount": "4200.0"}"#;
+    let recased_id = original.replace("cus_Ab12Xy", "cus_ab12xy");
+
+    // Declared types only: the canonical form the schema-free rules give, the object parsed.
+    let a = explain(&declared, original);
+    assert_eq!(
+        a.canonical,
+        r#"{"amount":4200,"currency":"usd","customer_id":"cus_Ab12Xy","metadata":{"channel":"web","order_id":"ord-1"}}"#
+    );
+    assert!(a.rules.contains(Rules::JSON_TEXT) && a.rules.contains(Rules::CASEFOLD));
+    assert_eq!(explain(&declared, retry).key, a.key);
+    assert_ne!(
+        explain(&declared, &recased_id).key,
+        a.key,
+        "identifiers keep case"
+    );
+
+    // A policy schema saying `type: string` is strict: case stays apart.
+    assert_ne!(explain(&strict, retry).key, explain(&strict, original).key);
+    assert!(
+        explain(&strict, original)
+            .canonical
+            .contains(r#""currency":"USD""#)
+    );
+    // An enum in the policy matches case-insensitively and writes the member.
+    assert_eq!(
+        explain(&enumerated, retry).key,
+        explain(&enumerated, original).key
+    );
+    assert!(
+        explain(&enumerated, retry)
+            .canonical
+            .contains(r#""currency":"USD""#)
     );
 }
 

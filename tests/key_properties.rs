@@ -369,6 +369,32 @@ proptest! {
         prop_assert_eq!(canonical(&once, None), once.clone(), "from {}", text);
     }
 
+    /// Bedrock's declared `string` is no evidence: a call whose parameters are all declared `string`
+    /// (objects and arrays as JSON text, as Bedrock sends them) keys exactly as the same call written
+    /// as plain JSON with no schema at all.
+    #[test]
+    fn declared_text_keys_like_no_schema(value in arbitrary_object()) {
+        let Value::Object(members) = &value else { unreachable!() };
+        // A top-level string that is itself JSON text would be read as JSON; the generator's strings
+        // almost never are, and the golden vectors cover that case.
+        prop_assume!(members.values().all(|v| !v.as_str().is_some_and(|s| s.starts_with(['{', '[']))));
+        let as_text: serde_json::Map<String, Value> = members
+            .iter()
+            .map(|(name, v)| {
+                let sent = match v {
+                    Value::Array(_) | Value::Object(_) => Value::String(v.to_string()),
+                    other => other.clone(),
+                };
+                (name.clone(), sent)
+            })
+            .collect();
+        let declared = Schema::from_declared_types(members.keys().map(|n| (n.as_str(), "string"))).unwrap();
+        prop_assert_eq!(
+            canonical(&Value::Object(as_text).to_string(), Some(&declared)),
+            canonical(&value.to_string(), None)
+        );
+    }
+
     #[test]
     fn changes_that_matter_change_the_key(fields in fields(1), n in any::<i64>(), id in "[a-z]{2}_[A-Za-z0-9]{4}") {
         let schema_value = schema_of(&fields);

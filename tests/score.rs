@@ -22,6 +22,12 @@ const SCHEMA_FREE_LOSSES: [&str; 4] = [
     "adversarial/decimal_string/5",
 ];
 
+/// The pairs the executor gets wrong from Bedrock events with no policy file: the declared types make
+/// up for the top-level decimals, not for the git ref or a decimal inside an array's objects (the
+/// README's Limits give the policy line for each; `tests/bedrock_declared.rs` replays them).
+const BEDROCK_DECLARED_LOSSES: [&str; 2] =
+    ["adversarial/case_id/6", "adversarial/decimal_string/4"];
+
 fn load() -> Corpus {
     Corpus::load(Path::new(CORPUS)).expect("corpus loads")
 }
@@ -194,7 +200,7 @@ fn every_tool_has_a_schema_the_keyer_reads() {
 #[test]
 fn scores_meet_the_issues_invariants_with_schemas() {
     let report = run(true);
-    assert_eq!(report.keyers.len(), 5);
+    assert_eq!(report.keyers.len(), 6);
     assert!(report.schemas);
     for k in &report.keyers {
         assert_eq!(k.retries_total, 96, "{}", k.label);
@@ -266,6 +272,12 @@ fn without_schemas_typed_loses_only_the_listed_pairs() {
     assert_eq!(typed.fm_deliberate_repeat, 0);
     let wrong: Vec<&str> = typed.wrong().collect();
     assert_eq!(wrong, SCHEMA_FREE_LOSSES);
+
+    let bedrock = report.keyers.last().unwrap();
+    assert!(bedrock.bedrock && bedrock.strategy == Strategy::Typed);
+    assert_eq!(bedrock.label, score::BEDROCK_LABEL);
+    assert_eq!((bedrock.retries_caught, bedrock.errors), (96, 0));
+    assert_eq!(bedrock.wrong().collect::<Vec<_>>(), BEDROCK_DECLARED_LOSSES);
     let readme = std::fs::read_to_string(Path::new(CORPUS).join("README.md")).unwrap();
     for id in SCHEMA_FREE_LOSSES {
         assert!(readme.contains(id), "README must list {id}");
@@ -299,7 +311,12 @@ fn score_json_has_one_object_per_keyer() {
     ]);
     let rows: Vec<Value> = serde_json::from_slice(&output.stdout).expect("JSON array");
     let names: Vec<&str> = rows.iter().map(|r| r["keyer"].as_str().unwrap()).collect();
-    assert_eq!(names, ["raw", "canonical", "normalized", "scoped", "typed"]);
+    assert_eq!(
+        names,
+        ["raw", "canonical", "normalized", "scoped", "typed", "typed"]
+    );
+    assert_eq!(rows[5]["bedrock_declared_types"], true);
+    assert_eq!(rows[4]["bedrock_declared_types"], false);
     for row in &rows {
         for field in [
             "retries_caught",
@@ -345,6 +362,8 @@ fn score_table_and_corpus_check_run() {
         "A raw-bytes hash",
         "D = C + (run_id, step)",
         "typed (ours, no schemas)",
+        "typed (ours, Bedrock declared types only)",
+        "typed/Bedrock",
         "wall clock",
         "number_strings",
         "array_order",

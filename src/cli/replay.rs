@@ -10,7 +10,10 @@
 //!
 //! Per-file results go to stderr; the last line on stdout is the summary:
 //! `{"events","invocations","executed","replayed","waited","in_progress","errors","shadow_replays"}`.
-//! With `DEDUP_LOG_CALLS=hashes|full` the tool-call log lines come before it on stdout.
+//! With `DEDUP_LOG_CALLS=hashes|full` the tool-call log lines come before it on stdout, and with
+//! `--responses` one line per invocation, in the order sent: `{"event","outcome","key","response"}`,
+//! where `response` is the Bedrock response exactly as the agent gets it, or `{"event","outcome",
+//! "error"}` with the Lambda error (`errorType`, `errorMessage`) Bedrock would get instead.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -26,7 +29,7 @@ use tokio::task::JoinSet;
 use super::CliError;
 use crate::config::{Config, StoreKind};
 use crate::demo::{DemoTool, Ledger};
-use crate::handler::{Handler, Invocation};
+use crate::handler::{Handled, Handler, Invocation};
 use crate::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -53,6 +56,9 @@ pub struct ReplayArgs {
     /// Times each event is sent.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub repeat: u32,
+    /// Print each invocation's response as the agent gets it, one JSON line each, before the summary.
+    #[arg(long)]
+    pub responses: bool,
     /// Event files (JSON): Bedrock action-group events, AgentCore Gateway arguments (with
     /// `<name>.client-context.json` beside them), invoke envelopes.
     #[arg(required = true, value_name = "EVENT_FILES")]
@@ -216,6 +222,7 @@ async fn run_with_config(
                 args.repeat,
                 args.concurrency,
                 progress,
+                args.responses,
             )
             .await)
         }
@@ -239,19 +246,22 @@ async fn run_with_config(
                 args.repeat,
                 args.concurrency,
                 progress,
+                args.responses,
             )
             .await)
         }
     }
 }
 
-/// Sends every event `repeat` times through `handler`, `concurrency` at a time, in order.
+/// Sends every event `repeat` times through `handler`, `concurrency` at a time, in order; with
+/// `responses`, prints each invocation's [`response_line`] as it completes.
 pub async fn replay<S: Store + 'static>(
     handler: Arc<Handler<S, DemoTool>>,
     files: Vec<EventFile>,
     repeat: u32,
     concurrency: u32,
     progress: indicatif::ProgressBar,
+    responses: bool,
 ) -> (Summary, Vec<(PathBuf, FileReport)>) {
     let files = Arc::new(files);
     let permits = Arc::new(Semaphore::new(concurrency.max(1) as usize));
@@ -261,22 +271,31 @@ pub async fn replay<S: Store + 'static>(
         ..Summary::default()
     };
     let mut reports: Vec<FileReport> = vec![FileReport::default(); files.len()];
-    let mut record =
-        |summary: &mut Summary,
-         (index, outcome, error): (usize, Option<Outcome>, Option<String>)| {
-            summary.count(outcome);
-            let report = &mut reports[index];
-            *report
-                .outcomes
-                .entry(outcome.map_or("unreadable", Outcome::name))
-                .or_default() += 1;
-            if report.first_error.is_none() {
-                report.first_error = error;
-            }
-            progress.inc(1);
-        };
+    let mut lines = InOrder::default();
+    let mut record = |summary: &mut Summary,
+                      Done {
+                          index,
+                          outcome,
+                          error,
+                          line,
+                      }: Done| {
+        if let Some((sequence, line)) = line {
+            lines.push(sequence, line, &progress);
+        }
+        summary.count(outcome);
+        let report = &mut reports[index];
+        *report
+            .outcomes
+            .entry(outcome.map_or("unreadable", Outcome::name))
+            .or_default() += 1;
+        if report.first_error.is_none() {
+            report.first_error = error;
+        }
+        progress.inc(1);
+    };
+    let mut sequence = 0..;
     for index in 0..files.len() {
-        for _ in 0..repeat {
+        for invocation in sequence.by_ref().take(repeat as usize) {
             let permit = permits
                 .clone()
                 .acquire_owned()
@@ -294,9 +313,21 @@ pub async fn replay<S: Store + 'static>(
                             Ok(raw) if is_error(handled.outcome) => Some(notice_message(raw.get())),
                             Ok(_) => None,
                         };
-                        (index, Some(handled.outcome), error)
+                        let outcome = handled.outcome;
+                        let line = responses.then(|| response_line(&file.path, handled));
+                        Done {
+                            index,
+                            outcome: Some(outcome),
+                            error,
+                            line: line.map(|l| (invocation, l)),
+                        }
                     }
-                    Err(e) => (index, None, Some(e.clone())),
+                    Err(e) => Done {
+                        index,
+                        outcome: None,
+                        error: Some(e.clone()),
+                        line: responses.then(|| (invocation, unreadable_line(&file.path, e))),
+                    },
                 }
             });
             while let Some(done) = tasks.try_join_next() {
@@ -310,6 +341,64 @@ pub async fn replay<S: Store + 'static>(
     progress.finish_and_clear();
     let paths = files.iter().map(|f| f.path.clone());
     (summary, paths.zip(reports).collect())
+}
+
+/// One `--responses` line: the event file, the outcome, the key, and what the agent receives: the
+/// Bedrock response, or the Lambda error the runtime reports for an event no response can answer.
+pub fn response_line(event: &std::path::Path, handled: Handled) -> String {
+    let mut line = serde_json::Map::new();
+    line.insert("event".into(), event.display().to_string().into());
+    line.insert("outcome".into(), handled.outcome.name().into());
+    if let Some(key) = handled.key {
+        line.insert("key".into(), key.into());
+    }
+    match handled.response {
+        Ok(raw) => {
+            let response = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            line.insert("response".into(), response);
+        }
+        Err(e) => {
+            let diagnostic = lambda_runtime::Diagnostic::from(e);
+            let error = serde_json::json!({
+                "errorType": diagnostic.error_type,
+                "errorMessage": diagnostic.error_message,
+            });
+            line.insert("error".into(), error);
+        }
+    }
+    Value::Object(line).to_string()
+}
+
+/// One finished invocation of the file at `index` (`outcome` `None`: the file is not JSON).
+struct Done {
+    index: usize,
+    outcome: Option<Outcome>,
+    error: Option<String>,
+    /// With `--responses`: the invocation's sequence number and its line.
+    line: Option<(usize, String)>,
+}
+
+/// The `--responses` line of a file that is not JSON: no invocation happened.
+fn unreadable_line(event: &std::path::Path, error: &str) -> String {
+    serde_json::json!({"event": event.display().to_string(), "outcome": "unreadable", "error": error})
+        .to_string()
+}
+
+/// Prints `--responses` lines in invocation order, whatever order concurrent invocations end in.
+#[derive(Default)]
+struct InOrder {
+    next: usize,
+    pending: BTreeMap<usize, String>,
+}
+
+impl InOrder {
+    fn push(&mut self, sequence: usize, line: String, progress: &indicatif::ProgressBar) {
+        self.pending.insert(sequence, line);
+        while let Some(line) = self.pending.remove(&self.next) {
+            progress.suspend(|| println!("{line}"));
+            self.next += 1;
+        }
+    }
 }
 
 fn is_error(outcome: Outcome) -> bool {

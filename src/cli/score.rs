@@ -172,12 +172,13 @@ fn table(report: &Report) -> String {
     out
 }
 
-fn short(strategy: Strategy) -> &'static str {
-    match strategy {
+fn short(keyer: &KeyerScore) -> &'static str {
+    match keyer.strategy {
         Strategy::Raw => "A",
         Strategy::Canonical => "B",
         Strategy::Normalized => "C",
         Strategy::Scoped => "D",
+        Strategy::Typed if keyer.bedrock => "typed/Bedrock",
         Strategy::Typed => "typed",
     }
 }
@@ -192,7 +193,7 @@ fn by_class(report: &Report) -> String {
         "Expect".to_string(),
         "No-ops".to_string(),
     ];
-    headers.extend(report.keyers.iter().map(|k| short(k.strategy).to_string()));
+    headers.extend(report.keyers.iter().map(|k| short(k).to_string()));
     let rows: Vec<Vec<String>> = first
         .by_class
         .iter()
@@ -290,6 +291,7 @@ fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> J {
     let mut members = vec![
         ("keyer".to_string(), J::str(k.strategy.name())),
         ("label".into(), J::Str(k.label.clone())),
+        ("bedrock_declared_types".into(), J::Bool(k.bedrock)),
         ("retries_caught".into(), num(k.retries_caught)),
         ("retries_total".into(), num(k.retries_total)),
         ("fm_value_changed".into(), num(k.fm_value_changed)),

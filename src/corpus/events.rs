@@ -23,10 +23,16 @@
 //!   argument is left out, as Bedrock never sends one. Scalars are their text: a string as is, a
 //!   number as written (`4200.0`, or `4200` for a number the mutation turned into a string), a
 //!   boolean as `true`/`false`.
-//! - Declared as `string`, an object would be compared as text; `policy.json` overlays the tool's
-//!   schema (`type: object`, property types, `x-dedup` modes), so the executor parses it and the
-//!   retry rules apply inside it. Run these events with `DEDUP_POLICY_FILE=events/corpus/policy.json`.
+//! - A declared `string` is no schema to the key core (issue 12): its JSON object text is read as
+//!   JSON and the schema-free rules apply, so every retry here meets its original with no policy
+//!   file. `policy.json` overlays the tool's schema (`type: object`, property types, `x-dedup`
+//!   modes) for a user who wants it strict: `DEDUP_POLICY_FILE=events/corpus/policy.json`.
+//!
+//! [`pair_events`] builds the same events for any pair, in either flavour, with types a developer
+//! declares from the values ([`DeclaredTypes`]) rather than from a schema: the product path with no
+//! policy file, which `tests/bedrock_declared.rs` and the score's Bedrock row replay.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::pyjson::{J, Style};
@@ -132,44 +138,179 @@ fn agent() -> J {
     ])
 }
 
-/// One side of a pair as an event.
-fn event(pair: &Pair, side: &super::Side, style: Style, with_step: bool, schema: &J) -> String {
+/// How a call reaches the executor: Bedrock's two action-group flavours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    /// `function` + `parameters`.
+    FunctionDetails,
+    /// `POST /<tool>`: arguments named `*_id` in `parameters` (query parameters), the rest in
+    /// `requestBody.content["application/json"].properties`.
+    OpenApi,
+}
+
+impl Flavour {
+    pub const ALL: [Flavour; 2] = [Flavour::FunctionDetails, Flavour::OpenApi];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::FunctionDetails => "function details",
+            Flavour::OpenApi => "OpenAPI",
+        }
+    }
+}
+
+/// One side of a pair as an event; `declared` gives each argument's Bedrock type.
+fn event(
+    pair: &Pair,
+    side: &super::Side,
+    style: Style,
+    with_step: bool,
+    flavour: Flavour,
+    declared: impl Fn(&str) -> &'static str,
+) -> String {
     let args = J::parse(&side.args);
     let J::Obj(members) = &args else {
         panic!("{}: arguments are not an object", pair.id)
     };
-    let parameters = members
-        .iter()
-        .filter(|(_, v)| *v != J::Null)
-        .map(|(name, value)| {
-            J::Obj(vec![
-                ("name".into(), J::Str(name.clone())),
-                (
-                    "type".into(),
-                    J::str(declared_type(schema, &pair.tool, name)),
-                ),
-                ("value".into(), J::Str(value_text(value, style))),
-            ])
-        })
-        .collect();
+    let (mut parameters, mut properties) = (Vec::new(), Vec::new());
+    for (name, value) in members.iter().filter(|(_, v)| *v != J::Null) {
+        let parameter = J::Obj(vec![
+            ("name".into(), J::Str(name.clone())),
+            ("type".into(), J::str(declared(name))),
+            ("value".into(), J::Str(value_text(value, style))),
+        ]);
+        match flavour {
+            Flavour::OpenApi if !name.ends_with("_id") => properties.push(parameter),
+            _ => parameters.push(parameter),
+        }
+    }
     let session_attributes = match with_step {
         true => vec![("dedup_step".into(), J::Str(side.step.to_string()))],
         false => Vec::new(),
     };
-    let event = J::Obj(vec![
+    let mut event = vec![
         ("messageVersion".into(), J::str("1.0")),
         ("agent".into(), agent()),
         ("inputText".into(), J::str(turn(&side.run_id))),
         ("sessionId".into(), J::Str(side.run_id.clone())),
         ("actionGroup".into(), J::str(ACTION_GROUP)),
-        ("function".into(), J::Str(pair.tool.clone())),
-        ("parameters".into(), J::Arr(parameters)),
-        ("sessionAttributes".into(), J::Obj(session_attributes)),
-        ("promptSessionAttributes".into(), J::Obj(Vec::new())),
-    ]);
-    let mut text = event.dumps(Style::Indent, false);
+    ];
+    match flavour {
+        Flavour::FunctionDetails => {
+            event.push(("function".into(), J::Str(pair.tool.clone())));
+            event.push(("parameters".into(), J::Arr(parameters)));
+        }
+        Flavour::OpenApi => {
+            event.push(("apiPath".into(), J::Str(format!("/{}", pair.tool))));
+            event.push(("httpMethod".into(), J::str("POST")));
+            event.push(("parameters".into(), J::Arr(parameters)));
+            let content = J::Obj(vec![("properties".into(), J::Arr(properties))]);
+            let body = J::Obj(vec![(
+                "content".into(),
+                J::Obj(vec![("application/json".into(), content)]),
+            )]);
+            event.push(("requestBody".into(), body));
+        }
+    }
+    event.push(("sessionAttributes".into(), J::Obj(session_attributes)));
+    event.push(("promptSessionAttributes".into(), J::Obj(Vec::new())));
+    let mut text = J::Obj(event).dumps(Style::Indent, false);
     text.push('\n');
     text
+}
+
+/// How a pair's sides are sent: the retry side's serializer for nested JSON text, and whether both
+/// carry their step (only a deliberate repeat needs it; everything else sits at one step of one turn).
+fn sending(pair: &Pair) -> (Style, bool) {
+    match (pair.section.as_str(), pair.class.as_str()) {
+        ("retries", _) => (
+            pair.serializer
+                .as_deref()
+                .and_then(Style::from_name)
+                .unwrap_or_else(|| panic!("{}: unknown serializer", pair.id)),
+            false,
+        ),
+        ("distinct", "deliberate_repeat") => (Style::Default, true),
+        _ => (Style::Default, false),
+    }
+}
+
+/// The Bedrock type a developer declares for a parameter that receives `value`.
+fn value_type(value: &J) -> &'static str {
+    match value {
+        J::Num(text) if text.contains(['.', 'e', 'E']) => "number",
+        J::Num(_) => "integer",
+        J::Bool(_) => "boolean",
+        J::Arr(_) => "array",
+        // Bedrock has no object type: an object travels as JSON text in a string.
+        J::Str(_) | J::Obj(_) | J::Null => "string",
+    }
+}
+
+/// Bedrock parameter types for every tool's top-level arguments, derived from the values the tool
+/// receives, as a developer who writes no JSON Schema declares them in the action group: a number
+/// with a fraction or exponent anywhere makes the parameter `number`, integers only make it
+/// `integer`; objects are `string`. Read from the original side of every pair (the retry side
+/// drifts: `"4200"` for `4200`), and from the other side for an argument only it has.
+#[derive(Debug, Clone, Default)]
+pub struct DeclaredTypes {
+    types: BTreeMap<(String, String), &'static str>,
+}
+
+impl DeclaredTypes {
+    /// # Panics
+    /// When one argument of one tool holds values of two Bedrock types (other than integer and
+    /// number): no single declaration fits it.
+    pub fn from_values<'a>(pairs: impl IntoIterator<Item = &'a Pair> + Clone) -> DeclaredTypes {
+        let mut declared = DeclaredTypes::default();
+        for original in [true, false] {
+            for pair in pairs.clone() {
+                let side = if original { &pair.a } else { &pair.b };
+                let J::Obj(members) = J::parse(&side.args) else {
+                    panic!("{}: arguments are not an object", pair.id)
+                };
+                for (name, value) in members.iter().filter(|(_, v)| *v != J::Null) {
+                    let key = (pair.tool.clone(), name.clone());
+                    let found = value_type(value);
+                    match declared.types.get(&key).copied() {
+                        None => {
+                            declared.types.insert(key, found);
+                        }
+                        Some(_) if !original => {}
+                        Some(known) if known == found => {}
+                        Some("integer" | "number") if matches!(found, "integer" | "number") => {
+                            declared.types.insert(key, "number");
+                        }
+                        Some(known) => panic!(
+                            "{}: {}.{name} holds both {known} and {found}",
+                            pair.id, pair.tool
+                        ),
+                    }
+                }
+            }
+        }
+        declared
+    }
+
+    /// The declared type of `tool`'s argument `name` (`string` for one never seen).
+    pub fn get(&self, tool: &str, name: &str) -> &'static str {
+        self.types
+            .get(&(tool.to_string(), name.to_string()))
+            .copied()
+            .unwrap_or("string")
+    }
+}
+
+/// Both sides of `pair` as the events Bedrock sends for a tool declared per `declared`: what the
+/// executor sees with no policy file. Retries keep the pair's serializer for nested JSON text;
+/// deliberate repeats carry their steps (`dedup_step`); every other pair sits in one turn.
+pub fn pair_events(pair: &Pair, flavour: Flavour, declared: &DeclaredTypes) -> [String; 2] {
+    let (b_style, with_step) = sending(pair);
+    let declared = |name: &str| declared.get(&pair.tool, name);
+    [
+        event(pair, &pair.a, Style::Default, with_step, flavour, declared),
+        event(pair, &pair.b, b_style, with_step, flavour, declared),
+    ]
 }
 
 /// The policy file: every corpus tool's schema, in corpus order.
@@ -206,30 +347,22 @@ pub fn generate() -> Vec<(String, String)> {
         }
         for line in text.lines() {
             let pair: Pair = serde_json::from_str(line).expect("the generator's own pair line");
-            let (stem, b_style, with_step) = match (pair.section.as_str(), pair.class.as_str()) {
-                ("retries", class) => {
-                    let style = pair
-                        .serializer
-                        .as_deref()
-                        .and_then(Style::from_name)
-                        .unwrap_or_else(|| panic!("{}: unknown serializer", pair.id));
-                    (format!("retry/{}-{class}", pair.base), style, false)
-                }
-                ("distinct", "deliberate_repeat") => (
-                    format!("deliberate_repeat/{}", pair.base),
-                    Style::Default,
-                    true,
-                ),
+            let stem = match (pair.section.as_str(), pair.class.as_str()) {
+                ("retries", class) => format!("retry/{}-{class}", pair.base),
+                ("distinct", "deliberate_repeat") => format!("deliberate_repeat/{}", pair.base),
                 _ => continue,
             };
+            let (b_style, with_step) = sending(&pair);
             let schema = schema_of(&pair.tool);
+            let declared = |name: &str| declared_type(schema, &pair.tool, name);
+            let fd = Flavour::FunctionDetails;
             files.push((
                 format!("{stem}-a.json"),
-                event(&pair, &pair.a, Style::Default, with_step, schema),
+                event(&pair, &pair.a, Style::Default, with_step, fd, declared),
             ));
             files.push((
                 format!("{stem}-b.json"),
-                event(&pair, &pair.b, b_style, with_step, schema),
+                event(&pair, &pair.b, b_style, with_step, fd, declared),
             ));
         }
     }

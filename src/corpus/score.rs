@@ -1,11 +1,18 @@
 //! Replays the corpus through keyers A–D and the typed keyer: recall on retries, false merges on pairs
 //! that must stay distinct, and µs per key (the median of several timed runs, as the article measured).
+//!
+//! The last row is the typed keyer as the executor runs it with no policy file: each side sent as a
+//! function-details event with the parameter types a developer declares for its values
+//! ([`super::events::pair_events`]), read by the action-group adapter, and keyed with the declared
+//! types alone.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use super::events::{DeclaredTypes, Flavour, pair_events};
 use super::{Corpus, Expect, Pair};
+use crate::bedrock::Envelope;
 use crate::key::{Call, Key, Keyer, Schema, Strategy};
 
 /// What to score and how long to time.
@@ -49,6 +56,8 @@ pub struct ClassScore {
 #[derive(Debug, Clone)]
 pub struct KeyerScore {
     pub strategy: Strategy,
+    /// Keyed from Bedrock events with declared types only (the executor with no policy file).
+    pub bedrock: bool,
     pub label: String,
     pub retries_caught: usize,
     pub retries_total: usize,
@@ -100,6 +109,59 @@ pub fn label(strategy: Strategy, schemas: bool) -> String {
     }
 }
 
+/// The label of the row keyed from Bedrock events.
+pub const BEDROCK_LABEL: &str = "typed (ours, Bedrock declared types only)";
+
+/// One side as the executor keys it: the adapter's arguments (every value a string) and the schema
+/// its declared types make.
+struct BedrockSide {
+    tool: String,
+    args: String,
+    schema: Schema,
+}
+
+impl BedrockSide {
+    fn read(event: &str, id: &str) -> BedrockSide {
+        let event: serde_json::Value = serde_json::from_str(event).expect("the generator's event");
+        let call = Envelope::parse(&event)
+            .and_then(|e| e.tool_call())
+            .unwrap_or_else(|e| panic!("{id}: the adapter refused the event: {e}"));
+        let schema = Schema::from_declared_types(call.declared_types())
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        BedrockSide {
+            tool: call.tool().to_string(),
+            args: call.args,
+            schema,
+        }
+    }
+}
+
+impl BedrockSide {
+    fn call<'a>(&'a self, at: &'a super::Side, step: &'a str) -> Call<'a> {
+        Call {
+            tool: &self.tool,
+            args: &self.args,
+            namespace: None,
+            run_id: Some(&at.run_id),
+            step: Some(step),
+            schema: Some(&self.schema),
+        }
+    }
+}
+
+/// Both sides of every pair as function-details events, read back by the adapter.
+fn bedrock_sides(corpus: &Corpus) -> Vec<[BedrockSide; 2]> {
+    let declared = DeclaredTypes::from_values(&corpus.pairs);
+    corpus
+        .pairs
+        .iter()
+        .map(|pair| {
+            pair_events(pair, Flavour::FunctionDetails, &declared)
+                .map(|event| BedrockSide::read(&event, &pair.id))
+        })
+        .collect()
+}
+
 fn step_texts(corpus: &Corpus) -> Vec<(String, String)> {
     corpus
         .pairs
@@ -140,15 +202,9 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
         })
         .collect();
     let keyer = Keyer::new();
-    let timed: Vec<Call<'_>> = corpus
-        .pairs
-        .iter()
-        .zip(&calls)
-        .filter(|(p, _)| p.section != "adversarial")
-        .flat_map(|(_, (a, b))| [*a, *b])
-        .collect();
+    let timed = timed_calls(corpus, &calls);
 
-    let keyers = Strategy::ALL
+    let mut keyers: Vec<KeyerScore> = Strategy::ALL
         .into_iter()
         .map(|strategy| {
             let mut row = tally(corpus, &calls, &keyer, strategy);
@@ -157,6 +213,27 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
             row
         })
         .collect();
+
+    let bedrock = bedrock_sides(corpus);
+    let bedrock_calls: Vec<(Call<'_>, Call<'_>)> = corpus
+        .pairs
+        .iter()
+        .zip(&steps)
+        .zip(&bedrock)
+        .map(|((pair, (sa, sb)), [a, b])| (a.call(&pair.a, sa), b.call(&pair.b, sb)))
+        .collect();
+    let bedrock_timed = timed_calls(corpus, &bedrock_calls);
+    let mut row = tally(corpus, &bedrock_calls, &keyer, Strategy::Typed);
+    row.bedrock = true;
+    row.label = BEDROCK_LABEL.into();
+    row.us_per_key = time(
+        &keyer,
+        Strategy::Typed,
+        &bedrock_timed,
+        options.runs,
+        options.iterations,
+    );
+    keyers.push(row);
     Report {
         keyers,
         schemas: options.schemas.is_some(),
@@ -167,6 +244,17 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
     }
 }
 
+/// The calls timed for µs/key: both sides of the article-spec pairs (not the adversarial section).
+fn timed_calls<'a>(corpus: &Corpus, calls: &[(Call<'a>, Call<'a>)]) -> Vec<Call<'a>> {
+    corpus
+        .pairs
+        .iter()
+        .zip(calls)
+        .filter(|(p, _)| p.section != "adversarial")
+        .flat_map(|(_, (a, b))| [*a, *b])
+        .collect()
+}
+
 fn tally(
     corpus: &Corpus,
     calls: &[(Call<'_>, Call<'_>)],
@@ -175,6 +263,7 @@ fn tally(
 ) -> KeyerScore {
     let mut row = KeyerScore {
         strategy,
+        bedrock: false,
         label: String::new(),
         retries_caught: 0,
         retries_total: 0,

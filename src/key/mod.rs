@@ -162,6 +162,7 @@ rules! {
     NULL_DROPPED = 12, "null-dropped";
     FIELD_IGNORED = 13, "field-ignored";
     FIELD_NOT_KEYED = 14, "field-not-keyed";
+    JSON_TEXT = 15, "json-text";
 }
 
 impl Rules {

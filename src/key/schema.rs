@@ -35,6 +35,12 @@ impl FieldMode {
 }
 
 /// JSON types a schema admits. Empty means "unknown": schema-free heuristics apply.
+///
+/// Declared types are evidence of different strength. A JSON Schema's `type` is what the tool's author
+/// says the value is, and every rule keyed to it applies. [`Types::TEXT`] is weaker: a transport that
+/// carries every value as text (Bedrock Agents' parameter type `string`, its default for anything
+/// textual, also for objects, which it has no type for) says nothing about the value, so the value is
+/// compared as if there were no schema.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Types(u8);
 
@@ -45,12 +51,15 @@ impl Types {
     pub const ARRAY: Types = Types(8);
     pub const OBJECT: Types = Types(16);
     pub const NULL: Types = Types(32);
+    /// Declared only as text by a transport (see above): unknown to every typed rule.
+    pub const TEXT: Types = Types(64);
 
     pub fn contains(self, other: Types) -> bool {
         self.0 & other.0 != 0
     }
+    /// No type a rule can act on: none at all, only `null`, or transport text.
     pub fn is_unknown(self) -> bool {
-        self.0 & !Self::NULL.0 == 0
+        self.0 & !(Self::NULL.0 | Self::TEXT.0) == 0
     }
     fn union(self, other: Types) -> Types {
         Types(self.0 | other.0)
@@ -141,23 +150,35 @@ impl Schema {
                 return Ok((tool, Self::from_json(schema)?));
             }
         }
+        if let Some(flat) = openapi_operation(definition) {
+            let name = definition.get("operationId").and_then(Value::as_str);
+            return Ok((name.map(str::to_string), Self::from_json(&flat)?));
+        }
         if definition.get("type").is_some() || definition.get("properties").is_some() {
             return Ok((None, Self::from_json(definition)?));
         }
         Err(SchemaError::Invalid(
-            "no input schema found (expected input_schema, inputSchema, parameters, toolSpec.inputSchema.json \
-             or a JSON Schema object)"
+            "no input schema found (expected input_schema, inputSchema, parameters, toolSpec.inputSchema.json, \
+             an OpenAPI operation or a JSON Schema object)"
                 .into(),
         ))
     }
 
     /// A flat object schema from Bedrock's declared parameter types (`string|number|integer|boolean|array`).
+    ///
+    /// `number`, `integer`, `boolean` and `array` are typed as a JSON Schema would type them. `string` is
+    /// [`Types::TEXT`]: Bedrock declares every textual parameter so, whether or not its case matters, and
+    /// sends objects that way as JSON text; only a real schema (a policy's, laid over with
+    /// [`Schema::overlay`]) can say a string is strict.
     pub fn from_declared_types<'a>(
         params: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<Schema, SchemaError> {
         let mut properties = Vec::new();
         for (name, declared) in params {
-            let types = Types::from_name(declared)?;
+            let types = match declared {
+                "string" => Types::TEXT,
+                other => Types::from_name(other)?,
+            };
             properties.push((
                 name.to_string(),
                 Schema {
@@ -174,8 +195,8 @@ impl Schema {
         })
     }
 
-    /// Overlays `extra` (from a policy file) onto `self` (from declared types): the richer schema wins
-    /// per property, and declared types stay where `extra` is silent.
+    /// Overlays `extra` (from a policy file) onto `self` (from declared types): per property, a real
+    /// schema's type outranks a declared one, and declared types stay where `extra` states no type.
     pub fn overlay(mut self, extra: &Schema) -> Schema {
         for (name, schema) in &extra.properties {
             match self
@@ -319,6 +340,33 @@ impl Schema {
     }
 }
 
+/// An OpenAPI operation object (`parameters` list and/or `requestBody`) as the one flat object schema
+/// Bedrock's event flattens it into: every parameter's `schema` and every property of the first request
+/// body content's schema, by name. `None` when `op` is no operation.
+fn openapi_operation(op: &Value) -> Option<Value> {
+    let parameters = op.get("parameters").and_then(Value::as_array);
+    let body = op
+        .pointer("/requestBody/content")
+        .and_then(Value::as_object)
+        .and_then(|content| content.values().find_map(|media| media.get("schema")));
+    if parameters.is_none() && body.is_none() {
+        return None;
+    }
+    let mut properties = serde_json::Map::new();
+    for parameter in parameters.into_iter().flatten() {
+        if let (Some(name), Some(schema)) = (
+            parameter.get("name").and_then(Value::as_str),
+            parameter.get("schema"),
+        ) {
+            properties.insert(name.to_string(), schema.clone());
+        }
+    }
+    if let Some(Value::Object(body_properties)) = body.and_then(|b| b.get("properties")) {
+        properties.extend(body_properties.clone());
+    }
+    Some(serde_json::json!({"type": "object", "properties": properties}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +388,28 @@ mod tests {
         }
         assert!(Schema::from_tool_definition(&inner).unwrap().0.is_none());
         assert!(Schema::from_tool_definition(&json!({"name": "x"})).is_err());
+    }
+
+    #[test]
+    fn an_openapi_operation_is_flattened_as_bedrock_flattens_its_event() {
+        let operation = json!({
+            "operationId": "refund",
+            "parameters": [{"name": "chargeId", "in": "path", "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {"type": "object", "properties": {
+                "amount": {"type": "number"}, "reason": {"enum": ["duplicate", "fraudulent"]}}}}}}
+        });
+        let (name, schema) = Schema::from_tool_definition(&operation).unwrap();
+        assert_eq!(name.as_deref(), Some("refund"));
+        assert_eq!(schema.property("chargeId").unwrap().types, Types::STRING);
+        assert_eq!(schema.property("amount").unwrap().types, Types::NUMBER);
+        assert_eq!(
+            schema.property("reason").unwrap().enum_strings,
+            ["duplicate", "fraudulent"]
+        );
+        let body_only = json!({"requestBody": {"content": {"application/json": {"schema": {
+            "properties": {"currency": {"type": "string"}}}}}}});
+        let (_, schema) = Schema::from_tool_definition(&body_only).unwrap();
+        assert_eq!(schema.property("currency").unwrap().types, Types::STRING);
     }
 
     #[test]
@@ -371,8 +441,11 @@ mod tests {
             Schema::from_declared_types([("amount", "number"), ("currency", "string")]).unwrap();
         let extra =
             Schema::from_json(&json!({"properties": {"currency": {"enum": ["USD"]}}})).unwrap();
+        let currency = declared.property("currency").unwrap().types;
+        assert!(currency.is_unknown() && currency.contains(Types::TEXT));
         let merged = declared.overlay(&extra);
         assert_eq!(merged.property("currency").unwrap().enum_strings, ["USD"]);
+        assert_eq!(merged.property("currency").unwrap().types, Types::STRING);
         assert_eq!(merged.property("amount").unwrap().types, Types::NUMBER);
         assert!(Schema::from_declared_types([("x", "float")]).is_err());
     }

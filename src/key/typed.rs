@@ -301,6 +301,14 @@ impl Normalizer {
             }
             return self.write_folded(casefold(&s), Rules::CASEFOLD, out);
         }
+        if types.contains(Types::TEXT) && (s.starts_with('{') || s.starts_with('[')) {
+            // Declared only as text: a transport without an object type (Bedrock) sends objects as
+            // JSON text, so JSON text is keyed as the value it writes, as if it had come unquoted.
+            if let Ok(embedded) = json::parse_tape(&s, self.depth_left) {
+                self.rules.insert(Rules::JSON_TEXT);
+                return self.value(&embedded, 0, None, policy, out);
+            }
+        }
         if types.contains(Types::STRING) || typed_not_string {
             match shape {
                 Some(shape) => write_shaped_json_string(out, &s, shape),
