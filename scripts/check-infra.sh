@@ -90,7 +90,8 @@ GATEWAY_KEYS = ("bedrockAgentCoreToolName", "bedrockAgentCoreGatewayId", "bedroc
 # Every event of every entry point, the generated corpus included. Key policies and AgentCore client
 # contexts are not events (a client context is checked with its event).
 files = sorted(f for f in glob.glob("events/**/*.json", recursive=True)
-               if not f.endswith(("/policy.json", ".client-context.json")))
+               if not f.endswith(("/policy.json", ".client-context.json"))
+               and not f.startswith("events/policies/"))
 for path in files:
     name = path.split("/")[-1]
     try:

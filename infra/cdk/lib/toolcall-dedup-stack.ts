@@ -50,6 +50,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'String', default: 'dedup_step', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
       description: 'Session attribute carrying the caller step, DEDUP_STEP_ATTRIBUTE.',
     });
+    const runArgument = p('RunArgument', {
+      type: 'String', default: 'dedup_run_id', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
+      description: 'AgentCore Gateway calls without a session id name their run in this argument, DEDUP_RUN_ARGUMENT.',
+    });
     const waitMs = p('WaitMs', {
       type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
       description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
@@ -268,6 +272,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_TTL_SECONDS: ttlSeconds.valueAsString,
         DEDUP_SCOPE: scopeMode.valueAsString,
         DEDUP_STEP_ATTRIBUTE: stepAttribute.valueAsString,
+        DEDUP_RUN_ARGUMENT: runArgument.valueAsString,
         DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
           hasRoutes.logicalId,
           routes.valueAsString,
