@@ -7,6 +7,8 @@
 
 #[path = "support/cpu.rs"]
 mod cpu;
+#[path = "../tests/common/fixture.rs"]
+mod fixture;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -16,7 +18,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::adapter::{Door, Scoping};
 use toolcall_dedup::bedrock::{self, Envelope};
-use toolcall_dedup::config::{Config, Scope};
+use toolcall_dedup::config::Scope;
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handler, Invocation};
@@ -51,31 +53,16 @@ fn event_at_step(step: u64) -> Value {
     event
 }
 
-/// An AgentCore Gateway call at its own step (the arguments of `events/agentcore/charge_card.json`).
+/// An AgentCore Gateway call at its own step (`events/agentcore/charge_card.json`).
 fn agentcore_at_step(step: u64) -> Value {
-    let mut event: Value =
-        serde_json::from_str(include_str!("../events/agentcore/charge_card.json")).unwrap();
+    let mut event = fixture::event("agentcore/charge_card.json");
     event["dedup_step"] = Value::from(step);
     event
 }
 
-/// The client context an AgentCore Gateway sends with it.
-fn agentcore_invocation() -> Invocation {
-    #[derive(serde::Deserialize)]
-    struct ClientContext {
-        custom: std::collections::HashMap<String, String>,
-    }
-    let context: ClientContext = serde_json::from_str(include_str!(
-        "../events/agentcore/charge_card.client-context.json"
-    ))
-    .unwrap();
-    Invocation::default().with_client_context(context.custom)
-}
-
 /// An invoke envelope at its own step (`events/envelope/charge_card.json`).
 fn envelope_at_step(step: u64) -> Value {
-    let mut event: Value =
-        serde_json::from_str(include_str!("../events/envelope/charge_card.json")).unwrap();
+    let mut event = fixture::event("envelope/charge_card.json");
     event["step"] = Value::from(step);
     event
 }
@@ -88,12 +75,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
-    Handler::new(
-        MemoryStore::new(),
-        DemoTool::new(Ledger::memory()),
-        &Config::default(),
-        telemetry,
-    )
+    fixture::demo_handler(telemetry)
 }
 
 /// What the parse stage produces and the later stages read.
@@ -566,7 +548,7 @@ fn summary(_: &mut Criterion) {
         (
             "AgentCore Gateway",
             agentcore_at_step,
-            agentcore_invocation(),
+            fixture::invocation("agentcore/charge_card.json"),
         ),
         ("invoke envelope", envelope_at_step, Invocation::default()),
     ];
