@@ -21,7 +21,7 @@ use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::Scope;
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{Handler, Invocation};
+use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
@@ -254,7 +254,7 @@ fn time_handle(
     events: &[Value],
     repeat: bool,
 ) -> Duration {
-    time_handle_with(rt, now, telemetry, events, repeat, &Invocation::default())
+    time_handle_with(rt, now, telemetry, events, repeat, None)
 }
 
 fn time_handle_with(
@@ -263,17 +263,21 @@ fn time_handle_with(
     telemetry: &Telemetry,
     events: &[Value],
     repeat: bool,
-    invocation: &Invocation,
+    client_context: Option<&ClientContext>,
 ) -> Duration {
     let h = handler(telemetry.clone());
-    let invocation = invocation.clone();
+    let invocation = Invocation::default();
     rt.block_on(async {
         if repeat {
-            h.handle(&events[0], &invocation).await;
+            h.handle_with_context(&events[0], &invocation, client_context)
+                .await;
         }
         let start = now();
         for event in events {
-            black_box(h.handle(black_box(event), &invocation).await);
+            black_box(
+                h.handle_with_context(black_box(event), &invocation, client_context)
+                    .await,
+            );
         }
         now().saturating_sub(start)
     })
@@ -542,21 +546,21 @@ fn summary(_: &mut Criterion) {
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
     };
-    type Flavour = (&'static str, fn(u64) -> Value, Invocation);
+    type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
     let flavours: [Flavour; 3] = [
-        ("Bedrock action group", event_at_step, Invocation::default()),
+        ("Bedrock action group", event_at_step, None),
         (
             "AgentCore Gateway",
             agentcore_at_step,
-            fixture::invocation("agentcore/charge_card.json"),
+            fixture::client_context("agentcore/charge_card.json"),
         ),
-        ("invoke envelope", envelope_at_step, Invocation::default()),
+        ("invoke envelope", envelope_at_step, None),
     ];
     eprintln!("  per entry point, first sight, EMF + log line, µs:");
-    for (name, make, invocation) in &flavours {
+    for (name, make, client_context) in &flavours {
         let event = make(1);
         let bytes = serde_json::to_vec(&event).unwrap();
-        let door = Door::detect(&event, invocation.client_context.as_ref()).unwrap();
+        let door = Door::detect(&event, client_context.as_ref()).unwrap();
         let call = door.call(scoping).unwrap();
         let key_call = call.key_call(call.schema.as_ref());
         let (k, _) = key(&keyer, &key_call);
@@ -593,7 +597,7 @@ fn summary(_: &mut Criterion) {
         let handled = tracing::subscriber::with_default(lambda_log(), || {
             median_us(rounds, n, |n| {
                 let events: Vec<Value> = (0..n as u64).map(make).collect();
-                time_handle_with(&rt, &cpu_now, &emf, &events, false, invocation)
+                time_handle_with(&rt, &cpu_now, &emf, &events, false, client_context.as_ref())
             })
         });
         eprintln!(

@@ -60,9 +60,10 @@ pub struct Invocation {
     pub request_id: String,
     /// The Lambda deadline, epoch milliseconds; `None` without one.
     pub deadline_ms: Option<i64>,
-    /// The client context's `custom` map (an AgentCore Gateway names the tool there).
-    pub client_context: Option<HashMap<String, String>>,
 }
+
+/// The `custom` map of a Lambda client context (an AgentCore Gateway names the tool there).
+pub type ClientContext = HashMap<String, String>;
 
 impl Invocation {
     /// A deadline that has already passed cannot be real (the function would be frozen); some
@@ -81,14 +82,7 @@ impl Invocation {
         Invocation {
             request_id: ctx.request_id.clone(),
             deadline_ms,
-            client_context: ctx.client_context.as_ref().map(|c| c.custom.clone()),
         }
-    }
-
-    /// The same invocation with a client context `custom` map (tests, `dedup replay`).
-    pub fn with_client_context(mut self, custom: HashMap<String, String>) -> Invocation {
-        self.client_context = Some(custom);
-        self
     }
 }
 
@@ -185,16 +179,29 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// The Lambda entry point: the payload and the context (deadline, client context).
     pub async fn lambda(&self, event: LambdaEvent<Value>) -> Result<Box<RawValue>, HandlerError> {
         let invocation = Invocation::from_context(&event.context);
-        self.handle(&event.payload, &invocation).await.response
+        let client_context = event.context.client_context.as_ref().map(|c| &c.custom);
+        self.handle_with_context(&event.payload, &invocation, client_context)
+            .await
+            .response
     }
 
-    /// Handles one event and reports it.
+    /// Handles one event without a client context and reports it.
     pub async fn handle(&self, event: &Value, invocation: &Invocation) -> Handled {
+        self.handle_with_context(event, invocation, None).await
+    }
+
+    /// Handles one event with the client context it came with, and reports it.
+    pub async fn handle_with_context(
+        &self,
+        event: &Value,
+        invocation: &Invocation,
+        client_context: Option<&ClientContext>,
+    ) -> Handled {
         let started = Instant::now();
         let store = self.executor.store();
         let requests_before = store.requests();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let answered = self.answer(event, invocation, end).await;
+        let answered = self.answer(event, client_context, end).await;
         let store_requests = (store.requests() - requests_before).total();
         self.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
@@ -215,8 +222,13 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         }
     }
 
-    async fn answer(&self, event: &Value, invocation: &Invocation, end: Instant) -> Answered {
-        let door = match Door::detect(event, invocation.client_context.as_ref()) {
+    async fn answer(
+        &self,
+        event: &Value,
+        client_context: Option<&ClientContext>,
+        end: Instant,
+    ) -> Answered {
+        let door = match Door::detect(event, client_context) {
             Ok(door) => door,
             Err(refusal) => {
                 tracing::debug!(reason = %refusal.reason, "refused event");

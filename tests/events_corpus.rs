@@ -421,7 +421,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
         let event = read
             .event
             .unwrap_or_else(|e| panic!("{}: {e}", name(&file)));
-        let call = Door::detect(&event, read.invocation.client_context.as_ref())
+        let call = Door::detect(&event, read.client_context.as_ref())
             .map_err(|refusal| refusal.reason)
             .and_then(|door| {
                 let expected = match name(&file).split_once('/').map(|(dir, _)| dir) {

@@ -6,8 +6,8 @@ mod fixture;
 #[path = "common/servers.rs"]
 mod servers;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fixture::*;
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
-use toolcall_dedup::handler::{Handler, HandlerError};
+use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
@@ -595,5 +595,138 @@ async fn emf_lines_count_each_outcome() {
     assert!(
         !lines.lock().unwrap().iter().any(|l| l.contains("cus_8842")),
         "argument values in EMF"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// entry points
+
+/// The answer of a handled AgentCore or envelope call, parsed.
+fn answer(h: &Handled) -> Value {
+    match &h.response {
+        Ok(raw) => serde_json::from_str(raw.get()).unwrap(),
+        Err(e) => panic!("expected an answer, got the Lambda error {e}"),
+    }
+}
+
+#[tokio::test]
+async fn an_event_no_entry_point_recognises_is_a_lambda_error_naming_the_three() {
+    let h = handler(MemoryStore::new(), demo(), &Config::default());
+    for event in [json!({"hello": "world"}), json!([1]), json!("text")] {
+        let handled = send(&h, &event).await;
+        assert_eq!(handled.outcome, Outcome::BadRequest);
+        let message = match &handled.response {
+            Err(e @ HandlerError::InvalidEvent(_)) => e.to_string(),
+            other => panic!("{event}: {other:?}"),
+        };
+        for expected in [
+            "custom.bedrockAgentCoreToolName",
+            "\"actionGroup\"",
+            "\"tool\"",
+        ] {
+            assert!(message.contains(expected), "{message}");
+        }
+    }
+    // An AgentCore client context wins over the event's shape: these arguments have a "tool".
+    let custom = client_context("agentcore/charge_card.json").unwrap();
+    let handled = h
+        .handle_with_context(
+            &json!({"tool": "hammer", "qty": 1}),
+            &Invocation::default(),
+            Some(&custom),
+        )
+        .await;
+    assert_eq!(handled.outcome, Outcome::Executed);
+    assert_eq!(
+        answer(&handled)["tool"],
+        "charge_card",
+        "the Gateway's tool ran"
+    );
+    assert_eq!(h.store().requests().total(), 2, "claimed and completed");
+}
+
+#[tokio::test]
+async fn agentcore_and_envelope_answers_are_the_tools_reply_and_their_own_notices() {
+    let store = Switchable {
+        inner: MemoryStore::new(),
+        down: Arc::new(AtomicBool::new(false)),
+    };
+    let down = store.down.clone();
+    let tool = demo();
+    let h = handler(store, tool, &Config::default());
+    let custom = client_context("agentcore/charge_card.json");
+    let args = event("agentcore/charge_card.json");
+    let first = h
+        .handle_with_context(&args, &Invocation::default(), custom.as_ref())
+        .await;
+    let retry = h
+        .handle_with_context(
+            &event("agentcore/charge_card-retry.json"),
+            &Invocation::default(),
+            custom.as_ref(),
+        )
+        .await;
+    assert_eq!(
+        (first.outcome, retry.outcome),
+        (Outcome::Executed, Outcome::Replayed)
+    );
+    assert_eq!(
+        first.response.as_ref().unwrap().get(),
+        retry.response.as_ref().unwrap().get(),
+        "the replay is the tool's reply byte for byte"
+    );
+    let entry = &ledger(h.dispatcher())[0];
+    assert_eq!(
+        entry["dedup_key"].as_str(),
+        first.key.as_deref(),
+        "the tool got the key"
+    );
+    assert_eq!(
+        entry["arguments"], args,
+        "and the arguments as the Gateway sent them"
+    );
+
+    let envelope = event("envelope/charge_card.json");
+    let executed = answer(&send(&h, &envelope).await);
+    assert_eq!(executed["dedup"]["outcome"], "executed");
+    assert!(
+        executed["result"]["receipt_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("ch_")
+    );
+    down.store(true, Ordering::SeqCst);
+    for (handled, kind) in [
+        (
+            send(&h, &event("envelope/charge_card-step8.json")).await,
+            "envelope",
+        ),
+        (
+            h.handle_with_context(
+                &event("agentcore/charge_card-step2.json"),
+                &Invocation::default(),
+                client_context("agentcore/charge_card-step2.json").as_ref(),
+            )
+            .await,
+            "agentcore",
+        ),
+    ] {
+        assert_eq!(handled.outcome, Outcome::StoreError, "{kind}");
+        let body = answer(&handled);
+        let (status, message) = match kind {
+            "envelope" => {
+                assert!(body.get("result").is_none());
+                assert_eq!(body["dedup"]["outcome"], "store_error");
+                (&body["error"]["type"], &body["error"]["message"])
+            }
+            _ => (&body["status"], &body["message"]),
+        };
+        assert_eq!(status, "dedup_unavailable", "{body}");
+        assert!(message.as_str().unwrap().contains("NOT executed"), "{body}");
+    }
+    assert_eq!(
+        charges(h.dispatcher()),
+        2,
+        "nothing ran while the store was down"
     );
 }

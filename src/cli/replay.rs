@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 use super::CliError;
 use crate::config::{Config, StoreKind};
 use crate::demo::{DemoTool, Ledger};
-use crate::handler::{Handled, Handler, Invocation};
+use crate::handler::{ClientContext, Handled, Handler, Invocation};
 use crate::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -99,8 +99,8 @@ impl Summary {
 pub struct EventFile {
     pub path: PathBuf,
     pub event: Result<Value, String>,
-    /// The invocation it is sent with: its client context, when a file sits beside it.
-    pub invocation: Invocation,
+    /// The client context it is sent with, when a file sits beside it.
+    pub client_context: Option<ClientContext>,
 }
 
 /// The suffix of a client-context file beside its event (`x.json` → `x.client-context.json`).
@@ -110,7 +110,7 @@ impl EventFile {
     pub fn read(path: PathBuf) -> Result<EventFile, std::io::Error> {
         let text = std::fs::read_to_string(&path)?;
         let mut event = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
-        let mut invocation = Invocation::default();
+        let mut client_context = None;
         let context_path = client_context_path(&path);
         if context_path.is_file() {
             #[derive(serde::Deserialize)]
@@ -119,7 +119,7 @@ impl EventFile {
                 custom: std::collections::HashMap<String, String>,
             }
             match serde_json::from_str::<ClientContext>(&std::fs::read_to_string(&context_path)?) {
-                Ok(context) => invocation = invocation.with_client_context(context.custom),
+                Ok(context) => client_context = Some(context.custom),
                 Err(e) => {
                     event = Err(format!(
                         "{}: not a client context: {e}",
@@ -131,7 +131,7 @@ impl EventFile {
         Ok(EventFile {
             path,
             event,
-            invocation,
+            client_context,
         })
     }
 }
@@ -307,7 +307,13 @@ pub async fn replay<S: Store + 'static>(
                 let file = &files[index];
                 match &file.event {
                     Ok(event) => {
-                        let handled = handler.handle(event, &file.invocation).await;
+                        let handled = handler
+                            .handle_with_context(
+                                event,
+                                &Invocation::default(),
+                                file.client_context.as_ref(),
+                            )
+                            .await;
                         let error = match &handled.response {
                             Err(e) => Some(e.to_string()),
                             Ok(raw) if is_error(handled.outcome) => Some(notice_message(raw.get())),

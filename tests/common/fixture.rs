@@ -54,12 +54,12 @@ pub fn demo_handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
     Handler::new(MemoryStore::new(), demo(), &Config::default(), telemetry)
 }
 
-/// The invocation an event file is sent with: its client context (an AgentCore event's
+/// The client context an event file is sent with (an AgentCore event's
 /// `<name>.client-context.json`), read the way `dedup replay` reads it.
-pub fn invocation(name: &str) -> Invocation {
+pub fn client_context(name: &str) -> Option<toolcall_dedup::handler::ClientContext> {
     toolcall_dedup::cli::replay::EventFile::read(events_dir().join(name))
         .unwrap()
-        .invocation
+        .client_context
 }
 
 pub fn demo() -> DemoTool {
