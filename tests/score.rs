@@ -373,3 +373,39 @@ fn score_table_and_corpus_check_run() {
     let check = dedup(&["corpus", "--check"]);
     assert!(String::from_utf8_lossy(&check.stdout).contains("up to date"));
 }
+
+/// A corpus from other sources (`dedup audit --export-corpus`, or hand-written) may hold runs the
+/// spec has no user turn for, no serializer, and arguments no event can carry: the Bedrock row keys
+/// what it can and counts the rest as errors, as every other row does.
+#[test]
+fn the_bedrock_row_scores_any_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let pair = |id: &str, a: &str, b: &str| {
+        serde_json::json!({"id": id, "section": "retries", "class": "observed", "expect": "same",
+            "tool": "charge_card", "base": "observed:r9",
+            "a": {"run_id": "r9", "step": 1, "args": a}, "b": {"run_id": "r9", "step": 1, "args": b}})
+        .to_string()
+    };
+    let retries = [
+        pair(
+            "retries/ok",
+            r#"{"amount": 4200, "currency": "USD"}"#,
+            r#"{"currency": "usd", "amount": 4200.0}"#,
+        ),
+        pair("retries/not-an-object", "[1]", r#"{"amount": 1}"#),
+    ];
+    std::fs::write(dir.path().join("retries.jsonl"), retries.join("\n") + "\n").unwrap();
+    for empty in ["distinct.jsonl", "adversarial.jsonl"] {
+        std::fs::write(dir.path().join(empty), "").unwrap();
+    }
+    let corpus = Corpus::load(dir.path()).unwrap();
+    let options = Options {
+        schemas: None,
+        runs: 1,
+        iterations: 10,
+    };
+    let report = score::score(&corpus, &options);
+    let bedrock = report.keyers.last().unwrap();
+    assert!(bedrock.bedrock);
+    assert_eq!((bedrock.retries_caught, bedrock.errors), (1, 1));
+}

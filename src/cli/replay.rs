@@ -254,7 +254,7 @@ async fn run_with_config(
 }
 
 /// Sends every event `repeat` times through `handler`, `concurrency` at a time, in order; with
-/// `responses`, prints each invocation's [`response_line`] as it completes.
+/// `responses`, prints each invocation's [`response_line`] in invocation order.
 pub async fn replay<S: Store + 'static>(
     handler: Arc<Handler<S, DemoTool>>,
     files: Vec<EventFile>,
@@ -272,13 +272,7 @@ pub async fn replay<S: Store + 'static>(
     };
     let mut reports: Vec<FileReport> = vec![FileReport::default(); files.len()];
     let mut lines = InOrder::default();
-    let mut record = |summary: &mut Summary,
-                      Done {
-                          index,
-                          outcome,
-                          error,
-                          line,
-                      }: Done| {
+    let mut record = |summary: &mut Summary, (index, outcome, error, line): Done| {
         if let Some((sequence, line)) = line {
             lines.push(sequence, line, &progress);
         }
@@ -321,19 +315,12 @@ pub async fn replay<S: Store + 'static>(
                         };
                         let outcome = handled.outcome;
                         let line = responses.then(|| response_line(&file.path, handled));
-                        Done {
-                            index,
-                            outcome: Some(outcome),
-                            error,
-                            line: line.map(|l| (invocation, l)),
-                        }
+                        (index, Some(outcome), error, line.map(|l| (invocation, l)))
                     }
-                    Err(e) => Done {
-                        index,
-                        outcome: None,
-                        error: Some(e.clone()),
-                        line: responses.then(|| (invocation, unreadable_line(&file.path, e))),
-                    },
+                    Err(e) => {
+                        let line = responses.then(|| (invocation, unreadable_line(&file.path, e)));
+                        (index, None, Some(e.clone()), line)
+                    }
                 }
             });
             while let Some(done) = tasks.try_join_next() {
@@ -375,14 +362,14 @@ pub fn response_line(event: &std::path::Path, handled: Handled) -> String {
     Value::Object(line).to_string()
 }
 
-/// One finished invocation of the file at `index` (`outcome` `None`: the file is not JSON).
-struct Done {
-    index: usize,
-    outcome: Option<Outcome>,
-    error: Option<String>,
-    /// With `--responses`: the invocation's sequence number and its line.
-    line: Option<(usize, String)>,
-}
+/// One finished invocation: the file's index, its outcome (`None`: the file is not JSON), the first
+/// error, and with `--responses` the invocation's sequence number and line.
+type Done = (
+    usize,
+    Option<Outcome>,
+    Option<String>,
+    Option<(usize, String)>,
+);
 
 /// The `--responses` line of a file that is not JSON: no invocation happened.
 fn unreadable_line(event: &std::path::Path, error: &str) -> String {

@@ -83,12 +83,13 @@ const TURNS: [(&str, &str); 8] = [
     ),
 ];
 
-fn turn(run_id: &str) -> &'static str {
-    TURNS
-        .iter()
-        .find(|(id, _)| *id == run_id)
-        .map(|(_, text)| *text)
-        .unwrap_or_else(|| panic!("no user turn for run {run_id}"))
+/// The user turn of a run: the spec's text for its runs; for a run of another corpus (`dedup audit
+/// --export-corpus`), one text per run id, so that its calls share a turn all the same.
+fn turn(run_id: &str) -> String {
+    TURNS.iter().find(|(id, _)| *id == run_id).map_or_else(
+        || format!("The user's turn of agent run {run_id}."),
+        |(_, text)| text.to_string(),
+    )
 }
 
 /// The Bedrock type a schema property is declared with.
@@ -191,7 +192,7 @@ fn event(
     let mut event = vec![
         ("messageVersion".into(), J::str("1.0")),
         ("agent".into(), agent()),
-        ("inputText".into(), J::str(turn(&side.run_id))),
+        ("inputText".into(), J::Str(turn(&side.run_id))),
         ("sessionId".into(), J::Str(side.run_id.clone())),
         ("actionGroup".into(), J::str(ACTION_GROUP)),
     ];
@@ -223,11 +224,12 @@ fn event(
 /// carry their step (only a deliberate repeat needs it; everything else sits at one step of one turn).
 fn sending(pair: &Pair) -> (Style, bool) {
     match (pair.section.as_str(), pair.class.as_str()) {
+        // A corpus exported from logs names no serializer: its sides are sent as written.
         ("retries", _) => (
             pair.serializer
                 .as_deref()
                 .and_then(Style::from_name)
-                .unwrap_or_else(|| panic!("{}: unknown serializer", pair.id)),
+                .unwrap_or(Style::Default),
             false,
         ),
         ("distinct", "deliberate_repeat") => (Style::Default, true),
@@ -250,24 +252,23 @@ fn value_type(value: &J) -> &'static str {
 /// Bedrock parameter types for every tool's top-level arguments, derived from the values the tool
 /// receives, as a developer who writes no JSON Schema declares them in the action group: a number
 /// with a fraction or exponent anywhere makes the parameter `number`, integers only make it
-/// `integer`; objects are `string`. Read from the original side of every pair (the retry side
-/// drifts: `"4200"` for `4200`), and from the other side for an argument only it has.
+/// `integer`; objects are `string`, and so is an argument whose values disagree otherwise (one
+/// declaration must fit them all). Read from the original side of every pair (the retry side
+/// drifts: `"4200"` for `4200`), and from the other side for an argument only it has. Sides whose
+/// arguments are not a JSON object are skipped.
 #[derive(Debug, Clone, Default)]
 pub struct DeclaredTypes {
     types: BTreeMap<(String, String), &'static str>,
 }
 
 impl DeclaredTypes {
-    /// # Panics
-    /// When one argument of one tool holds values of two Bedrock types (other than integer and
-    /// number): no single declaration fits it.
     pub fn from_values<'a>(pairs: impl IntoIterator<Item = &'a Pair> + Clone) -> DeclaredTypes {
         let mut declared = DeclaredTypes::default();
         for original in [true, false] {
             for pair in pairs.clone() {
                 let side = if original { &pair.a } else { &pair.b };
-                let J::Obj(members) = J::parse(&side.args) else {
-                    panic!("{}: arguments are not an object", pair.id)
+                let Some(J::Obj(members)) = J::try_parse(&side.args) else {
+                    continue;
                 };
                 for (name, value) in members.iter().filter(|(_, v)| *v != J::Null) {
                     let key = (pair.tool.clone(), name.clone());
@@ -281,10 +282,9 @@ impl DeclaredTypes {
                         Some("integer" | "number") if matches!(found, "integer" | "number") => {
                             declared.types.insert(key, "number");
                         }
-                        Some(known) => panic!(
-                            "{}: {}.{name} holds both {known} and {found}",
-                            pair.id, pair.tool
-                        ),
+                        Some(_) => {
+                            declared.types.insert(key, "string");
+                        }
                     }
                 }
             }
@@ -304,6 +304,9 @@ impl DeclaredTypes {
 /// Both sides of `pair` as the events Bedrock sends for a tool declared per `declared`: what the
 /// executor sees with no policy file. Retries keep the pair's serializer for nested JSON text;
 /// deliberate repeats carry their steps (`dedup_step`); every other pair sits in one turn.
+///
+/// # Panics
+/// When a side's arguments are not a JSON object (no event can carry them).
 pub fn pair_events(pair: &Pair, flavour: Flavour, declared: &DeclaredTypes) -> [String; 2] {
     let (b_style, with_step) = sending(pair);
     let declared = |name: &str| declared.get(&pair.tool, name);

@@ -57,6 +57,11 @@ impl J {
         J::from_node(node)
     }
 
+    /// Parses JSON text, or `None` when it is not JSON the key core reads (64 levels at most).
+    pub fn try_parse(text: &str) -> Option<J> {
+        json::parse(text, 64).ok().map(J::from_node)
+    }
+
     fn from_node(node: Node<'_>) -> J {
         match node {
             Node::Null => J::Null,

@@ -11,6 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use super::events::{DeclaredTypes, Flavour, pair_events};
+use super::pyjson::J;
 use super::{Corpus, Expect, Pair};
 use crate::bedrock::Envelope;
 use crate::key::{Call, Key, Keyer, Schema, Strategy};
@@ -121,17 +122,25 @@ struct BedrockSide {
 }
 
 impl BedrockSide {
-    fn read(event: &str, id: &str) -> BedrockSide {
-        let event: serde_json::Value = serde_json::from_str(event).expect("the generator's event");
-        let call = Envelope::parse(&event)
-            .and_then(|e| e.tool_call())
-            .unwrap_or_else(|e| panic!("{id}: the adapter refused the event: {e}"));
-        let schema = Schema::from_declared_types(call.declared_types())
-            .unwrap_or_else(|e| panic!("{id}: {e}"));
-        BedrockSide {
+    /// The side as the adapter reads its event; `None` when the adapter refuses it.
+    fn read(event: &str) -> Option<BedrockSide> {
+        let event: serde_json::Value = serde_json::from_str(event).ok()?;
+        let call = Envelope::parse(&event).and_then(|e| e.tool_call()).ok()?;
+        let schema = Schema::from_declared_types(call.declared_types()).ok()?;
+        Some(BedrockSide {
             tool: call.tool().to_string(),
             args: call.args,
             schema,
+        })
+    }
+
+    /// A side no event can carry (its arguments are no JSON object, or the adapter refuses them):
+    /// kept as written, so that the keyer refuses it and the pair counts as an error.
+    fn unsendable(pair: &Pair, side: &super::Side) -> BedrockSide {
+        BedrockSide {
+            tool: pair.tool.clone(),
+            args: side.args.clone(),
+            schema: Schema::default(),
         }
     }
 }
@@ -156,8 +165,18 @@ fn bedrock_sides(corpus: &Corpus) -> Vec<[BedrockSide; 2]> {
         .pairs
         .iter()
         .map(|pair| {
-            pair_events(pair, Flavour::FunctionDetails, &declared)
-                .map(|event| BedrockSide::read(&event, &pair.id))
+            let sendable = [&pair.a, &pair.b]
+                .iter()
+                .all(|side| matches!(J::try_parse(&side.args), Some(J::Obj(_))));
+            let events = sendable.then(|| pair_events(pair, Flavour::FunctionDetails, &declared));
+            let read =
+                events.and_then(|[a, b]| Some([BedrockSide::read(&a)?, BedrockSide::read(&b)?]));
+            read.unwrap_or_else(|| {
+                [
+                    BedrockSide::unsendable(pair, &pair.a),
+                    BedrockSide::unsendable(pair, &pair.b),
+                ]
+            })
         })
         .collect()
 }
