@@ -6,13 +6,12 @@
 use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
-fn thread_cpu_time() -> Option<Duration> {
+fn cpu_time(clock: i32) -> Option<Duration> {
     #[repr(C)]
     struct Timespec {
         tv_sec: i64,
         tv_nsec: i64,
     }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
     unsafe extern "C" {
         fn clock_gettime(clock: i32, time: *mut Timespec) -> i32;
     }
@@ -22,13 +21,27 @@ fn thread_cpu_time() -> Option<Duration> {
     };
     // SAFETY: `t` is a valid, writable timespec (64-bit fields on the 64-bit Linux targets we run
     // on); clock_gettime only writes it.
-    let ok = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    let ok = unsafe { clock_gettime(clock, &mut t) } == 0;
     ok.then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn thread_cpu_time() -> Option<Duration> {
+fn cpu_time(_clock: i32) -> Option<Duration> {
     None
+}
+
+/// This thread's CPU time (Linux only).
+fn thread_cpu_time() -> Option<Duration> {
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    cpu_time(CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The CPU time of the whole process, all threads (Linux only): for work that an async runtime
+/// may move between threads (examples/peer_driver.rs).
+#[allow(dead_code)]
+pub fn process_cpu_time() -> Option<Duration> {
+    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
+    cpu_time(CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// Thread CPU time where the platform has it (Linux), else wall time.
