@@ -85,6 +85,10 @@ impl Dispatcher for FaultyDemoTool {
         self.0.route(action_group, tool)
     }
 
+    fn max_run_time(&self, target: &str) -> Duration {
+        self.0.max_run_time(target)
+    }
+
     async fn invoke(
         &self,
         target: &str,
