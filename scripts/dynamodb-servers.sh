@@ -176,6 +176,8 @@ cmd_start() {
   cat >"$ENV_FILE" <<ENV
 export DEDUP_TEST_MOTO_ENDPOINT=$moto_url
 export DEDUP_TEST_DYNALITE_ENDPOINT=$dyn_url
+export DEDUP_TEST_MOTO_PID=$moto_pid
+export DEDUP_TEST_DYNALITE_PID=$dyn_pid
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1

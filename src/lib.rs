@@ -15,12 +15,14 @@
 //! - [`config`], [`telemetry`]: environment and observability.
 //! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
 //! - [`cost`]: the token-waste versus store-cost model.
+//! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
 //! - [`cli`]: the `dedup` command line.
 pub mod adapter;
 pub mod agentcore;
 pub mod audit;
 pub mod aws;
 pub mod bedrock;
+pub mod chaos;
 pub mod cli;
 pub mod config;
 pub mod corpus;

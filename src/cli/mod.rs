@@ -2,6 +2,7 @@
 //! binary only calls [`main`].
 
 pub mod audit;
+pub mod chaos;
 pub mod corpus;
 pub mod cost;
 pub mod key;
@@ -41,6 +42,8 @@ enum Command {
     Corpus(corpus::CorpusArgs),
     /// Run Bedrock event files through the real handler, with the demo tool in-process.
     Replay(replay::ReplayArgs),
+    /// Soak the handler and a local DynamoDB server under random faults; check the demo ledger.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
@@ -54,6 +57,7 @@ pub fn main() -> ExitCode {
         Command::Score(args) => score::run(args),
         Command::Corpus(args) => corpus::run(args),
         Command::Replay(args) => replay::run(args),
+        Command::Chaos(args) => chaos::run(args),
     };
     match result {
         Ok(code) => code,

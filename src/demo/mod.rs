@@ -161,6 +161,16 @@ impl DemoTool {
         event: &Value,
         custom: Option<&HashMap<String, String>>,
     ) -> Result<Value, DemoError> {
+        self.perform_with_context(event, custom)
+            .map(|done| done.reply)
+    }
+
+    /// [`DemoTool::handle_with_context`], also saying which ledger entry (receipt) it wrote.
+    pub fn perform_with_context(
+        &self,
+        event: &Value,
+        custom: Option<&HashMap<String, String>>,
+    ) -> Result<Performed, DemoError> {
         let tool = custom.and_then(|c| {
             c.get(agentcore::TOOL_NAME)
                 .map(|t| {
@@ -173,7 +183,7 @@ impl DemoTool {
             (Some(tool), Some(arguments)) => {
                 let dedup_key = custom.and_then(|c| c.get(agentcore::DEDUP_KEY_CONTEXT));
                 let session = custom.and_then(|c| c.get(agentcore::SESSION_ID));
-                let (mut receipt, declined) = self.perform(
+                let (mut receipt, declined, receipt_id) = self.record(
                     tool,
                     arguments.clone(),
                     json!({"session_id": session, "dedup_key": dedup_key}),
@@ -181,26 +191,33 @@ impl DemoTool {
                 if declined {
                     receipt["isError"] = json!(true);
                 }
-                Ok(receipt)
+                Ok(Performed {
+                    reply: receipt,
+                    receipt_id: Some(receipt_id),
+                })
             }
-            _ => self.handle(event),
+            _ => self.perform(event),
         }
     }
 
     /// Performs the call in `event` and returns its Bedrock response.
     pub fn handle(&self, event: &Value) -> Result<Value, DemoError> {
+        self.perform(event).map(|done| done.reply)
+    }
+
+    /// [`DemoTool::handle`], also saying which ledger entry (receipt) the call wrote, if any: the
+    /// chaos soak ties each side effect to the invocation that made it.
+    pub fn perform(&self, event: &Value) -> Result<Performed, DemoError> {
         let envelope = Envelope::parse(event)?;
         let reply_to = strip_dedup_key(envelope.reply_to.clone());
         let call = match envelope.tool_call() {
             Ok(call) => call,
             Err(EventError::Arguments { message, .. }) => {
                 let body = json!({"error": "invalid_arguments", "message": message});
-                return Ok(response::finish(
-                    &reply_to,
-                    Some(ResponseState::Reprompt),
-                    400,
-                    &body,
-                ));
+                return Ok(Performed {
+                    reply: response::finish(&reply_to, Some(ResponseState::Reprompt), 400, &body),
+                    receipt_id: None,
+                });
             }
             Err(e) => return Err(e.into()),
         };
@@ -212,27 +229,31 @@ impl DemoTool {
         let dedup_key = event
             .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
             .and_then(Value::as_str);
-        let (receipt, declined) = self.perform(
+        let (receipt, declined, receipt_id) = self.record(
             call.tool(),
             arguments,
             json!({"action_group": call.reply_to.action_group, "session_id": call.session_id,
                    "dedup_key": dedup_key}),
         )?;
-        Ok(if declined {
+        let reply = if declined {
             response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
         } else {
             response::success(&reply_to, &receipt)
+        };
+        Ok(Performed {
+            reply,
+            receipt_id: Some(receipt_id),
         })
     }
 
-    /// Records one side effect and builds its receipt; `true` when the charge was declined.
+    /// Records one side effect and builds its receipt: `(receipt, declined, receipt id)`.
     /// `context` (an object) is merged into the ledger entry.
-    fn perform(
+    fn record(
         &self,
         tool: &str,
         arguments: Map<String, Value>,
         context: Value,
-    ) -> Result<(Value, bool), DemoError> {
+    ) -> Result<(Value, bool, String), DemoError> {
         let kind = Kind::of(tool);
         let declined = kind == Kind::Charge
             && arguments
@@ -277,8 +298,17 @@ impl DemoTool {
         if declined {
             receipt["decline_code"] = json!("card_declined");
         }
-        Ok((receipt, declined))
+        Ok((receipt, declined, receipt_id))
     }
+}
+
+/// What [`DemoTool::perform`] did.
+#[derive(Debug, Clone)]
+pub struct Performed {
+    /// The reply: a Bedrock response, or the receipt object for an arguments-object call.
+    pub reply: Value,
+    /// The receipt of the ledger entry written; `None` when nothing was (invalid arguments).
+    pub receipt_id: Option<String>,
 }
 
 /// The tool's reply must not carry the executor's key back into the session.
@@ -350,13 +380,10 @@ impl Dispatcher for DemoTool {
         &self,
         target: &str,
         payload: Vec<u8>,
-        timeout: Duration,
+        _timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
-        let forward = Forward {
-            payload,
-            client_context: None,
-        };
-        self.invoke_forward(target, forward, timeout).await
+        self.perform_payload(target, &payload)
+            .map(|(reply, _receipt)| reply)
     }
 
     async fn invoke_forward(
@@ -365,12 +392,36 @@ impl Dispatcher for DemoTool {
         forward: Forward,
         _timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
+        self.perform_forward(target, &forward.payload, forward.client_context.as_deref())
+            .map(|(reply, _receipt)| reply)
+    }
+}
+
+impl DemoTool {
+    /// What the in-process dispatcher does with a forwarded event: the reply's bytes and the
+    /// receipt written, or the error a tool Lambda would raise.
+    pub fn perform_payload(
+        &self,
+        target: &str,
+        payload: &[u8],
+    ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
+        self.perform_forward(target, payload, None)
+    }
+
+    /// [`DemoTool::perform_payload`] with the forwarded client context (JSON text), as the Lambda
+    /// runtime would hand it to the tool.
+    pub fn perform_forward(
+        &self,
+        target: &str,
+        payload: &[u8],
+        client_context: Option<&str>,
+    ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
         let function_error = |kind: &str, message: String| DispatchError::FunctionError {
             target: target.to_string(),
             kind: kind.to_string(),
             message,
         };
-        let event: Value = serde_json::from_slice(&forward.payload)
+        let event: Value = serde_json::from_slice(payload)
             .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
         // What the Lambda runtime would hand the tool as `Context::client_context.custom`.
         #[derive(serde::Deserialize)]
@@ -378,20 +429,22 @@ impl Dispatcher for DemoTool {
             #[serde(default)]
             custom: HashMap<String, String>,
         }
-        let context: Option<ClientContext> = match &forward.client_context {
+        let context: Option<ClientContext> = match client_context {
             Some(json) => Some(
                 serde_json::from_str(json)
                     .map_err(|e| function_error("InvalidClientContext", e.to_string()))?,
             ),
             None => None,
         };
-        let reply = self
-            .handle_with_context(&event, context.as_ref().map(|c| &c.custom))
+        let done = self
+            .perform_with_context(&event, context.as_ref().map(|c| &c.custom))
             .map_err(|e| {
                 let d = lambda_runtime::Diagnostic::from(e);
                 function_error(&d.error_type, d.error_message)
             })?;
-        serde_json::to_vec(&reply).map_err(|e| function_error("Internal", e.to_string()))
+        let reply = serde_json::to_vec(&done.reply)
+            .map_err(|e| function_error("Internal", e.to_string()))?;
+        Ok((reply, done.receipt_id))
     }
 }
 

@@ -1,0 +1,227 @@
+//! The soak's workload, fixed by the seed: distinct calls (corpus events and generated ones),
+//! how often and when each is sent, and which tool fault each invocation carries.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::attempt::ToolFault;
+
+/// One distinct call: its own session, so the ledger tells calls apart without the keyer.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub session_id: String,
+    /// Where the event came from: a corpus file name, or `generated`.
+    pub source: String,
+    pub event: Value,
+}
+
+/// One invocation.
+#[derive(Debug, Clone)]
+pub struct Send {
+    pub call: usize,
+    /// When it starts, from the start of the run.
+    pub at: Duration,
+    pub fault: ToolFault,
+    /// The call's event with its parameters in a shuffled order (the same call as the agent
+    /// would resend it).
+    pub event: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub calls: Vec<Call>,
+    /// In start order.
+    pub sends: Vec<Send>,
+    /// The planned length of the run.
+    pub span: Duration,
+    /// Store outages and server pauses: (start, length).
+    pub outages: Vec<(Duration, Duration)>,
+    pub pauses: Vec<(Duration, Duration)>,
+}
+
+/// Per mille of invocations that carry each tool fault.
+pub const TOOL_FAULTS: [(ToolFault, u32); 7] = [
+    (ToolFault::ErrorBeforeEffect, 35),
+    (ToolFault::CrashAfterEffect, 25),
+    (ToolFault::HangPastTimeout, 30),
+    (ToolFault::SlowPastDeadline, 25),
+    (ToolFault::KillBeforeEffect, 30),
+    (ToolFault::KillAfterEffect, 25),
+    (ToolFault::PauseBeforeComplete, 25),
+];
+
+/// Sends of one call that are not part of its opening burst spread over this long (a few leases).
+const SPREAD: Duration = Duration::from_secs(10);
+/// A burst: the sends land within this window, racing for the claim.
+const BURST: Duration = Duration::from_millis(100);
+/// One store outage and one server pause per this much planned run time (at least one each).
+const OUTAGE_EVERY: Duration = Duration::from_secs(8);
+
+/// Builds the plan. `corpus` holds `(file name, event)` of executable events; `rate` is the
+/// planned invocations per second; `excluded` tool faults are never drawn.
+pub fn build(
+    seed: u64,
+    invocations: usize,
+    rate: f64,
+    corpus: &[(String, Value)],
+    excluded: &[ToolFault],
+) -> Plan {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let span = Duration::from_secs_f64(invocations as f64 / rate.max(1.0));
+    let mut order: Vec<usize> = (0..corpus.len()).collect();
+    rng.shuffle(&mut order);
+    let mut calls = Vec::new();
+    let mut sends = Vec::new();
+    let mut next_corpus = 0;
+    while sends.len() < invocations {
+        let id = calls.len();
+        let session_id = format!("chaos-{seed}-{id}");
+        let (source, mut event) = if !order.is_empty() && rng.u32(0..10) < 7 {
+            let (name, event) = &corpus[order[next_corpus % order.len()]];
+            next_corpus += 1;
+            (name.clone(), event.clone())
+        } else {
+            ("generated".to_string(), generated(&mut rng))
+        };
+        event["sessionId"] = json!(session_id);
+        let center = span.mul_f64(rng.f64());
+        let copies = rng.usize(1..=20).min(invocations - sends.len());
+        for _ in 0..copies {
+            let offset = if rng.u32(0..10) < 4 {
+                BURST.mul_f64(rng.f64())
+            } else {
+                SPREAD.mul_f64(rng.f64())
+            };
+            sends.push(Send {
+                call: id,
+                at: center + offset,
+                fault: draw_fault(&mut rng, excluded),
+                event: shuffled(&event, &mut rng),
+            });
+        }
+        calls.push(Call {
+            session_id,
+            source,
+            event,
+        });
+    }
+    sends.sort_by_key(|s| s.at);
+    let windows = |rng: &mut fastrand::Rng| {
+        let n = (span.as_secs_f64() / OUTAGE_EVERY.as_secs_f64())
+            .ceil()
+            .max(1.0) as usize;
+        let mut w: Vec<_> = (0..n)
+            .map(|_| {
+                (
+                    span.mul_f64(rng.f64()),
+                    Duration::from_millis(rng.u64(300..2500)),
+                )
+            })
+            .collect();
+        w.sort();
+        w
+    };
+    let outages = windows(&mut rng);
+    let pauses = windows(&mut rng);
+    Plan {
+        calls,
+        sends,
+        span,
+        outages,
+        pauses,
+    }
+}
+
+fn draw_fault(rng: &mut fastrand::Rng, excluded: &[ToolFault]) -> ToolFault {
+    let roll = rng.u32(0..1000);
+    let mut acc = 0;
+    for (fault, per_mille) in TOOL_FAULTS {
+        acc += per_mille;
+        if roll < acc {
+            return if excluded.contains(&fault) {
+                ToolFault::None
+            } else {
+                fault
+            };
+        }
+    }
+    ToolFault::None
+}
+
+/// The event with its `parameters` list (function events) shuffled.
+fn shuffled(event: &Value, rng: &mut fastrand::Rng) -> Value {
+    let mut event = event.clone();
+    if let Some(params) = event.get_mut("parameters").and_then(Value::as_array_mut) {
+        rng.shuffle(params);
+    }
+    event
+}
+
+/// A fresh call of the demo tool's payments and helpdesk functions, with random arguments.
+fn generated(rng: &mut fastrand::Rng) -> Value {
+    let param =
+        |name: &str, ty: &str, value: String| json!({"name": name, "type": ty, "value": value});
+    let (group, function, params) = match rng.u32(0..3) {
+        0 => {
+            let customer = if rng.u32(0..8) == 0 {
+                format!("cus_declined_{}", rng.u32(1000..9999))
+            } else {
+                format!("cus_{:06x}", rng.u32(0..0xff_ffff))
+            };
+            (
+                "payments",
+                "charge_card",
+                vec![
+                    param("customer_id", "string", customer),
+                    param(
+                        "amount",
+                        "number",
+                        format!("{}.{:02}", rng.u32(1..5000), rng.u32(0..100)),
+                    ),
+                    param(
+                        "currency",
+                        "string",
+                        ["USD", "EUR", "GBP"][rng.usize(0..3)].into(),
+                    ),
+                    param("capture", "boolean", rng.bool().to_string()),
+                ],
+            )
+        }
+        1 => (
+            "payments",
+            "refund",
+            vec![
+                param("charge_id", "string", format!("ch_{:08x}", rng.u32(..))),
+                param("amount", "number", format!("{}", rng.u32(1..900))),
+            ],
+        ),
+        _ => (
+            "helpdesk",
+            "create_ticket",
+            vec![
+                param(
+                    "subject",
+                    "string",
+                    format!("Order {} did not arrive", rng.u32(10_000..99_999)),
+                ),
+                param(
+                    "priority",
+                    "string",
+                    ["low", "normal", "high"][rng.usize(0..3)].into(),
+                ),
+            ],
+        ),
+    };
+    json!({
+        "messageVersion": "1.0",
+        "agent": {"name": "toolcall-dedup-chaos-agent", "id": "CHAOS0AGNT", "alias": "TSTALIASID", "version": "DRAFT"},
+        "inputText": format!("please {function}"),
+        "sessionId": "",
+        "actionGroup": group,
+        "function": function,
+        "parameters": params,
+        "sessionAttributes": {},
+        "promptSessionAttributes": {}
+    })
+}

@@ -1,0 +1,112 @@
+//! `dedup chaos`: the randomized fault soak with the ledger oracle (see [`crate::chaos`]).
+//!
+//! `scripts/chaos` installs and starts the servers, passes their endpoints and processes through
+//! the `DEDUP_TEST_*` variables, and stops them after. The summary goes to stdout; its last line
+//! is one JSON object; the exit code is 1 when the oracle found a double execution, a lost result
+//! or a stuck claim.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::CliError;
+use crate::chaos::attempt::ToolFault;
+use crate::chaos::{SoakConfig, SoakReport, soak};
+
+#[derive(Debug, clap::Args)]
+pub struct ChaosArgs {
+    /// Fixes the calls, their interleaving and their faults.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Invocations per server.
+    #[arg(long, default_value_t = 2000)]
+    pub invocations: usize,
+    #[arg(long, default_value = "both", value_parser = ["moto", "dynalite", "both"])]
+    pub server: String,
+    /// Invocations in flight at most.
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Planned invocations per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    #[arg(long, env = "DEDUP_TEST_MOTO_ENDPOINT")]
+    pub moto_endpoint: Option<String>,
+    #[arg(long, env = "DEDUP_TEST_DYNALITE_ENDPOINT")]
+    pub dynalite_endpoint: Option<String>,
+    /// The moto process, paused (SIGSTOP/SIGCONT) in the pause windows.
+    #[arg(long, env = "DEDUP_TEST_MOTO_PID")]
+    pub moto_pid: Option<u32>,
+    #[arg(long, env = "DEDUP_TEST_DYNALITE_PID")]
+    pub dynalite_pid: Option<u32>,
+    /// The events directory (its corpus/ is sent).
+    #[arg(long, default_value = "events")]
+    pub events: PathBuf,
+    /// Leave a tool fault out (repeatable), e.g. `tool_crash_after_effect`.
+    #[arg(long, value_name = "FAULT")]
+    pub without: Vec<String>,
+    /// Where the ledgers go [default: the temp directory].
+    #[arg(long)]
+    pub ledger_dir: Option<PathBuf>,
+}
+
+pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
+    let excluded = args
+        .without
+        .iter()
+        .map(|name| {
+            ToolFault::from_name(name)
+                .ok_or_else(|| CliError::Usage(format!("unknown fault {name:?}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let servers: &[&str] = match args.server.as_str() {
+        "both" => &["moto", "dynalite"],
+        "moto" => &["moto"],
+        _ => &["dynalite"],
+    };
+    let mut configs = Vec::new();
+    for &server in servers {
+        let (endpoint, pid) = match server {
+            "moto" => (&args.moto_endpoint, args.moto_pid),
+            _ => (&args.dynalite_endpoint, args.dynalite_pid),
+        };
+        let endpoint = endpoint.clone().ok_or_else(|| {
+            CliError::Usage(format!(
+                "no {server} endpoint: pass --{server}-endpoint or run scripts/chaos"
+            ))
+        })?;
+        configs.push(SoakConfig {
+            seed: args.seed,
+            invocations: args.invocations,
+            server: server.into(),
+            endpoint,
+            server_pid: pid,
+            concurrency: args.concurrency,
+            rate: args.rate,
+            events_dir: args.events.clone(),
+            excluded: excluded.clone(),
+            ledger_dir: args.ledger_dir.clone().unwrap_or_else(std::env::temp_dir),
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let mut total: Option<SoakReport> = None;
+    for cfg in &configs {
+        let report = runtime
+            .block_on(soak(cfg))
+            .map_err(|e| CliError::Usage(format!("chaos soak on {}: {e}", cfg.server)))?;
+        print!("{}", report.summary());
+        total = Some(match total {
+            Some(t) => t.merge(report),
+            None => report,
+        });
+    }
+    let total = total.expect("at least one server");
+    let mut line = serde_json::to_value(&total).map_err(std::io::Error::other)?;
+    line.as_object_mut().map(|o| o.remove("findings"));
+    println!("{line}");
+    Ok(if total.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
