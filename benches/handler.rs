@@ -7,6 +7,8 @@
 
 #[path = "support/cpu.rs"]
 mod cpu;
+#[path = "../tests/common/fixture.rs"]
+mod fixture;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -14,11 +16,12 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use toolcall_dedup::adapter::{Door, Scoping};
 use toolcall_dedup::bedrock::{self, Envelope};
-use toolcall_dedup::config::{Config, Scope};
+use toolcall_dedup::config::Scope;
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{Handler, Invocation};
+use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
@@ -50,6 +53,20 @@ fn event_at_step(step: u64) -> Value {
     event
 }
 
+/// An AgentCore Gateway call at its own step (`events/agentcore/charge_card.json`).
+fn agentcore_at_step(step: u64) -> Value {
+    let mut event = fixture::event("agentcore/charge_card.json");
+    event["dedup_step"] = Value::from(step);
+    event
+}
+
+/// An invoke envelope at its own step (`events/envelope/charge_card.json`).
+fn envelope_at_step(step: u64) -> Value {
+    let mut event = fixture::event("envelope/charge_card.json");
+    event["step"] = Value::from(step);
+    event
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -58,12 +75,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
-    Handler::new(
-        MemoryStore::new(),
-        DemoTool::new(Ledger::memory()),
-        &Config::default(),
-        telemetry,
-    )
+    fixture::demo_handler(telemetry)
 }
 
 /// What the parse stage produces and the later stages read.
@@ -207,8 +219,7 @@ fn stages(c: &mut Criterion) {
     group.bench_function("respond_first_sight", |b| {
         // forward the event with the key added, check the tool's reply, answer it
         b.iter(|| {
-            let forwarded = bedrock::forward_event(black_box(&event), Some(&k));
-            let payload = serde_json::to_vec(&forwarded).unwrap();
+            let payload = bedrock::forward_bytes(black_box(&event), Some(&k)).unwrap();
             let class = bedrock::validate_reply(&reply, &parsed.call.reply_to).unwrap();
             let answer = RawValue::from_string(String::from_utf8(reply.clone()).unwrap()).unwrap();
             black_box((payload, class, answer))
@@ -242,15 +253,30 @@ fn time_handle(
     events: &[Value],
     repeat: bool,
 ) -> Duration {
+    time_handle_with(rt, now, telemetry, events, repeat, None)
+}
+
+fn time_handle_with(
+    rt: &tokio::runtime::Runtime,
+    now: &dyn Fn() -> Duration,
+    telemetry: &Telemetry,
+    events: &[Value],
+    repeat: bool,
+    client_context: Option<&ClientContext>,
+) -> Duration {
     let h = handler(telemetry.clone());
     let invocation = Invocation::default();
     rt.block_on(async {
         if repeat {
-            h.handle(&events[0], &invocation).await;
+            h.handle_with_context(&events[0], &invocation, client_context)
+                .await;
         }
         let start = now();
         for event in events {
-            black_box(h.handle(black_box(event), &invocation).await);
+            black_box(
+                h.handle_with_context(black_box(event), &invocation, client_context)
+                    .await,
+            );
         }
         now().saturating_sub(start)
     })
@@ -418,8 +444,7 @@ fn summary(_: &mut Criterion) {
             timed(
                 n,
                 Box::new(|| {
-                    let forwarded = bedrock::forward_event(black_box(&event), Some(&k));
-                    let payload = serde_json::to_vec(&forwarded).unwrap();
+                    let payload = bedrock::forward_bytes(black_box(&event), Some(&k)).unwrap();
                     let class = bedrock::validate_reply(&reply, &parsed.call.reply_to).unwrap();
                     let answer =
                         RawValue::from_string(String::from_utf8(reply.clone()).unwrap()).unwrap();
@@ -512,6 +537,75 @@ fn summary(_: &mut Criterion) {
         value_us + first_logged - key_us - tool_us,
         value_us + repeat_logged - key_us,
     );
+    // Every entry point, the same way: the runtime's bytes → Value, the adapter's call keyed, the
+    // demo tool's own work, and handle() at first sight with EMF and the log line.
+    let scoping = Scoping {
+        step_attribute: "dedup_step",
+        run_argument: "dedup_run_id",
+        scope: Scope::Turn,
+    };
+    type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
+    let flavours: [Flavour; 3] = [
+        ("Bedrock action group", event_at_step, None),
+        (
+            "AgentCore Gateway",
+            agentcore_at_step,
+            fixture::client_context("agentcore/charge_card.json"),
+        ),
+        ("invoke envelope", envelope_at_step, None),
+    ];
+    eprintln!("  per entry point, first sight, EMF + log line, µs:");
+    for (name, make, client_context) in &flavours {
+        let event = make(1);
+        let bytes = serde_json::to_vec(&event).unwrap();
+        let door = Door::detect(&event, client_context.as_ref()).unwrap();
+        let call = door.call(scoping).unwrap();
+        let key_call = call.key_call(call.schema.as_ref());
+        let (k, _) = key(&keyer, &key_call);
+        let (group, tool_name) = door.route();
+        let target = tool.route(group, tool_name).unwrap();
+        let value = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    black_box(serde_json::from_slice::<Value>(black_box(&bytes)).unwrap());
+                }),
+            )
+        });
+        let keyed = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    black_box(key(&keyer, black_box(&key_call)));
+                }),
+            )
+        });
+        // The tool's own work only: the forwarded payload is built once, outside the timing.
+        let forwarded = door.forward(Some(&k), scoping).unwrap();
+        let tool_us = median_us(rounds, n, |n| {
+            timed(
+                n,
+                Box::new(|| {
+                    let forward = forwarded.clone();
+                    black_box(
+                        rt.block_on(tool.invoke_forward(&target, forward, Duration::from_secs(5)))
+                            .unwrap(),
+                    );
+                }),
+            )
+        });
+        let handled = tracing::subscriber::with_default(lambda_log(), || {
+            median_us(rounds, n, |n| {
+                let events: Vec<Value> = (0..n as u64).map(make).collect();
+                time_handle_with(&rt, &cpu_now, &emf, &events, false, client_context.as_ref())
+            })
+        });
+        eprintln!(
+            "    {name:<22} handle {handled:>7.2}, key {keyed:>6.2}, tool {tool_us:>6.2}, bytes → Value {value:>5.2}: \
+             beyond the keyer {:>6.2}",
+            value + handled - keyed - tool_us
+        );
+    }
     let h = handler(Telemetry::quiet());
     let invocation = Invocation::default();
     let ev = event_at_step(1);

@@ -4,7 +4,7 @@
 #
 #   1. cfn-lint infra/template.yaml           must print nothing and exit 0
 #   2. sam validate (--lint, via samconfig)    when the SAM CLI is available
-#   3. events/**/*.json                        well-formed Bedrock events (hand-written and corpus)
+#   3. events/**/*.json                        well-formed events of every entry point (and corpus)
 #   4. npm ci + tsc + cdk synth (infra/cdk)    without compiling Rust
 #   5. cfn-lint on the CDK template            (W3005 ignored: a CDK artifact)
 #   6. scripts/compare_stacks.py --self-test   CDK synth vs SAM template
@@ -85,9 +85,13 @@ if "$PY" - <<'EOF'
 import glob, json, sys
 TYPES = {"string", "number", "integer", "boolean", "array"}
 bad = 0
-# Every event, the generated corpus included; key policies are not events.
+GATEWAY_KEYS = ("bedrockAgentCoreToolName", "bedrockAgentCoreGatewayId", "bedrockAgentCoreTargetId",
+                "bedrockAgentCoreMessageVersion", "bedrockAgentCoreSessionId")
+# Every event of every entry point, the generated corpus included. Key policies and AgentCore client
+# contexts are not events (a client context is checked with its event).
 files = sorted(f for f in glob.glob("events/**/*.json", recursive=True)
-               if f != "events/corpus/policy.json" and not f.startswith("events/policies/"))
+               if not f.endswith(("/policy.json", ".client-context.json"))
+               and not f.startswith("events/policies/"))
 for path in files:
     name = path.split("/")[-1]
     try:
@@ -95,10 +99,30 @@ for path in files:
             ev = json.load(fh)
     except ValueError as exc:
         print(f"  {path}: not JSON: {exc}"); bad += 1; continue
-    if name.startswith("bad-"):
-        continue  # malformed on purpose; only has to be JSON
     errs = []
-    if not isinstance(ev, dict):
+    if path.startswith("events/agentcore/"):
+        # The arguments object; the tool name and ids come in the client context beside it.
+        try:
+            with open(path[:-len(".json")] + ".client-context.json", encoding="utf-8") as fh:
+                custom = json.load(fh).get("custom")
+        except (OSError, ValueError, AttributeError) as exc:
+            custom = None; errs.append(f"client context: {exc}")
+        if not isinstance(custom, dict) or not all(isinstance(custom.get(k), str) for k in GATEWAY_KEYS):
+            errs.append("client context needs custom." + "/".join(GATEWAY_KEYS) + " (strings)")
+        elif not name.startswith("bad-"):
+            if custom["bedrockAgentCoreMessageVersion"] != "1.0": errs.append("message version != 1.0")
+            if "___" not in custom["bedrockAgentCoreToolName"]: errs.append("tool name without <target>___ prefix")
+            if not isinstance(ev, dict): errs.append("arguments not an object")
+    elif path.startswith("events/envelope/"):
+        if not name.startswith("bad-"):
+            if not isinstance(ev, dict) or not isinstance(ev.get("tool"), str): errs.append("needs a tool")
+            elif ("input" in ev) == ("args" in ev): errs.append("needs exactly one of input / args")
+            elif "input" in ev and not isinstance(ev["input"], dict): errs.append("input not an object")
+            elif "args" in ev and not isinstance(json.loads(ev["args"]), dict): errs.append("args not object text")
+            elif not ev.get("run_id"): errs.append("needs a run_id")
+    elif name.startswith("bad-"):
+        pass  # malformed on purpose; only has to be JSON
+    elif not isinstance(ev, dict):
         errs.append("not an object")
     else:
         if ev.get("messageVersion") != "1.0": errs.append("messageVersion != 1.0")

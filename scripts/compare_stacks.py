@@ -17,8 +17,9 @@ evaluated templates it checks:
     inline and attached policies, its managed policy ARNs and trust policy;
     plus least-privilege assertions on the dedup role (exactly the 4 item
     actions on the table ARN, InvokeFunction only on routed tools);
-  * Lambda permissions (principal, source account/ARN), the Bedrock agent's
-    action groups, parameters, the set of resources and outputs.
+  * Lambda permissions (principal, source account/ARN: Bedrock agents, one
+    AgentCore Gateway), the Bedrock agent's action groups, parameters, the set
+    of resources and outputs.
 
 It also asserts the fixed contract (pk/S HASH key, expires_at TTL,
 provided.al2023 + arm64) so both stacks cannot drift together.
@@ -55,6 +56,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "all-on": {
         "CreateDemoAgent": "true",
         "AgentArn": "arn:aws:bedrock:us-east-1:210987654321:agent/AGENT12345",
+        "AgentCoreGatewayArn": "arn:aws:bedrock-agentcore:us-east-1:210987654321:gateway/demo-gateway-k3x9q2",
         "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn,"
                                  "arn:aws:lambda:us-east-1:123456789012:function:charge-fn:*",
         "Routes": '{"payments/charge_card":"charge-fn","*":"default-fn"}',
@@ -418,9 +420,15 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                 rep.same(f"[{scen}] {rid} properties", s[rid]["Properties"], c[rid]["Properties"])
                 if s[rid]["Type"] == "AWS::Lambda::Permission":
                     p = s[rid]["Properties"]
-                    rep.expect(f"[{scen}] {rid} is bedrock.amazonaws.com with SourceAccount and SourceArn",
-                               p.get("Principal") == "bedrock.amazonaws.com" and p.get("SourceAccount")
+                    # Bedrock agents, or (the executor as a Lambda target) one AgentCore Gateway.
+                    principal = ("bedrock-agentcore.amazonaws.com" if rid == "AgentCoreGatewayInvokePermission"
+                                 else "bedrock.amazonaws.com")
+                    rep.expect(f"[{scen}] {rid} is {principal} with SourceAccount and SourceArn",
+                               p.get("Principal") == principal and p.get("SourceAccount")
                                and p.get("SourceArn") and "*" not in str(p.get("SourceArn")))
+                    if rid == "AgentCoreGatewayInvokePermission":
+                        rep.expect(f"[{scen}] {rid} is scoped to one gateway",
+                                   ":gateway/" in str(p.get("SourceArn")))
 
         rep.same(f"[{scen}] outputs", s_ev.outputs(), c_ev.outputs())
 
@@ -438,11 +446,12 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
     def mut_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_WAIT_MS"]
     def mut_param(t): t["Parameters"]["TtlSeconds"]["Default"] = 3600
     def mut_perm(t): del t["Resources"]["AgentInvokePermission"]["Properties"]["SourceAccount"]
+    def mut_gateway(t): t["Resources"]["AgentCoreGatewayInvokePermission"]["Properties"]["Principal"] = "bedrock.amazonaws.com"
     def mut_cache(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOCAL_CACHE_ITEMS"]
     def mut_layer(t): del t["Resources"]["DedupFunction"]["Properties"]["Layers"]
     def mut_ledger(t): t["Resources"]["DemoToolFunction"]["Properties"]["Environment"]["Variables"]["DEMO_LEDGER"] = "/var/x"
     mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
-                 mut_cache, mut_layer, mut_ledger]
+                 mut_cache, mut_layer, mut_ledger, mut_gateway]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)

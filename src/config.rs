@@ -265,6 +265,9 @@ pub struct Config {
     pub scope: Scope,
     /// Session attribute holding the caller's step (`DEDUP_STEP_ATTRIBUTE`).
     pub step_attribute: String,
+    /// The argument an AgentCore Gateway call names its run by when the Gateway sends no session
+    /// id (`DEDUP_RUN_ARGUMENT`).
+    pub run_argument: String,
     pub routes: Routes,
     /// `DEDUP_LAMBDA_ENDPOINT`: where tool Lambdas are invoked (e.g. `cargo lambda watch`).
     pub lambda_endpoint: Option<String>,
@@ -351,6 +354,7 @@ impl ErrorTypes {
 pub const DEFAULT_TTL_SECONDS: u64 = 86_400;
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEFAULT_STEP_ATTRIBUTE: &str = "dedup_step";
+pub const DEFAULT_RUN_ARGUMENT: &str = "dedup_run_id";
 pub const DEFAULT_METRICS_NAMESPACE: &str = "ToolcallDedup";
 
 impl Default for Config {
@@ -365,6 +369,7 @@ impl Default for Config {
             ttl: Duration::from_secs(DEFAULT_TTL_SECONDS),
             scope: Scope::Turn,
             step_attribute: DEFAULT_STEP_ATTRIBUTE.into(),
+            run_argument: DEFAULT_RUN_ARGUMENT.into(),
             routes: Routes::default(),
             lambda_endpoint: None,
             wait: Duration::from_millis(DEFAULT_WAIT_MS),
@@ -428,6 +433,7 @@ impl Config {
             None => Routes::default(),
         };
         let step_attribute = get("DEDUP_STEP_ATTRIBUTE").unwrap_or(defaults.step_attribute);
+        let run_argument = get("DEDUP_RUN_ARGUMENT").unwrap_or(defaults.run_argument);
         let policy_file = get("DEDUP_POLICY_FILE").map(PathBuf::from);
         let policies = match &policy_file {
             Some(path) => PolicySet::load(path)?,
@@ -442,6 +448,7 @@ impl Config {
             ttl: Duration::from_secs(ttl_s),
             scope: parsed(&get, Scope::VAR)?.unwrap_or(defaults.scope),
             step_attribute,
+            run_argument,
             routes,
             lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),
             wait: Duration::from_millis(parsed(&get, "DEDUP_WAIT_MS")?.unwrap_or(DEFAULT_WAIT_MS)),
@@ -584,6 +591,7 @@ mod tests {
         assert_eq!(c.ttl, Duration::from_secs(86_400));
         assert_eq!(c.wait, Duration::from_millis(10_000));
         assert_eq!(c.step_attribute, "dedup_step");
+        assert_eq!(c.run_argument, "dedup_run_id");
         assert!(c.cache_failures && c.routes.is_empty());
     }
 

@@ -209,8 +209,7 @@ impl Telemetry {
             ),
         }
         if let Some(namespace) = &self.emf_namespace {
-            self.sink
-                .write_line(&emf_line(namespace, r, now_ms()).to_string());
+            self.sink.write_line(&emf_text(namespace, r, now_ms()));
         }
     }
 
@@ -222,6 +221,46 @@ impl Telemetry {
         let line = call_line(keyer, call, outcome, self.log_calls == LogCalls::Full);
         self.sink.write_line(&line.to_string());
     }
+}
+
+/// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
+/// (it is on every invocation's path).
+pub fn emf_text(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
+    use crate::adapter::push_json_str;
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(640);
+    out.push_str("{\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":[[]],\"Metrics\":[");
+    for o in Outcome::ALL {
+        let _ = write!(out, "{{\"Name\":\"{}\",\"Unit\":\"Count\"}},", o.name());
+    }
+    out.push_str(
+        "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"}],\"Namespace\":",
+    );
+    push_json_str(&mut out, namespace);
+    let _ = write!(out, "}}],\"Timestamp\":{timestamp_ms}}}");
+    for o in Outcome::ALL {
+        let _ = write!(out, ",\"{}\":{}", o.name(), u8::from(o == r.outcome));
+    }
+    let latency_ms = (r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+    // The same number text serde_json writes for an f64.
+    let _ = write!(
+        out,
+        ",\"latency_ms\":{},\"store_requests\":{},\"outcome\":\"{}\",\"mode\":\"{}\"",
+        serde_json::Number::from_f64(latency_ms).map_or_else(|| "0".to_string(), |n| n.to_string()),
+        r.store_requests,
+        r.outcome.name(),
+        r.mode.name()
+    );
+    if let Some(tool) = r.tool {
+        out.push_str(",\"tool\":");
+        push_json_str(&mut out, tool);
+    }
+    if !r.request_id.is_empty() {
+        out.push_str(",\"requestId\":");
+        push_json_str(&mut out, r.request_id);
+    }
+    out.push('}');
+    out
 }
 
 /// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for
@@ -307,6 +346,22 @@ mod tests {
             rules: &[],
             reason: None,
         }
+    }
+
+    #[test]
+    fn the_emf_text_is_the_emf_document() {
+        for outcome in Outcome::ALL {
+            let mut r = report(outcome);
+            r.latency = Duration::from_micros(12_345);
+            let text = emf_text("N\"S", &r, 1_700_000_000_000);
+            let parsed: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(parsed, emf_line("N\"S", &r, 1_700_000_000_000), "{text}");
+        }
+        let mut r = report(Outcome::Executed);
+        r.tool = None;
+        r.request_id = "";
+        let parsed: Value = serde_json::from_str(&emf_text("NS", &r, 1)).unwrap();
+        assert_eq!(parsed, emf_line("NS", &r, 1));
     }
 
     #[test]

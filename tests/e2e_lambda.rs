@@ -99,6 +99,114 @@ fn wait_for_port(port: u16, watch: &mut Proc, log: &Path) {
     }
 }
 
+/// Relays in front of `cargo lambda watch` that carry a Lambda client context the way Lambda does.
+/// Lambda's Invoke API takes it base64-encoded (`X-Amz-Client-Context`, as `aws-sdk-lambda` sends
+/// it) and the runtime API hands it to the function decoded, as JSON
+/// (`Lambda-Runtime-Client-Context`). The emulator (cargo-lambda 1.9) ignores
+/// `X-Amz-Client-Context`, reads its own `lambda-runtime-client-context` request header (what
+/// `cargo lambda invoke --client-context-ascii` sends), and hands that to the function
+/// base64-encoded, which the Rust runtime cannot parse (the function stops). So:
+/// - [`Relay::InvokeApi`] (the executor's `DEDUP_LAMBDA_ENDPOINT`) turns `X-Amz-Client-Context`
+///   into `lambda-runtime-client-context`;
+/// - [`Relay::RuntimeApi`] (each function's `AWS_LAMBDA_RUNTIME_API`) decodes the header of the
+///   next invocation.
+///
+/// Each request gets `Connection: close`, so each connection carries one exchange to rewrite.
+#[derive(Debug, Clone, Copy)]
+enum Relay {
+    InvokeApi,
+    RuntimeApi,
+}
+
+impl Relay {
+    /// Starts the relay to `upstream`; returns its port.
+    fn start(self, upstream: u16) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let _ = self.relay(client, upstream);
+                });
+            }
+        });
+        port
+    }
+
+    fn relay(self, mut client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut server = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+        let (head, rest) = read_head(&mut client)?;
+        let mut request = String::new();
+        for line in head.split("\r\n") {
+            match line.split_once(':') {
+                Some((name, _)) if name.eq_ignore_ascii_case("connection") => continue,
+                Some((name, value))
+                    if matches!(self, Relay::InvokeApi)
+                        && name.eq_ignore_ascii_case("x-amz-client-context") =>
+                {
+                    request.push_str("lambda-runtime-client-context: ");
+                    request.push_str(&decode_base64(value.trim())?);
+                }
+                _ => request.push_str(line),
+            }
+            request.push_str("\r\n");
+        }
+        request.push_str("connection: close\r\n\r\n");
+        server.write_all(request.as_bytes())?;
+        server.write_all(&rest)?;
+        let (mut from_client, mut to_server) = (client.try_clone()?, server.try_clone()?);
+        std::thread::spawn(move || std::io::copy(&mut from_client, &mut to_server));
+        if matches!(self, Relay::RuntimeApi) {
+            let (head, rest) = read_head(&mut server)?;
+            let mut response = String::new();
+            for line in head.split("\r\n") {
+                match line.split_once(':') {
+                    Some((name, value))
+                        if name.eq_ignore_ascii_case("lambda-runtime-client-context") =>
+                    {
+                        response.push_str(name);
+                        response.push_str(": ");
+                        response.push_str(&decode_base64(value.trim())?);
+                    }
+                    _ => response.push_str(line),
+                }
+                response.push_str("\r\n");
+            }
+            response.push_str("\r\n");
+            client.write_all(response.as_bytes())?;
+            client.write_all(&rest)?;
+        }
+        std::io::copy(&mut server, &mut client)?;
+        client.shutdown(std::net::Shutdown::Both)
+    }
+}
+
+fn decode_base64(text: &str) -> std::io::Result<String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(std::io::Error::other)?;
+    String::from_utf8(bytes).map_err(std::io::Error::other)
+}
+
+/// Reads an HTTP head up to (not including) the blank line; returns it and the bytes after it.
+fn read_head(stream: &mut std::net::TcpStream) -> std::io::Result<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return Ok((head, buf[end + 4..].to_vec()));
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// Runs a command to completion within `limit`, returning its stdout.
 fn run(cmd: &mut Command, limit: Duration) -> String {
     let mut child = cmd
@@ -161,7 +269,7 @@ fn function(exe: &str, name: &str, port: u16) -> Command {
 }
 
 #[test]
-fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
+fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     if std::env::var(GATE).as_deref() != Ok("1") {
         eprintln!(
             "skipped: set {GATE}=1 (and install cargo-lambda) to run the cargo lambda end-to-end test"
@@ -205,15 +313,24 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
     );
     wait_for_port(port, &mut watch, &watch_log);
 
+    let runtime_api = Relay::RuntimeApi.start(port);
     let mut tool = Proc::spawn(
         "demo-tool",
-        function(env!("CARGO_BIN_EXE_demo-tool"), "demo-tool", port).env("DEMO_LEDGER", &ledger),
+        function(env!("CARGO_BIN_EXE_demo-tool"), "demo-tool", runtime_api)
+            .env("DEMO_LEDGER", &ledger),
         &tool_log,
     );
-    let mut executor_cmd = function(env!("CARGO_BIN_EXE_toolcall-dedup"), "toolcall-dedup", port);
+    let mut executor_cmd = function(
+        env!("CARGO_BIN_EXE_toolcall-dedup"),
+        "toolcall-dedup",
+        runtime_api,
+    );
     executor_cmd
         .env("DEDUP_ROUTES", r#"{"*":"demo-tool"}"#)
-        .env("DEDUP_LAMBDA_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env(
+            "DEDUP_LAMBDA_ENDPOINT",
+            format!("http://127.0.0.1:{}", Relay::InvokeApi.start(port)),
+        )
         .env("DEDUP_LOG_CALLS", "hashes");
     match std::env::var("DEDUP_TEST_MOTO_ENDPOINT")
         .ok()
@@ -243,15 +360,22 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
     let mut executor = Proc::spawn("toolcall-dedup", &mut executor_cmd, &dedup_log);
 
     let invoke = |file: &str| -> Value {
-        let out = run(
-            Command::new(&cargo_lambda)
-                .args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
-                .arg(port.to_string())
-                .args(["toolcall-dedup", "--data-file"])
-                .arg(root.join("events").join(file))
-                .current_dir(root),
-            Duration::from_secs(60),
-        );
+        let mut cmd = Command::new(&cargo_lambda);
+        cmd.args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
+            .arg(port.to_string())
+            .args(["toolcall-dedup", "--data-file"])
+            .arg(root.join("events").join(file))
+            .current_dir(root);
+        // An AgentCore event's client context sits beside it, as the Gateway would send it.
+        // `--client-context-ascii` sends the JSON in the header the emulator reads (see Relay).
+        let context = root
+            .join("events")
+            .join(file.replace(".json", ".client-context.json"));
+        if context.is_file() {
+            let json = std::fs::read_to_string(&context).unwrap();
+            cmd.arg("--client-context-ascii").arg(json.trim());
+        }
+        let out = run(&mut cmd, Duration::from_secs(60));
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{file}: not JSON ({e}): {out}"))
     };
     let first = invoke("fd-charge_card.json");
@@ -296,6 +420,40 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
     let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 3);
 
+    // AgentCore Gateway: the arguments as the event, the tool in the client context. The tool's
+    // reply (the receipt object itself) is the answer, and the retry gets it byte for byte.
+    let first = invoke("agentcore/charge_card.json");
+    let retry = invoke("agentcore/charge_card-retry.json");
+    assert_eq!(
+        first, retry,
+        "the AgentCore retry must get the stored reply"
+    );
+    assert!(
+        first["receipt_id"].as_str().unwrap().starts_with("ch_"),
+        "{first}"
+    );
+    let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
+    let last = entries.last().unwrap();
+    assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 4);
+    assert_eq!(last["receipt_id"], first["receipt_id"]);
+    assert_eq!(
+        last["session_id"], "agentcore-session-7f3a",
+        "the tool got the client context"
+    );
+    assert_eq!(last["dedup_key"].as_str().map(str::len), Some(32));
+
+    // The invoke envelope: the answer wraps the reply and says what happened.
+    let first = invoke("envelope/charge_card.json");
+    let retry = invoke("envelope/charge_card-retry.json");
+    assert_eq!(first["dedup"]["outcome"], "executed", "{first}");
+    assert_eq!(retry["dedup"]["outcome"], "replayed", "{retry}");
+    assert_eq!(first["result"], retry["result"]);
+    assert_eq!(first["dedup"]["key"], retry["dedup"]["key"]);
+    let entries = toolcall_dedup::demo::read_ledger(&ledger).unwrap();
+    assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 5);
+    let bad = invoke("envelope/bad-no-run-id.json");
+    assert_eq!(bad["error"]["type"], "invalid_event", "{bad}");
+
     // The executor wrote its per-invocation EMF line and the tool-call log to stdout.
     let log = std::fs::read_to_string(&dedup_log).unwrap();
     let lines: Vec<Value> = log
@@ -303,10 +461,10 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     let emf: Vec<&Value> = lines.iter().filter(|l| l.get("_aws").is_some()).collect();
-    assert_eq!(emf.len(), 4, "{log}");
+    assert_eq!(emf.len(), 9, "{log}");
     assert_eq!(
         emf.iter().filter(|l| l["replayed"] == 1).count(),
-        1,
+        3,
         "{log}"
     );
     assert_eq!(
@@ -314,7 +472,7 @@ fn a_retry_pair_through_cargo_lambda_watch_charges_once() {
             .iter()
             .filter(|l| l.get("dedup_call").is_some())
             .count(),
-        4,
+        8,
         "{log}"
     );
     assert!(

@@ -1,11 +1,13 @@
-//! Every event file under `events/` (hand-written and the generated corpus) goes through the real
-//! `dedup replay` binary with the in-memory store, one pair per run so that each pair meets a fresh
-//! store:
+//! Every event file under `events/` (hand-written and the generated corpus, of every entry point:
+//! Bedrock action groups, `agentcore/` with their client contexts, `envelope/`) goes through the
+//! real `dedup replay` binary with the in-memory store, one pair per run so that each pair meets a
+//! fresh store; the hand-written ones also run on moto:
 //!
 //! - a retry pair (`events/corpus/retry/*-a.json` + `-b.json`, `fd-charge_card.json` +
-//!   `fd-charge_card-retry.json`) executes once and replays once;
-//! - a deliberate repeat (`events/corpus/deliberate_repeat/*`, `fd-charge_card-step3/4.json`)
-//!   executes twice;
+//!   `fd-charge_card-retry.json`, `agentcore/charge_card{,-retry}.json`,
+//!   `envelope/charge_card{,-retry}.json`) executes once and replays once;
+//! - a deliberate repeat (`events/corpus/deliberate_repeat/*`, `fd-charge_card-step3/4.json`,
+//!   `agentcore/charge_card-step2/3.json`, `envelope/charge_card-step8/9.json`) executes twice;
 //! - every other valid hand-written event, sent twice, executes once and replays once;
 //! - every `bad-*` file is rejected: no execution, nothing in the demo tool's ledger.
 //!
@@ -22,7 +24,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
-use toolcall_dedup::bedrock::Envelope;
+use toolcall_dedup::adapter::{Door, Scoping};
+use toolcall_dedup::cli::replay::{CLIENT_CONTEXT_SUFFIX, EventFile};
+use toolcall_dedup::config::Scope;
 use toolcall_dedup::corpus;
 
 fn root() -> &'static Path {
@@ -37,16 +41,15 @@ fn corpus_dir() -> PathBuf {
     events_dir().join("corpus")
 }
 
-fn policy_file() -> PathBuf {
-    corpus_dir().join(corpus::events::POLICY_FILE)
-}
-
-/// Key policies among the events (not events): the corpus's and `events/policies/`.
+/// Key policies among the events (not events): every `policy.json` (the corpus's, the AgentCore
+/// Gateway target's tool definitions) and `events/policies/`.
 fn is_policy(path: &Path) -> bool {
-    path == policy_file() || path.starts_with(events_dir().join("policies"))
+    path.file_name().is_some_and(|n| n == "policy.json")
+        || path.starts_with(events_dir().join("policies"))
 }
 
-/// Every `*.json` under `events/` except the key policies, sorted.
+/// Every event under `events/`: every `*.json` except key policies and AgentCore client contexts
+/// (read with their event), sorted.
 fn event_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -60,7 +63,7 @@ fn event_files() -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     walk(&events_dir(), &mut files);
-    files.retain(|f| !is_policy(f));
+    files.retain(|f| !is_policy(f) && !f.to_string_lossy().ends_with(CLIENT_CONTEXT_SUFFIX));
     files.sort();
     files
 }
@@ -91,9 +94,21 @@ struct Case {
     policy: Option<&'static str>,
 }
 
+impl Case {
+    fn corpus(&self) -> bool {
+        self.policy == Some("corpus/policy.json")
+    }
+}
+
+/// The key policy a hand-written event of `dir` runs with: AgentCore events with their Gateway
+/// target's tool definitions.
+fn hand_policy(dir: &str) -> Option<&'static str> {
+    (dir == "agentcore").then_some("agentcore/policy.json")
+}
+
 /// Hand-written pairs (events/README.md), with the policy each runs under; every other valid
 /// hand-written file is a single call.
-const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 4] = [
+const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 8] = [
     (
         "fd-charge_card.json",
         "fd-charge_card-retry.json",
@@ -117,6 +132,30 @@ const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 4] = [
         "fd-charge_card-drift-retry.json",
         Expect::Twice,
         Some("policies/charge_card-currency-strict.json"),
+    ),
+    (
+        "agentcore/charge_card.json",
+        "agentcore/charge_card-retry.json",
+        Expect::Once,
+        Some("agentcore/policy.json"),
+    ),
+    (
+        "agentcore/charge_card-step2.json",
+        "agentcore/charge_card-step3.json",
+        Expect::Twice,
+        Some("agentcore/policy.json"),
+    ),
+    (
+        "envelope/charge_card.json",
+        "envelope/charge_card-retry.json",
+        Expect::Once,
+        None,
+    ),
+    (
+        "envelope/charge_card-step8.json",
+        "envelope/charge_card-step9.json",
+        Expect::Twice,
+        None,
     ),
 ];
 
@@ -146,17 +185,18 @@ fn cases() -> Vec<Case> {
             .parent()
             .map(|p| p.to_string_lossy().replace('\\', "/"));
         match parent.as_deref() {
-            Some("") if file_name.starts_with("bad-") => cases.push(Case {
-                files: vec![file.clone()],
-                repeat: 1,
-                expect: Expect::Rejected,
-                policy: None,
-            }),
-            Some("") => cases.push(Case {
+            Some(dir @ ("" | "agentcore" | "envelope")) if file_name.starts_with("bad-") => cases
+                .push(Case {
+                    files: vec![file.clone()],
+                    repeat: 1,
+                    expect: Expect::Rejected,
+                    policy: hand_policy(dir),
+                }),
+            Some(dir @ ("" | "agentcore" | "envelope")) => cases.push(Case {
                 files: vec![file.clone()],
                 repeat: 2,
                 expect: Expect::Once,
-                policy: None,
+                policy: hand_policy(dir),
             }),
             Some(dir @ ("corpus/retry" | "corpus/deliberate_repeat")) => {
                 let Some(stem) = file_name.strip_suffix("-a.json") else {
@@ -212,13 +252,36 @@ fn dedup() -> Command {
     cmd
 }
 
+/// Where a case runs: the in-memory store, or a fresh table on moto.
+#[derive(Debug, Clone, Copy)]
+enum Store<'a> {
+    Memory,
+    Moto(&'a str),
+}
+
 /// Runs one case; the error says what went wrong.
-fn run(case: &Case) -> Result<(), String> {
+fn run(case: &Case, store: Store<'_>) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let ledger = dir.path().join("ledger.jsonl");
     let mut cmd = dedup();
-    cmd.env("DEMO_LEDGER", &ledger)
-        .args(["replay", "--store", "memory", "--repeat"])
+    cmd.env("DEMO_LEDGER", &ledger).arg("replay");
+    match store {
+        Store::Memory => cmd.args(["--store", "memory"]),
+        Store::Moto(endpoint) => cmd
+            .args([
+                "--store",
+                "dynamodb",
+                "--create-table",
+                "--endpoint",
+                endpoint,
+                "--table",
+            ])
+            .arg(format!("dedup-events-{}", uuid::Uuid::new_v4().simple()))
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1"),
+    };
+    cmd.arg("--repeat")
         .arg(case.repeat.to_string())
         .args(&case.files);
     if let Some(policy) = case.policy {
@@ -263,18 +326,8 @@ fn run(case: &Case) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn every_event_file_runs_through_dedup_replay() {
-    let cases = cases();
-    let corpus_pairs = cases
-        .iter()
-        .filter(|c| c.policy == Some("corpus/policy.json"))
-        .count();
-    assert_eq!(
-        corpus_pairs,
-        96 + 12,
-        "96 retry pairs and 12 deliberate repeats"
-    );
+/// Runs `cases` on `store`, a few at a time; panics listing every failure.
+fn run_all(cases: &[&Case], store: Store<'_>) {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
@@ -282,12 +335,13 @@ fn every_event_file_runs_through_dedup_replay() {
         for _ in 0..threads {
             scope.spawn(|| {
                 while let Some(case) = cases.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    if let Err(e) = run(case) {
+                    if let Err(e) = run(case, store) {
                         let names: Vec<String> = case.files.iter().map(|f| name(f)).collect();
                         failures.lock().unwrap().push(format!(
-                            "{} ({:?}): {e}",
+                            "{} ({:?}, policy {:?}): {e}",
                             names.join(" + "),
-                            case.expect
+                            case.expect,
+                            case.policy
                         ));
                     }
                 }
@@ -297,7 +351,7 @@ fn every_event_file_runs_through_dedup_replay() {
     let failures = failures.into_inner().unwrap();
     assert!(
         failures.is_empty(),
-        "{} of {} cases failed:\n{}",
+        "{store:?}: {} of {} cases failed:\n{}",
         failures.len(),
         cases.len(),
         failures.join("\n")
@@ -305,17 +359,84 @@ fn every_event_file_runs_through_dedup_replay() {
 }
 
 #[test]
-fn the_adapter_reads_every_valid_event_and_refuses_every_bad_one() {
+fn every_event_file_runs_through_dedup_replay() {
+    let cases = cases();
+    let corpus_pairs = cases.iter().filter(|c| c.corpus()).count();
+    assert_eq!(
+        corpus_pairs,
+        96 + 12,
+        "96 retry pairs and 12 deliberate repeats"
+    );
+    for dir in ["agentcore", "envelope"] {
+        let of_dir = |c: &&Case| c.files[0].starts_with(events_dir().join(dir));
+        assert!(
+            cases
+                .iter()
+                .filter(of_dir)
+                .any(|c| c.expect == Expect::Once && c.files.len() == 2)
+                && cases
+                    .iter()
+                    .filter(of_dir)
+                    .any(|c| c.expect == Expect::Twice)
+                && cases
+                    .iter()
+                    .filter(of_dir)
+                    .any(|c| c.expect == Expect::Rejected),
+            "{dir}: a retry pair, a deliberate repeat and a bad event"
+        );
+    }
+    run_all(&cases.iter().collect::<Vec<_>>(), Store::Memory);
+}
+
+/// The hand-written events of every entry point on a real DynamoDB-compatible server.
+#[test]
+fn every_hand_written_event_runs_through_dedup_replay_on_moto() {
+    let endpoint = std::env::var("DEDUP_TEST_MOTO_ENDPOINT")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "DEDUP_TEST_MOTO_ENDPOINT is not set: start the local DynamoDB servers first: \
+                 `scripts/dynamodb-servers.sh install && eval \"$(scripts/dynamodb-servers.sh start)\"`"
+            )
+        });
+    let cases = cases();
+    let hand: Vec<&Case> = cases
+        .iter()
+        .filter(|c| !c.files[0].starts_with(corpus_dir()))
+        .collect();
+    assert!(hand.len() >= 20, "{} hand-written cases", hand.len());
+    run_all(&hand, Store::Moto(&endpoint));
+}
+
+#[test]
+fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
+    let scoping = Scoping {
+        step_attribute: "dedup_step",
+        run_argument: "dedup_run_id",
+        scope: Scope::Turn,
+    };
     for file in event_files() {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let event: Value =
-            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", name(&file)));
-        let read = Envelope::parse(&event).and_then(|envelope| envelope.tool_call());
+        let read = EventFile::read(file.clone()).unwrap();
+        let event = read
+            .event
+            .unwrap_or_else(|e| panic!("{}: {e}", name(&file)));
+        let call = Door::detect(&event, read.client_context.as_ref())
+            .map_err(|refusal| refusal.reason)
+            .and_then(|door| {
+                let expected = match name(&file).split_once('/').map(|(dir, _)| dir) {
+                    Some("agentcore") => matches!(door, Door::AgentCore(_)),
+                    Some("envelope") => matches!(door, Door::Envelope(_)),
+                    _ => matches!(door, Door::Bedrock { .. }),
+                };
+                assert!(expected, "{}: detected as {door:?}", name(&file));
+                door.call(scoping).map_err(|notice| notice.message)
+            });
         let bad = file
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with("bad-"));
-        match (bad, read) {
-            (false, Ok(call)) => assert!(!call.params.is_empty(), "{}", name(&file)),
+        match (bad, call) {
+            (false, Ok(call)) => assert!(call.args.len() > 2, "{}: no arguments", name(&file)),
             (false, Err(e)) => panic!("{}: {e}", name(&file)),
             (true, Ok(_)) => panic!("{}: a bad event was accepted", name(&file)),
             (true, Err(_)) => {}

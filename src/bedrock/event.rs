@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::response::{Flavour, ReplyTo};
+use crate::adapter::json_type;
 
 /// Declared parameter types (`ParameterDetail.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,17 +444,6 @@ fn is_array_text(s: &str) -> bool {
 
 fn non_empty(s: Option<&str>) -> Option<&str> {
     s.filter(|s| !s.trim().is_empty())
-}
-
-fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 #[cfg(test)]

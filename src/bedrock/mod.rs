@@ -33,7 +33,9 @@ use sha2::{Digest, Sha256};
 pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
+use crate::adapter::{self, Notice, NoticeKind};
 use crate::config::Scope;
+use crate::key::Schema;
 
 /// The session attribute through which the executor hands the derived key to the tool.
 pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
@@ -60,6 +62,117 @@ pub fn turn_step(input_text: &str) -> String {
         step.push_str(&format!("{b:02x}"));
     }
     step
+}
+
+/// The format-free call of an action-group event: the declared parameter types become its
+/// schema, the session its run, [`step`] its step.
+pub fn call(
+    envelope: &Envelope,
+    step_attribute: &str,
+    scope: Scope,
+) -> Result<adapter::ToolCall, EventError> {
+    let call = envelope.tool_call()?;
+    let schema =
+        Schema::from_declared_types(call.declared_types()).map_err(|e| EventError::Envelope {
+            reply_to: Box::new(call.reply_to.clone()),
+            message: e.to_string(),
+        })?;
+    Ok(adapter::ToolCall {
+        step: step(&call, step_attribute, scope),
+        namespace: call.namespace(),
+        tool: call.tool().to_string(),
+        run_id: Some(call.session_id),
+        args: call.args,
+        schema: Some(schema),
+    })
+}
+
+/// The notice for an event error a Bedrock response can carry (`None` for
+/// [`EventError::Unrecognised`]): arguments the model can fix, or an event only the
+/// configuration can.
+pub fn refusal(e: &EventError) -> Option<Notice> {
+    let (kind, message) = match e {
+        EventError::Arguments { message, .. } => (NoticeKind::InvalidArguments, message),
+        EventError::Envelope { message, .. } => (NoticeKind::InvalidEvent, message),
+        EventError::Unrecognised(_) => return None,
+    };
+    Some(Notice::new(
+        kind,
+        format!("{message}. The call was not executed."),
+    ))
+}
+
+/// A notice as a Bedrock response: REPROMPT when the model can act on it, else FAILURE.
+pub fn notice_response(reply_to: &ReplyTo, notice: &Notice) -> String {
+    let state = if notice.kind.model_can_act() {
+        ResponseState::Reprompt
+    } else {
+        ResponseState::Failure
+    };
+    response::finish_text(
+        reply_to,
+        Some(state),
+        notice.kind.http_status(),
+        notice.body_json(),
+    )
+    .to_string()
+}
+
+/// [`forward_event`] serialized, without cloning the event: the key is written into
+/// `sessionAttributes` on the way out.
+pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec<u8>> {
+    use serde::ser::{Serialize, SerializeMap, Serializer};
+
+    struct WithKey<'a> {
+        event: &'a serde_json::Map<String, Value>,
+        key: &'a str,
+    }
+    struct Attributes<'a> {
+        attributes: Option<&'a serde_json::Map<String, Value>>,
+        key: &'a str,
+    }
+    impl Serialize for Attributes<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(None)?;
+            for (k, v) in self.attributes.into_iter().flatten() {
+                if k != DEDUP_KEY_ATTRIBUTE {
+                    map.serialize_entry(k, v)?;
+                }
+            }
+            map.serialize_entry(DEDUP_KEY_ATTRIBUTE, self.key)?;
+            map.end()
+        }
+    }
+    impl Serialize for WithKey<'_> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut map = serializer.serialize_map(None)?;
+            let mut wrote_attributes = false;
+            for (k, v) in self.event {
+                if k == "sessionAttributes" {
+                    wrote_attributes = true;
+                    let attributes = Attributes {
+                        attributes: v.as_object(),
+                        key: self.key,
+                    };
+                    map.serialize_entry(k, &attributes)?;
+                } else {
+                    map.serialize_entry(k, v)?;
+                }
+            }
+            if !wrote_attributes {
+                let attributes = Attributes {
+                    attributes: None,
+                    key: self.key,
+                };
+                map.serialize_entry("sessionAttributes", &attributes)?;
+            }
+            map.end()
+        }
+    }
+    match (key, event.as_object()) {
+        (Some(key), Some(event)) => serde_json::to_vec(&WithKey { event, key }),
+        _ => serde_json::to_vec(event),
+    }
 }
 
 /// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key = key`.
@@ -119,5 +232,21 @@ mod tests {
             json!({"a": 1, "sessionAttributes": {"dedup_key": "k"}})
         );
         assert_eq!(forward_event(&event, None), event);
+    }
+
+    #[test]
+    fn forwarded_bytes_are_the_forwarded_event() {
+        for event in [
+            json!({"a": 1, "sessionAttributes": {"x": "y", "dedup_key": "old"}}),
+            json!({"a": 1}),
+            json!({"a": 1, "sessionAttributes": "not an object"}),
+            json!([1, 2]),
+        ] {
+            for key in [Some("k1"), None] {
+                let bytes = forward_bytes(&event, key).unwrap();
+                let parsed: Value = serde_json::from_slice(&bytes).unwrap();
+                assert_eq!(parsed, forward_event(&event, key), "{event} {key:?}");
+            }
+        }
     }
 }

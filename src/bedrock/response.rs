@@ -101,7 +101,16 @@ pub fn finish(
     http_status: u16,
     body: &Value,
 ) -> Value {
-    let body_text = body.to_string();
+    finish_text(reply_to, state, http_status, body.to_string())
+}
+
+/// [`finish`] with the body already written as JSON text.
+pub fn finish_text(
+    reply_to: &ReplyTo,
+    state: Option<ResponseState>,
+    http_status: u16,
+    body_text: String,
+) -> Value {
     let mut response = match &reply_to.flavour {
         Flavour::Function { function } => json!({
             "actionGroup": reply_to.action_group,
@@ -134,15 +143,7 @@ pub fn finish(
     })
 }
 
-/// How a tool's reply ended, read from `responseState` (and `httpStatusCode` for OpenAPI).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyClass {
-    Success,
-    /// A final answer that is not a success (a declined card, HTTP 4xx/5xx): cached by default.
-    Failure,
-    /// "Invalid input, ask the model again": nothing happened, so it is never cached.
-    Reprompt,
-}
+pub use crate::adapter::ReplyClass;
 
 /// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
 pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, String> {

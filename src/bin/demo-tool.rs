@@ -11,7 +11,8 @@ async fn main() -> Result<(), Error> {
     tracing::info!(ledger = ?tool.ledger().path(), "demo tool ready");
     let tool = &tool;
     lambda_runtime::run(service_fn(|event: LambdaEvent<Value>| async move {
-        tool.handle(&event.payload)
+        let custom = event.context.client_context.as_ref().map(|c| &c.custom);
+        tool.handle_with_context(&event.payload, custom)
     }))
     .await
 }

@@ -1,4 +1,6 @@
-//! `dedup replay`: runs Bedrock events through the real handler with the demo tool in-process.
+//! `dedup replay`: runs events of every entry point (Bedrock action groups, AgentCore Gateway
+//! calls, invoke envelopes) through the real handler with the demo tool in-process. An AgentCore
+//! event's client context is read from `<name>.client-context.json` beside it.
 //!
 //! All events of one run share one store and are sent in the order given; `--repeat N` sends each
 //! event N times in a row, `--concurrency N` keeps N invocations in flight. Configuration comes
@@ -27,7 +29,7 @@ use tokio::task::JoinSet;
 use super::CliError;
 use crate::config::{Config, StoreKind};
 use crate::demo::{DemoTool, Ledger};
-use crate::handler::{Handled, Handler, Invocation};
+use crate::handler::{ClientContext, Handled, Handler, Invocation};
 use crate::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -57,7 +59,8 @@ pub struct ReplayArgs {
     /// Print each invocation's response as the agent gets it, one JSON line each, before the summary.
     #[arg(long)]
     pub responses: bool,
-    /// Bedrock action-group event files (JSON).
+    /// Event files (JSON): Bedrock action-group events, AgentCore Gateway arguments (with
+    /// `<name>.client-context.json` beside them), invoke envelopes.
     #[arg(required = true, value_name = "EVENT_FILES")]
     pub events: Vec<PathBuf>,
 }
@@ -96,14 +99,51 @@ impl Summary {
 pub struct EventFile {
     pub path: PathBuf,
     pub event: Result<Value, String>,
+    /// The client context it is sent with, when a file sits beside it.
+    pub client_context: Option<ClientContext>,
 }
+
+/// The suffix of a client-context file beside its event (`x.json` → `x.client-context.json`).
+pub const CLIENT_CONTEXT_SUFFIX: &str = ".client-context.json";
 
 impl EventFile {
     pub fn read(path: PathBuf) -> Result<EventFile, std::io::Error> {
         let text = std::fs::read_to_string(&path)?;
-        let event = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
-        Ok(EventFile { path, event })
+        let mut event = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
+        let mut client_context = None;
+        let context_path = client_context_path(&path);
+        if context_path.is_file() {
+            #[derive(serde::Deserialize)]
+            struct ClientContext {
+                #[serde(default)]
+                custom: std::collections::HashMap<String, String>,
+            }
+            match serde_json::from_str::<ClientContext>(&std::fs::read_to_string(&context_path)?) {
+                Ok(context) => client_context = Some(context.custom),
+                Err(e) => {
+                    event = Err(format!(
+                        "{}: not a client context: {e}",
+                        context_path.display()
+                    ))
+                }
+            }
+        }
+        Ok(EventFile {
+            path,
+            event,
+            client_context,
+        })
     }
+}
+
+/// Where the client context of the event at `path` is kept.
+pub fn client_context_path(path: &std::path::Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".json").unwrap_or(&name);
+    path.with_file_name(format!("{stem}{CLIENT_CONTEXT_SUFFIX}"))
 }
 
 /// What happened to each file: outcome name → count, and the first error message.
@@ -118,6 +158,8 @@ pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     let files = args
         .events
         .iter()
+        // A client context travels with its event; it is not one (`events/agentcore/*.json`).
+        .filter(|p| !p.to_string_lossy().ends_with(CLIENT_CONTEXT_SUFFIX))
         .map(|p| {
             EventFile::read(p.clone()).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))
         })
@@ -259,7 +301,13 @@ pub async fn replay<S: Store + 'static>(
                 let file = &files[index];
                 match &file.event {
                     Ok(event) => {
-                        let handled = handler.handle(event, &Invocation::default()).await;
+                        let handled = handler
+                            .handle_with_context(
+                                event,
+                                &Invocation::default(),
+                                file.client_context.as_ref(),
+                            )
+                            .await;
                         let error = match &handled.response {
                             Err(e) => Some(e.to_string()),
                             Ok(raw) if is_error(handled.outcome) => Some(notice_message(raw.get())),
@@ -356,6 +404,14 @@ fn is_error(outcome: Outcome) -> bool {
 /// The `message` of a notice the executor wrote, for the per-file error line.
 fn notice_message(response: &str) -> String {
     let value: Value = serde_json::from_str(response).unwrap_or_default();
+    // An envelope error, or an AgentCore notice, carries its message directly.
+    if let Some(message) = value
+        .pointer("/error/message")
+        .or_else(|| value.get("message"))
+        .and_then(Value::as_str)
+    {
+        return message.to_string();
+    }
     let body = value
         .pointer("/response/functionResponse/responseBody/TEXT/body")
         .or_else(|| value.pointer("/response/responseBody/application~1json/body"))

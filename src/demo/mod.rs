@@ -8,10 +8,16 @@
 //! executor caches like any final answer), `refund` / `…/refunds`, `create_ticket` /
 //! `POST /tickets`.
 //!
+//! Called as an AgentCore Gateway Lambda target, or routed from the invoke envelope, it receives
+//! the arguments object and finds the tool's name in the client context
+//! (`bedrockAgentCoreToolName`, or the executor's `dedupTool`); it then answers with the receipt
+//! object itself, with `"isError": true` on a decline.
+//!
 //! The ledger is a JSON Lines file (`DEMO_LEDGER`, default `toolcall-dedup-demo-ledger.jsonl` in
 //! the temp directory) or, for replays and tests, memory. A ledger line holds the receipt id, the
 //! tool, the session, the `dedup_key` the executor passed, and the arguments.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,8 +26,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use crate::adapter::Forward;
 use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
 use crate::dispatch::{DispatchError, Dispatcher};
+use crate::{agentcore, envelope};
 
 /// The default ledger file name (in the temp directory).
 pub const DEFAULT_LEDGER_FILE: &str = "toolcall-dedup-demo-ledger.jsonl";
@@ -146,6 +154,52 @@ impl DemoTool {
         &self.ledger
     }
 
+    /// Performs the call in `event`: a Bedrock action-group event, or (with a client context that
+    /// names the tool) an arguments object.
+    pub fn handle_with_context(
+        &self,
+        event: &Value,
+        custom: Option<&HashMap<String, String>>,
+    ) -> Result<Value, DemoError> {
+        self.perform_with_context(event, custom)
+            .map(|done| done.reply)
+    }
+
+    /// [`DemoTool::handle_with_context`], also saying which ledger entry (receipt) it wrote.
+    pub fn perform_with_context(
+        &self,
+        event: &Value,
+        custom: Option<&HashMap<String, String>>,
+    ) -> Result<Performed, DemoError> {
+        let tool = custom.and_then(|c| {
+            c.get(agentcore::TOOL_NAME)
+                .map(|t| {
+                    t.split_once(agentcore::TOOL_NAME_DELIMITER)
+                        .map_or(t.as_str(), |(_, tool)| tool)
+                })
+                .or(c.get(envelope::DEDUP_TOOL_CONTEXT).map(String::as_str))
+        });
+        match (tool, event.as_object()) {
+            (Some(tool), Some(arguments)) => {
+                let dedup_key = custom.and_then(|c| c.get(agentcore::DEDUP_KEY_CONTEXT));
+                let session = custom.and_then(|c| c.get(agentcore::SESSION_ID));
+                let (mut receipt, declined, receipt_id) = self.record(
+                    tool,
+                    arguments.clone(),
+                    json!({"session_id": session, "dedup_key": dedup_key}),
+                )?;
+                if declined {
+                    receipt["isError"] = json!(true);
+                }
+                Ok(Performed {
+                    reply: receipt,
+                    receipt_id: Some(receipt_id),
+                })
+            }
+            _ => self.perform(event),
+        }
+    }
+
     /// Performs the call in `event` and returns its Bedrock response.
     pub fn handle(&self, event: &Value) -> Result<Value, DemoError> {
         self.perform(event).map(|done| done.reply)
@@ -172,8 +226,35 @@ impl DemoTool {
             .iter()
             .map(|p| (p.name.clone(), Value::String(p.value.clone())))
             .collect();
-        let tool = call.tool().to_string();
-        let kind = Kind::of(&tool);
+        let dedup_key = event
+            .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
+            .and_then(Value::as_str);
+        let (receipt, declined, receipt_id) = self.record(
+            call.tool(),
+            arguments,
+            json!({"action_group": call.reply_to.action_group, "session_id": call.session_id,
+                   "dedup_key": dedup_key}),
+        )?;
+        let reply = if declined {
+            response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
+        } else {
+            response::success(&reply_to, &receipt)
+        };
+        Ok(Performed {
+            reply,
+            receipt_id: Some(receipt_id),
+        })
+    }
+
+    /// Records one side effect and builds its receipt: `(receipt, declined, receipt id)`.
+    /// `context` (an object) is merged into the ledger entry.
+    fn record(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        context: Value,
+    ) -> Result<(Value, bool, String), DemoError> {
+        let kind = Kind::of(tool);
         let declined = kind == Kind::Charge
             && arguments
                 .get("customer_id")
@@ -185,20 +266,18 @@ impl DemoTool {
             (Kind::Ticket, _) => "open",
             _ => "succeeded",
         };
-        let dedup_key = event
-            .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
-            .and_then(Value::as_str);
-        self.ledger.append(json!({
+        let mut entry = json!({
             "ts_ms": now_ms(),
             "receipt_id": receipt_id,
             "kind": kind.name(),
             "status": status,
             "tool": tool,
-            "action_group": call.reply_to.action_group,
-            "session_id": call.session_id,
-            "dedup_key": dedup_key,
             "arguments": arguments,
-        }))?;
+        });
+        if let (Some(entry), Value::Object(context)) = (entry.as_object_mut(), context) {
+            entry.extend(context);
+        }
+        self.ledger.append(entry)?;
         let mut receipt = json!({"receipt_id": receipt_id, "status": status, "tool": tool});
         for field in [
             "customer_id",
@@ -216,23 +295,17 @@ impl DemoTool {
         if kind == Kind::Echo {
             receipt["arguments"] = Value::Object(arguments);
         }
-        let reply = if declined {
+        if declined {
             receipt["decline_code"] = json!("card_declined");
-            response::finish(&reply_to, Some(ResponseState::Failure), 402, &receipt)
-        } else {
-            response::success(&reply_to, &receipt)
-        };
-        Ok(Performed {
-            reply,
-            receipt_id: Some(receipt_id),
-        })
+        }
+        Ok((receipt, declined, receipt_id))
     }
 }
 
 /// What [`DemoTool::perform`] did.
 #[derive(Debug, Clone)]
 pub struct Performed {
-    /// The Bedrock response.
+    /// The reply: a Bedrock response, or the receipt object for an arguments-object call.
     pub reply: Value,
     /// The receipt of the ledger entry written; `None` when nothing was (invalid arguments).
     pub receipt_id: Option<String>,
@@ -312,6 +385,16 @@ impl Dispatcher for DemoTool {
         self.perform_payload(target, &payload)
             .map(|(reply, _receipt)| reply)
     }
+
+    async fn invoke_forward(
+        &self,
+        target: &str,
+        forward: Forward,
+        _timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        self.perform_forward(target, &forward.payload, forward.client_context.as_deref())
+            .map(|(reply, _receipt)| reply)
+    }
 }
 
 impl DemoTool {
@@ -322,6 +405,17 @@ impl DemoTool {
         target: &str,
         payload: &[u8],
     ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
+        self.perform_forward(target, payload, None)
+    }
+
+    /// [`DemoTool::perform_payload`] with the forwarded client context (JSON text), as the Lambda
+    /// runtime would hand it to the tool.
+    pub fn perform_forward(
+        &self,
+        target: &str,
+        payload: &[u8],
+        client_context: Option<&str>,
+    ) -> Result<(Vec<u8>, Option<String>), DispatchError> {
         let function_error = |kind: &str, message: String| DispatchError::FunctionError {
             target: target.to_string(),
             kind: kind.to_string(),
@@ -329,10 +423,25 @@ impl DemoTool {
         };
         let event: Value = serde_json::from_slice(payload)
             .map_err(|e| function_error("InvalidEvent", e.to_string()))?;
-        let done = self.perform(&event).map_err(|e| {
-            let d = lambda_runtime::Diagnostic::from(e);
-            function_error(&d.error_type, d.error_message)
-        })?;
+        // What the Lambda runtime would hand the tool as `Context::client_context.custom`.
+        #[derive(serde::Deserialize)]
+        struct ClientContext {
+            #[serde(default)]
+            custom: HashMap<String, String>,
+        }
+        let context: Option<ClientContext> = match client_context {
+            Some(json) => Some(
+                serde_json::from_str(json)
+                    .map_err(|e| function_error("InvalidClientContext", e.to_string()))?,
+            ),
+            None => None,
+        };
+        let done = self
+            .perform_with_context(&event, context.as_ref().map(|c| &c.custom))
+            .map_err(|e| {
+                let d = lambda_runtime::Diagnostic::from(e);
+                function_error(&d.error_type, d.error_message)
+            })?;
         let reply = serde_json::to_vec(&done.reply)
             .map_err(|e| function_error("Internal", e.to_string()))?;
         Ok((reply, done.receipt_id))
@@ -400,6 +509,42 @@ mod tests {
             "FAILURE"
         );
         assert_eq!(tool.ledger().entries().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_arguments_object_with_a_named_tool_gets_the_receipt_itself() {
+        let tool = DemoTool::new(Ledger::memory());
+        let custom: HashMap<String, String> = [
+            (agentcore::TOOL_NAME, "payments___charge_card"),
+            (agentcore::SESSION_ID, "s-1"),
+            (agentcore::DEDUP_KEY_CONTEXT, "k9"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let reply = tool
+            .handle_with_context(&json!({"customer_id": "cus_1", "amount": 5}), Some(&custom))
+            .unwrap();
+        assert!(reply["receipt_id"].as_str().unwrap().starts_with("ch_"));
+        assert_eq!(reply["amount"], 5);
+        assert!(reply.get("isError").is_none());
+        let envelope_call: HashMap<String, String> = [(
+            envelope::DEDUP_TOOL_CONTEXT.to_string(),
+            "charge_card".to_string(),
+        )]
+        .into();
+        let declined = tool
+            .handle_with_context(
+                &json!({"customer_id": "cus_declined_1"}),
+                Some(&envelope_call),
+            )
+            .unwrap();
+        assert_eq!(declined["isError"], true);
+        let entries = tool.ledger().entries().unwrap();
+        assert_eq!(entries[0]["dedup_key"], "k9");
+        assert_eq!(entries[0]["session_id"], "s-1");
+        // Without a named tool, the event must be a Bedrock event.
+        assert!(tool.handle_with_context(&json!({"a": 1}), None).is_err());
     }
 
     #[test]

@@ -27,7 +27,10 @@ use aws_sdk_lambda::types::InvocationType;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use tokio::time::Instant;
 
+use base64::Engine as _;
+
 use super::{DispatchError, Dispatcher};
+use crate::adapter::Forward;
 use crate::config::{MAX_TOOL_TIMEOUT, Routes};
 
 /// Attempts on throttling before giving up (the first attempt included).
@@ -151,6 +154,32 @@ impl Dispatcher for LambdaDispatcher {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
+        self.invoke_with(target, payload, None, timeout).await
+    }
+
+    async fn invoke_forward(
+        &self,
+        target: &str,
+        forward: Forward,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        // Lambda takes the client context base64-encoded.
+        let context = forward
+            .client_context
+            .map(|json| base64::engine::general_purpose::STANDARD.encode(json));
+        self.invoke_with(target, forward.payload, context, timeout)
+            .await
+    }
+}
+
+impl LambdaDispatcher {
+    async fn invoke_with(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        client_context: Option<String>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
         let end = Instant::now() + timeout;
         let mut attempt = 0;
         loop {
@@ -161,6 +190,7 @@ impl Dispatcher for LambdaDispatcher {
                 .function_name(target)
                 .invocation_type(InvocationType::RequestResponse)
                 .payload(Blob::new(payload.clone()))
+                .set_client_context(client_context.clone())
                 .send();
             let result = match tokio::time::timeout_at(end, send).await {
                 Ok(result) => result,

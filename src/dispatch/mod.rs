@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub use lambda::{LambdaDispatcher, build_client};
 
+use crate::adapter::Forward;
 use crate::config::ErrorTypes;
 
 /// Boxed error kept as a `source`.
@@ -34,6 +35,17 @@ pub trait Dispatcher: Send + Sync {
         payload: Vec<u8>,
         timeout: Duration,
     ) -> impl Future<Output = Result<Vec<u8>, DispatchError>> + Send;
+
+    /// Invokes `target` with what an entry point forwards: the payload and, for tools that read
+    /// one, a Lambda client context. A dispatcher that cannot pass a client context drops it.
+    fn invoke_forward(
+        &self,
+        target: &str,
+        forward: Forward,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Vec<u8>, DispatchError>> + Send {
+        self.invoke(target, forward.payload, timeout)
+    }
 }
 
 /// Why a call did not reach its tool, or the tool did not answer.

@@ -9,6 +9,11 @@
 //!
 //! Paths are dotted (`shipping.address.zip`); a path walks through arrays into their elements, so
 //! `items.sku` names the `sku` of every element of `items`.
+//!
+//! `tool_definitions` takes tool definitions as a provider declares them (an AgentCore Gateway
+//! Lambda target's inline `toolSchema`, a Bedrock Converse `toolSpec`, an OpenAI or Anthropic
+//! tool): each one's input schema becomes the schema of the tool it names, unless `tools` gives
+//! that tool a `schema` of its own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -37,6 +42,8 @@ pub enum PolicyError {
 struct PolicyFile {
     #[serde(default)]
     tools: BTreeMap<String, ToolPolicySpec>,
+    #[serde(default)]
+    tool_definitions: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -175,6 +182,21 @@ impl PolicySet {
             };
             tools.insert(tool, ToolPolicy { root, schema });
         }
+        for (i, definition) in file.tool_definitions.iter().enumerate() {
+            let (name, schema) =
+                Schema::from_tool_definition(definition).map_err(|source| PolicyError::Schema {
+                    tool: format!("tool_definitions[{i}]"),
+                    source,
+                })?;
+            let name = name.ok_or_else(|| PolicyError::Parse {
+                path: "<input>".into(),
+                message: format!("tool_definitions[{i}] has no name"),
+            })?;
+            let policy = tools.entry(name).or_default();
+            if policy.schema.is_none() {
+                policy.schema = Some(schema);
+            }
+        }
         Ok(Self { tools })
     }
 
@@ -204,6 +226,35 @@ impl ToolPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_definitions_give_schemas_unless_tools_has_one() {
+        let json = r#"{
+            "tools": {"refund": {"fields": {"memo": "ignore"}},
+                      "charge_card": {"schema": {"type": "object", "properties": {"amount": {"type": "number"}}}}},
+            "tool_definitions": [
+                {"name": "refund", "description": "d", "inputSchema": {"type": "object",
+                 "properties": {"amount": {"type": "integer"}}}},
+                {"name": "charge_card", "inputSchema": {"type": "object", "properties": {}}},
+                {"name": "create_ticket", "inputSchema": {"type": "object", "properties": {"priority": {"type": "integer"}}}}
+            ]}"#;
+        let set = PolicySet::parse(json, false).unwrap();
+        let refund = set.get("refund").unwrap();
+        assert!(refund.schema.is_some() && refund.root.child("memo").is_some());
+        let charge = set.get("charge_card").unwrap().schema.as_ref().unwrap();
+        assert!(
+            format!("{charge:?}").contains("amount"),
+            "the tools entry's own schema wins"
+        );
+        assert!(set.get("create_ticket").unwrap().schema.is_some());
+        let nameless = r#"{"tool_definitions": [{"inputSchema": {"type": "object"}}]}"#;
+        assert!(
+            PolicySet::parse(nameless, false)
+                .unwrap_err()
+                .to_string()
+                .contains("no name")
+        );
+    }
 
     #[test]
     fn toml_and_json_agree() {

@@ -50,6 +50,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'String', default: 'dedup_step', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
       description: 'Session attribute carrying the caller step, DEDUP_STEP_ATTRIBUTE.',
     });
+    const runArgument = p('RunArgument', {
+      type: 'String', default: 'dedup_run_id', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
+      description: 'AgentCore Gateway calls without a session id name their run in this argument, DEDUP_RUN_ARGUMENT.',
+    });
     const waitMs = p('WaitMs', {
       type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
       description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
@@ -118,6 +122,11 @@ export class ToolcallDedupStack extends cdk.Stack {
       allowedPattern: '^$|^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:[0-9]{12}:agent/[A-Za-z0-9*]+$',
       description: 'ARN of an existing Bedrock agent allowed to invoke the executor. Empty = none.',
     });
+    const gatewayArn = p('AgentCoreGatewayArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]+:[0-9]{12}:gateway/[A-Za-z0-9_-]+$',
+      description: 'ARN of an AgentCore Gateway whose Lambda target is the executor. Empty = none.',
+    });
     const createDemoAgent = p('CreateDemoAgent', {
       type: 'String', default: 'false', allowedValues: ['true', 'false'],
       description: 'Create a demo Bedrock agent executed by DedupFunction.',
@@ -142,6 +151,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasExtraTools = cond('HasExtraTools',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
+    const hasGateway = cond('HasAgentCoreGateway',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(gatewayArn.valueAsString, '')));
     const hasPolicyLayer = cond('HasPolicyLayer',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(policyLayerArn.valueAsString, '')));
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
@@ -261,6 +272,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_TTL_SECONDS: ttlSeconds.valueAsString,
         DEDUP_SCOPE: scopeMode.valueAsString,
         DEDUP_STEP_ATTRIBUTE: stepAttribute.valueAsString,
+        DEDUP_RUN_ARGUMENT: runArgument.valueAsString,
         DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
           hasRoutes.logicalId,
           routes.valueAsString,
@@ -301,6 +313,17 @@ export class ToolcallDedupStack extends cdk.Stack {
       reason: 'AgentInvokePermission exists only under HasAgentArn, so SourceArn is never the empty default',
     };
     Validations.of(this).acknowledge(falsePositive);
+
+    // ---- AgentCore Gateway -> executor (Lambda target) permission ---------------------------------
+    const gatewayPerm = new lambda.CfnPermission(this, 'AgentCoreGatewayInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: dedup.functionArn,
+      principal: 'bedrock-agentcore.amazonaws.com',
+      sourceAccount: cdk.Fn.select(4, cdk.Fn.split(':', gatewayArn.valueAsString)),
+      sourceArn: gatewayArn.valueAsString,
+    });
+    gatewayPerm.overrideLogicalId('AgentCoreGatewayInvokePermission');
+    gatewayPerm.cfnOptions.condition = hasGateway;
 
     // ---- optional demo agent ---------------------------------------------------------------
     const agentRole = new iam.CfnRole(this, 'DemoAgentRole', {

@@ -1,0 +1,325 @@
+//! Amazon Bedrock AgentCore Gateway adapter: the executor as a Gateway **Lambda target**.
+//!
+//! The Gateway invokes a Lambda target with the tool's **arguments object as the event** and
+//! names the tool in the Lambda **client context** (`context.client_context.custom`), beside the
+//! gateway id, the target id, the message version and the session id (see `events/README.md`
+//! for the AgentCore developer guide pages this relies on):
+//!
+//! ```text
+//! event:  {"customer_id": "cus_1", "amount": 4200, "currency": "USD"}
+//! custom: {"bedrockAgentCoreToolName": "payments___charge_card",
+//!          "bedrockAgentCoreGatewayId": "gw-1", "bedrockAgentCoreTargetId": "TGT1",
+//!          "bedrockAgentCoreMessageVersion": "1.0", "bedrockAgentCoreSessionId": "s-1"}
+//! ```
+//!
+//! The tool name is `<target name>___<tool name>` (three underscores). The call is keyed as:
+//!
+//! - **namespace** `<gateway id>/<target id>` (the target name stands in for a missing id);
+//! - **tool** the name without the target prefix;
+//! - **run** `bedrockAgentCoreSessionId`, else the argument named by `DEDUP_RUN_ARGUMENT`
+//!   (default `dedup_run_id`). A call with neither is refused: without a run, identical calls
+//!   of different sessions would be one call;
+//! - **step** the argument named by `DEDUP_STEP_ATTRIBUTE` (default `dedup_step`), else none;
+//! - **schema** the tool's entry in the policy file (`tool_definitions`: the same inline tool
+//!   definitions the Gateway target is created with).
+//!
+//! The run and step arguments are removed before the arguments are keyed and forwarded. The
+//! routed tool Lambda receives the event and client context it would have received from the
+//! Gateway directly, plus `custom.dedupKey`; its reply is the answer, unchanged, and a replay
+//! returns it byte for byte. The executor's own answers (in progress, store down, …) are
+//! [`Notice`] bodies: `{"status": …, "message": …}`, JSON the Gateway hands to the model.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::adapter::{Forward, Notice, ReplyClass, ToolCall, json_type, step_value};
+
+pub const TOOL_NAME: &str = "bedrockAgentCoreToolName";
+pub const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
+pub const TARGET_ID: &str = "bedrockAgentCoreTargetId";
+pub const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
+pub const SESSION_ID: &str = "bedrockAgentCoreSessionId";
+/// Between the target name and the tool name in [`TOOL_NAME`].
+pub const TOOL_NAME_DELIMITER: &str = "___";
+/// The client-context key through which the executor hands the derived key to the tool.
+pub const DEDUP_KEY_CONTEXT: &str = "dedupKey";
+/// The message versions this adapter reads.
+const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
+
+/// Which arguments carry the caller's run id and step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeArguments<'a> {
+    pub run: &'a str,
+    pub step: &'a str,
+}
+
+/// Why a Gateway call was refused. Both are answered as [`Notice`]s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatewayError {
+    /// Something only the Gateway's or the executor's configuration can fix.
+    #[error("invalid AgentCore Gateway call: {0}")]
+    Event(String),
+    /// The arguments are not an object: the model can correct them.
+    #[error("invalid arguments: {0}")]
+    Arguments(String),
+}
+
+/// True when `custom` (the client context's custom map) comes from an AgentCore Gateway.
+pub fn is_gateway_call(custom: Option<&HashMap<String, String>>) -> bool {
+    custom.is_some_and(|c| c.contains_key(TOOL_NAME))
+}
+
+/// One Gateway invocation: the event (the arguments) and what the client context says.
+#[derive(Debug, Clone)]
+pub struct GatewayCall<'a> {
+    event: &'a Value,
+    custom: &'a HashMap<String, String>,
+    /// The target name (the prefix of the tool name), `""` without one.
+    pub target: &'a str,
+    /// The tool name without the target prefix.
+    pub tool: &'a str,
+}
+
+impl<'a> GatewayCall<'a> {
+    /// Reads the client context. The arguments are checked by [`GatewayCall::tool_call`].
+    pub fn parse(
+        event: &'a Value,
+        custom: &'a HashMap<String, String>,
+    ) -> Result<GatewayCall<'a>, GatewayError> {
+        let qualified = custom
+            .get(TOOL_NAME)
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| GatewayError::Event(format!("{TOOL_NAME} is empty")))?;
+        if let Some(version) = custom
+            .get(MESSAGE_VERSION)
+            .filter(|v| !SUPPORTED_VERSIONS.contains(&v.as_str()))
+        {
+            return Err(GatewayError::Event(format!(
+                "{MESSAGE_VERSION} {version:?} is not supported (only \"1.0\")"
+            )));
+        }
+        let (target, tool) = match qualified.split_once(TOOL_NAME_DELIMITER) {
+            Some((target, tool)) => (target, tool),
+            None => ("", qualified),
+        };
+        if tool.is_empty() {
+            return Err(GatewayError::Event(format!(
+                "{TOOL_NAME} {qualified:?} names no tool after the target prefix"
+            )));
+        }
+        Ok(GatewayCall {
+            event,
+            custom,
+            target,
+            tool,
+        })
+    }
+
+    /// The route: (target name, tool), as `DEDUP_ROUTES` names it (`"<target>/<tool>"`).
+    pub fn route(&self) -> (&str, &str) {
+        (self.target, self.tool)
+    }
+
+    fn context(&self, name: &str) -> Option<&'a str> {
+        self.custom
+            .get(name)
+            .map(|v| v.trim())
+            .filter(|v| !v.is_empty())
+    }
+
+    fn arguments(&self) -> Result<&'a Map<String, Value>, GatewayError> {
+        self.event.as_object().ok_or_else(|| {
+            GatewayError::Arguments(format!(
+                "the arguments of {} must be a JSON object, got a JSON {}",
+                self.tool,
+                json_type(self.event)
+            ))
+        })
+    }
+
+    /// The call to key: see the module docs.
+    pub fn tool_call(&self, scope: ScopeArguments<'_>) -> Result<ToolCall, GatewayError> {
+        let args = self.arguments()?;
+        let run_id = match self.context(SESSION_ID) {
+            Some(session) => session.to_string(),
+            None => args.get(scope.run).and_then(step_value).ok_or_else(|| {
+                GatewayError::Event(format!(
+                    "no run id: the Gateway sent no {SESSION_ID} and the arguments have no {:?}; without one, \
+                     identical calls of different sessions would be one call",
+                    scope.run
+                ))
+            })?,
+        };
+        let step = args.get(scope.step).and_then(step_value);
+        let namespace = format!(
+            "{}/{}",
+            self.context(GATEWAY_ID).unwrap_or("-"),
+            self.context(TARGET_ID).unwrap_or(self.target)
+        );
+        Ok(ToolCall {
+            tool: self.tool.to_string(),
+            args: object_text(args, scope),
+            namespace,
+            run_id: Some(run_id),
+            step,
+            schema: None,
+        })
+    }
+
+    /// What the routed tool receives: the arguments (without the scope arguments) and the same
+    /// client context, plus [`DEDUP_KEY_CONTEXT`] when a key was derived.
+    pub fn forward(
+        &self,
+        key: Option<&str>,
+        scope: ScopeArguments<'_>,
+    ) -> Result<Forward, GatewayError> {
+        let payload = match self.event.as_object() {
+            Some(args) => object_text(args, scope).into_bytes(),
+            None => self.event.to_string().into_bytes(),
+        };
+        let mut custom: Map<String, Value> = self
+            .custom
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        if let Some(key) = key {
+            custom.insert(DEDUP_KEY_CONTEXT.into(), Value::String(key.into()));
+        }
+        let mut context = Map::new();
+        context.insert("custom".into(), Value::Object(custom));
+        Ok(Forward {
+            payload,
+            client_context: Some(Value::Object(context).to_string()),
+        })
+    }
+}
+
+/// The arguments object as JSON text, without the run and step arguments.
+fn object_text(args: &Map<String, Value>, scope: ScopeArguments<'_>) -> String {
+    if !args.contains_key(scope.run) && !args.contains_key(scope.step) {
+        return serde_json::to_string(args).unwrap_or_default();
+    }
+    let kept: Map<String, Value> = args
+        .iter()
+        .filter(|(k, _)| k.as_str() != scope.run && k.as_str() != scope.step)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::to_string(&kept).unwrap_or_default()
+}
+
+/// Checks a tool's reply: any JSON; `{"isError": true}` is a failure.
+pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
+    crate::adapter::classify_json_reply(bytes)
+}
+
+/// The executor's own answer: the notice body.
+pub fn notice(notice: &Notice) -> String {
+    notice.body_json()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SCOPE: ScopeArguments<'static> = ScopeArguments {
+        run: "dedup_run_id",
+        step: "dedup_step",
+    };
+
+    fn custom(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn gateway() -> HashMap<String, String> {
+        custom(&[
+            (TOOL_NAME, "payments___charge_card"),
+            (GATEWAY_ID, "gw-1"),
+            (TARGET_ID, "TGT1"),
+            (MESSAGE_VERSION, "1.0"),
+            (SESSION_ID, "s-1"),
+        ])
+    }
+
+    #[test]
+    fn the_tool_name_loses_its_target_prefix_and_the_ids_make_the_namespace() {
+        let event = json!({"customer_id": "cus_1", "amount": 4200, "dedup_step": 3});
+        let ctx = gateway();
+        let call = GatewayCall::parse(&event, &ctx).unwrap();
+        assert_eq!(call.route(), ("payments", "charge_card"));
+        let tc = call.tool_call(SCOPE).unwrap();
+        assert_eq!(tc.tool, "charge_card");
+        assert_eq!(tc.namespace, "gw-1/TGT1");
+        assert_eq!(tc.run_id.as_deref(), Some("s-1"));
+        assert_eq!(tc.step.as_deref(), Some("3"));
+        assert_eq!(tc.args, r#"{"amount":4200,"customer_id":"cus_1"}"#);
+    }
+
+    #[test]
+    fn the_run_comes_from_the_session_or_an_argument_or_the_call_is_refused() {
+        let mut ctx = gateway();
+        ctx.insert(SESSION_ID.into(), "".into());
+        let event = json!({"a": 1, "dedup_run_id": "run-9"});
+        let tc = GatewayCall::parse(&event, &ctx)
+            .unwrap()
+            .tool_call(SCOPE)
+            .unwrap();
+        assert_eq!(tc.run_id.as_deref(), Some("run-9"));
+        assert_eq!(tc.args, r#"{"a":1}"#);
+        let event = json!({"a": 1});
+        let err = GatewayCall::parse(&event, &ctx)
+            .unwrap()
+            .tool_call(SCOPE)
+            .unwrap_err();
+        assert!(
+            matches!(&err, GatewayError::Event(m) if m.contains("no run id")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_contexts_and_arguments_are_named() {
+        let event = json!({"a": 1});
+        let ctx = custom(&[(TOOL_NAME, "payments___")]);
+        assert!(matches!(
+            GatewayCall::parse(&event, &ctx),
+            Err(GatewayError::Event(_))
+        ));
+        let ctx = custom(&[(TOOL_NAME, "t___x"), (MESSAGE_VERSION, "2.0")]);
+        assert!(GatewayCall::parse(&event, &ctx).is_err());
+        let ctx = gateway();
+        let not_object = json!([1, 2]);
+        let err = GatewayCall::parse(&not_object, &ctx)
+            .unwrap()
+            .tool_call(SCOPE)
+            .unwrap_err();
+        assert!(matches!(err, GatewayError::Arguments(_)), "{err}");
+        // A bare tool name (no target prefix) is accepted; the target id names the namespace.
+        let ctx = custom(&[(TOOL_NAME, "charge_card"), (SESSION_ID, "s")]);
+        let call = GatewayCall::parse(&event, &ctx).unwrap();
+        assert_eq!(call.route(), ("", "charge_card"));
+        assert_eq!(call.tool_call(SCOPE).unwrap().namespace, "-/");
+    }
+
+    #[test]
+    fn the_tool_gets_the_arguments_and_the_client_context_plus_the_key() {
+        let event = json!({"amount": 5, "dedup_step": "2"});
+        let ctx = gateway();
+        let call = GatewayCall::parse(&event, &ctx).unwrap();
+        let forward = call.forward(Some("k1"), SCOPE).unwrap();
+        assert_eq!(forward.payload, br#"{"amount":5}"#);
+        let context: Value =
+            serde_json::from_str(forward.client_context.as_deref().unwrap()).unwrap();
+        assert_eq!(context["custom"][TOOL_NAME], "payments___charge_card");
+        assert_eq!(context["custom"][SESSION_ID], "s-1");
+        assert_eq!(context["custom"][DEDUP_KEY_CONTEXT], "k1");
+        assert!(is_gateway_call(Some(&ctx)));
+        assert!(!is_gateway_call(Some(&HashMap::new())));
+        assert!(!is_gateway_call(None));
+    }
+}

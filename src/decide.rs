@@ -1,0 +1,141 @@
+//! The executor's decision, as a pure function: from what the store said about a claim, the
+//! mode and the time left to wait, to the [`NextAction`]. No I/O, no clock: the executor
+//! ([`crate::handler`]) performs the action and, after a wait, asks again.
+
+use std::time::Duration;
+
+use crate::config::Mode;
+use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
+
+/// What to do next with one keyed call.
+#[derive(Debug)]
+pub enum NextAction {
+    /// This invocation owns the key: run the tool, then complete or release under `token`.
+    Execute { token: LeaseToken },
+    /// The key was completed: answer with the stored reply.
+    Replay(Record),
+    /// An identical call holds the key and there is time to wait for it.
+    Wait(Record),
+    /// An identical call holds the key and there is no time left to wait: answer "in progress".
+    Busy(Record),
+    /// The store could not be asked: answer without running the tool (fail closed).
+    StoreDown(StoreError),
+    /// Shadow mode: run the tool without a claim. `seen` is the record enforce mode would have
+    /// replayed or waited for; `None` when the store was unreachable (shadow never blocks).
+    Shadow { seen: Option<Record> },
+}
+
+/// Decides what a claim's outcome means. `wait_left` is what remains of the wait bound (the
+/// smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
+pub fn decide(
+    claim: Result<ClaimOutcome, StoreError>,
+    mode: Mode,
+    wait_left: Duration,
+) -> NextAction {
+    let shadow = mode == Mode::Shadow;
+    match claim {
+        // Shadow mode claims too (it counts "would have replayed"), and runs under its claim
+        // when it got one, so that a later enforce rollout finds real records.
+        Ok(ClaimOutcome::Claimed { token }) => NextAction::Execute { token },
+        Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record)) if shadow => {
+            NextAction::Shadow { seen: Some(record) }
+        }
+        Err(_) if shadow => NextAction::Shadow { seen: None },
+        Err(e) => NextAction::StoreDown(e),
+        Ok(ClaimOutcome::Completed(record)) => NextAction::Replay(record),
+        Ok(ClaimOutcome::InProgress(record)) if wait_left.is_zero() => NextAction::Busy(record),
+        Ok(ClaimOutcome::InProgress(record)) => NextAction::Wait(record),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Status;
+
+    fn record(status: Status) -> Record {
+        Record {
+            key: "k".into(),
+            status,
+            expires_at_s: 10,
+            lease_until_ms: 5_000,
+            token: LeaseToken::new("t"),
+            fingerprint: "f".into(),
+            tool: "tool".into(),
+            created_at_ms: 0,
+            result: (status == Status::Completed).then(|| b"{}".to_vec()),
+            omitted_result_bytes: None,
+        }
+    }
+
+    fn down() -> StoreError {
+        StoreError::Corrupt("down".into())
+    }
+
+    const SOME: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn enforce_mode() {
+        let token = LeaseToken::new("mine");
+        assert!(matches!(
+            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME),
+            NextAction::Execute { token: t } if t == token
+        ));
+        assert!(matches!(
+            decide(
+                Ok(ClaimOutcome::Completed(record(Status::Completed))),
+                Mode::Enforce,
+                Duration::ZERO
+            ),
+            NextAction::Replay(_)
+        ));
+        assert!(matches!(
+            decide(
+                Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
+                Mode::Enforce,
+                SOME
+            ),
+            NextAction::Wait(_)
+        ));
+        assert!(matches!(
+            decide(
+                Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
+                Mode::Enforce,
+                Duration::ZERO
+            ),
+            NextAction::Busy(_)
+        ));
+        assert!(matches!(
+            decide(Err(down()), Mode::Enforce, SOME),
+            NextAction::StoreDown(_)
+        ));
+    }
+
+    #[test]
+    fn shadow_mode_never_blocks_and_never_replays() {
+        assert!(matches!(
+            decide(
+                Ok(ClaimOutcome::Claimed {
+                    token: LeaseToken::new("t")
+                }),
+                Mode::Shadow,
+                SOME
+            ),
+            NextAction::Execute { .. }
+        ));
+        for status in [Status::Completed, Status::InProgress] {
+            let claim = match status {
+                Status::Completed => ClaimOutcome::Completed(record(status)),
+                Status::InProgress => ClaimOutcome::InProgress(record(status)),
+            };
+            assert!(matches!(
+                decide(Ok(claim), Mode::Shadow, Duration::ZERO),
+                NextAction::Shadow { seen: Some(_) }
+            ));
+        }
+        assert!(matches!(
+            decide(Err(down()), Mode::Shadow, SOME),
+            NextAction::Shadow { seen: None }
+        ));
+    }
+}

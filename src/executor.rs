@@ -1,0 +1,573 @@
+//! The state machine of one keyed call: claim, run the side effect once, complete or release,
+//! wait for an identical call in flight, replay. It knows no event format and no tool transport:
+//! the handler ([`crate::handler`]) and the library guard ([`crate::guard`]) both run it, each
+//! with its own way to perform the side effect.
+//!
+//! Each claim's outcome goes through the pure [`decide`]; the executor performs the
+//! [`NextAction`] and returns a [`Settled`] value that the caller turns into its answer.
+
+use std::future::Future;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::adapter::ReplyClass;
+use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
+use crate::decide::{NextAction, decide};
+use crate::key::{Call, Keyer, Strategy};
+use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
+use crate::telemetry::Outcome;
+
+/// Timing and behaviour knobs, from [`Config`] plus fixed margins.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub mode: Mode,
+    pub scope: Scope,
+    pub step_attribute: String,
+    /// The argument an AgentCore call names its run by when the Gateway sends no session.
+    pub run_argument: String,
+    pub ttl: Duration,
+    pub wait: Duration,
+    pub cache_failures: bool,
+    pub local_cache_items: usize,
+    /// Tool error types that prove nothing ran: only these release the claim.
+    pub release_on_errors: ErrorTypes,
+    /// The lease ends this long after the later of the Lambda deadline and the tool's own
+    /// timeout (clock skew between containers).
+    pub lease_margin: Duration,
+    /// Time kept back before the deadline to store the result and answer.
+    pub answer_margin: Duration,
+    /// The budget of an invocation without a deadline (`dedup replay`, tests, the guard).
+    pub default_budget: Duration,
+}
+
+impl Settings {
+    pub fn from_config(config: &Config) -> Settings {
+        Settings {
+            mode: config.mode,
+            scope: config.scope,
+            step_attribute: config.step_attribute.clone(),
+            run_argument: config.run_argument.clone(),
+            ttl: config.ttl,
+            wait: config.wait,
+            cache_failures: config.cache_failures,
+            local_cache_items: config.local_cache_items,
+            release_on_errors: config.release_on_errors.clone(),
+            lease_margin: LEASE_MARGIN,
+            answer_margin: Duration::from_millis(1500),
+            default_budget: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings::from_config(&Config::default())
+    }
+}
+
+/// One call, keyed.
+#[derive(Debug, Clone, Copy)]
+pub struct Keyed<'a> {
+    /// The typed key, 32 hex digits.
+    pub key: &'a str,
+    /// The strict fingerprint (keyer B) of the arguments, stored beside the result.
+    pub fingerprint: &'a str,
+    /// The key core's view of the call (to explain which rules made a repeat meet the original).
+    pub call: &'a Call<'a>,
+}
+
+/// What running the side effect gave.
+#[derive(Debug)]
+pub enum ToolRun<E> {
+    /// A reply, classified by the caller's format.
+    Replied { reply: Vec<u8>, class: ReplyClass },
+    /// No usable reply. `outcome_unknown` when the side effect may have happened (a timeout, a
+    /// lost response): the claim is then kept until its lease ends instead of released.
+    Failed { error: E, outcome_unknown: bool },
+}
+
+/// How a keyed call ended.
+#[derive(Debug)]
+pub enum Settled<E> {
+    /// The side effect ran for this call (also shadow mode's repeats: see `outcome`).
+    Executed { reply: Vec<u8> },
+    /// A completed record answered: from the store, the warm cache, or after waiting.
+    Replayed { reply: Arc<[u8]> },
+    /// A completed record answered whose result was too large to store (`bytes` long): the call
+    /// ran, and its result cannot be shown again.
+    AlreadyRan { bytes: usize },
+    /// An identical call still holds the key. `retry_after_ms` is when its lease ends.
+    InProgress { retry_after_ms: Option<i64> },
+    /// The store could not be asked; the side effect did not run.
+    StoreDown(StoreError),
+    /// The side effect failed (see [`ToolRun::Failed`]).
+    ToolFailed { error: E, outcome_unknown: bool },
+    /// Too little time was left to run the side effect; it did not run.
+    NoTime,
+}
+
+/// [`Settled`] with what the report needs.
+#[derive(Debug)]
+pub struct Finished<E> {
+    pub settled: Settled<E>,
+    pub outcome: Outcome,
+    /// For replays: the normalization rules that made this call meet the stored one.
+    pub rules: Vec<&'static str>,
+}
+
+/// Rounds of claim → wait → claim again before answering "in progress".
+const MAX_CLAIM_ROUNDS: u32 = 3;
+const FIRST_POLL: Duration = Duration::from_millis(25);
+const MAX_POLL: Duration = Duration::from_millis(500);
+
+/// Runs keyed calls against one store.
+pub struct Executor<S> {
+    store: S,
+    keyer: Keyer,
+    settings: Settings,
+    cache: Option<RecordCache>,
+}
+
+/// What waiting for an in-flight call ended with.
+enum Waited {
+    Completed(Record),
+    /// Released, expired or lease ended: claim again.
+    Claimable,
+    StillRunning(Record),
+    Failed(StoreError),
+}
+
+impl<S: Store> Executor<S> {
+    pub fn new(store: S, keyer: Keyer, settings: Settings) -> Executor<S> {
+        let cache = RecordCache::new(settings.local_cache_items);
+        Executor {
+            store,
+            keyer,
+            settings,
+            cache,
+        }
+    }
+
+    /// Adjusts the settings (tests shorten margins and budgets).
+    pub fn with_settings(mut self, adjust: impl FnOnce(&mut Settings)) -> Executor<S> {
+        adjust(&mut self.settings);
+        self.cache = RecordCache::new(self.settings.local_cache_items);
+        self
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn keyer(&self) -> &Keyer {
+        &self.keyer
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Runs `call` at most once per key. `end` is the deadline (monotonic); `tool_time` how long
+    /// the side effect may keep running once started, which can outlive `end` (a tool Lambda's
+    /// own timeout; zero in-process): the lease covers the later of the two. `side_effect` gets
+    /// the time it may take.
+    pub async fn run<E, F, Fut>(
+        &self,
+        call: Keyed<'_>,
+        end: Instant,
+        tool_time: Duration,
+        side_effect: F,
+    ) -> Finished<E>
+    where
+        F: FnOnce(Duration) -> Fut,
+        Fut: Future<Output = ToolRun<E>>,
+    {
+        let mut rules = Vec::new();
+        let shadow = self.settings.mode == Mode::Shadow;
+        if !shadow {
+            if let Some(hit) = self
+                .cache
+                .as_ref()
+                .and_then(|c| c.get(call.key, self.store.now_ms()))
+            {
+                tracing::debug!("replayed from the warm-container cache");
+                return Finished {
+                    rules: self.meeting_rules(&hit.fingerprint, call),
+                    settled: Settled::Replayed { reply: hit.result },
+                    outcome: Outcome::Replayed,
+                };
+            }
+        }
+        let wait_until = Instant::now() + self.wait_bound(end);
+        for _round in 0..MAX_CLAIM_ROUNDS {
+            let claim = self
+                .store
+                .claim(self.claim_request(call, end, tool_time))
+                .await;
+            let wait_left = wait_until.saturating_duration_since(Instant::now());
+            let record = match decide(claim, self.settings.mode, wait_left) {
+                NextAction::Execute { token } => {
+                    let settled = self.execute(call, Some(token), end, side_effect).await;
+                    return finished(settled, Outcome::Executed, rules);
+                }
+                NextAction::Shadow { seen } => {
+                    let outcome = match &seen {
+                        Some(record) => {
+                            rules = self.meeting_rules(&record.fingerprint, call);
+                            tracing::info!(rules = %rules.join(","), "shadow mode: would have replayed or waited");
+                            Outcome::ShadowReplay
+                        }
+                        None => {
+                            tracing::warn!("shadow mode: store unavailable, executing anyway");
+                            Outcome::Executed
+                        }
+                    };
+                    let settled = self.execute(call, None, end, side_effect).await;
+                    return finished(settled, outcome, rules);
+                }
+                NextAction::StoreDown(e) => {
+                    return finished(Settled::StoreDown(e), Outcome::StoreError, rules);
+                }
+                NextAction::Replay(record) => return self.replay(record, call, Outcome::Replayed),
+                NextAction::Busy(record) => return self.in_progress(&record),
+                NextAction::Wait(record) => record,
+            };
+            match self.wait(call.key, record, wait_until).await {
+                Waited::Completed(record) => return self.replay(record, call, Outcome::Waited),
+                Waited::Claimable => continue,
+                Waited::StillRunning(record) => return self.in_progress(&record),
+                Waited::Failed(e) => {
+                    return finished(Settled::StoreDown(e), Outcome::StoreError, rules);
+                }
+            }
+        }
+        match self.store.get(call.key).await {
+            Ok(Some(record)) if record.status == Status::Completed => {
+                self.replay(record, call, Outcome::Waited)
+            }
+            Ok(Some(record)) => self.in_progress(&record),
+            Ok(None) => {
+                tracing::info!("claim kept racing with identical calls");
+                finished(
+                    Settled::InProgress {
+                        retry_after_ms: None,
+                    },
+                    Outcome::InProgress,
+                    rules,
+                )
+            }
+            Err(e) => finished(Settled::StoreDown(e), Outcome::StoreError, rules),
+        }
+    }
+
+    fn claim_request<'a>(
+        &self,
+        call: Keyed<'a>,
+        end: Instant,
+        tool_time: Duration,
+    ) -> ClaimRequest<'a> {
+        let now = self.store.now_ms();
+        // Until the later of our deadline and the tool's own timeout: a tool that outlives us
+        // may still be running after our deadline.
+        let lease = remaining(end).max(tool_time) + self.settings.lease_margin;
+        ClaimRequest {
+            key: call.key,
+            fingerprint: call.fingerprint,
+            tool: call.call.tool,
+            lease_until_ms: now.saturating_add(millis(lease)),
+            expires_at_s: self.expiry_from(now),
+        }
+    }
+
+    /// The expiry of a record written at `now_ms`: `DEDUP_TTL_SECONDS` later.
+    fn expiry_from(&self, now_ms: i64) -> i64 {
+        now_ms
+            .div_euclid(1000)
+            .saturating_add(i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX))
+    }
+
+    fn wait_bound(&self, end: Instant) -> Duration {
+        self.settings
+            .wait
+            .min(remaining(end).saturating_sub(self.settings.answer_margin))
+    }
+
+    /// Polls an in-flight record with backoff until it completes, becomes claimable, or `until`.
+    async fn wait(&self, key: &str, mut record: Record, until: Instant) -> Waited {
+        let mut delay = FIRST_POLL;
+        loop {
+            if record.is_claimable(self.store.now_ms()) {
+                return Waited::Claimable;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Waited::StillRunning(record);
+            }
+            let jittered =
+                delay / 2 + Duration::from_micros(fastrand::u64(0..=delay.as_micros() as u64 / 2));
+            tokio::time::sleep(jittered.min(until - now)).await;
+            delay = (delay * 2).min(MAX_POLL);
+            match self.store.get(key).await {
+                Err(e) => return Waited::Failed(e),
+                Ok(None) => return Waited::Claimable,
+                Ok(Some(r)) if r.status == Status::Completed => return Waited::Completed(r),
+                Ok(Some(r)) => record = r,
+            }
+        }
+    }
+
+    /// Runs the side effect. With a `token` the claim is completed or released afterwards;
+    /// without one (shadow mode) nothing is written.
+    async fn execute<E, F, Fut>(
+        &self,
+        call: Keyed<'_>,
+        token: Option<LeaseToken>,
+        end: Instant,
+        side_effect: F,
+    ) -> Settled<E>
+    where
+        F: FnOnce(Duration) -> Fut,
+        Fut: Future<Output = ToolRun<E>>,
+    {
+        let key = call.key;
+        let timeout = remaining(end).saturating_sub(self.settings.answer_margin);
+        if timeout.is_zero() {
+            self.release(key, token.as_ref()).await;
+            return Settled::NoTime;
+        }
+        match side_effect(timeout).await {
+            ToolRun::Failed {
+                error,
+                outcome_unknown,
+            } => {
+                if outcome_unknown {
+                    tracing::warn!("tool outcome unknown: the claim is kept until its lease ends");
+                } else {
+                    self.release(key, token.as_ref()).await;
+                }
+                Settled::ToolFailed {
+                    error,
+                    outcome_unknown,
+                }
+            }
+            ToolRun::Replied { reply, class } => {
+                if let Some(token) = token {
+                    let keep = match class {
+                        ReplyClass::Success => true,
+                        ReplyClass::Failure => self.settings.cache_failures,
+                        ReplyClass::Reprompt => false,
+                    };
+                    if keep {
+                        self.complete(call, &token, &reply).await;
+                    } else {
+                        self.release(key, Some(&token)).await;
+                    }
+                }
+                Settled::Executed { reply }
+            }
+        }
+    }
+
+    /// Stores the reply. A failure here does not change the answer: the side effect already
+    /// ran, and its reply is the truth the caller needs.
+    async fn complete(&self, call: Keyed<'_>, token: &LeaseToken, reply: &[u8]) {
+        let expires_at_s = self.expiry_from(self.store.now_ms());
+        match self
+            .store
+            .complete(call.key, token, reply, expires_at_s)
+            .await
+        {
+            Ok(Completion::Stored) => {
+                // Warm the cache from what is in hand: no read after the write.
+                if let Some(cache) = &self.cache {
+                    cache.insert(call.key, reply, call.fingerprint, expires_at_s);
+                }
+            }
+            Ok(Completion::ResultOmitted { bytes }) => tracing::warn!(
+                bytes,
+                "the tool's reply is too large to store; the call is settled and repeats are told \
+                 it already ran, without its result"
+            ),
+            Err(StoreError::LeaseLost) => tracing::warn!(
+                "completion refused: the lease ended and another invocation took the key over; \
+                 returning this invocation's result without storing it"
+            ),
+            Err(e) => tracing::error!(
+                error = %e,
+                "completion write failed after the tool ran; a repeat may run the tool again once the lease ends"
+            ),
+        }
+    }
+
+    async fn release(&self, key: &str, token: Option<&LeaseToken>) {
+        let Some(token) = token else { return };
+        match self.store.release(key, token).await {
+            Ok(()) | Err(StoreError::LeaseLost) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "release failed; the key stays blocked until its lease ends")
+            }
+        }
+    }
+
+    fn replay<E>(&self, record: Record, call: Keyed<'_>, outcome: Outcome) -> Finished<E> {
+        let rules = self.meeting_rules(&record.fingerprint, call);
+        if let Some(cache) = &self.cache {
+            cache.put(&record.key, &record, self.store.now_ms());
+        }
+        match (record.result, record.omitted_result_bytes) {
+            (Some(result), _) => finished(
+                Settled::Replayed {
+                    reply: Arc::from(result),
+                },
+                outcome,
+                rules,
+            ),
+            (None, Some(bytes)) => finished(Settled::AlreadyRan { bytes }, outcome, rules),
+            (None, None) => {
+                let e = StoreError::Corrupt("completed record without a result".into());
+                finished(Settled::StoreDown(e), Outcome::StoreError, rules)
+            }
+        }
+    }
+
+    fn in_progress<E>(&self, record: &Record) -> Finished<E> {
+        let retry_after_ms = (record.lease_until_ms - self.store.now_ms()).clamp(0, 60_000);
+        finished(
+            Settled::InProgress {
+                retry_after_ms: Some(retry_after_ms),
+            },
+            Outcome::InProgress,
+            Vec::new(),
+        )
+    }
+
+    /// Which normalization rules made this call meet the stored one: none when the strict
+    /// fingerprints are equal, else the typed rules that fired on this call.
+    fn meeting_rules(&self, stored: &str, call: Keyed<'_>) -> Vec<&'static str> {
+        if stored == call.fingerprint {
+            return Vec::new();
+        }
+        self.keyer
+            .explain(Strategy::Typed, call.call)
+            .map(|e| e.rules.names().collect())
+            .unwrap_or_default()
+    }
+}
+
+fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) -> Finished<E> {
+    Finished {
+        settled,
+        outcome,
+        rules,
+    }
+}
+
+/// The time left before `end`.
+pub fn remaining(end: Instant) -> Duration {
+    end.saturating_duration_since(Instant::now())
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Warm-container LRU of completed records (`DEDUP_LOCAL_CACHE_ITEMS`). Only completed records
+/// are cached: they never change until they expire, and expiry is checked on every hit.
+#[derive(Debug)]
+struct RecordCache {
+    inner: Mutex<lru::LruCache<String, CacheEntry>>,
+}
+
+#[derive(Debug, Clone)]
+struct CacheEntry {
+    result: Arc<[u8]>,
+    fingerprint: String,
+    expires_at_s: i64,
+}
+
+impl RecordCache {
+    /// `None` for a capacity of 0 (the cache is off).
+    fn new(capacity: usize) -> Option<RecordCache> {
+        NonZeroUsize::new(capacity).map(|capacity| RecordCache {
+            inner: Mutex::new(lru::LruCache::new(capacity)),
+        })
+    }
+
+    fn get(&self, key: &str, now_ms: i64) -> Option<CacheEntry> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match inner.get(key) {
+            Some(entry) if entry.expires_at_s >= now_ms.div_euclid(1000) => Some(entry.clone()),
+            Some(_) => {
+                inner.pop(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, key: &str, record: &Record, now_ms: i64) {
+        let (Status::Completed, Some(result)) = (record.status, &record.result) else {
+            return;
+        };
+        if record.is_expired(now_ms) {
+            return;
+        }
+        self.insert(key, result, &record.fingerprint, record.expires_at_s);
+    }
+
+    /// Caches a completed result.
+    fn insert(&self, key: &str, result: &[u8], fingerprint: &str, expires_at_s: i64) {
+        let entry = CacheEntry {
+            result: Arc::from(result),
+            fingerprint: fingerprint.to_string(),
+            expires_at_s,
+        };
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .put(key.to_string(), entry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(key: &str, expires_at_s: i64) -> Record {
+        Record {
+            key: key.into(),
+            status: Status::Completed,
+            expires_at_s,
+            lease_until_ms: 0,
+            token: LeaseToken::new("t"),
+            fingerprint: "f".into(),
+            tool: "tool".into(),
+            created_at_ms: 0,
+            result: Some(key.as_bytes().to_vec()),
+            omitted_result_bytes: None,
+        }
+    }
+
+    #[test]
+    fn the_record_cache_evicts_the_least_recently_used_and_honours_expiry() {
+        assert!(RecordCache::new(0).is_none(), "capacity 0 is off");
+        let cache = RecordCache::new(2).unwrap();
+        cache.put("a", &completed("a", 100), 0);
+        cache.put("b", &completed("b", 100), 0);
+        assert!(cache.get("a", 0).is_some());
+        cache.put("c", &completed("c", 100), 0);
+        assert!(cache.get("b", 0).is_none(), "b was least recently used");
+        assert!(cache.get("a", 0).is_some() && cache.get("c", 0).is_some());
+        assert!(cache.get("a", 101_000).is_none(), "expired");
+        let mut in_progress = completed("d", 100);
+        in_progress.status = Status::InProgress;
+        cache.put("d", &in_progress, 0);
+        assert!(
+            cache.get("d", 0).is_none(),
+            "in-progress records are never cached"
+        );
+    }
+}
