@@ -19,7 +19,7 @@ use fixture::*;
 use serde_json::Value;
 use servers::Backend;
 use tokio::sync::Notify;
-use toolcall_dedup::config::{Config, ErrorTypes};
+use toolcall_dedup::config::{Config, ErrorTypes, Mode};
 use toolcall_dedup::store::{
     DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RequestCounts, RetryPolicy, Status,
     Store,
@@ -720,4 +720,61 @@ fn the_lambda_binary_refuses_the_memory_store_unless_allowed_and_a_ttl_shorter_t
         out.contains("DEDUP_TTL_SECONDS=\"60\" is invalid") && out.contains("longest lease"),
         "{out}"
     );
+}
+
+// Two tests found missing by the mutation run (docs/testing.md, "Mutation score").
+
+#[tokio::test]
+async fn an_in_progress_answer_says_how_long_the_running_calls_lease_has_left() {
+    let clock = ManualClock::starting_now();
+    let gate = Arc::new(Notify::new());
+    let config = Config {
+        wait: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let ev = event("fd-charge_card.json");
+    let (h, first) = hung_in_tool(
+        MemoryStore::new().with_clock(clock.clone()),
+        Scripted::new(vec![Act::HangBefore(gate.clone())]),
+        &config,
+        &ev,
+    )
+    .await;
+    // Move the store's clock so the running call's lease has a few seconds left, under the
+    // 60 s cap on `retry_after_ms`: the answer must state exactly that time.
+    let waiting = send(&h, &event("fd-charge_card-retry.json")).await;
+    let key = waiting.key.clone().expect("the retry was keyed");
+    let lease_until = h.store().get(&key).await.unwrap().unwrap().lease_until_ms;
+    clock.set_ms(lease_until - 7_000);
+    let waiting = send(&h, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(waiting.outcome, Outcome::InProgress);
+    assert_eq!(body(&waiting)["retry_after_ms"].as_i64(), Some(7_000));
+    gate.notify_one();
+    assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
+}
+
+#[tokio::test]
+async fn shadow_mode_runs_a_call_whose_identical_twin_is_still_running() {
+    let gate = Arc::new(Notify::new());
+    let ev = event("fd-charge_card.json");
+    let (h, first) = hung_in_tool(
+        MemoryStore::new(),
+        Scripted::new(vec![Act::HangBefore(gate.clone())]),
+        &Config::default(),
+        &ev,
+    )
+    .await;
+    // Shadow mode never blocks a call: the retry runs at once, counted as a would-be replay,
+    // while the first call still holds the key.
+    let shadow_config = Config {
+        mode: Mode::Shadow,
+        ..Config::default()
+    };
+    let shadow = handler(h.store().clone(), demo(), &shadow_config);
+    let retry = send(&shadow, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(retry.outcome, Outcome::ShadowReplay);
+    assert_eq!(charges(shadow.dispatcher()), 1, "the shadow call ran its tool");
+    assert_eq!(h.dispatcher().invokes(), 1, "the first call is still hung");
+    gate.notify_one();
+    assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
 }
