@@ -773,7 +773,11 @@ async fn shadow_mode_runs_a_call_whose_identical_twin_is_still_running() {
     let shadow = handler(h.store().clone(), demo(), &shadow_config);
     let retry = send(&shadow, &event("fd-charge_card-retry.json")).await;
     assert_eq!(retry.outcome, Outcome::ShadowReplay);
-    assert_eq!(charges(shadow.dispatcher()), 1, "the shadow call ran its tool");
+    assert_eq!(
+        charges(shadow.dispatcher()),
+        1,
+        "the shadow call ran its tool"
+    );
     assert_eq!(h.dispatcher().invokes(), 1, "the first call is still hung");
     gate.notify_one();
     assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
