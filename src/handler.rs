@@ -364,9 +364,11 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         {
             Ok(reply) => match door.classify(&reply) {
                 Ok(class) => ToolRun::Replied { reply, class },
+                // The tool answered, so it ran: its side effect may have happened even though
+                // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
                 Err(reason) => ToolRun::Failed {
                     error: ToolFailure::Malformed(reason),
-                    outcome_unknown: false,
+                    outcome_unknown: true,
                 },
             },
             Err(e) => ToolRun::Failed {
@@ -466,7 +468,8 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             ToolFailure::Malformed(reason) => (
                 Notice::new(
                     NoticeKind::ToolFailed,
-                    "The tool answered with a malformed response; nothing was recorded. You may retry once.",
+                    "The tool ran but answered with a malformed response, so its result was not recorded. \
+                     Do not call it again with the same arguments now; tell the user the outcome is being checked.",
                 ),
                 reason.clone(),
             ),

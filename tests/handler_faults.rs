@@ -115,11 +115,14 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
 }
 
 #[tokio::test]
-async fn a_malformed_tool_reply_is_a_tool_error_and_is_not_stored() {
+async fn a_malformed_tool_reply_keeps_the_claim_because_the_tool_ran() {
     let h = handler(
         MemoryStore::new(),
         Scripted::new(vec![Act::Malformed]),
-        &Config::default(),
+        &Config {
+            wait: Duration::from_millis(100),
+            ..Config::default()
+        },
     );
     let ev = event("openapi-charge_card.json");
     let r = send(&h, &ev).await;
@@ -127,8 +130,11 @@ async fn a_malformed_tool_reply_is_a_tool_error_and_is_not_stored() {
         (r.outcome, state(&r).as_deref()),
         (Outcome::ToolError, Some("REPROMPT"))
     );
-    assert_eq!(response(&r)["response"]["httpStatusCode"], 502);
-    assert_eq!(send(&h, &ev).await.outcome, Outcome::Executed);
+    assert!(tool_error_message(&r).contains("ran but answered with a malformed response"));
+    // The tool ran: a retry within the lease is not run again.
+    let retry = send(&h, &ev).await;
+    assert_eq!(retry.outcome, Outcome::InProgress);
+    assert_eq!(h.dispatcher().invokes(), 1);
 }
 
 #[tokio::test]
