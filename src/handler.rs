@@ -465,11 +465,20 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         key: Option<&str>,
     ) -> Answered {
         let (notice, reason) = match error {
-            ToolFailure::Malformed(reason) => (
+            // A reply came back (the tool ran) or the event could not be forwarded (it did not).
+            ToolFailure::Malformed(reason) if outcome_unknown => (
                 Notice::new(
                     NoticeKind::ToolFailed,
                     "The tool ran but answered with a malformed response, so its result was not recorded. \
                      Do not call it again with the same arguments now; tell the user the outcome is being checked.",
+                ),
+                reason.clone(),
+            ),
+            ToolFailure::Malformed(reason) => (
+                Notice::new(
+                    NoticeKind::ToolFailed,
+                    "The call could not be forwarded to the tool, so it was NOT executed and nothing was recorded. \
+                     You may retry once.",
                 ),
                 reason.clone(),
             ),
