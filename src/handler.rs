@@ -144,8 +144,10 @@ impl Answered {
 #[derive(Debug)]
 enum ToolFailure {
     Dispatch(DispatchError),
-    /// The reply is not one of the caller's format; the reason says why.
-    Malformed(String),
+    /// The event could not be forwarded: the tool did not run.
+    Unforwardable(String),
+    /// The tool ran, but its reply is not one of the caller's format; the reason says why.
+    MalformedReply(String),
 }
 
 impl<S: Store, D: Dispatcher> Handler<S, D> {
@@ -352,7 +354,9 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             Ok(forward) => forward,
             Err(reason) => {
                 return ToolRun::Failed {
-                    error: ToolFailure::Malformed(format!("cannot forward the event: {reason}")),
+                    error: ToolFailure::Unforwardable(format!(
+                        "cannot forward the event: {reason}"
+                    )),
                     outcome_unknown: false,
                 };
             }
@@ -367,7 +371,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 // The tool answered, so it ran: its side effect may have happened even though
                 // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
                 Err(reason) => ToolRun::Failed {
-                    error: ToolFailure::Malformed(reason),
+                    error: ToolFailure::MalformedReply(reason),
                     outcome_unknown: true,
                 },
             },
@@ -465,8 +469,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         key: Option<&str>,
     ) -> Answered {
         let (notice, reason) = match error {
-            // A reply came back (the tool ran) or the event could not be forwarded (it did not).
-            ToolFailure::Malformed(reason) if outcome_unknown => (
+            ToolFailure::MalformedReply(reason) => (
                 Notice::new(
                     NoticeKind::ToolFailed,
                     "The tool ran but answered with a malformed response, so its result was not recorded. \
@@ -474,7 +477,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 ),
                 reason.clone(),
             ),
-            ToolFailure::Malformed(reason) => (
+            ToolFailure::Unforwardable(reason) => (
                 Notice::new(
                     NoticeKind::ToolFailed,
                     "The call could not be forwarded to the tool, so it was NOT executed and nothing was recorded. \
