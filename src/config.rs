@@ -276,15 +276,18 @@ pub struct Config {
     pub mode: Mode,
     pub log_calls: LogCalls,
     pub metrics_namespace: String,
-    /// Store and replay tool FAILURE responses (`DEDUP_CACHE_FAILURES`).
-    pub cache_failures: bool,
     pub policy_file: Option<PathBuf>,
     /// Loaded from `policy_file` (empty without one).
     pub policies: PolicySet,
     /// Completed records kept in a warm container (`DEDUP_LOCAL_CACHE_ITEMS`, default 0 = off).
     pub local_cache_items: usize,
-    /// Tool error types that prove nothing ran, so the claim is released (`DEDUP_RELEASE_ON_ERRORS`).
+    /// Tool error types that prove nothing ran, so the claim is released (`DEDUP_RELEASE_ON_ERRORS`,
+    /// beside [`NOTHING_RAN_ERROR`]; none by default).
     pub release_on_errors: ErrorTypes,
+    /// `DEDUP_LOOK_UP_TIMEOUTS`: ask Lambda (`GetFunctionConfiguration`) for the timeout of a
+    /// routed tool whose route states none. That permission also reads the tool's environment
+    /// variables; a deployment whose routes all state `timeout_seconds` can switch it off.
+    pub look_up_timeouts: bool,
     /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
     pub allow_memory_store: bool,
 }
@@ -293,31 +296,37 @@ pub struct Config {
 /// timeout is not known, and of this function's own deadline.
 pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(900);
 
-/// A lease ends this long after the later of the tool's timeout and the Lambda deadline (clock
-/// skew between containers).
+/// A lease ends this long after the later of the tool's timeout and the Lambda deadline: the
+/// bound on clock skew between the containers that compare it (Lambda hosts keep time with the
+/// Amazon Time Sync Service, well within a second).
 pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
-/// The longest lease any claim can take: Lambda's maximum run time plus the margin.
-/// `DEDUP_TTL_SECONDS` may not be shorter, so a completed call outlives any lease.
-pub const LONGEST_LEASE: Duration =
-    Duration::from_secs(MAX_TOOL_TIMEOUT.as_secs() + LEASE_MARGIN.as_secs());
+/// How late a tool Lambda may start after it is invoked, on top of its own timeout: its init
+/// phase, which runs outside the timeout (Lambda cuts it at 10 s), and our retries of a throttled
+/// invoke (under 1 s).
+pub const TOOL_START_ALLOWANCE: Duration = Duration::from_secs(11);
 
-/// The default of `DEDUP_RELEASE_ON_ERRORS`: error types that by convention reject input before
-/// doing anything.
-pub const DEFAULT_RELEASE_ON_ERRORS: &[&str] = &[
-    "ValidationError",
-    "ValidationException",
-    "InvalidInput",
-    "InvalidArgument",
-    "InvalidParameter",
-    "BadRequest",
-];
+/// The longest lease any claim can take: Lambda's maximum run time, the start allowance and the
+/// margin. `DEDUP_TTL_SECONDS` may not be shorter, so a completed call outlives any lease.
+pub const LONGEST_LEASE: Duration = Duration::from_secs(
+    MAX_TOOL_TIMEOUT.as_secs() + TOOL_START_ALLOWANCE.as_secs() + LEASE_MARGIN.as_secs(),
+);
 
-/// Lambda's own error types for an invocation that was cut off: whatever ran before stays done,
-/// so they can never release a claim.
-const CRASH_ERROR_PREFIXES: [&str; 2] = ["Sandbox.", "Runtime."];
+/// The error type a tool raises to say that it did nothing (it refused its input before acting),
+/// so the claim is released and a retry runs. It is ours: no library raises it by accident.
+/// Python: `class DedupNothingRan(Exception)`; Node: `err.name = "DedupNothingRan"`; Java: a class
+/// of that simple name in any package.
+pub const NOTHING_RAN_ERROR: &str = "DedupNothingRan";
 
-/// A set of tool error types (the `errorType` of a Lambda error payload).
+/// Lambda's own error types for an invocation that failed or was cut off: whatever ran before
+/// stays done, so they can never release a claim.
+const CRASH_ERROR_TYPES: [&str; 1] = ["Unhandled"];
+const CRASH_ERROR_PREFIXES: [&str; 3] = ["Sandbox.", "Runtime.", "Function."];
+
+/// A set of tool error types (the `errorType` of a Lambda error payload) that prove nothing ran.
+/// [`NOTHING_RAN_ERROR`] is always in it; other types only when `DEDUP_RELEASE_ON_ERRORS` names
+/// them, because an error type alone cannot tell whether a side effect came first (a Node tool
+/// that charged a card and then had a write rejected raises `ValidationException`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ErrorTypes(Vec<String>);
 
@@ -333,21 +342,24 @@ impl ErrorTypes {
             .filter(|n| !n.is_empty())
             .map(str::to_string)
             .collect();
-        if let Some(crash) = names
-            .iter()
-            .find(|n| CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p)))
-        {
+        if let Some(crash) = names.iter().find(|n| {
+            CRASH_ERROR_TYPES.contains(&n.as_str())
+                || CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p))
+        }) {
             return Err(format!(
-                "{crash} is Lambda's error for an invocation that was cut off, after which the side \
-                 effect may have happened; it can never release a claim"
+                "{crash} is Lambda's error for an invocation that failed or was cut off, after which \
+                 the side effect may have happened; it can never release a claim"
             ));
         }
         Ok(ErrorTypes(names))
     }
 
-    /// True when a tool error of this type proves that nothing ran (exact, case-sensitive).
+    /// True when a tool error of this type proves that nothing ran: [`NOTHING_RAN_ERROR`] (also
+    /// as the last segment of a qualified name, `com.example.DedupNothingRan`), or a configured
+    /// type (exact, case-sensitive).
     pub fn contains(&self, error_type: &str) -> bool {
-        self.0.iter().any(|n| n == error_type)
+        let simple = error_type.rsplit(['.', '$']).next().unwrap_or(error_type);
+        simple == NOTHING_RAN_ERROR || self.0.iter().any(|n| n == error_type)
     }
 }
 
@@ -376,16 +388,11 @@ impl Default for Config {
             mode: Mode::Enforce,
             log_calls: LogCalls::Off,
             metrics_namespace: DEFAULT_METRICS_NAMESPACE.into(),
-            cache_failures: true,
             policy_file: None,
             policies: PolicySet::default(),
             local_cache_items: 0,
-            release_on_errors: ErrorTypes(
-                DEFAULT_RELEASE_ON_ERRORS
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
+            release_on_errors: ErrorTypes::default(),
+            look_up_timeouts: true,
             allow_memory_store: false,
         }
     }
@@ -415,13 +422,27 @@ impl Config {
                 "DEDUP_TTL_SECONDS",
                 &ttl_s.to_string(),
                 format!(
-                    "must be at least {} seconds, the longest lease (Lambda's {} s maximum run time \
-                     plus a {} s margin): a shorter life would let a record expire while its call \
-                     may still be running",
+                    "must be at least {} seconds, the longest lease (Lambda's {} s maximum run time, \
+                     {} s for a tool's init and throttled invokes, and a {} s margin): a shorter life \
+                     would let a record expire while its call may still be running",
                     LONGEST_LEASE.as_secs(),
                     MAX_TOOL_TIMEOUT.as_secs(),
+                    TOOL_START_ALLOWANCE.as_secs(),
                     LEASE_MARGIN.as_secs()
                 ),
+            ));
+        }
+        // Retired: a failure reply says the tool acted, so it is always stored (see
+        // `decide::after_run`); a deployment that asked for re-runs must hear that it no longer
+        // gets them.
+        if parsed_bool(&get, "DEDUP_CACHE_FAILURES")? == Some(false) {
+            return Err(invalid(
+                "DEDUP_CACHE_FAILURES",
+                "false",
+                "is retired: a failure reply (Bedrock FAILURE, HTTP 5xx, MCP isError) says the tool \
+                 failed while acting, so it is always stored and replayed; a tool that refused its \
+                 input answers REPROMPT or HTTP 4xx, or raises DedupNothingRan, and is released. \
+                 Remove the variable",
             ));
         }
         let routes = match get("DEDUP_ROUTES") {
@@ -455,7 +476,6 @@ impl Config {
             mode: parsed(&get, Mode::VAR)?.unwrap_or(defaults.mode),
             log_calls: parsed(&get, LogCalls::VAR)?.unwrap_or(defaults.log_calls),
             metrics_namespace: get("DEDUP_METRICS_NAMESPACE").unwrap_or(defaults.metrics_namespace),
-            cache_failures: parsed_bool(&get, "DEDUP_CACHE_FAILURES")?.unwrap_or(true),
             policy_file,
             policies,
             local_cache_items: parsed(&get, "DEDUP_LOCAL_CACHE_ITEMS")?.unwrap_or(0),
@@ -464,6 +484,7 @@ impl Config {
                     .map_err(|reason| invalid("DEDUP_RELEASE_ON_ERRORS", &text, reason))?,
                 None => defaults.release_on_errors,
             },
+            look_up_timeouts: parsed_bool(&get, "DEDUP_LOOK_UP_TIMEOUTS")?.unwrap_or(true),
             allow_memory_store: parsed_bool(&get, "DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),
         };
         if config.store == StoreKind::DynamoDb {
@@ -592,7 +613,8 @@ mod tests {
         assert_eq!(c.wait, Duration::from_millis(10_000));
         assert_eq!(c.step_attribute, "dedup_step");
         assert_eq!(c.run_argument, "dedup_run_id");
-        assert!(c.cache_failures && c.routes.is_empty());
+        assert!(c.routes.is_empty() && c.look_up_timeouts);
+        assert_eq!(c.release_on_errors, ErrorTypes::default());
     }
 
     #[test]
@@ -650,13 +672,13 @@ mod tests {
             &[
                 ("DEDUP_MODE", " Shadow "),
                 ("DEDUP_SCOPE", ""),
-                ("DEDUP_CACHE_FAILURES", "FALSE"),
+                ("DEDUP_LOOK_UP_TIMEOUTS", "FALSE"),
             ],
             StoreKind::Memory,
         )
         .unwrap();
         assert_eq!(
-            (c.mode, c.scope, c.cache_failures),
+            (c.mode, c.scope, c.look_up_timeouts),
             (Mode::Shadow, Scope::Turn, false)
         );
     }
@@ -711,16 +733,36 @@ mod tests {
     }
 
     #[test]
-    fn release_on_errors_defaults_to_validation_names_and_never_takes_crash_types() {
+    fn no_error_type_releases_by_default_but_ours_and_crash_types_are_refused() {
         let c = config(&[], StoreKind::Memory).unwrap();
-        assert!(c.release_on_errors.contains("ValidationError"));
+        for after_a_side_effect in ["ValidationError", "ValidationException", "BadRequest"] {
+            assert!(
+                !c.release_on_errors.contains(after_a_side_effect),
+                "{after_a_side_effect}"
+            );
+        }
+        for ours in [
+            NOTHING_RAN_ERROR,
+            "com.example.tools.DedupNothingRan",
+            "Outer$DedupNothingRan",
+        ] {
+            assert!(c.release_on_errors.contains(ours), "{ours}");
+        }
+        assert!(!c.release_on_errors.contains("NotDedupNothingRan"));
         for crash in [
             "Unhandled",
             "Sandbox.Timedout",
             "Runtime.ExitError",
             "Runtime.OutOfMemory",
+            "Function.ResponseSizeTooLarge",
         ] {
             assert!(!c.release_on_errors.contains(crash), "{crash}");
+            let err = config(
+                &[("DEDUP_RELEASE_ON_ERRORS", &format!("BadInput,{crash}"))],
+                StoreKind::Memory,
+            )
+            .unwrap_err();
+            assert!(err.to_string().contains(crash), "{err}");
         }
         let c = config(
             &[("DEDUP_RELEASE_ON_ERRORS", " CardRejected , BadInput ")],
@@ -734,6 +776,17 @@ mod tests {
         assert!(!c.release_on_errors.contains("ValidationError"));
         let none = config(&[("DEDUP_RELEASE_ON_ERRORS", "none")], StoreKind::Memory).unwrap();
         assert_eq!(none.release_on_errors, ErrorTypes::default());
+        assert!(none.release_on_errors.contains(NOTHING_RAN_ERROR));
+    }
+
+    #[test]
+    fn cache_failures_is_retired_loudly_and_the_timeout_lookup_can_be_switched_off() {
+        let err = config(&[("DEDUP_CACHE_FAILURES", "false")], StoreKind::Memory).unwrap_err();
+        assert!(err.to_string().contains("retired"), "{err}");
+        assert!(config(&[("DEDUP_CACHE_FAILURES", "true")], StoreKind::Memory).is_ok());
+        assert!(config(&[], StoreKind::Memory).unwrap().look_up_timeouts);
+        let off = config(&[("DEDUP_LOOK_UP_TIMEOUTS", "false")], StoreKind::Memory).unwrap();
+        assert!(!off.look_up_timeouts);
     }
 
     #[test]

@@ -1,9 +1,22 @@
-//! The executor's decision, as a pure function: from what the store said about a claim, the
-//! mode and the time left to wait, to the [`NextAction`]. No I/O, no clock: the executor
-//! ([`crate::handler`]) performs the action and, after a wait, asks again.
+//! The executor's decisions, as pure functions. No I/O, no clock: the executor
+//! ([`crate::executor`]) performs what they say.
+//!
+//! - [`decide`]: from what the store said about a claim, the mode and the time left to wait, to
+//!   the [`NextAction`]; after a wait, the executor asks again.
+//! - [`after_run`]: from what the side effect gave, to what becomes of the claim ([`AfterRun`]).
+//!
+//! | the side effect gave | claim | a repeat gets |
+//! |---|---|---|
+//! | a reply: success | completed | the stored reply |
+//! | a reply: failed while acting (FAILURE, 5xx, `isError`) | completed | the stored reply |
+//! | a reply: input refused before acting (REPROMPT, 4xx but 409/429) | released | a new run |
+//! | a reply: not now (409, 429) | kept until the lease ends | "in progress", then a new run |
+//! | no reply, and nothing ran (a `DedupNothingRan` error, an invoke never sent) | released | a new run |
+//! | no reply, outcome unknown (crash, timeout, lost answer, unusable reply) | kept until the lease ends | "in progress", then a new run |
 
 use std::time::Duration;
 
+use crate::adapter::ReplyClass;
 use crate::config::Mode;
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 
@@ -48,10 +61,70 @@ pub fn decide(
     }
 }
 
+/// How a side effect ended, as far as the claim is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The tool answered, and its reply says this.
+    Replied(ReplyClass),
+    /// No usable reply. `outcome_unknown` unless it is proven that nothing ran.
+    Failed { outcome_unknown: bool },
+}
+
+/// What becomes of a claim once its side effect ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRun {
+    /// Store the reply: every repeat replays it.
+    Complete,
+    /// Delete the claim: nothing happened, so a retry runs.
+    Release,
+    /// Leave the claim in progress until its lease ends: the side effect may have happened.
+    Keep,
+}
+
+/// The after-run rule (the table in the module docs).
+pub fn after_run(end: RunEnd) -> AfterRun {
+    match end {
+        RunEnd::Replied(ReplyClass::Success | ReplyClass::Failure) => AfterRun::Complete,
+        RunEnd::Replied(ReplyClass::Rejected) => AfterRun::Release,
+        RunEnd::Replied(ReplyClass::NotNow) => AfterRun::Keep,
+        RunEnd::Failed {
+            outcome_unknown: false,
+        } => AfterRun::Release,
+        RunEnd::Failed {
+            outcome_unknown: true,
+        } => AfterRun::Keep,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::Status;
+
+    #[test]
+    fn after_run_stores_what_acted_releases_what_refused_and_keeps_what_is_unknown() {
+        let table = [
+            (RunEnd::Replied(ReplyClass::Success), AfterRun::Complete),
+            (RunEnd::Replied(ReplyClass::Failure), AfterRun::Complete),
+            (RunEnd::Replied(ReplyClass::Rejected), AfterRun::Release),
+            (RunEnd::Replied(ReplyClass::NotNow), AfterRun::Keep),
+            (
+                RunEnd::Failed {
+                    outcome_unknown: false,
+                },
+                AfterRun::Release,
+            ),
+            (
+                RunEnd::Failed {
+                    outcome_unknown: true,
+                },
+                AfterRun::Keep,
+            ),
+        ];
+        for (end, expected) in table {
+            assert_eq!(after_run(end), expected, "{end:?}");
+        }
+    }
 
     fn record(status: Status) -> Record {
         Record {

@@ -6,6 +6,7 @@
 //! Each claim's outcome goes through the pure [`decide`]; the executor performs the
 //! [`NextAction`] and returns a [`Settled`] value that the caller turns into its answer.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::adapter::ReplyClass;
 use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
-use crate::decide::{NextAction, decide};
+use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use crate::key::{Call, Keyer, Strategy};
 use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
 use crate::telemetry::Outcome;
@@ -30,17 +31,24 @@ pub struct Settings {
     pub run_argument: String,
     pub ttl: Duration,
     pub wait: Duration,
-    pub cache_failures: bool,
     pub local_cache_items: usize,
     /// Tool error types that prove nothing ran: only these release the claim.
     pub release_on_errors: ErrorTypes,
     /// The lease ends this long after the later of the Lambda deadline and the tool's own
     /// timeout (clock skew between containers).
     pub lease_margin: Duration,
-    /// Time kept back before the deadline to store the result and answer.
-    pub answer_margin: Duration,
-    /// The budget of an invocation without a deadline (`dedup replay`, tests, the guard).
+    /// Time kept back before the deadline to store the result: the tool's timeout ends this
+    /// long (plus `reply_margin`) before the deadline, so a completion and its retries finish
+    /// while the invocation still lives.
+    pub completion_reserve: Duration,
+    /// Time kept back before the deadline to write the answer: every store call gives up then.
+    pub reply_margin: Duration,
+    /// The budget of an invocation without a deadline (`dedup replay`, tests), and the guard's
+    /// lease (renewed while its side effect runs).
     pub default_budget: Duration,
+    /// A claim that took longer than this (store retries) has its lease moved forward just
+    /// before the side effect starts, so the lease covers the side effect from its start.
+    pub slow_claim: Duration,
 }
 
 impl Settings {
@@ -52,12 +60,13 @@ impl Settings {
             run_argument: config.run_argument.clone(),
             ttl: config.ttl,
             wait: config.wait,
-            cache_failures: config.cache_failures,
             local_cache_items: config.local_cache_items,
             release_on_errors: config.release_on_errors.clone(),
             lease_margin: LEASE_MARGIN,
-            answer_margin: Duration::from_millis(1500),
+            completion_reserve: Duration::from_millis(2500),
+            reply_margin: Duration::from_millis(200),
             default_budget: Duration::from_secs(60),
+            slow_claim: Duration::from_millis(500),
         }
     }
 }
@@ -77,6 +86,19 @@ pub struct Keyed<'a> {
     pub fingerprint: &'a str,
     /// The key core's view of the call (to explain which rules made a repeat meet the original).
     pub call: &'a Call<'a>,
+}
+
+/// How long the side effect can run, and so how its claim's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// A side effect that stops by itself within `max_run_time` of being started (a tool
+    /// Lambda's own timeout and start allowance; zero for one that cannot outlive the
+    /// invocation). The lease is set once, to the later of that and the deadline, plus the margin.
+    Covering { max_run_time: Duration },
+    /// An in-process side effect with no limit of its own (the library guard): the lease is
+    /// `length` plus the margin, renewed every third of `length` while the side effect runs, so
+    /// a long side effect keeps its key and a dead process frees it within one lease.
+    Renewed { length: Duration },
 }
 
 /// What running the side effect gave.
@@ -118,6 +140,12 @@ pub struct Finished<E> {
     pub rules: Vec<&'static str>,
 }
 
+/// The claim a side effect runs under, and when it was sent.
+struct Started {
+    token: Option<LeaseToken>,
+    claimed_at: Instant,
+}
+
 /// Rounds of claim → wait → claim again before answering "in progress".
 const MAX_CLAIM_ROUNDS: u32 = 3;
 const FIRST_POLL: Duration = Duration::from_millis(25);
@@ -125,11 +153,19 @@ const MAX_POLL: Duration = Duration::from_millis(500);
 
 /// Runs keyed calls against one store.
 pub struct Executor<S> {
-    store: S,
+    /// Shared with the completion task, which outlives a dropped caller.
+    store: Arc<S>,
     keyer: Keyer,
     settings: Settings,
     cache: Option<RecordCache>,
+    /// Claims that may have been written while every answer was lost
+    /// ([`StoreError::ClaimUnconfirmed`]): nothing ran under them, so they are released (fenced)
+    /// at the start of the next call.
+    orphans: Mutex<HashMap<String, LeaseToken>>,
 }
+
+/// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
+const MAX_ORPHANS: usize = 256;
 
 /// What waiting for an in-flight call ended with.
 enum Waited {
@@ -144,10 +180,11 @@ impl<S: Store> Executor<S> {
     pub fn new(store: S, keyer: Keyer, settings: Settings) -> Executor<S> {
         let cache = RecordCache::new(settings.local_cache_items);
         Executor {
-            store,
+            store: Arc::new(store),
             keyer,
             settings,
             cache,
+            orphans: Mutex::default(),
         }
     }
 
@@ -170,15 +207,14 @@ impl<S: Store> Executor<S> {
         &self.settings
     }
 
-    /// Runs `call` at most once per key. `end` is the deadline (monotonic); `tool_time` how long
-    /// the side effect may keep running once started, which can outlive `end` (a tool Lambda's
-    /// own timeout; zero in-process): the lease covers the later of the two. `side_effect` gets
-    /// the time it may take.
+    /// Runs `call` at most once per key. `end` is the deadline (monotonic) by which the answer
+    /// is due; `lease` says how long the side effect may run and how its claim is kept.
+    /// `side_effect` gets the time it may take.
     pub async fn run<E, F, Fut>(
         &self,
         call: Keyed<'_>,
         end: Instant,
-        tool_time: Duration,
+        lease: Lease,
         side_effect: F,
     ) -> Finished<E>
     where
@@ -201,16 +237,24 @@ impl<S: Store> Executor<S> {
                 };
             }
         }
+        self.release_orphans(end).await;
         let wait_until = Instant::now() + self.wait_bound(end);
         for _round in 0..MAX_CLAIM_ROUNDS {
+            let claim_started = Instant::now();
             let claim = self
-                .store
-                .claim(self.claim_request(call, end, tool_time))
+                .bounded(end, self.store.claim(self.claim_request(call, end, lease)))
                 .await;
+            if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &claim {
+                self.remember_orphan(call.key, token.clone());
+            }
             let wait_left = wait_until.saturating_duration_since(Instant::now());
             let record = match decide(claim, self.settings.mode, wait_left) {
                 NextAction::Execute { token } => {
-                    let settled = self.execute(call, Some(token), end, side_effect).await;
+                    let started = Started {
+                        token: Some(token),
+                        claimed_at: claim_started,
+                    };
+                    let settled = self.execute(call, started, end, lease, side_effect).await;
                     return finished(settled, Outcome::Executed, rules);
                 }
                 NextAction::Shadow { seen } => {
@@ -225,7 +269,11 @@ impl<S: Store> Executor<S> {
                             Outcome::Executed
                         }
                     };
-                    let settled = self.execute(call, None, end, side_effect).await;
+                    let started = Started {
+                        token: None,
+                        claimed_at: claim_started,
+                    };
+                    let settled = self.execute(call, started, end, lease, side_effect).await;
                     return finished(settled, outcome, rules);
                 }
                 NextAction::StoreDown(e) => {
@@ -235,7 +283,7 @@ impl<S: Store> Executor<S> {
                 NextAction::Busy(record) => return self.in_progress(&record),
                 NextAction::Wait(record) => record,
             };
-            match self.wait(call.key, record, wait_until).await {
+            match self.wait(call.key, record, wait_until, end).await {
                 Waited::Completed(record) => return self.replay(record, call, Outcome::Waited),
                 Waited::Claimable => continue,
                 Waited::StillRunning(record) => return self.in_progress(&record),
@@ -244,7 +292,7 @@ impl<S: Store> Executor<S> {
                 }
             }
         }
-        match self.store.get(call.key).await {
+        match self.bounded(end, self.store.get(call.key)).await {
             Ok(Some(record)) if record.status == Status::Completed => {
                 self.replay(record, call, Outcome::Waited)
             }
@@ -263,22 +311,89 @@ impl<S: Store> Executor<S> {
         }
     }
 
-    fn claim_request<'a>(
-        &self,
-        call: Keyed<'a>,
-        end: Instant,
-        tool_time: Duration,
-    ) -> ClaimRequest<'a> {
+    /// How long a lease taken (or moved) now lasts.
+    fn lease_length(&self, end: Instant, lease: Lease) -> Duration {
+        let running = match lease {
+            // Until the later of our deadline and the tool's own end: a tool that outlives us
+            // may still be running after our deadline.
+            Lease::Covering { max_run_time } => remaining(end).max(max_run_time),
+            Lease::Renewed { length } => length,
+        };
+        running + self.settings.lease_margin
+    }
+
+    fn claim_request<'a>(&self, call: Keyed<'a>, end: Instant, lease: Lease) -> ClaimRequest<'a> {
         let now = self.store.now_ms();
-        // Until the later of our deadline and the tool's own timeout: a tool that outlives us
-        // may still be running after our deadline.
-        let lease = remaining(end).max(tool_time) + self.settings.lease_margin;
         ClaimRequest {
             key: call.key,
             fingerprint: call.fingerprint,
             tool: call.call.tool,
-            lease_until_ms: now.saturating_add(millis(lease)),
+            lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
             expires_at_s: self.expiry_from(now),
+        }
+    }
+
+    /// Moves the lease of a held claim to cover a side effect starting now.
+    async fn extend(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        end: Instant,
+        lease: Lease,
+    ) -> Result<(), StoreError> {
+        let now = self.store.now_ms();
+        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
+        let extend = self
+            .store
+            .extend_lease(key, token, lease_until_ms, self.expiry_from(now));
+        match lease {
+            Lease::Covering { .. } => self.bounded(end, extend).await,
+            Lease::Renewed { .. } => extend.await,
+        }
+    }
+
+    /// `operation`, given up as [`StoreError::Unavailable`] when the answer is due: a store call
+    /// that outlives the invocation would leave the caller with nothing.
+    async fn bounded<T>(
+        &self,
+        end: Instant,
+        operation: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let left = remaining(end).saturating_sub(self.settings.reply_margin);
+        match tokio::time::timeout(left, operation).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(
+                "no time left before the deadline".into(),
+            )),
+        }
+    }
+
+    fn remember_orphan(&self, key: &str, token: LeaseToken) {
+        let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
+        if orphans.len() >= MAX_ORPHANS {
+            // Past the bound the oldest claims simply wait out their lease.
+            orphans.clear();
+        }
+        orphans.insert(key.to_string(), token);
+    }
+
+    /// Releases the claims written while their answers were lost (fenced: a claim someone else
+    /// took over since is left alone). One that cannot be released yet is kept for next time.
+    async fn release_orphans(&self, end: Instant) {
+        let pending: Vec<(String, LeaseToken)> = {
+            let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
+            if orphans.is_empty() {
+                return;
+            }
+            orphans.drain().collect()
+        };
+        for (key, token) in pending {
+            match self.bounded(end, self.store.release(&key, &token)).await {
+                Ok(()) => tracing::info!("released a claim whose answers were lost"),
+                Err(StoreError::LeaseLost) => {}
+                Err(e) if e.is_retryable() => self.remember_orphan(&key, token),
+                Err(e) => tracing::warn!(error = %e, "could not release a claim whose answers were lost"),
+            }
         }
     }
 
@@ -292,11 +407,11 @@ impl<S: Store> Executor<S> {
     fn wait_bound(&self, end: Instant) -> Duration {
         self.settings
             .wait
-            .min(remaining(end).saturating_sub(self.settings.answer_margin))
+            .min(remaining(end).saturating_sub(self.settings.completion_reserve))
     }
 
     /// Polls an in-flight record with backoff until it completes, becomes claimable, or `until`.
-    async fn wait(&self, key: &str, mut record: Record, until: Instant) -> Waited {
+    async fn wait(&self, key: &str, mut record: Record, until: Instant, end: Instant) -> Waited {
         let mut delay = FIRST_POLL;
         loop {
             if record.is_claimable(self.store.now_ms()) {
@@ -310,7 +425,7 @@ impl<S: Store> Executor<S> {
                 delay / 2 + Duration::from_micros(fastrand::u64(0..=delay.as_micros() as u64 / 2));
             tokio::time::sleep(jittered.min(until - now)).await;
             delay = (delay * 2).min(MAX_POLL);
-            match self.store.get(key).await {
+            match self.bounded(end, self.store.get(key)).await {
                 Err(e) => return Waited::Failed(e),
                 Ok(None) => return Waited::Claimable,
                 Ok(Some(r)) if r.status == Status::Completed => return Waited::Completed(r),
@@ -319,13 +434,14 @@ impl<S: Store> Executor<S> {
         }
     }
 
-    /// Runs the side effect. With a `token` the claim is completed or released afterwards;
-    /// without one (shadow mode) nothing is written.
+    /// Runs the side effect, then settles the claim as [`after_run`] says. Without a token
+    /// (shadow mode) nothing is written.
     async fn execute<E, F, Fut>(
         &self,
         call: Keyed<'_>,
-        token: Option<LeaseToken>,
+        started: Started,
         end: Instant,
+        lease: Lease,
         side_effect: F,
     ) -> Settled<E>
     where
@@ -333,72 +449,151 @@ impl<S: Store> Executor<S> {
         Fut: Future<Output = ToolRun<E>>,
     {
         let key = call.key;
-        let timeout = remaining(end).saturating_sub(self.settings.answer_margin);
+        let token = started.token.as_ref();
+        let kept_back = self.settings.completion_reserve + self.settings.reply_margin;
+        let timeout = remaining(end).saturating_sub(kept_back);
         if timeout.is_zero() {
-            self.release(key, token.as_ref()).await;
+            self.release(key, token).await;
             return Settled::NoTime;
         }
-        match side_effect(timeout).await {
+        if let Some(token) = token.filter(|_| started.claimed_at.elapsed() > self.settings.slow_claim)
+        {
+            // The lease was sized when the claim was sent; the store took long to answer, so move
+            // it to cover the side effect from now.
+            match self.extend(key, token, end, lease).await {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost) => {
+                    tracing::warn!("the claim was lost before the side effect started");
+                    return Settled::InProgress {
+                        retry_after_ms: None,
+                    };
+                }
+                Err(e) => {
+                    self.release(key, Some(token)).await;
+                    return Settled::StoreDown(e);
+                }
+            }
+        }
+        let run = match (lease, token) {
+            (Lease::Renewed { length }, Some(token)) => {
+                self.renewing(key, token, end, lease, length, side_effect(timeout))
+                    .await
+            }
+            _ => side_effect(timeout).await,
+        };
+        let (run_end, settled) = match run {
+            ToolRun::Replied { reply, class } => (RunEnd::Replied(class), Settled::Executed { reply }),
             ToolRun::Failed {
                 error,
                 outcome_unknown,
-            } => {
-                if outcome_unknown {
-                    tracing::warn!("tool outcome unknown: the claim is kept until its lease ends");
-                } else {
-                    self.release(key, token.as_ref()).await;
-                }
+            } => (
+                RunEnd::Failed { outcome_unknown },
                 Settled::ToolFailed {
                     error,
                     outcome_unknown,
+                },
+            ),
+        };
+        let Some(token) = token else {
+            return settled;
+        };
+        match after_run(run_end) {
+            AfterRun::Complete => {
+                if let Settled::Executed { reply } = &settled {
+                    self.complete(call, token, reply, end, lease).await;
                 }
             }
-            ToolRun::Replied { reply, class } => {
-                if let Some(token) = token {
-                    let keep = match class {
-                        ReplyClass::Success => true,
-                        ReplyClass::Failure => self.settings.cache_failures,
-                        ReplyClass::Reprompt => false,
-                    };
-                    if keep {
-                        self.complete(call, &token, &reply).await;
-                    } else {
-                        self.release(key, Some(&token)).await;
+            AfterRun::Release => self.release(key, Some(token)).await,
+            AfterRun::Keep => {
+                tracing::warn!("the side effect may have happened: the claim is kept until its lease ends")
+            }
+        }
+        settled
+    }
+
+    /// Runs `side_effect` while renewing the claim's lease every third of `length`. A renewal the
+    /// fence refuses means the key was taken over: the side effect cannot be recalled, so it is
+    /// only reported.
+    async fn renewing<T>(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        end: Instant,
+        lease: Lease,
+        length: Duration,
+        side_effect: impl Future<Output = T>,
+    ) -> T {
+        let every = (length / 3).max(Duration::from_millis(10));
+        let mut side_effect = std::pin::pin!(side_effect);
+        loop {
+            tokio::select! {
+                value = &mut side_effect => return value,
+                () = tokio::time::sleep(every) => {
+                    match self.extend(key, token, end, lease).await {
+                        Ok(()) => tracing::debug!("lease renewed"),
+                        Err(StoreError::LeaseLost) => tracing::error!(
+                            "the side effect outlived its lease and the key was taken over"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "lease renewal failed; retrying at the next renewal"),
                     }
                 }
-                Settled::Executed { reply }
             }
         }
     }
 
-    /// Stores the reply. A failure here does not change the answer: the side effect already
-    /// ran, and its reply is the truth the caller needs.
-    async fn complete(&self, call: Keyed<'_>, token: &LeaseToken, reply: &[u8]) {
+    /// Stores the reply. The write runs in its own task, so that it finishes even when the caller
+    /// stops waiting (a dropped future, a deadline). A failure here does not change the answer:
+    /// the side effect already ran, and its reply is the truth the caller needs.
+    async fn complete(
+        &self,
+        call: Keyed<'_>,
+        token: &LeaseToken,
+        reply: &[u8],
+        end: Instant,
+        lease: Lease,
+    ) {
         let expires_at_s = self.expiry_from(self.store.now_ms());
-        match self
-            .store
-            .complete(call.key, token, reply, expires_at_s)
-            .await
-        {
-            Ok(Completion::Stored) => {
+        let store = Arc::clone(&self.store);
+        let (key, token, result) = (call.key.to_string(), token.clone(), reply.to_vec());
+        let write =
+            tokio::spawn(async move { store.complete(&key, &token, &result, expires_at_s).await });
+        let written = match lease {
+            Lease::Covering { .. } => {
+                let left = remaining(end).saturating_sub(self.settings.reply_margin);
+                match tokio::time::timeout(left, write).await {
+                    Ok(joined) => joined,
+                    Err(_) => {
+                        tracing::warn!(
+                            "the completion write is still running at the deadline; answering now, and \
+                             it goes on in the background while this container lives"
+                        );
+                        return;
+                    }
+                }
+            }
+            Lease::Renewed { .. } => write.await,
+        };
+        match written {
+            Ok(Ok(Completion::Stored)) => {
                 // Warm the cache from what is in hand: no read after the write.
                 if let Some(cache) = &self.cache {
                     cache.insert(call.key, reply, call.fingerprint, expires_at_s);
                 }
             }
-            Ok(Completion::ResultOmitted { bytes }) => tracing::warn!(
+            Ok(Ok(Completion::ResultOmitted { bytes })) => tracing::warn!(
                 bytes,
                 "the tool's reply is too large to store; the call is settled and repeats are told \
                  it already ran, without its result"
             ),
-            Err(StoreError::LeaseLost) => tracing::warn!(
+            Ok(Err(StoreError::LeaseLost)) => tracing::warn!(
                 "completion refused: the lease ended and another invocation took the key over; \
                  returning this invocation's result without storing it"
             ),
-            Err(e) => tracing::error!(
+            Ok(Err(e)) => tracing::error!(
                 error = %e,
                 "completion write failed after the tool ran; a repeat may run the tool again once the lease ends"
             ),
+            Err(e) => tracing::error!(error = %e, "the completion task failed"),
         }
     }
 

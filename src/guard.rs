@@ -5,6 +5,26 @@
 //! per key and replays its stored result to every repeat, with the same claim, complete,
 //! release and wait semantics as the Lambda handler: both run one [`Executor`].
 //!
+//! # The contract
+//!
+//! | the side effect | claim | a repeat gets |
+//! |---|---|---|
+//! | returns a value | completed with it (JSON) | the stored value |
+//! | returns a value that cannot be serialized | kept until its lease ends | "in progress", then a new run |
+//! | returns an error | kept until its lease ends: an error cannot prove nothing happened | "in progress", then a new run |
+//! | returns an error that [`Dedup::run_with`]'s `nothing_ran` accepts | released | a new run |
+//! | runs longer than the lease | the lease (60 s by default, plus a 5 s margin) is renewed every third of it while the side effect runs | "in progress" |
+//! | its process dies | renewals stop: the lease ends within one lease | a new run after that |
+//!
+//! **Cancellation.** Dropping the future returned by `run` (a web server dropping a request, a
+//! `tokio::time::timeout` around it):
+//! - while the claim is sent: a claim may have been written; it blocks the key until its lease
+//!   ends, and nothing ran;
+//! - while the side effect runs: the side effect stops at its next `.await`, having done an
+//!   unknown part of its work; the claim is kept until its lease ends;
+//! - after the side effect returned, while its result is stored: the write runs in its own task
+//!   and finishes anyway, so every repeat replays the result.
+//!
 //! ```
 //! use toolcall_dedup::guard::Dedup;
 //! use toolcall_dedup::key::{Call, Keyer};
@@ -38,14 +58,13 @@
 //! ```
 
 use std::future::Future;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::adapter::ReplyClass;
-use crate::executor::{Executor, Keyed, Settings, Settled, ToolRun};
+use crate::executor::{Executor, Keyed, Lease, Settings, Settled, ToolRun};
 use crate::key::{Call, KeyError, Keyer, Strategy};
 use crate::store::{Store, StoreError};
 use crate::telemetry::Outcome;
@@ -68,8 +87,9 @@ impl<T> Guarded<T> {
     }
 }
 
-/// Why a guarded call returned no value. Only [`GuardError::SideEffect`] means the side effect
-/// ran (and failed); every other variant means it did not run for this call.
+/// Why a guarded call returned no value. Only [`GuardError::SideEffect`] and
+/// [`GuardError::Unstorable`] mean the side effect ran (and failed, or gave a value that cannot
+/// be stored); every other variant means it did not run for this call.
 #[derive(Debug, thiserror::Error)]
 pub enum GuardError<E> {
     /// The arguments cannot be keyed (not a JSON object, too deep, too large, ...).
@@ -84,38 +104,48 @@ pub enum GuardError<E> {
     /// The store could not be asked, so the side effect was not run (fail closed).
     #[error("idempotency store unavailable; the side effect did not run")]
     Store(#[source] StoreError),
-    /// The side effect returned an error. The claim was released: a retry runs it again.
+    /// The side effect returned an error. `released`: the error said nothing ran (see
+    /// [`Dedup::run_with`]), so the claim was released and a retry runs the side effect again;
+    /// otherwise the claim is kept until its lease ends.
     #[error("the side effect failed")]
-    SideEffect(#[source] E),
-    /// The result could not be stored as JSON, or a stored result is not a `T`.
-    #[error("the result does not round-trip through JSON")]
+    SideEffect {
+        #[source]
+        error: E,
+        released: bool,
+    },
+    /// The side effect ran, but its value cannot be stored as JSON: the claim is kept until its
+    /// lease ends, as for an unknown outcome.
+    #[error("the side effect ran, but its value cannot be stored as JSON")]
+    Unstorable(#[source] serde_json::Error),
+    /// A stored result is not a `T`.
+    #[error("the stored result is not of the expected type")]
     Result(#[source] serde_json::Error),
     /// An identical call already ran, but its result was too large to store, so it cannot be
     /// returned again.
     #[error("an identical call already ran; its result ({bytes} bytes) was too large to store")]
     ResultNotStored { bytes: usize },
-    /// The lease budget was spent before the side effect could start.
+    /// The time budget was spent before the side effect could start.
     #[error("no time left to run the side effect")]
     NoTime,
 }
 
-/// Deduplicates side effects in-process. See the module docs.
+/// Deduplicates side effects in-process. See the module docs for the contract.
 pub struct Dedup<S> {
     executor: Executor<S>,
 }
 
 impl<S: Store> Dedup<S> {
     /// A guard over `store`, keying with `keyer` (and its policies), with the default settings:
-    /// results live 24 h, a claim's lease is 60 s plus a 5 s margin, and a repeat waits up to
-    /// 10 s for an identical call in flight.
+    /// results live 24 h, a claim's lease is 60 s plus a 5 s margin and is renewed every 20 s
+    /// while the side effect runs, and a repeat waits up to 10 s for an identical call in flight.
     pub fn new(store: S, keyer: Keyer) -> Dedup<S> {
         Dedup {
             executor: Executor::new(store, keyer, Settings::default()),
         }
     }
 
-    /// Adjusts the settings: `default_budget` is how long a side effect may take (the lease),
-    /// `ttl` how long a result is replayed, `wait` how long a repeat waits.
+    /// Adjusts the settings: `default_budget` is the lease (renewed every third of it while the
+    /// side effect runs), `ttl` how long a result is replayed, `wait` how long a repeat waits.
     pub fn with_settings(self, adjust: impl FnOnce(&mut Settings)) -> Dedup<S> {
         Dedup {
             executor: self.executor.with_settings(adjust),
@@ -127,11 +157,28 @@ impl<S: Store> Dedup<S> {
     }
 
     /// Runs `side_effect` unless a call with the same key already did, and returns its value
-    /// (stored as JSON). The call's schema, if any, is overlaid with the keyer's policy schema
-    /// for the tool.
+    /// (stored as JSON). An error of the side effect keeps the claim until its lease ends: an
+    /// error cannot prove that nothing happened first. See [`Dedup::run_with`] for errors that
+    /// can. The call's schema, if any, is overlaid with the keyer's policy schema for the tool.
     pub async fn run<T, E, F, Fut>(
         &self,
         call: &Call<'_>,
+        side_effect: F,
+    ) -> Result<Guarded<T>, GuardError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_with(call, |_: &E| false, side_effect).await
+    }
+
+    /// [`Dedup::run`], where `nothing_ran` tells the errors that the side effect raised before
+    /// acting (a refused input): those release the claim, so a retry runs it again.
+    pub async fn run_with<T, E, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        nothing_ran: impl FnOnce(&E) -> bool,
         side_effect: F,
     ) -> Result<Guarded<T>, GuardError<E>>
     where
@@ -159,11 +206,14 @@ impl<S: Store> Dedup<S> {
             fingerprint: &fingerprint,
             call: &call,
         };
-        let end = Instant::now() + self.executor.settings().default_budget;
+        let settings = self.executor.settings();
+        let end = Instant::now() + settings.default_budget;
+        let lease = Lease::Renewed {
+            length: settings.default_budget,
+        };
         let finished = self
             .executor
-            // In-process: the side effect cannot outlive this call.
-            .run(keyed, end, Duration::ZERO, |_timeout| async move {
+            .run(keyed, end, lease, |_timeout| async move {
                 match side_effect().await {
                     Ok(value) => match serde_json::to_vec(&value) {
                         Ok(reply) => ToolRun::Replied {
@@ -171,14 +221,17 @@ impl<S: Store> Dedup<S> {
                             class: ReplyClass::Success,
                         },
                         Err(e) => ToolRun::Failed {
-                            error: GuardError::Result(e),
-                            outcome_unknown: false,
+                            error: GuardError::Unstorable(e),
+                            outcome_unknown: true,
                         },
                     },
-                    Err(e) => ToolRun::Failed {
-                        error: GuardError::SideEffect(e),
-                        outcome_unknown: false,
-                    },
+                    Err(error) => {
+                        let released = nothing_ran(&error);
+                        ToolRun::Failed {
+                            error: GuardError::SideEffect { error, released },
+                            outcome_unknown: !released,
+                        }
+                    }
                 }
             })
             .await;

@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::adapter::{DedupInfo, Door, Notice, NoticeKind, Scoping, ToolCall};
 use crate::config::{Config, Mode};
 use crate::dispatch::{DispatchError, Dispatcher};
-use crate::executor::{Executor, Finished, Keyed, Settled, ToolRun, remaining};
+use crate::executor::{Executor, Finished, Keyed, Lease, Settled, ToolRun, remaining};
 use crate::key::{Keyer, Schema, Strategy};
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Outcome, Telemetry};
@@ -308,10 +308,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             fingerprint: &fingerprint,
             call: &key_call,
         };
-        let tool_time = self.dispatcher.max_run_time(&target);
+        let lease = Lease::Covering {
+            max_run_time: self.dispatcher.max_run_time(&target),
+        };
         let finished = self
             .executor
-            .run(keyed, end, tool_time, |timeout| {
+            .run(keyed, end, lease, |timeout| {
                 self.invoke(&door, &target, Some(&key), scoping, timeout)
             })
             .await;
@@ -542,7 +544,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         scoping: Scoping<'_>,
         end: Instant,
     ) -> Answered {
-        let timeout = remaining(end).saturating_sub(self.settings().answer_margin);
+        let timeout = remaining(end).saturating_sub(self.settings().reply_margin);
         let run = self.invoke(door, target, None, scoping, timeout).await;
         let answered = match run {
             ToolRun::Replied { reply, .. } => Answered::new(

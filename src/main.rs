@@ -23,10 +23,12 @@ async fn run() -> Result<(), Error> {
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
     let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone());
     // In the background: until a tool's timeout is known, its lease assumes Lambda's maximum.
-    tokio::spawn({
-        let dispatcher = dispatcher.clone();
-        async move { dispatcher.look_up_timeouts().await }
-    });
+    if config.look_up_timeouts {
+        tokio::spawn({
+            let dispatcher = dispatcher.clone();
+            async move { dispatcher.keep_timeouts_current().await }
+        });
+    }
     let telemetry = Telemetry::lambda(&config);
     match config.store {
         StoreKind::DynamoDb => {

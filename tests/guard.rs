@@ -1,9 +1,12 @@
 //! The library guard (`Dedup::run`) on the memory store and on moto: the same claim, complete,
-//! release and wait semantics as the Lambda handler, because it runs the same executor.
+//! release and wait semantics as the Lambda handler, because it runs the same executor, and the
+//! guard's own contract (errors keep the claim, a long side effect renews its lease, a dropped
+//! future still stores its result), each on a manual clock.
 
 #[path = "common/servers.rs"]
 mod servers;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -11,7 +14,8 @@ use servers::Backend;
 use toolcall_dedup::guard::{Dedup, GuardError};
 use toolcall_dedup::key::{Call, Keyer};
 use toolcall_dedup::store::{
-    DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RetryPolicy, Store,
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    Record, RequestCounts, RetryPolicy, Store, StoreError,
 };
 use toolcall_dedup::telemetry::Outcome;
 
@@ -35,7 +39,7 @@ async fn charge(runs: &AtomicU32, pause: Duration) -> Result<u32, std::io::Error
     Ok(runs.fetch_add(1, Ordering::SeqCst) + 1)
 }
 
-async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(dedup: Dedup<S>) {
+async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
     let runs = AtomicU32::new(0);
     let first = dedup
         .run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO))
@@ -56,29 +60,198 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(dedup: Dedup<S
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-async fn a_failed_side_effect_releases_the_key<S: Store>(dedup: Dedup<S>) {
+/// The guard's default lease (60 s), with its margin (5 s).
+const LEASE: Duration = Duration::from_secs(65);
+
+async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+    let runs = AtomicU32::new(0);
     let failed = dedup
         .run(&call(ORIGINAL, "1"), || async {
-            Err::<u32, _>(std::io::Error::other("card network down"))
+            // The card was charged, then the receipt write failed: an error after the effect.
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err::<u32, _>(std::io::Error::other("receipt table rejected the write"))
         })
         .await;
     assert!(
-        matches!(failed, Err(GuardError::SideEffect(_))),
+        matches!(failed, Err(GuardError::SideEffect { released: false, .. })),
+        "{failed:?}"
+    );
+    let dedup = dedup.with_settings(|s| s.wait = Duration::ZERO);
+    let retried = dedup
+        .run(&call(RETRY, "1"), || charge(&runs, Duration::ZERO))
+        .await;
+    assert!(
+        matches!(retried, Err(GuardError::InProgress { .. })),
+        "within the lease a retry must not run again: {retried:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    clock.advance(LEASE + Duration::from_secs(1));
+    let after_lease = dedup
+        .run(&call(RETRY, "1"), || charge(&runs, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(after_lease.outcome, Outcome::Executed);
+}
+
+async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
+    let failed = dedup
+        .run_with(
+            &call(ORIGINAL, "2"),
+            |e: &std::io::Error| e.kind() == std::io::ErrorKind::InvalidInput,
+            || async {
+                Err::<u32, _>(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "amount must be positive",
+                ))
+            },
+        )
+        .await;
+    assert!(
+        matches!(failed, Err(GuardError::SideEffect { released: true, .. })),
         "{failed:?}"
     );
     let runs = AtomicU32::new(0);
     let retried = dedup
-        .run(&call(RETRY, "1"), || charge(&runs, Duration::ZERO))
+        .run(&call(RETRY, "2"), || charge(&runs, Duration::ZERO))
         .await
         .unwrap();
-    assert_eq!(
-        retried.outcome,
-        Outcome::Executed,
-        "the failure stored nothing"
-    );
+    assert_eq!(retried.outcome, Outcome::Executed, "nothing was stored");
 }
 
-async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>) {
+async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+    let runs = AtomicU32::new(0);
+    // JSON object keys are strings: a map keyed by pairs does not serialize.
+    let unstorable = dedup
+        .run(&call(ORIGINAL, "5"), || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(BTreeMap::from([((1u8, 2u8), 3u8)]))
+        })
+        .await;
+    assert!(
+        matches!(unstorable, Err(GuardError::Unstorable(_))),
+        "{unstorable:?}"
+    );
+    let dedup = dedup.with_settings(|s| s.wait = Duration::ZERO);
+    let retried = dedup
+        .run(&call(RETRY, "5"), || async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(BTreeMap::<String, u8>::new())
+        })
+        .await;
+    assert!(matches!(retried, Err(GuardError::InProgress { .. })), "{retried:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the side effect ran once");
+    clock.advance(LEASE + Duration::from_secs(1));
+    assert!(dedup
+        .run(&call(RETRY, "5"), || charge(&runs, Duration::ZERO))
+        .await
+        .is_ok());
+}
+
+async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+    // A 300 ms lease without margin, renewed every 100 ms; the side effect runs 1.5 s of
+    // (manual) time, five leases.
+    let dedup = dedup.with_settings(|s| {
+        s.default_budget = Duration::from_millis(300);
+        s.lease_margin = Duration::ZERO;
+        s.completion_reserve = Duration::ZERO;
+        s.reply_margin = Duration::ZERO;
+        s.wait = Duration::ZERO;
+    });
+    let runs = AtomicU32::new(0);
+    let long = async {
+        dedup
+            .run(&call(ORIGINAL, "6"), || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                for _ in 0..15 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    clock.advance_ms(100);
+                }
+                Ok::<_, std::io::Error>(1u32)
+            })
+            .await
+    };
+    let retry = async {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        dedup
+            .run(&call(RETRY, "6"), || charge(&runs, Duration::ZERO))
+            .await
+    };
+    let (long, retry) = tokio::join!(long, retry);
+    assert_eq!(long.unwrap().outcome, Outcome::Executed);
+    assert!(
+        matches!(retry, Err(GuardError::InProgress { .. })),
+        "a second run took the key over from a side effect still running: {retry:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+async fn a_dropped_future_still_stores_its_result<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+    let runs = AtomicU32::new(0);
+    // Completion is held for 300 ms: the caller gives up after 100 ms, after the side effect.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(100),
+        dedup.run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO)),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller gave up during the completion");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Even after the lease, the stored result answers: nothing runs again.
+    clock.advance(LEASE + Duration::from_secs(1));
+    let retried = dedup
+        .run(&call(RETRY, "7"), || charge(&runs, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!((retried.outcome, retried.value), (Outcome::Replayed, 1));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A store whose completions take `delay` (a slow network under the completion write).
+struct SlowCompletion<S> {
+    inner: S,
+    delay: Duration,
+}
+
+impl<S: Store> Store for SlowCompletion<S> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.complete(key, token, result, expires_at_s).await
+    }
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+    fn requests(&self) -> RequestCounts {
+        self.inner.requests()
+    }
+}
+
+async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "3"), call(RETRY, "3"));
     let (a, b) = tokio::join!(
@@ -93,7 +266,7 @@ async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>) {
     assert_eq!(outcomes, [Outcome::Executed, Outcome::Waited]);
 }
 
-async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(dedup: Dedup<S>) {
+async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
     let dedup = dedup.with_settings(|s| s.wait = Duration::from_millis(100));
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "4"), call(RETRY, "4"));
@@ -112,27 +285,39 @@ async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(dedup: D
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the repeat did not run");
 }
 
+/// Each case on the memory store and on moto, both on a manual clock, behind a completion that
+/// takes 300 ms (only `a_dropped_future_still_stores_its_result` gives up before it ends).
 macro_rules! on_backends {
     ($($name:ident),+ $(,)?) => {
         mod memory {
             use super::*;
             $(#[tokio::test] async fn $name() {
-                super::$name(Dedup::new(MemoryStore::new(), Keyer::new())).await
+                let clock = ManualClock::starting_now();
+                let store = SlowCompletion { inner: servers::memory_store(clock.clone()), delay: SLOW };
+                super::$name(Dedup::new(store, Keyer::new()), clock).await
             })+
         }
         mod moto {
             use super::*;
             $(#[tokio::test] async fn $name() {
-                let store = servers::dynamodb_store(Backend::Moto, ManualClock::starting_now()).await;
-                super::$name(Dedup::new(store, Keyer::new())).await
+                let clock = ManualClock::starting_now();
+                let inner = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+                let store = SlowCompletion { inner, delay: SLOW };
+                super::$name(Dedup::new(store, Keyer::new()), clock).await
             })+
         }
     };
 }
 
+const SLOW: Duration = Duration::from_millis(300);
+
 on_backends!(
     a_retry_runs_once_and_the_next_step_runs_again,
-    a_failed_side_effect_releases_the_key,
+    an_error_keeps_the_claim_until_its_lease_ends,
+    an_error_that_says_nothing_ran_releases_the_claim,
+    a_value_that_cannot_be_stored_keeps_the_claim,
+    a_side_effect_longer_than_its_lease_keeps_its_key,
+    a_dropped_future_still_stores_its_result,
     a_concurrent_retry_waits_for_the_original,
     a_repeat_that_cannot_wait_long_enough_is_in_progress,
 );
@@ -166,7 +351,7 @@ async fn an_unreachable_store_runs_nothing() {
 
 #[tokio::test]
 async fn arguments_that_cannot_be_keyed_run_nothing() {
-    let dedup = Dedup::new(MemoryStore::new(), Keyer::new());
+    let dedup = Dedup::new(servers::memory_store(ManualClock::starting_now()), Keyer::new());
     let runs = AtomicU32::new(0);
     let result = dedup
         .run(&call("[1, 2]", "1"), || charge(&runs, Duration::ZERO))

@@ -266,7 +266,7 @@ async fn a_policy_schema_overlays_the_declared_types() {
 }
 
 #[tokio::test]
-async fn declined_cards_are_cached_unless_configured_otherwise() {
+async fn a_declined_card_is_stored_and_replayed_never_charged_again() {
     let declined = |ev: Value| {
         let mut ev = ev;
         ev["parameters"][0]["value"] = json!("cus_declined_1");
@@ -279,27 +279,58 @@ async fn declined_cards_are_cached_unless_configured_otherwise() {
     let again = send(&h, &declined(event("fd-charge_card.json"))).await;
     assert_eq!(again.outcome, Outcome::Replayed);
     assert_eq!(charges(h.dispatcher()), 1);
+}
 
-    let no_cache = Config {
-        cache_failures: false,
-        ..Config::default()
-    };
-    let h = handler(MemoryStore::new(), demo(), &no_cache);
-    for _ in 0..2 {
-        let r = send(&h, &declined(event("fd-charge_card.json"))).await;
-        assert_eq!(
-            (r.outcome, state(&r).as_deref()),
-            (Outcome::Executed, Some("FAILURE"))
-        );
+/// An OpenAPI tool that answers every call with `status` and no `responseState`; counts calls.
+struct AnswersWith {
+    status: u16,
+    calls: AtomicU32,
+}
+
+impl Dispatcher for AnswersWith {
+    fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
+        Ok("api".into())
     }
-    assert_eq!(charges(h.dispatcher()), 2);
-    assert!(
-        h.store()
-            .get(&send(&h, &event("fd-refund.json")).await.key.unwrap())
-            .await
-            .unwrap()
-            .is_some()
-    );
+    fn max_run_time(&self, _: &str) -> Duration {
+        Duration::ZERO
+    }
+    async fn invoke(&self, _: &str, payload: Vec<u8>, _: Duration) -> Result<Vec<u8>, DispatchError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let ev: Value = serde_json::from_slice(&payload).unwrap();
+        let reply = json!({"messageVersion": "1.0", "response": {
+            "actionGroup": ev["actionGroup"], "apiPath": ev["apiPath"], "httpMethod": ev["httpMethod"],
+            "httpStatusCode": self.status,
+            "responseBody": {"application/json": {"body": "{\"status\": \"answered\"}"}}}});
+        Ok(serde_json::to_vec(&reply).unwrap())
+    }
+}
+
+#[tokio::test]
+async fn an_openapi_status_decides_by_what_it_says_the_tool_did() {
+    // 5xx: failed while acting, stored and replayed. 4xx: refused before acting, released, so an
+    // identical retry runs. 409 and 429: "not now", kept until the lease ends.
+    for (status, retry, calls) in [
+        (500, Outcome::Replayed, 1),
+        (503, Outcome::Replayed, 1),
+        (400, Outcome::Executed, 2),
+        (422, Outcome::Executed, 2),
+        (404, Outcome::Executed, 2),
+        (409, Outcome::InProgress, 1),
+        (429, Outcome::InProgress, 1),
+    ] {
+        let tool = AnswersWith {
+            status,
+            calls: AtomicU32::new(0),
+        };
+        let h = handler(MemoryStore::new(), tool, &Config::default())
+            .with_settings(|s| s.wait = Duration::ZERO);
+        let ev = event("openapi-charge_card.json");
+        let first = send(&h, &ev).await;
+        assert_eq!(first.outcome, Outcome::Executed, "{status}");
+        let again = send(&h, &ev).await;
+        assert_eq!(again.outcome, retry, "{status}");
+        assert_eq!(h.dispatcher().calls.load(Ordering::SeqCst), calls, "{status}");
+    }
 }
 
 #[tokio::test]

@@ -77,8 +77,8 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
         ..Config::default()
     };
     for (kind, config) in [
-        ("ValidationError", Config::default()),
-        ("InvalidInput", Config::default()),
+        ("DedupNothingRan", Config::default()),
+        ("com.example.payments.DedupNothingRan", Config::default()),
         ("CardDetailsRejected", custom),
     ] {
         let h = handler(
@@ -112,6 +112,29 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
     let ev = event("fd-charge_card.json");
     send(&h, &ev).await;
     assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
+}
+
+#[tokio::test]
+async fn a_validation_error_raised_after_the_side_effect_keeps_the_claim_by_default() {
+    // A Node tool charges the card, then its DynamoDB write is rejected (`ValidationException`
+    // from AWS SDK v3); a Python tool's pydantic model fails after the call (`ValidationError`).
+    for kind in ["ValidationException", "ValidationError", "InvalidInput", "BadRequest"] {
+        let clock = ManualClock::starting_now();
+        let h = handler(
+            MemoryStore::new().with_clock(clock.clone()),
+            Scripted::new(vec![Act::RunThenFail(kind), Act::Run]),
+            &Config::default(),
+        )
+        .with_settings(|s| s.wait = Duration::ZERO);
+        let ev = event("fd-charge_card.json");
+        let failed = send(&h, &ev).await;
+        assert_eq!(failed.outcome, Outcome::ToolError, "{kind}");
+        assert!(body(&failed)["message"].as_str().unwrap().contains("unknown"), "{kind}");
+        let retried = send(&h, &event("fd-charge_card-retry.json")).await;
+        assert_eq!(retried.outcome, Outcome::InProgress, "{kind}: the card must not be charged again");
+        assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
+        assert_eq!(h.dispatcher().invokes(), 1, "{kind}");
+    }
 }
 
 #[tokio::test]
@@ -199,7 +222,7 @@ async fn a_tool_timeout_keeps_the_claim_because_the_outcome_is_unknown() {
     )
     .with_settings(|s| {
         s.default_budget = Duration::from_millis(1800);
-        s.answer_margin = Duration::from_millis(1500);
+        s.completion_reserve = Duration::from_millis(1300);
         s.wait = Duration::from_millis(50);
     });
     let ev = event("fd-charge_card.json");

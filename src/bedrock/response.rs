@@ -173,7 +173,7 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
     let class = |state: Option<ResponseState>| match state {
         None => ReplyClass::Success,
         Some(ResponseState::Failure) => ReplyClass::Failure,
-        Some(ResponseState::Reprompt) => ReplyClass::Reprompt,
+        Some(ResponseState::Reprompt) => ReplyClass::Rejected,
     };
     match &reply_to.flavour {
         Flavour::Function { function } => {
@@ -208,8 +208,7 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
             }
             Ok(match state_of(response)? {
                 Some(state) => class(Some(state)),
-                None if status >= 400 => ReplyClass::Failure,
-                None => ReplyClass::Success,
+                None => ReplyClass::from_http_status(status),
             })
         }
     }
@@ -254,7 +253,7 @@ mod tests {
             assert_eq!(validate_reply(&failure, rt), Ok(ReplyClass::Failure));
             let reprompt =
                 serde_json::to_vec(&notice(rt, ResponseState::Reprompt, 400, &body)).unwrap();
-            assert_eq!(validate_reply(&reprompt, rt), Ok(ReplyClass::Reprompt));
+            assert_eq!(validate_reply(&reprompt, rt), Ok(ReplyClass::Rejected));
         }
         let v = notice(&f, ResponseState::Reprompt, 409, &body);
         assert_eq!(
@@ -274,13 +273,26 @@ mod tests {
             ),
             (Some(503), Some("FAILURE"))
         );
-        // A bare 5xx from an OpenAPI tool is a final (failed) answer too.
-        let mut server_error = success(&a, &body);
-        server_error["response"]["httpStatusCode"] = json!(500);
-        assert_eq!(
-            validate_reply(&serde_json::to_vec(&server_error).unwrap(), &a),
-            Ok(ReplyClass::Failure)
-        );
+        // A bare status from an OpenAPI tool: 5xx failed while acting (stored), 4xx refused the
+        // input (released), 409 and 429 say "not now" and may follow an action (kept).
+        for (status, class) in [
+            (500, ReplyClass::Failure),
+            (503, ReplyClass::Failure),
+            (400, ReplyClass::Rejected),
+            (404, ReplyClass::Rejected),
+            (422, ReplyClass::Rejected),
+            (409, ReplyClass::NotNow),
+            (429, ReplyClass::NotNow),
+            (201, ReplyClass::Success),
+        ] {
+            let mut reply = success(&a, &body);
+            reply["response"]["httpStatusCode"] = json!(status);
+            assert_eq!(
+                validate_reply(&serde_json::to_vec(&reply).unwrap(), &a),
+                Ok(class),
+                "{status}"
+            );
+        }
     }
 
     #[test]

@@ -230,6 +230,9 @@ pub struct NotingStore<S> {
     inner: S,
     /// Per key, woken at each successful claim.
     claims: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The invocation that holds each claim: the executor completes in a task of its own, where
+    /// [`ATTEMPT`] is not set.
+    holders: Mutex<HashMap<LeaseToken, Arc<Attempt>>>,
 }
 
 /// A paused completion resumes at the latest this long after its lease ended.
@@ -240,6 +243,7 @@ impl<S: Store> NotingStore<S> {
         NotingStore {
             inner,
             claims: Mutex::new(HashMap::new()),
+            holders: Mutex::new(HashMap::new()),
         }
     }
 
@@ -273,12 +277,16 @@ impl<S: Store> Store for NotingStore<S> {
         let sent_at = self.inner.now_ms();
         let (key, lease_until) = (req.key, req.lease_until_ms);
         let outcome = self.inner.claim(req).await;
-        if let Ok(ClaimOutcome::Claimed { .. }) = &outcome {
+        if let Ok(ClaimOutcome::Claimed { token }) = &outcome {
             if let Some(attempt) = current() {
                 attempt.note(|n| {
                     n.claimed_at_ms = Some(sent_at);
                     n.lease_until_ms = Some(lease_until);
                 });
+                self.holders
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone(), attempt);
             }
             self.claims_of(key).notify_waiters();
         }
@@ -292,7 +300,12 @@ impl<S: Store> Store for NotingStore<S> {
         result: &[u8],
         expires_at_s: i64,
     ) -> Result<crate::store::Completion, StoreError> {
-        let attempt = current();
+        let attempt = current().or_else(|| {
+            self.holders
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(token)
+        });
         if let Some(attempt) = attempt
             .as_ref()
             .filter(|a| a.fault == ToolFault::PauseBeforeComplete)
@@ -315,7 +328,30 @@ impl<S: Store> Store for NotingStore<S> {
         outcome
     }
 
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        let extended = self
+            .inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await;
+        if extended.is_ok() {
+            if let Some(attempt) = current() {
+                attempt.note(|n| n.lease_until_ms = Some(lease_until_ms));
+            }
+        }
+        extended
+    }
+
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
         self.inner.release(key, token).await
     }
 

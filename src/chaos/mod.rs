@@ -46,9 +46,11 @@ use proxy::{FaultProxy, RequestFaults};
 
 /// Time each invocation has before its Lambda deadline.
 pub const BUDGET: Duration = Duration::from_millis(3000);
-/// The handler keeps this much back before the deadline to store the result and answer; it
-/// covers the store's retry deadline, so a completion is not cut by the deadline.
-pub const ANSWER_MARGIN: Duration = Duration::from_millis(1300);
+/// The handler keeps this much back before the deadline to store the result; it covers the
+/// store's retry deadline, so a completion is not cut by the deadline...
+pub const COMPLETION_RESERVE: Duration = Duration::from_millis(1200);
+/// ...and this much to answer.
+pub const REPLY_MARGIN: Duration = Duration::from_millis(100);
 /// A lease ends this long after its invocation's deadline.
 pub const LEASE_MARGIN: Duration = Duration::from_millis(500);
 /// The store's retries: an attempt slower than this is given up and retried...
@@ -313,7 +315,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             Telemetry::quiet(),
         )
         .with_settings(|s| {
-            s.answer_margin = ANSWER_MARGIN;
+            s.completion_reserve = COMPLETION_RESERVE;
+            s.reply_margin = REPLY_MARGIN;
             s.lease_margin = LEASE_MARGIN;
             s.default_budget = BUDGET;
         }),

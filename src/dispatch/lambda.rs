@@ -9,9 +9,10 @@
 //! connect timeout). A connection that breaks later may have delivered the invoke.
 //!
 //! Each tool's own timeout bounds how long it can run after we stop waiting; the handler's lease
-//! covers it ([`Dispatcher::max_run_time`]). It comes from the route (`timeout_seconds`) or from
-//! `GetFunctionConfiguration` once at cold start ([`LambdaDispatcher::look_up_timeouts`]), else
-//! Lambda's maximum.
+//! covers it ([`Dispatcher::max_run_time`]). It comes from the route (`timeout_seconds`, which
+//! SAM and CDK write), else from `GetFunctionConfiguration` at cold start and every five minutes
+//! ([`LambdaDispatcher::keep_timeouts_current`], switched off by `DEDUP_LOOK_UP_TIMEOUTS=false`:
+//! that permission also reads the tool's environment variables), else Lambda's maximum.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -31,13 +32,17 @@ use base64::Engine as _;
 
 use super::{DispatchError, Dispatcher};
 use crate::adapter::Forward;
-use crate::config::{MAX_TOOL_TIMEOUT, Routes};
+use crate::config::{MAX_TOOL_TIMEOUT, Routes, TOOL_START_ALLOWANCE};
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;
 
-/// Bound on looking up one tool's timeout at cold start.
+/// Bound on looking up one tool's timeout.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How often looked-up timeouts are read again: a tool redeployed with a longer timeout must not
+/// keep the old, shorter lease for the life of this container.
+const LOOKUP_REFRESH: Duration = Duration::from_secs(300);
 
 /// Invokes tool Lambdas chosen by a route table.
 #[derive(Debug, Clone)]
@@ -72,6 +77,16 @@ impl LambdaDispatcher {
     /// is known, and when its lookup fails (no permission, a local emulator), a tool counts as
     /// running up to Lambda's maximum, so its lease errs on the long side. The Lambda runs this in
     /// the background, so that cold start does not wait for it.
+    /// [`LambdaDispatcher::look_up_timeouts`] now and every five minutes after (the Lambda runs
+    /// it in the background when `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply
+    /// refreshes late).
+    pub async fn keep_timeouts_current(&self) {
+        loop {
+            self.look_up_timeouts().await;
+            tokio::time::sleep(LOOKUP_REFRESH).await;
+        }
+    }
+
     pub async fn look_up_timeouts(&self) {
         let targets: Vec<String> = self
             .routes
@@ -138,14 +153,18 @@ impl Dispatcher for LambdaDispatcher {
             })
     }
 
+    /// The tool's own timeout, plus how late it may start: its init phase runs outside the
+    /// timeout, and a throttled invoke is retried.
     fn max_run_time(&self, target: &str) -> Duration {
-        self.routes
+        let timeout = self
+            .routes
             .stated_timeout(target)
             .or_else(|| {
                 let looked_up = self.looked_up.read().unwrap_or_else(|p| p.into_inner());
                 looked_up.get(target).copied()
             })
-            .unwrap_or(MAX_TOOL_TIMEOUT)
+            .unwrap_or(MAX_TOOL_TIMEOUT);
+        timeout + TOOL_START_ALLOWANCE
     }
 
     async fn invoke(
@@ -249,9 +268,12 @@ fn invoke_error(target: &str, e: SdkError<InvokeError, HttpResponse>) -> Dispatc
 
 /// True only when the error proves the tool did not run: the invoke could not be built, no
 /// connection was made (hyper's connect phase: refused, DNS, TLS handshake, connect timeout), or
-/// Lambda refused it with a 4xx (throttled, not found, too large). Every other failure (a reset,
-/// a read timeout, a cut response, a 5xx) may follow a delivered invoke.
+/// Lambda refused it with an error it raises before starting the function
+/// ([`REFUSED_BEFORE_START`]). Every other failure (a reset, a read timeout, a cut response, a
+/// 5xx, and 4xx answers that can come mid-run, such as `EFSIOException`) may follow a delivered
+/// invoke.
 fn did_not_run(e: &SdkError<InvokeError, HttpResponse>) -> bool {
+    use aws_sdk_lambda::error::ProvideErrorMetadata;
     match e {
         SdkError::ConstructionFailure(_) => true,
         SdkError::DispatchFailure(d) if d.is_user() => true,
@@ -268,10 +290,34 @@ fn did_not_run(e: &SdkError<InvokeError, HttpResponse>) -> bool {
             }
             false
         }
-        SdkError::ServiceError(service) => service.raw().status().is_client_error(),
+        SdkError::ServiceError(service) => {
+            service.raw().status().is_client_error()
+                && e.code().is_some_and(|code| REFUSED_BEFORE_START.contains(&code))
+        }
         _ => false,
     }
 }
+
+/// `Invoke` errors (HTTP 4xx) that Lambda answers before the function starts: the request was
+/// refused as such (throttled, too large, malformed, not found, not allowed, unsigned, a function
+/// being updated or in a recursive loop). Any other 4xx, such as `EFSIOException` (410), can
+/// come after the function started, so it leaves the outcome unknown.
+pub const REFUSED_BEFORE_START: &[&str] = &[
+    "TooManyRequestsException",
+    "RequestTooLargeException",
+    "InvalidRequestContentException",
+    "InvalidParameterValueException",
+    "UnsupportedMediaTypeException",
+    "ResourceNotFoundException",
+    "ResourceConflictException",
+    "RecursiveInvocationException",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidSignatureException",
+    "MissingAuthenticationTokenException",
+    "ExpiredTokenException",
+    "IncompleteSignature",
+];
 
 /// The `errorType` and `errorMessage` (shortened) of a Lambda error payload; no type and the raw
 /// text if it is not one.

@@ -51,7 +51,8 @@ use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
     DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
-    RetriesExhausted, Status, Store, StoreError, SystemClock, validate_claim, validate_key,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease, validate_claim,
+    validate_key,
 };
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
@@ -88,6 +89,10 @@ const CLAIM_CONDITION: &str =
 /// Live, in progress, and still carrying the caller's token.
 const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
 const COMPLETE_UPDATE: &str = "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc";
+/// A longer lease for a claim still held (a long or late-starting side effect).
+const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
+/// How long a claim whose answers were lost may take to read back (and release).
+const READ_BACK_BOUND: Duration = Duration::from_secs(1);
 /// Completion without the result (too large to store): the call stays settled.
 const COMPLETE_OMITTED_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc";
@@ -358,6 +363,10 @@ impl DynamoDbStore {
                 .await;
             let old = match sent {
                 Ok(_) => return Ok(ClaimOutcome::Claimed { token }),
+                Err(Failed::Unavailable {
+                    error,
+                    maybe_applied: true,
+                }) => return Err(self.unconfirmed_claim(req.key, token, error).await),
                 Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
                     PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
                     _ => None,
@@ -386,6 +395,86 @@ impl DynamoDbStore {
             key: req.key.to_owned(),
             rounds: MAX_CLAIM_ROUNDS,
         })))
+    }
+
+    /// Every answer to a claim write that may have applied was lost. Read it back once, briefly:
+    /// if the claim is ours, release it (nothing ran, and the key must not stay blocked for a
+    /// whole lease); if it cannot be told, hand the token to the caller
+    /// ([`StoreError::ClaimUnconfirmed`]), which releases it at its next chance.
+    async fn unconfirmed_claim(
+        &self,
+        key: &str,
+        token: LeaseToken,
+        error: StoreError,
+    ) -> StoreError {
+        let read_back = tokio::time::timeout(READ_BACK_BOUND, self.read(key)).await;
+        let ours = match read_back {
+            Ok(Ok(Some(r))) => r.token == token && r.status == Status::InProgress,
+            Ok(Ok(None)) => false,
+            Ok(Err(_)) | Err(_) => {
+                return StoreError::ClaimUnconfirmed {
+                    token,
+                    source: Box::new(error),
+                };
+            }
+        };
+        if !ours {
+            return error;
+        }
+        match tokio::time::timeout(READ_BACK_BOUND, self.release_inner(key, &token)).await {
+            Ok(Ok(()) | Err(StoreError::LeaseLost)) => {
+                tracing::warn!("a claim whose answers were lost was read back and released");
+                error
+            }
+            Ok(Err(_)) | Err(_) => StoreError::ClaimUnconfirmed {
+                token,
+                source: Box::new(error),
+            },
+        }
+    }
+
+    async fn extend_inner(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let now = self.clock.now_ms();
+        let sent = self
+            .send("UpdateItem", || {
+                self.client
+                    .update_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(HELD_CONDITION)
+                    .update_expression(EXTEND_UPDATE)
+                    .expression_attribute_names("#st", attr::STATUS)
+                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                    .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+                    .expression_attribute_values(":tok", s(token.as_str()))
+                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                    .expression_attribute_values(":lease", n(lease_until_ms))
+                    .expression_attribute_values(
+                        ":exp",
+                        n(expiry_covering_lease(expires_at_s, lease_until_ms)),
+                    )
+                    .send()
+            })
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(failed) => {
+                failed.into_condition_failure(|e: &UpdateItemError| match e {
+                    UpdateItemError::ConditionalCheckFailedException(_) => Some(None),
+                    _ => None,
+                })?;
+                Err(StoreError::LeaseLost)
+            }
+        }
     }
 
     async fn complete_inner(
@@ -603,9 +692,10 @@ impl DynamoDbStore {
                     elapsed: start.elapsed(),
                     last,
                 };
-                return Err(Failed::Unavailable(StoreError::Unavailable(Box::new(
-                    exhausted,
-                ))));
+                return Err(Failed::Unavailable {
+                    error: StoreError::Unavailable(Box::new(exhausted)),
+                    maybe_applied,
+                });
             }
             tracing::debug!(operation, attempts, ambiguous, error = %last, ?backoff, "retrying DynamoDB request");
             tokio::time::sleep(backoff).await;
@@ -626,6 +716,17 @@ impl Store for DynamoDbStore {
         expires_at_s: i64,
     ) -> Result<Completion, StoreError> {
         self.complete_inner(key, token, result, expires_at_s).await
+    }
+
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.extend_inner(key, token, lease_until_ms, expires_at_s)
+            .await
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
@@ -659,8 +760,11 @@ enum Failed<E> {
         err: SdkError<E, HttpResponse>,
         maybe_applied_before: bool,
     },
-    /// Retries ran out.
-    Unavailable(StoreError),
+    /// Retries ran out; `maybe_applied` when an attempt may have been applied.
+    Unavailable {
+        error: StoreError,
+        maybe_applied: bool,
+    },
 }
 
 impl<E> Failed<E>
@@ -673,7 +777,7 @@ where
                 maybe_applied_before,
                 ..
             } => *maybe_applied_before,
-            Failed::Unavailable(_) => true,
+            Failed::Unavailable { maybe_applied, .. } => *maybe_applied,
         }
     }
 
@@ -699,13 +803,13 @@ where
                         .message()
                         .is_some_and(|m| m.to_ascii_lowercase().contains("item size"))
             }
-            Failed::Unavailable(_) => false,
+            Failed::Unavailable { .. } => false,
         }
     }
 
     fn into_store_error(self) -> StoreError {
         match self {
-            Failed::Unavailable(e) => e,
+            Failed::Unavailable { error, .. } => error,
             Failed::Service { err, .. } => match err.code() {
                 Some("ResourceNotFoundException") => StoreError::Config {
                     message: "table not found (create it with `dedup table create`)".into(),

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
-    Record, RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock, is_expired,
-    validate_claim, validate_key,
+    Record, RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock,
+    expiry_covering_lease, is_expired, validate_claim, validate_key,
 };
 
 /// Expired records are swept after this many claims, so a long local run does not grow forever.
@@ -220,6 +220,27 @@ impl MemoryStore {
         }
     }
 
+    fn extend_now(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::UpdateItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get_mut(key) {
+            Some(s) if s.held_by(token, now) => {
+                s.lease_until_ms = lease_until_ms;
+                s.expires_at_s = expiry_covering_lease(expires_at_s, lease_until_ms);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
     fn release_now(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         validate_key(key)?;
         self.inner.counter.record(Op::DeleteItem);
@@ -259,6 +280,16 @@ impl Store for MemoryStore {
         expires_at_s: i64,
     ) -> Result<Completion, StoreError> {
         self.complete_now(key, token, result, expires_at_s)
+    }
+
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.extend_now(key, token, lease_until_ms, expires_at_s)
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {

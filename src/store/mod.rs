@@ -56,8 +56,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The operations the handler needs from an idempotency store.
 ///
-/// Static dispatch only: the handler is generic over `S: Store`.
-pub trait Store: Send + Sync {
+/// Static dispatch only: the handler is generic over `S: Store`. `'static` because a completion
+/// write runs in its own task, so that it finishes when its caller is dropped.
+pub trait Store: Send + Sync + 'static {
     /// Claims `req.key` for one caller. See the module docs for when a claim succeeds.
     fn claim(
         &self,
@@ -74,6 +75,17 @@ pub trait Store: Send + Sync {
         result: &[u8],
         expires_at_s: i64,
     ) -> impl Future<Output = Result<Completion, StoreError>> + Send;
+
+    /// Moves the lease of a claim `token` still holds to `lease_until_ms`, and its expiry to
+    /// `expires_at_s` (never before the lease's last second), so that a side effect that runs long,
+    /// or starts late, keeps its key. Fenced like [`Store::complete`]; repeating it is harmless.
+    fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Deletes the claim, if `token` still holds it, so that a retry can run.
     fn release(
@@ -114,8 +126,13 @@ impl ClaimRequest<'_> {
     /// record counts as absent, so an earlier expiry would let a second caller run the call while
     /// the first one still may.
     pub fn record_expiry(&self) -> i64 {
-        self.expires_at_s.max(self.lease_until_ms.div_euclid(1000))
+        expiry_covering_lease(self.expires_at_s, self.lease_until_ms)
     }
+}
+
+/// `expires_at_s`, or the lease's last second if that is later.
+pub(crate) fn expiry_covering_lease(expires_at_s: i64, lease_until_ms: i64) -> i64 {
+    expires_at_s.max(lease_until_ms.div_euclid(1000))
 }
 
 /// What [`Store::complete`] stored.
@@ -290,6 +307,15 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
+    /// A claim's write may have applied, but every answer to it was lost and reading it back
+    /// failed too: the key may be held in progress under `token`. Nothing ran. The executor keeps
+    /// the token and releases the claim at the next chance (see [`crate::executor`]).
+    #[error("store unavailable; a claim may have been written under lease token {token}")]
+    ClaimUnconfirmed {
+        token: LeaseToken,
+        #[source]
+        source: BoxError,
+    },
     /// The request itself is invalid (empty key, key too long, ...).
     #[error("invalid store request: {0}")]
     InvalidRequest(String),
@@ -299,9 +325,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// True if the same call may succeed later (only [`StoreError::Unavailable`]).
+    /// True if the same call may succeed later ([`StoreError::Unavailable`],
+    /// [`StoreError::ClaimUnconfirmed`]).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Unavailable(_) | StoreError::ClaimUnconfirmed { .. }
+        )
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Self {

@@ -264,6 +264,18 @@ impl Store for Switchable {
         self.check()?;
         self.inner.complete(key, token, result, expires_at_s).await
     }
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await
+    }
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.check()?;
         self.inner.release(key, token).await
