@@ -543,6 +543,7 @@ fn summary(_: &mut Criterion) {
         step_attribute: "dedup_step",
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
+        envelope_namespaces: None,
     };
     type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
     let flavours: [Flavour; 3] = [

@@ -32,7 +32,8 @@ pub struct ToolCall {
     pub tool: String,
     /// The arguments as JSON object text, as the key core reads them.
     pub args: String,
-    /// Who owns the tool (agent + action group, gateway + target, the envelope's namespace).
+    /// Who owns the tool, behind the entry point's name ([`scoped_namespace`]): agent + action
+    /// group, gateway + target, the envelope's namespace.
     pub namespace: String,
     /// The run (session) the call belongs to.
     pub run_id: Option<String>,
@@ -56,6 +57,17 @@ impl ToolCall {
             schema,
         }
     }
+}
+
+/// `<entry point>:<namespace>`: the entry point is part of every key (domain separation), so no
+/// caller of one door can name a scope of another (an envelope that copies a Bedrock call's
+/// agent, action group, session, step and arguments is still its own call).
+pub fn scoped_namespace(entry_point: &str, namespace: &str) -> String {
+    let mut scoped = String::with_capacity(entry_point.len() + 1 + namespace.len());
+    scoped.push_str(entry_point);
+    scoped.push(':');
+    scoped.push_str(namespace);
+    scoped
 }
 
 /// What goes to the tool.
@@ -299,12 +311,15 @@ pub enum Unanswerable {
     NoEntryPoint(String),
 }
 
-/// Which names carry the caller's run and step, and the Bedrock turn scope.
+/// Which names carry the caller's run and step, the Bedrock turn scope, and the namespaces an
+/// envelope may name.
 #[derive(Debug, Clone, Copy)]
 pub struct Scoping<'a> {
     pub step_attribute: &'a str,
     pub run_argument: &'a str,
     pub scope: Scope,
+    /// `DEDUP_ENVELOPE_NAMESPACES`: when set, an envelope naming another namespace is refused.
+    pub envelope_namespaces: Option<&'a [String]>,
 }
 
 impl Scoping<'_> {
@@ -431,7 +446,9 @@ impl<'a> Door<'a> {
             Door::AgentCore(call) => call
                 .tool_call(scoping.arguments())
                 .map_err(|e| gateway_refusal(&e)),
-            Door::Envelope(envelope) => envelope.tool_call().map_err(|e| envelope_refusal(&e)),
+            Door::Envelope(envelope) => envelope
+                .tool_call(scoping.envelope_namespaces)
+                .map_err(|e| envelope_refusal(&e)),
         }
     }
 

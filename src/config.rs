@@ -284,6 +284,10 @@ pub struct Config {
     /// Tool error types that prove nothing ran, so the claim is released (`DEDUP_RELEASE_ON_ERRORS`,
     /// beside [`NOTHING_RAN_ERROR`]; none by default).
     pub release_on_errors: ErrorTypes,
+    /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an invoke envelope may name (comma-separated);
+    /// any when unset. The namespace scopes the key, so this keeps callers of this function to
+    /// the scopes the deployment gives them.
+    pub envelope_namespaces: Option<Vec<String>>,
     /// `DEDUP_LOOK_UP_TIMEOUTS`: ask Lambda (`GetFunctionConfiguration`) for the timeout of a
     /// routed tool whose route states none. That permission also reads the tool's environment
     /// variables; a deployment whose routes all state `timeout_seconds` can switch it off.
@@ -392,6 +396,7 @@ impl Default for Config {
             policies: PolicySet::default(),
             local_cache_items: 0,
             release_on_errors: ErrorTypes::default(),
+            envelope_namespaces: None,
             look_up_timeouts: true,
             allow_memory_store: false,
         }
@@ -484,6 +489,13 @@ impl Config {
                     .map_err(|reason| invalid("DEDUP_RELEASE_ON_ERRORS", &text, reason))?,
                 None => defaults.release_on_errors,
             },
+            envelope_namespaces: get("DEDUP_ENVELOPE_NAMESPACES").map(|text| {
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }),
             look_up_timeouts: parsed_bool(&get, "DEDUP_LOOK_UP_TIMEOUTS")?.unwrap_or(true),
             allow_memory_store: parsed_bool(&get, "DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),
         };

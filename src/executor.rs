@@ -29,6 +29,8 @@ pub struct Settings {
     pub step_attribute: String,
     /// The argument an AgentCore call names its run by when the Gateway sends no session.
     pub run_argument: String,
+    /// The namespaces an envelope may name (`None`: any).
+    pub envelope_namespaces: Option<Vec<String>>,
     pub ttl: Duration,
     pub wait: Duration,
     pub local_cache_items: usize,
@@ -58,6 +60,7 @@ impl Settings {
             scope: config.scope,
             step_attribute: config.step_attribute.clone(),
             run_argument: config.run_argument.clone(),
+            envelope_namespaces: config.envelope_namespaces.clone(),
             ttl: config.ttl,
             wait: config.wait,
             local_cache_items: config.local_cache_items,

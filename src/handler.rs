@@ -262,6 +262,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             step_attribute: &settings.step_attribute,
             run_argument: &settings.run_argument,
             scope: settings.scope,
+            envelope_namespaces: settings.envelope_namespaces.as_deref(),
         };
         if settings.mode == Mode::Off {
             return self.pass_through(&door, &target, scoping, end).await;

@@ -415,6 +415,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
         step_attribute: "dedup_step",
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
+        envelope_namespaces: None,
     };
     for file in event_files() {
         let read = EventFile::read(file.clone()).unwrap();

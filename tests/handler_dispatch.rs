@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fixture::*;
 use serde_json::{Value, json};
-use toolcall_dedup::config::Config;
+use toolcall_dedup::config::{Config, TOOL_START_ALLOWANCE};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
@@ -148,7 +148,7 @@ async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors(
         (
             200,
             vec![("x-amz-function-error", "Unhandled")],
-            br#"{"errorType":"ValidationError","errorMessage":"amount must be positive"}"#.to_vec(),
+            br#"{"errorType":"DedupNothingRan","errorMessage":"amount must be positive"}"#.to_vec(),
         ),
         (
             429,
@@ -174,7 +174,7 @@ async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors(
         body(&failed)["message"]
             .as_str()
             .unwrap()
-            .contains("ValidationError"),
+            .contains("DedupNothingRan"),
         "the error payload's type, which says nothing ran, so the claim was released"
     );
     let ok = send(&h, &ev).await;
@@ -280,23 +280,25 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
                      "payments/*":{"function":"stated-fn","timeout_seconds":30},
                      "*":"unknown-fn"}"#;
     let dispatcher = lambda_dispatcher(&fake.url, routes).await;
+    // Each tool's own timeout, plus how late it may start (its init phase, throttled invokes).
+    let start = TOOL_START_ALLOWANCE;
     assert_eq!(
         dispatcher.max_run_time("refund-fn"),
-        Duration::from_secs(900),
+        Duration::from_secs(900) + start,
         "until it is looked up"
     );
     dispatcher.clone().look_up_timeouts().await;
     assert_eq!(
         dispatcher.max_run_time("refund-fn"),
-        Duration::from_secs(120)
+        Duration::from_secs(120) + start
     );
     assert_eq!(
         dispatcher.max_run_time("stated-fn"),
-        Duration::from_secs(30)
+        Duration::from_secs(30) + start
     );
     assert_eq!(
         dispatcher.max_run_time("unknown-fn"),
-        Duration::from_secs(900),
+        Duration::from_secs(900) + start,
         "a failed lookup assumes Lambda's maximum"
     );
     assert_eq!(
@@ -336,4 +338,43 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
         "past this function's budget, inside the tool's timeout"
     );
     assert_eq!(fake.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn only_an_invoke_error_lambda_raises_before_starting_releases_the_claim() {
+    // 410 EFSIOException can come while the function runs (its file system failed mid-run): the
+    // side effect may have happened. 404 ResourceNotFoundException and 413 RequestTooLarge are
+    // answered before any function starts.
+    for (status, error_type, released) in [
+        (410, "EFSIOException", false),
+        (408, "EFSMountTimeoutException", false),
+        (404, "ResourceNotFoundException", true),
+        (413, "RequestTooLargeException", true),
+    ] {
+        let fake = FakeLambda::start(vec![(
+            status,
+            vec![("x-amzn-errortype", error_type)],
+            format!(r#"{{"message":"{error_type}"}}"#).into_bytes(),
+        )])
+        .await;
+        let h = handler(
+            MemoryStore::new(),
+            lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
+            &Config::default(),
+        )
+        .with_settings(|s| s.wait = Duration::ZERO);
+        let ev = event("fd-refund.json");
+        let r = send(&h, &ev).await;
+        assert_eq!(r.outcome, Outcome::ToolError, "{error_type}");
+        let record = stored(&h, &r).await;
+        assert_eq!(record.is_none(), released, "{error_type}: {record:?}");
+        if !released {
+            assert_eq!(
+                send(&h, &ev).await.outcome,
+                Outcome::InProgress,
+                "{error_type}: a retry must not invoke again"
+            );
+            assert_eq!(fake.seen.lock().unwrap().len(), 1, "{error_type}");
+        }
+    }
 }

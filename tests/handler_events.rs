@@ -557,7 +557,7 @@ async fn the_call_log_has_one_line_per_call_with_every_strategy_and_args_only_wh
         assert!(first["step"].as_str().unwrap().starts_with("turn:"));
         assert_eq!(
             (first["tool"].as_str(), first["namespace"].as_str()),
-            (Some("charge_card"), Some("K7QZ2M4RTB/payments"))
+            (Some("charge_card"), Some("bedrock:K7QZ2M4RTB/payments"))
         );
         for s in ["raw", "canonical", "normalized", "scoped", "typed"] {
             assert_eq!(first["keys"][s].as_str().map(str::len), Some(32), "{s}");

@@ -206,6 +206,57 @@ async fn claim_in_flight_returns_in_progress_until_the_lease_ends<S: Store + 'st
     assert_ne!(new, token);
 }
 
+async fn an_extended_lease_keeps_the_key_and_only_its_holder_can_extend<S: Store + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("extend");
+    let token = cx.claimed(&key).await;
+    let before = cx.counts();
+    // Extended to 3 leases from now, with an expiry before the new lease end: the stored expiry
+    // still covers the lease.
+    let now = cx.clock.now_ms();
+    let until = now + 3 * LEASE_MS;
+    cx.store
+        .extend_lease(&key, &token, until, now.div_euclid(1000) + 1)
+        .await
+        .unwrap();
+    assert_eq!((cx.counts() - before).update_item, 1, "one UpdateItem");
+    // Repeating it is harmless (a retry after a lost answer).
+    cx.store
+        .extend_lease(&key, &token, until, now.div_euclid(1000) + 1)
+        .await
+        .unwrap();
+    cx.clock.set_ms(now + 2 * LEASE_MS);
+    let r = in_progress(cx.claim(&key).await);
+    assert_eq!((r.token.clone(), r.lease_until_ms), (token.clone(), until));
+    assert!(r.expires_at_s >= until.div_euclid(1000), "{r:?}");
+    // Another token cannot extend, and neither can the holder once the key was taken over.
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &LeaseToken::new("someone-else"), until + 1, TTL_S)
+            .await,
+    );
+    cx.clock.set_ms(until + 1);
+    let new = cx.claimed(&key).await;
+    assert_ne!(new, token);
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &token, until + LEASE_MS, now.div_euclid(1000) + TTL_S)
+            .await,
+    );
+    cx.complete(&key, &new, b"done").await.unwrap();
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &new, until + LEASE_MS, now.div_euclid(1000) + TTL_S)
+            .await,
+    );
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&cx.key("absent"), &new, until, TTL_S)
+            .await,
+    );
+}
+
 async fn expired_lease_lets_a_new_caller_take_over<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("takeover");
     let old = cx.claimed(&key).await;
@@ -659,6 +710,7 @@ macro_rules! conformance {
 
 conformance!(
     first_claim_wins_and_a_second_caller_sees_it_in_progress,
+    an_extended_lease_keeps_the_key_and_only_its_holder_can_extend,
     repeat_returns_completed_with_the_result_for_the_expected_request_count,
     claim_in_flight_returns_in_progress_until_the_lease_ends,
     expired_lease_lets_a_new_caller_take_over,

@@ -33,7 +33,12 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::adapter::{Forward, Notice, ReplyClass, ToolCall, json_type, step_value};
+use crate::adapter::{
+    Forward, Notice, ReplyClass, ToolCall, json_type, scoped_namespace, step_value,
+};
+
+/// This entry point's name in every key (see [`scoped_namespace`]).
+pub const ENTRY_POINT: &str = "agentcore";
 
 pub const TOOL_NAME: &str = "bedrockAgentCoreToolName";
 pub const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
@@ -153,10 +158,13 @@ impl<'a> GatewayCall<'a> {
             })?,
         };
         let step = args.get(scope.step).and_then(step_value);
-        let namespace = format!(
-            "{}/{}",
-            self.context(GATEWAY_ID).unwrap_or("-"),
-            self.context(TARGET_ID).unwrap_or(self.target)
+        let namespace = scoped_namespace(
+            ENTRY_POINT,
+            &format!(
+                "{}/{}",
+                self.context(GATEWAY_ID).unwrap_or("-"),
+                self.context(TARGET_ID).unwrap_or(self.target)
+            ),
         );
         Ok(ToolCall {
             tool: self.tool.to_string(),
@@ -179,9 +187,12 @@ impl<'a> GatewayCall<'a> {
             Some(args) => object_text(args, scope).into_bytes(),
             None => self.event.to_string().into_bytes(),
         };
+        // Our own key is never passed on from the incoming context: only this call's key reaches
+        // the tool.
         let mut custom: Map<String, Value> = self
             .custom
             .iter()
+            .filter(|(k, _)| k.as_str() != DEDUP_KEY_CONTEXT)
             .map(|(k, v)| (k.clone(), Value::String(v.clone())))
             .collect();
         if let Some(key) = key {
@@ -254,7 +265,7 @@ mod tests {
         assert_eq!(call.route(), ("payments", "charge_card"));
         let tc = call.tool_call(SCOPE).unwrap();
         assert_eq!(tc.tool, "charge_card");
-        assert_eq!(tc.namespace, "gw-1/TGT1");
+        assert_eq!(tc.namespace, "agentcore:gw-1/TGT1");
         assert_eq!(tc.run_id.as_deref(), Some("s-1"));
         assert_eq!(tc.step.as_deref(), Some("3"));
         assert_eq!(tc.args, r#"{"amount":4200,"customer_id":"cus_1"}"#);
@@ -303,7 +314,7 @@ mod tests {
         let ctx = custom(&[(TOOL_NAME, "charge_card"), (SESSION_ID, "s")]);
         let call = GatewayCall::parse(&event, &ctx).unwrap();
         assert_eq!(call.route(), ("", "charge_card"));
-        assert_eq!(call.tool_call(SCOPE).unwrap().namespace, "-/");
+        assert_eq!(call.tool_call(SCOPE).unwrap().namespace, "agentcore:-/");
     }
 
     #[test]

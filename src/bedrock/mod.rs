@@ -37,6 +37,9 @@ use crate::adapter::{self, Notice, NoticeKind};
 use crate::config::Scope;
 use crate::key::Schema;
 
+/// This entry point's name in every key (see [`adapter::scoped_namespace`]).
+pub const ENTRY_POINT: &str = "bedrock";
+
 /// The session attribute through which the executor hands the derived key to the tool.
 pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
 
@@ -79,7 +82,7 @@ pub fn call(
         })?;
     Ok(adapter::ToolCall {
         step: step(&call, step_attribute, scope),
-        namespace: call.namespace(),
+        namespace: adapter::scoped_namespace(ENTRY_POINT, &call.namespace()),
         tool: call.tool().to_string(),
         run_id: Some(call.session_id),
         args: call.args,
@@ -125,11 +128,11 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
 
     struct WithKey<'a> {
         event: &'a serde_json::Map<String, Value>,
-        key: &'a str,
+        key: Option<&'a str>,
     }
     struct Attributes<'a> {
         attributes: Option<&'a serde_json::Map<String, Value>>,
-        key: &'a str,
+        key: Option<&'a str>,
     }
     impl Serialize for Attributes<'_> {
         fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -139,7 +142,9 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
                     map.serialize_entry(k, v)?;
                 }
             }
-            map.serialize_entry(DEDUP_KEY_ATTRIBUTE, self.key)?;
+            if let Some(key) = self.key {
+                map.serialize_entry(DEDUP_KEY_ATTRIBUTE, key)?;
+            }
             map.end()
         }
     }
@@ -148,7 +153,7 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
             let mut map = serializer.serialize_map(None)?;
             let mut wrote_attributes = false;
             for (k, v) in self.event {
-                if k == "sessionAttributes" {
+                if k == "sessionAttributes" && (v.is_object() || self.key.is_some()) {
                     wrote_attributes = true;
                     let attributes = Attributes {
                         attributes: v.as_object(),
@@ -159,7 +164,7 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
                     map.serialize_entry(k, v)?;
                 }
             }
-            if !wrote_attributes {
+            if !wrote_attributes && self.key.is_some() {
                 let attributes = Attributes {
                     attributes: None,
                     key: self.key,
@@ -169,24 +174,39 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
             map.end()
         }
     }
-    match (key, event.as_object()) {
-        (Some(key), Some(event)) => serde_json::to_vec(&WithKey { event, key }),
-        _ => serde_json::to_vec(event),
+    match event.as_object() {
+        Some(event) => serde_json::to_vec(&WithKey { event, key }),
+        None => serde_json::to_vec(event),
     }
 }
 
-/// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key = key`.
+/// The event to forward to the tool: unchanged except `sessionAttributes.dedup_key`, which is
+/// `key`, or absent without one (a pass-through), so that a key an earlier call left in the
+/// session never reaches the tool as this call's idempotency key.
 pub fn forward_event(event: &Value, key: Option<&str>) -> Value {
     let mut forwarded = event.clone();
-    if let (Some(key), Some(obj)) = (key, forwarded.as_object_mut()) {
-        let attrs = obj
-            .entry("sessionAttributes")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if !attrs.is_object() {
-            *attrs = Value::Object(Default::default());
+    let Some(obj) = forwarded.as_object_mut() else {
+        return forwarded;
+    };
+    match key {
+        Some(key) => {
+            let attrs = obj
+                .entry("sessionAttributes")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if !attrs.is_object() {
+                *attrs = Value::Object(Default::default());
+            }
+            if let Some(attrs) = attrs.as_object_mut() {
+                attrs.insert(DEDUP_KEY_ATTRIBUTE.into(), Value::String(key.into()));
+            }
         }
-        if let Some(attrs) = attrs.as_object_mut() {
-            attrs.insert(DEDUP_KEY_ATTRIBUTE.into(), Value::String(key.into()));
+        None => {
+            if let Some(attrs) = obj
+                .get_mut("sessionAttributes")
+                .and_then(Value::as_object_mut)
+            {
+                attrs.remove(DEDUP_KEY_ATTRIBUTE);
+            }
         }
     }
     forwarded
@@ -232,6 +252,12 @@ mod tests {
             json!({"a": 1, "sessionAttributes": {"dedup_key": "k"}})
         );
         assert_eq!(forward_event(&event, None), event);
+        let stale = json!({"a": 1, "sessionAttributes": {"x": "y", "dedup_key": "old"}});
+        assert_eq!(
+            forward_event(&stale, None),
+            json!({"a": 1, "sessionAttributes": {"x": "y"}}),
+            "a key left by an earlier call never reaches the tool"
+        );
     }
 
     #[test]

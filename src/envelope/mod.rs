@@ -22,7 +22,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::adapter::{DedupInfo, Forward, Notice, ReplyClass, ToolCall, step_value};
+use crate::adapter::{
+    DedupInfo, Forward, Notice, ReplyClass, ToolCall, scoped_namespace, step_value,
+};
+
+/// This entry point's name in every key (see [`scoped_namespace`]).
+pub const ENTRY_POINT: &str = "envelope";
 use crate::key::Schema;
 
 /// The client-context key through which the executor names the tool (beside
@@ -162,8 +167,16 @@ impl Envelope {
         (&self.namespace, &self.tool)
     }
 
-    /// The call to key.
-    pub fn tool_call(&self) -> Result<ToolCall, EnvelopeError> {
+    /// The call to key. `allowed`: the namespaces the deployment lets an envelope name
+    /// (`DEDUP_ENVELOPE_NAMESPACES`; any when `None`).
+    pub fn tool_call(&self, allowed: Option<&[String]>) -> Result<ToolCall, EnvelopeError> {
+        if let Some(allowed) = allowed.filter(|a| !a.iter().any(|n| *n == self.namespace)) {
+            return Err(EnvelopeError::Event(format!(
+                "namespace {:?} is not one this deployment allows (DEDUP_ENVELOPE_NAMESPACES: {})",
+                self.namespace,
+                allowed.join(", ")
+            )));
+        }
         let args = self.args.clone()?;
         let run_id = self.run_id.clone().ok_or_else(|| {
             EnvelopeError::Event(
@@ -181,7 +194,7 @@ impl Envelope {
         Ok(ToolCall {
             tool: self.tool.clone(),
             args,
-            namespace: self.namespace.clone(),
+            namespace: scoped_namespace(ENTRY_POINT, &self.namespace),
             run_id: Some(run_id),
             step: self.step.clone(),
             schema,
@@ -269,8 +282,22 @@ mod tests {
                                          "run_id": "r", "step": "7"}),
         )
         .unwrap();
-        let (ca, cb) = (a.tool_call().unwrap(), b.tool_call().unwrap());
-        assert_eq!(ca.namespace, DEFAULT_NAMESPACE);
+        let (ca, cb) = (a.tool_call(None).unwrap(), b.tool_call(None).unwrap());
+        assert_eq!(ca.namespace, format!("{ENTRY_POINT}:{DEFAULT_NAMESPACE}"));
+        let allowed = ["payments".to_string()];
+        let refused = a.tool_call(Some(&allowed)).unwrap_err();
+        assert!(
+            matches!(&refused, EnvelopeError::Event(m) if m.contains("DEDUP_ENVELOPE_NAMESPACES")),
+            "{refused}"
+        );
+        let payments = Envelope::parse(
+            &json!({"tool": "charge_card", "input": {}, "run_id": "r", "namespace": "payments"}),
+        )
+        .unwrap();
+        assert_eq!(
+            payments.tool_call(Some(&allowed)).unwrap().namespace,
+            "envelope:payments"
+        );
         assert_eq!(
             (ca.step.as_deref(), cb.step.as_deref()),
             (Some("7"), Some("7"))
@@ -309,14 +336,14 @@ mod tests {
         ];
         for (event, needle) in cases {
             let err = Envelope::parse(&event)
-                .and_then(|e| e.tool_call())
+                .and_then(|e| e.tool_call(None))
                 .unwrap_err();
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }
         let no_run = Envelope::parse(&json!({"tool": "t", "input": {}})).unwrap();
         assert!(
             no_run
-                .tool_call()
+                .tool_call(None)
                 .unwrap_err()
                 .to_string()
                 .contains("run_id")
@@ -335,7 +362,7 @@ mod tests {
                 "not JSON",
             ),
         ] {
-            let err = Envelope::parse(&event).unwrap().tool_call().unwrap_err();
+            let err = Envelope::parse(&event).unwrap().tool_call(None).unwrap_err();
             assert!(matches!(err, EnvelopeError::Arguments(_)), "{event}: {err}");
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }
@@ -351,7 +378,7 @@ mod tests {
                 &json!({"tool": "t", "input": {"amount": 1}, "run_id": "r", "schema": schema}),
             )
             .unwrap();
-            assert!(e.tool_call().unwrap().schema.is_some());
+            assert!(e.tool_call(None).unwrap().schema.is_some());
         }
     }
 
