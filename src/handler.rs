@@ -16,23 +16,26 @@
 //! | situation | tool called? | claim | answer |
 //! |---|---|---|---|
 //! | event no entry point recognises | no | none | Lambda error (`InvalidEvent`) |
-//! | missing session / run id, bad parameter type | no | none | `invalid_event` notice (Bedrock FAILURE) |
+//! | missing session / run id, bad parameter type, envelope namespace not allowed | no | none | `invalid_event` notice (Bedrock FAILURE) |
 //! | argument does not match its declared type | no | none | `invalid_arguments` notice (REPROMPT) |
 //! | no route for the tool | no | none | `no_route` notice (FAILURE) |
-//! | store unreachable | **no** (fail closed) | none | `dedup_unavailable` notice saying why |
-//! | tool error whose type says nothing ran (`DEDUP_RELEASE_ON_ERRORS`) | no | released | `tool_error` notice |
-//! | tool crashed, timed out, ran out of memory, or any other `FunctionError` | maybe | kept until its lease ends | `tool_error` notice |
-//! | no answer in time, or the connection broke mid-invoke (outcome unknown) | maybe | kept until its lease ends | `tool_error` notice |
-//! | invoke never sent (connection refused, DNS failure) or refused by Lambda (4xx) | no | released | `tool_error` notice |
-//! | tool reply not a reply of the caller's format | yes | released | `tool_error` notice |
+//! | store unreachable | **no** (fail closed) | none (a claim whose answers were lost is released at the next call) | `dedup_unavailable` notice saying why |
+//! | tool error `DedupNothingRan`, or a type in `DEDUP_RELEASE_ON_ERRORS` | no | released | `tool_error` notice |
+//! | any other tool error (`Unhandled`, `Sandbox.Timedout`, `ValidationException`, ...) | maybe | kept until its lease ends | `tool_error` notice |
+//! | no answer in time, the connection broke mid-invoke, a 4xx Lambda can raise mid-run | maybe | kept until its lease ends | `tool_error` notice |
+//! | invoke never sent (connection refused, DNS failure) or refused before start (throttled, not found, ...) | no | released | `tool_error` notice |
+//! | tool reply not a reply of the caller's format | yes | kept until its lease ends | `tool_error` notice |
 //! | tool reply too large to store | yes | completed without it | the reply; repeats are told it ran |
-//! | tool failure reply (declined card, MCP `isError`) | yes | completed (`DEDUP_CACHE_FAILURES=true`) or released | the tool's reply |
-//! | tool REPROMPT (invalid input) | yes | released (nothing happened) | the tool's reply |
+//! | tool failed while acting (FAILURE, HTTP 5xx, MCP `isError`) | yes | completed | the tool's reply, replayed to repeats |
+//! | tool refused its input (REPROMPT, HTTP 4xx but 409/429) | yes | released (nothing happened) | the tool's reply |
+//! | tool said "not now" (HTTP 409, 429) | yes | kept until its lease ends | the tool's reply |
 //!
-//! The lease runs to the later of the Lambda deadline and the end of the tool's own timeout
-//! ([`Dispatcher::max_run_time`]), plus a margin, so nobody takes a key over while its tool may
-//! still be running, and a killed invocation blocks its key only until then. Completion and
-//! release are fenced by the lease token (see [`crate::executor`]).
+//! The lease runs to the later of the Lambda deadline and the end of the tool's own timeout plus
+//! its start allowance ([`Dispatcher::max_run_time`]), plus a margin for clock skew, so nobody
+//! takes a key over while its tool may still be running, and a killed invocation blocks its key
+//! only until then. A claim the store was slow to answer moves the lease just before the tool is
+//! invoked. The tool's timeout ends early enough for the completion to be stored before the
+//! deadline. Completion and release are fenced by the lease token (see [`crate::executor`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
