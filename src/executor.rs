@@ -395,7 +395,9 @@ impl<S: Store> Executor<S> {
                 Ok(()) => tracing::info!("released a claim whose answers were lost"),
                 Err(StoreError::LeaseLost) => {}
                 Err(e) if e.is_retryable() => self.remember_orphan(&key, token),
-                Err(e) => tracing::warn!(error = %e, "could not release a claim whose answers were lost"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release a claim whose answers were lost")
+                }
             }
         }
     }
@@ -459,7 +461,8 @@ impl<S: Store> Executor<S> {
             self.release(key, token).await;
             return Settled::NoTime;
         }
-        if let Some(token) = token.filter(|_| started.claimed_at.elapsed() > self.settings.slow_claim)
+        if let Some(token) =
+            token.filter(|_| started.claimed_at.elapsed() > self.settings.slow_claim)
         {
             // The lease was sized when the claim was sent; the store took long to answer, so move
             // it to cover the side effect from now.
@@ -485,7 +488,9 @@ impl<S: Store> Executor<S> {
             _ => side_effect(timeout).await,
         };
         let (run_end, settled) = match run {
-            ToolRun::Replied { reply, class } => (RunEnd::Replied(class), Settled::Executed { reply }),
+            ToolRun::Replied { reply, class } => {
+                (RunEnd::Replied(class), Settled::Executed { reply })
+            }
             ToolRun::Failed {
                 error,
                 outcome_unknown,
@@ -508,7 +513,9 @@ impl<S: Store> Executor<S> {
             }
             AfterRun::Release => self.release(key, Some(token)).await,
             AfterRun::Keep => {
-                tracing::warn!("the side effect may have happened: the claim is kept until its lease ends")
+                tracing::warn!(
+                    "the side effect may have happened: the claim is kept until its lease ends"
+                )
             }
         }
         settled

@@ -39,7 +39,10 @@ async fn charge(runs: &AtomicU32, pause: Duration) -> Result<u32, std::io::Error
     Ok(runs.fetch_add(1, Ordering::SeqCst) + 1)
 }
 
-async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
+async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
+    dedup: Dedup<S>,
+    _clock: ManualClock,
+) {
     let runs = AtomicU32::new(0);
     let first = dedup
         .run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO))
@@ -63,7 +66,10 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(dedup: Dedup<S
 /// The guard's default lease (60 s), with its margin (5 s).
 const LEASE: Duration = Duration::from_secs(65);
 
-async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(
+    dedup: Dedup<S>,
+    clock: ManualClock,
+) {
     let runs = AtomicU32::new(0);
     let failed = dedup
         .run(&call(ORIGINAL, "1"), || async {
@@ -73,7 +79,13 @@ async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(dedup: Dedup<S>
         })
         .await;
     assert!(
-        matches!(failed, Err(GuardError::SideEffect { released: false, .. })),
+        matches!(
+            failed,
+            Err(GuardError::SideEffect {
+                released: false,
+                ..
+            })
+        ),
         "{failed:?}"
     );
     let dedup = dedup.with_settings(|s| s.wait = Duration::ZERO);
@@ -93,7 +105,10 @@ async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(dedup: Dedup<S>
     assert_eq!(after_lease.outcome, Outcome::Executed);
 }
 
-async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
+async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(
+    dedup: Dedup<S>,
+    _clock: ManualClock,
+) {
     let failed = dedup
         .run_with(
             &call(ORIGINAL, "2"),
@@ -118,7 +133,10 @@ async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(dedup: Dedu
     assert_eq!(retried.outcome, Outcome::Executed, "nothing was stored");
 }
 
-async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(
+    dedup: Dedup<S>,
+    clock: ManualClock,
+) {
     let runs = AtomicU32::new(0);
     // JSON object keys are strings: a map keyed by pairs does not serialize.
     let unstorable = dedup
@@ -138,16 +156,24 @@ async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(dedup: Dedup<S>
             Ok::<_, std::io::Error>(BTreeMap::<String, u8>::new())
         })
         .await;
-    assert!(matches!(retried, Err(GuardError::InProgress { .. })), "{retried:?}");
+    assert!(
+        matches!(retried, Err(GuardError::InProgress { .. })),
+        "{retried:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the side effect ran once");
     clock.advance(LEASE + Duration::from_secs(1));
-    assert!(dedup
-        .run(&call(RETRY, "5"), || charge(&runs, Duration::ZERO))
-        .await
-        .is_ok());
+    assert!(
+        dedup
+            .run(&call(RETRY, "5"), || charge(&runs, Duration::ZERO))
+            .await
+            .is_ok()
+    );
 }
 
-async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
+    dedup: Dedup<S>,
+    clock: ManualClock,
+) {
     // A 300 ms lease without margin, renewed every 100 ms; the side effect runs 1.5 s of
     // (manual) time, five leases.
     let dedup = dedup.with_settings(|s| {
@@ -266,7 +292,10 @@ async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>, _c
     assert_eq!(outcomes, [Outcome::Executed, Outcome::Waited]);
 }
 
-async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
+async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(
+    dedup: Dedup<S>,
+    _clock: ManualClock,
+) {
     let dedup = dedup.with_settings(|s| s.wait = Duration::from_millis(100));
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "4"), call(RETRY, "4"));
@@ -351,7 +380,10 @@ async fn an_unreachable_store_runs_nothing() {
 
 #[tokio::test]
 async fn arguments_that_cannot_be_keyed_run_nothing() {
-    let dedup = Dedup::new(servers::memory_store(ManualClock::starting_now()), Keyer::new());
+    let dedup = Dedup::new(
+        servers::memory_store(ManualClock::starting_now()),
+        Keyer::new(),
+    );
     let runs = AtomicU32::new(0);
     let result = dedup
         .run(&call("[1, 2]", "1"), || charge(&runs, Duration::ZERO))

@@ -294,7 +294,12 @@ impl Dispatcher for AnswersWith {
     fn max_run_time(&self, _: &str) -> Duration {
         Duration::ZERO
     }
-    async fn invoke(&self, _: &str, payload: Vec<u8>, _: Duration) -> Result<Vec<u8>, DispatchError> {
+    async fn invoke(
+        &self,
+        _: &str,
+        payload: Vec<u8>,
+        _: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let ev: Value = serde_json::from_slice(&payload).unwrap();
         let reply = json!({"messageVersion": "1.0", "response": {
@@ -329,7 +334,11 @@ async fn an_openapi_status_decides_by_what_it_says_the_tool_did() {
         assert_eq!(first.outcome, Outcome::Executed, "{status}");
         let again = send(&h, &ev).await;
         assert_eq!(again.outcome, retry, "{status}");
-        assert_eq!(h.dispatcher().calls.load(Ordering::SeqCst), calls, "{status}");
+        assert_eq!(
+            h.dispatcher().calls.load(Ordering::SeqCst),
+            calls,
+            "{status}"
+        );
     }
 }
 

@@ -118,7 +118,12 @@ async fn a_tool_error_that_says_nothing_ran_releases_the_claim_and_succeeds_on_r
 async fn a_validation_error_raised_after_the_side_effect_keeps_the_claim_by_default() {
     // A Node tool charges the card, then its DynamoDB write is rejected (`ValidationException`
     // from AWS SDK v3); a Python tool's pydantic model fails after the call (`ValidationError`).
-    for kind in ["ValidationException", "ValidationError", "InvalidInput", "BadRequest"] {
+    for kind in [
+        "ValidationException",
+        "ValidationError",
+        "InvalidInput",
+        "BadRequest",
+    ] {
         let clock = ManualClock::starting_now();
         let h = handler(
             MemoryStore::new().with_clock(clock.clone()),
@@ -129,9 +134,19 @@ async fn a_validation_error_raised_after_the_side_effect_keeps_the_claim_by_defa
         let ev = event("fd-charge_card.json");
         let failed = send(&h, &ev).await;
         assert_eq!(failed.outcome, Outcome::ToolError, "{kind}");
-        assert!(body(&failed)["message"].as_str().unwrap().contains("unknown"), "{kind}");
+        assert!(
+            body(&failed)["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown"),
+            "{kind}"
+        );
         let retried = send(&h, &event("fd-charge_card-retry.json")).await;
-        assert_eq!(retried.outcome, Outcome::InProgress, "{kind}: the card must not be charged again");
+        assert_eq!(
+            retried.outcome,
+            Outcome::InProgress,
+            "{kind}: the card must not be charged again"
+        );
         assert_eq!(charges(&h.dispatcher().demo), 1, "{kind}");
         assert_eq!(h.dispatcher().invokes(), 1, "{kind}");
     }

@@ -215,14 +215,12 @@ async fn a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late() {
         let gate = Arc::new(Notify::new());
         let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
             .with_max_run_time(Duration::from_secs(10));
-        let h = Arc::new(
-            handler(store, tool, &Config::default()).with_settings(|s| {
-                s.default_budget = Duration::from_secs(3);
-                s.completion_reserve = Duration::from_millis(100);
-                s.reply_margin = Duration::from_millis(50);
-                s.wait = Duration::ZERO;
-            }),
-        );
+        let h = Arc::new(handler(store, tool, &Config::default()).with_settings(|s| {
+            s.default_budget = Duration::from_secs(3);
+            s.completion_reserve = Duration::from_millis(100);
+            s.reply_margin = Duration::from_millis(50);
+            s.wait = Duration::ZERO;
+        }));
         let claimed_at = h.store().now_ms();
         let first = spawn_send(&h, &event("fd-charge_card.json"));
         wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
@@ -377,7 +375,10 @@ async fn an_envelope_that_copies_a_bedrock_calls_scope_is_its_own_call() {
     );
     assert_ne!(forged.key, bedrock.key);
     let answer = response(&forged);
-    assert!(answer.get("result").is_some(), "an envelope answer: {answer}");
+    assert!(
+        answer.get("result").is_some(),
+        "an envelope answer: {answer}"
+    );
     assert_eq!(charges(h.dispatcher()), 2);
 }
 
@@ -416,7 +417,12 @@ impl Dispatcher for Recording {
     fn max_run_time(&self, _: &str) -> Duration {
         Duration::ZERO
     }
-    async fn invoke(&self, t: &str, payload: Vec<u8>, d: Duration) -> Result<Vec<u8>, DispatchError> {
+    async fn invoke(
+        &self,
+        t: &str,
+        payload: Vec<u8>,
+        d: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
         self.invoke_forward(
             t,
             toolcall_dedup::adapter::Forward {
@@ -472,7 +478,10 @@ async fn a_stale_dedup_key_never_reaches_the_tool() {
         assert_eq!(r.outcome, Outcome::Executed, "{mode:?}");
         let seen = h.dispatcher().seen.lock().unwrap();
         let attributes = &seen[0].0["sessionAttributes"];
-        assert_eq!(attributes["tenant"], "t1", "{mode:?}: other attributes kept");
+        assert_eq!(
+            attributes["tenant"], "t1",
+            "{mode:?}: other attributes kept"
+        );
         assert_ne!(
             attributes.get("dedup_key").and_then(Value::as_str),
             Some("key-of-an-earlier-charge"),

@@ -292,7 +292,8 @@ fn did_not_run(e: &SdkError<InvokeError, HttpResponse>) -> bool {
         }
         SdkError::ServiceError(service) => {
             service.raw().status().is_client_error()
-                && e.code().is_some_and(|code| REFUSED_BEFORE_START.contains(&code))
+                && e.code()
+                    .is_some_and(|code| REFUSED_BEFORE_START.contains(&code))
         }
         _ => false,
     }

@@ -170,7 +170,7 @@ impl Envelope {
     /// The call to key. `allowed`: the namespaces the deployment lets an envelope name
     /// (`DEDUP_ENVELOPE_NAMESPACES`; any when `None`).
     pub fn tool_call(&self, allowed: Option<&[String]>) -> Result<ToolCall, EnvelopeError> {
-        if let Some(allowed) = allowed.filter(|a| !a.iter().any(|n| *n == self.namespace)) {
+        if let Some(allowed) = allowed.filter(|a| !a.contains(&self.namespace)) {
             return Err(EnvelopeError::Event(format!(
                 "namespace {:?} is not one this deployment allows (DEDUP_ENVELOPE_NAMESPACES: {})",
                 self.namespace,
@@ -362,7 +362,10 @@ mod tests {
                 "not JSON",
             ),
         ] {
-            let err = Envelope::parse(&event).unwrap().tool_call(None).unwrap_err();
+            let err = Envelope::parse(&event)
+                .unwrap()
+                .tool_call(None)
+                .unwrap_err();
             assert!(matches!(err, EnvelopeError::Arguments(_)), "{event}: {err}");
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }

@@ -51,8 +51,8 @@ use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
     DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
-    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease, validate_claim,
-    validate_key,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
+    validate_claim, validate_key,
 };
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
