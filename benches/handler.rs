@@ -16,13 +16,14 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use toolcall_dedup::adapter::{Door, Scoping};
 use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::Scope;
 use toolcall_dedup::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
+use toolcall_dedup::seam::Scoping;
 use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
 
@@ -559,7 +560,8 @@ fn summary(_: &mut Criterion) {
     for (name, make, client_context) in &flavours {
         let event = make(1);
         let bytes = serde_json::to_vec(&event).unwrap();
-        let door = Door::detect(&event, client_context.as_ref()).unwrap();
+        let detected = Door::detect(&event, client_context.as_ref()).unwrap();
+        let door = detected.entry_point();
         let call = door.call(scoping).unwrap();
         let key_call = call.key_call(call.schema.as_ref());
         let (k, _) = key(&keyer, &key_call);

@@ -50,14 +50,7 @@ pub enum Mode {
     Off,
 }
 
-/// Where the step comes from when the caller sends no step attribute (`DEDUP_SCOPE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// The step is a hash of `inputText`: one step per user turn.
-    Turn,
-    /// No step: identical calls anywhere in the session are one call.
-    Session,
-}
+pub use crate::seam::Scope;
 
 /// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

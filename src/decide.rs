@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use crate::adapter::ReplyClass;
 use crate::config::Mode;
+use crate::seam::ReplyClass;
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 
 /// What to do next with one keyed call.

@@ -14,12 +14,78 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::adapter::ReplyClass;
 use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
 use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use crate::key::{Call, Keyer, Strategy};
+use crate::seam::ReplyClass;
 use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
-use crate::telemetry::Outcome;
+
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The tool ran for this call.
+    Executed,
+    /// A completed record answered.
+    Replayed,
+    /// An identical in-flight call finished while this one waited, and its result answered.
+    Waited,
+    /// An identical call was still running when the wait bound passed: REPROMPT.
+    InProgress,
+    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
+    ToolError,
+    /// The store was unreachable: the tool was not called (fail closed).
+    StoreError,
+    /// The event or its arguments were invalid; nothing was claimed.
+    BadRequest,
+    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
+    ShadowReplay,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 8] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Waited,
+        Outcome::InProgress,
+        Outcome::ToolError,
+        Outcome::StoreError,
+        Outcome::BadRequest,
+        Outcome::ShadowReplay,
+    ];
+
+    /// The outcome's own name (metrics, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Waited => "waited",
+            Outcome::InProgress => "in_progress",
+            Outcome::ToolError => "tool_error",
+            Outcome::StoreError => "store_error",
+            Outcome::BadRequest => "bad_request",
+            Outcome::ShadowReplay => "shadow_replay",
+        }
+    }
+}
+
+impl Outcome {
+    /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
+    /// repeats included), `replayed` for one answered from the store (waited-for calls
+    /// included), else the outcome's own name.
+    pub fn caller_word(self) -> &'static str {
+        match self {
+            Outcome::Executed | Outcome::ShadowReplay => "executed",
+            Outcome::Replayed | Outcome::Waited => "replayed",
+            other => other.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// Timing and behaviour knobs, from [`Config`] plus fixed margins.
 #[derive(Debug, Clone)]

@@ -63,11 +63,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::adapter::ReplyClass;
 use crate::executor::{Executor, Keyed, Lease, Settings, Settled, ToolRun};
-use crate::key::{Call, KeyError, Keyer, Strategy};
+use crate::key::{Call, KeyError, Keyer};
+use crate::seam::ReplyClass;
 use crate::store::{Store, StoreError};
-use crate::telemetry::Outcome;
+use crate::executor::Outcome;
 
 /// A guarded result.
 #[derive(Debug, Clone, PartialEq)]
@@ -187,20 +187,13 @@ impl<S: Store> Dedup<S> {
         Fut: Future<Output = Result<T, E>>,
     {
         let keyer = self.executor.keyer();
-        let policy_schema = keyer
-            .policies()
-            .get(call.tool)
-            .and_then(|p| p.schema.as_ref());
-        let merged = match (call.schema, policy_schema) {
-            (Some(own), Some(policy)) => Some(own.clone().overlay(policy)),
-            _ => None,
-        };
+        let schema = keyer.schema_for(call.tool, call.schema);
         let call = Call {
-            schema: merged.as_ref().or(call.schema).or(policy_schema),
+            schema: schema.as_ref(),
             ..*call
         };
-        let key = keyer.key(Strategy::Typed, &call)?.to_string();
-        let fingerprint = keyer.fingerprint(&call)?.to_string();
+        let (key, fingerprint) = keyer.key_and_fingerprint(&call)?;
+        let (key, fingerprint) = (key.to_string(), fingerprint.to_string());
         let keyed = Keyed {
             key: &key,
             fingerprint: &fingerprint,

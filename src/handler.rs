@@ -41,21 +41,149 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lambda_runtime::{Context, LambdaEvent};
+use lambda_runtime::{Context, Diagnostic, LambdaEvent};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::adapter::{DedupInfo, Door, Notice, NoticeKind, Scoping, ToolCall};
+use crate::agentcore::{self, GatewayCall};
+use crate::bedrock::{ActionGroupCall, EventError};
 use crate::config::{Config, Mode};
 use crate::dispatch::{DispatchError, Dispatcher};
-use crate::executor::{Executor, Finished, Keyed, Lease, Settled, ToolRun, remaining};
-use crate::key::{Keyer, Schema, Strategy};
+use crate::envelope;
+use crate::executor::{Executor, Finished, Keyed, Lease, Outcome, Settled, ToolRun, remaining};
+use crate::key::Keyer;
+use crate::seam::{DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, json_type, refusal};
 use crate::store::Store;
-use crate::telemetry::{InvocationReport, Outcome, Telemetry};
+use crate::telemetry::{InvocationReport, Telemetry};
 
-pub use crate::adapter::{HandlerError, Unanswerable};
 pub use crate::executor::Settings;
+
+/// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
+/// can reach.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error(transparent)]
+    InvalidEvent(Unanswerable),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<HandlerError> for Diagnostic {
+    fn from(e: HandlerError) -> Diagnostic {
+        let error_type = match &e {
+            HandlerError::InvalidEvent(_) => "InvalidEvent",
+            HandlerError::Internal(_) => "Internal",
+        };
+        Diagnostic {
+            error_type: error_type.into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// An event that no entry point can answer in its own format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswerable {
+    /// Recognised as an action-group event, but without what a Bedrock response needs.
+    #[error(transparent)]
+    Bedrock(EventError),
+    /// No entry point recognises it.
+    #[error(
+        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
+         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
+         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
+         (invoke envelope)"
+    )]
+    NoEntryPoint(String),
+}
+
+/// One invocation as seen by the entry point it came in by.
+// One per invocation, on the stack and never in a collection: boxing the large variant would only
+// add an allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Door<'a> {
+    Bedrock(ActionGroupCall<'a>),
+    AgentCore(GatewayCall<'a>),
+    Envelope(envelope::Envelope),
+}
+
+/// An invocation refused before it had a call: already written in the caller's format.
+#[derive(Debug)]
+pub struct Refusal {
+    pub response: Result<Box<RawValue>, HandlerError>,
+    pub reason: String,
+    /// The tool, when the refusal got that far.
+    pub tool: Option<String>,
+}
+
+impl<'a> Door<'a> {
+    /// Flavour detection: the first match wins, in this order (each test is a map lookup):
+    /// 1. the client context names an AgentCore Gateway tool (`bedrockAgentCoreToolName`);
+    /// 2. the event is an object with `actionGroup` (Bedrock Agents);
+    /// 3. the event is an object with `tool` (the invoke envelope).
+    ///
+    /// A recognised event that is malformed is refused in its own format where it can be.
+    pub fn detect(
+        event: &'a Value,
+        client_context: Option<&'a HashMap<String, String>>,
+    ) -> Result<Door<'a>, Refusal> {
+        if let Some(custom) = client_context.filter(|c| agentcore::is_gateway_call(Some(c))) {
+            return GatewayCall::parse(event, custom)
+                .map(Door::AgentCore)
+                .map_err(|e| {
+                    let notice = agentcore::gateway_refusal(&e);
+                    Refusal {
+                        response: raw(notice.body_json()),
+                        reason: e.to_string(),
+                        tool: None,
+                    }
+                });
+        }
+        let object = event.as_object();
+        if object.is_some_and(|o| o.contains_key("actionGroup")) {
+            return ActionGroupCall::parse(event)
+                .map(Door::Bedrock)
+                .map_err(|e| Refusal {
+                    reason: "unrecognised event".into(),
+                    response: Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))),
+                    tool: None,
+                });
+        }
+        if envelope::is_envelope(event) {
+            return envelope::Envelope::parse(event)
+                .map(Door::Envelope)
+                .map_err(|e| {
+                    let notice = envelope::envelope_refusal(&e);
+                    let dedup = dedup(Outcome::BadRequest, None);
+                    Refusal {
+                        response: raw(envelope::error(&notice, &dedup)),
+                        reason: e.to_string(),
+                        tool: None,
+                    }
+                });
+        }
+        let what = match event {
+            Value::Object(_) => "an object with none of those members".to_string(),
+            other => format!("the event is a JSON {}", json_type(other)),
+        };
+        Err(Refusal {
+            reason: "unrecognised event".into(),
+            response: Err(HandlerError::InvalidEvent(Unanswerable::NoEntryPoint(what))),
+            tool: None,
+        })
+    }
+
+    /// The parsed call behind the door (for callers that inspect one without running it).
+    pub fn entry_point(&self) -> &dyn EntryPoint {
+        match self {
+            Door::Bedrock(call) => call,
+            Door::AgentCore(call) => call,
+            Door::Envelope(call) => call,
+        }
+    }
+}
 
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]
@@ -233,30 +361,34 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         client_context: Option<&ClientContext>,
         end: Instant,
     ) -> Answered {
-        let door = match Door::detect(event, client_context) {
-            Ok(door) => door,
+        match Door::detect(event, client_context) {
+            Ok(Door::Bedrock(call)) => self.answer_at(&call, end).await,
+            Ok(Door::AgentCore(call)) => self.answer_at(&call, end).await,
+            Ok(Door::Envelope(call)) => self.answer_at(&call, end).await,
             Err(refusal) => {
                 tracing::debug!(reason = %refusal.reason, "refused event");
                 let mut answered =
                     Answered::new(Outcome::BadRequest, refusal.response).because(refusal.reason);
                 answered.tool = refusal.tool;
-                return answered;
+                answered
             }
-        };
+        }
+    }
+
+    /// Routes, keys and runs one call that came in by `door`.
+    async fn answer_at<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
         let tool = door.tool().to_string();
         let (group, tool_name) = door.route();
         let target = match self.dispatcher.route(group, tool_name) {
             Ok(target) => target,
             Err(e) => {
-                let notice = Notice::new(
-                    NoticeKind::NoRoute,
-                    format!(
-                        "{}. The call was not executed; this is a configuration problem, not the arguments.",
-                        e.short_reason()
-                    ),
-                );
                 return self
-                    .notice(&door, Outcome::ToolError, notice, None)
+                    .notice(
+                        door,
+                        Outcome::ToolError,
+                        Notice::no_route(&e.short_reason()),
+                        None,
+                    )
                     .because(e.to_string());
             }
         };
@@ -268,43 +400,28 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             envelope_namespaces: settings.envelope_namespaces.as_deref(),
         };
         if settings.mode == Mode::Off {
-            return self.pass_through(&door, &target, scoping, end).await;
+            return self.pass_through(door, &target, scoping, end).await;
         }
         let call = match door.call(scoping) {
             Ok(call) => call,
             Err(_) if settings.mode == Mode::Shadow => {
                 tracing::warn!("shadow mode: invalid event passed through unkeyed");
-                return self.pass_through(&door, &target, scoping, end).await;
+                return self.pass_through(door, &target, scoping, end).await;
             }
-            Err(notice) => return self.refuse(&door, notice),
+            Err(notice) => return self.refuse(door, notice),
         };
-        let schema = match self.schema_for(&call) {
-            Ok(schema) => schema,
-            Err(message) => {
-                let notice = Notice::new(
-                    NoticeKind::InvalidEvent,
-                    format!("{message}. The call was not executed."),
-                );
-                return self.refuse(&door, notice);
-            }
-        };
-        let key_call = call.key_call(schema.as_ref());
         let keyer = self.executor.keyer();
-        let keyed = keyer
-            .key(Strategy::Typed, &key_call)
-            .and_then(|key| Ok((key, keyer.fingerprint(&key_call)?)));
-        let (key, fingerprint) = match keyed {
+        let schema = keyer.schema_for(&call.tool, call.schema.as_ref());
+        let key_call = call.key_call(schema.as_ref());
+        let (key, fingerprint) = match keyer.key_and_fingerprint(&key_call) {
             Ok((key, fingerprint)) => (key.to_string(), fingerprint.to_string()),
             Err(e) if settings.mode == Mode::Shadow => {
                 tracing::warn!(error = %e, "shadow mode: unkeyable arguments passed through");
-                return self.pass_through(&door, &target, scoping, end).await;
+                return self.pass_through(door, &target, scoping, end).await;
             }
             Err(e) => {
-                let notice = Notice::new(
-                    NoticeKind::InvalidArguments,
-                    format!("{e}. The call was not executed."),
-                );
-                return self.refuse(&door, notice);
+                let notice = refusal(NoticeKind::InvalidArguments, &e.to_string());
+                return self.refuse(door, notice);
             }
         };
         let keyed = Keyed {
@@ -318,39 +435,20 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let finished = self
             .executor
             .run(keyed, end, lease, |timeout| {
-                self.invoke(&door, &target, Some(&key), scoping, timeout)
+                self.invoke(door, &target, Some(&key), scoping, timeout)
             })
             .await;
         self.telemetry.call(keyer, &key_call, finished.outcome);
-        let mut answered = self.settle(&door, finished, &key);
+        let mut answered = self.settle(door, finished, &key);
         answered.key = Some(key);
         answered.tool = Some(tool);
         answered
     }
 
-    /// The schema the event declares, overlaid with the policy file's schema for this tool.
-    /// Precedence per parameter (Bedrock): the policy's schema where it states a type (strict, with
-    /// its enum, format and `x-dedup`), else the declared `number`/`integer`/`boolean`/`array`,
-    /// else (declared `string` or no type) no schema at all: Bedrock declares every textual
-    /// parameter `string` (see [`Schema::from_declared_types`]).
-    fn schema_for(&self, call: &ToolCall) -> Result<Option<Schema>, String> {
-        let policy = self
-            .executor
-            .keyer()
-            .policies()
-            .get(&call.tool)
-            .and_then(|p| p.schema.as_ref());
-        Ok(match (&call.schema, policy) {
-            (Some(declared), Some(extra)) => Some(declared.clone().overlay(extra)),
-            (Some(declared), None) => Some(declared.clone()),
-            (None, extra) => extra.cloned(),
-        })
-    }
-
     /// Invokes the routed tool and checks its reply in the caller's format.
     async fn invoke(
         &self,
-        door: &Door<'_>,
+        door: &impl EntryPoint,
         target: &str,
         key: Option<&str>,
         scoping: Scoping<'_>,
@@ -389,7 +487,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     }
 
     /// Turns how the executor settled the call into the caller's answer.
-    fn settle(&self, door: &Door<'_>, finished: Finished<ToolFailure>, key: &str) -> Answered {
+    fn settle(
+        &self,
+        door: &impl EntryPoint,
+        finished: Finished<ToolFailure>,
+        key: &str,
+    ) -> Answered {
         let Finished {
             settled,
             outcome,
@@ -397,71 +500,47 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         } = finished;
         let tool = door.tool();
         let mut answered = match settled {
-            Settled::Executed { reply } => {
-                Answered::new(outcome, door.result(&reply, dedup(outcome, Some(key))))
-            }
-            Settled::Replayed { reply } => {
-                Answered::new(outcome, door.result(&reply, dedup(outcome, Some(key))))
-            }
-            Settled::AlreadyRan { bytes } => {
-                let notice = Notice::new(
-                    NoticeKind::AlreadyExecuted,
-                    format!(
-                        "An identical {tool} call made earlier in this session already ran, so this one was not \
-                         executed. Its result was too large to store and cannot be shown again. Do not call it \
-                         again with the same arguments; tell the user the action was already performed."
-                    ),
-                );
-                self.notice(door, outcome, notice, Some(key))
-                    .because(format!("result of {bytes} bytes was too large to store"))
-            }
+            Settled::Executed { reply } => Answered::new(
+                outcome,
+                reply_answer(door, &reply, dedup(outcome, Some(key))),
+            ),
+            Settled::Replayed { reply } => Answered::new(
+                outcome,
+                reply_answer(door, &reply, dedup(outcome, Some(key))),
+            ),
+            Settled::AlreadyRan { bytes } => self
+                .notice(door, outcome, Notice::already_executed(tool), Some(key))
+                .because(format!("result of {bytes} bytes was too large to store")),
             Settled::InProgress { retry_after_ms } => {
-                let (message, reason) = match retry_after_ms {
-                    Some(_) => (
-                        format!(
-                            "An identical {tool} call made earlier in this session is still running, so this one \
-                             was not executed. Do not call it again with the same arguments now; tell the user \
-                             the action is in progress."
-                        ),
-                        "identical call still running",
-                    ),
-                    None => (
-                        "Identical calls are racing for this action; it was not executed by this request. \
-                         Wait a moment, then check whether it happened before retrying."
-                            .to_string(),
-                        "claim kept racing with identical calls",
-                    ),
+                let reason = match retry_after_ms {
+                    Some(_) => "identical call still running",
+                    None => "claim kept racing with identical calls",
                 };
-                let mut notice = Notice::new(NoticeKind::InProgress, message);
-                notice.retry_after_ms = retry_after_ms;
-                self.notice(door, outcome, notice, Some(key))
-                    .because(reason)
+                self.notice(
+                    door,
+                    outcome,
+                    Notice::in_progress(tool, retry_after_ms),
+                    Some(key),
+                )
+                .because(reason)
             }
             Settled::StoreDown(e) => {
                 tracing::error!(error = ?e, "idempotency store unavailable; failing closed");
-                let notice = Notice::new(
-                    NoticeKind::StoreUnavailable,
-                    format!(
-                        "The duplicate-call guard could not be reached, so {tool} was NOT executed (running it \
-                         unguarded could repeat a side effect). Tell the user the action could not be \
-                         performed right now."
-                    ),
-                );
-                self.notice(door, Outcome::StoreError, notice, Some(key))
-                    .because(format!("store: {e}"))
+                self.notice(
+                    door,
+                    Outcome::StoreError,
+                    Notice::store_unavailable(tool),
+                    Some(key),
+                )
+                .because(format!("store: {e}"))
             }
             Settled::ToolFailed {
                 error,
                 outcome_unknown,
             } => self.tool_failed(door, &error, outcome_unknown, Some(key)),
-            Settled::NoTime => {
-                let notice = Notice::new(
-                    NoticeKind::NoTime,
-                    "There was not enough time left to call the tool, so it was NOT called. You may retry the call.",
-                );
-                self.notice(door, Outcome::ToolError, notice, Some(key))
-                    .because("no time left before the Lambda deadline")
-            }
+            Settled::NoTime => self
+                .notice(door, Outcome::ToolError, Notice::no_time(), Some(key))
+                .because("no time left before the Lambda deadline"),
         };
         answered.rules = rules;
         answered
@@ -469,50 +548,19 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     fn tool_failed(
         &self,
-        door: &Door<'_>,
+        door: &impl EntryPoint,
         error: &ToolFailure,
         outcome_unknown: bool,
         key: Option<&str>,
     ) -> Answered {
         let (notice, reason) = match error {
-            ToolFailure::MalformedReply(reason) => (
-                Notice::new(
-                    NoticeKind::ToolFailed,
-                    "The tool ran but answered with a malformed response, so its result was not recorded. \
-                     Do not call it again with the same arguments now; tell the user the outcome is being checked.",
-                ),
-                reason.clone(),
-            ),
-            ToolFailure::Unforwardable(reason) => (
-                Notice::new(
-                    NoticeKind::ToolFailed,
-                    "The call could not be forwarded to the tool, so it was NOT executed and nothing was recorded. \
-                     You may retry once.",
-                ),
-                reason.clone(),
-            ),
+            ToolFailure::MalformedReply(reason) => (Notice::malformed_reply(), reason.clone()),
+            ToolFailure::Unforwardable(reason) => (Notice::unforwardable(), reason.clone()),
             ToolFailure::Dispatch(e) => {
                 // The tool's own error message may quote its arguments: only at DEBUG.
                 tracing::debug!(error = %e, "tool error");
-                let notice = if outcome_unknown {
-                    Notice::new(
-                        NoticeKind::OutcomeUnknown,
-                        format!(
-                            "{}; whether it completed is unknown. Do not call it again with the same arguments \
-                             now; tell the user the outcome is being checked.",
-                            e.short_reason()
-                        ),
-                    )
-                } else {
-                    Notice::new(
-                        NoticeKind::ToolFailed,
-                        format!(
-                            "{}; it did not complete and nothing was recorded. You may retry the call.",
-                            e.short_reason()
-                        ),
-                    )
-                };
-                (notice, e.short_reason())
+                let reason = e.short_reason();
+                (Notice::tool_failed(&reason, outcome_unknown), reason)
             }
         };
         self.notice(door, Outcome::ToolError, notice, key)
@@ -521,15 +569,15 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     fn notice(
         &self,
-        door: &Door<'_>,
+        door: &impl EntryPoint,
         outcome: Outcome,
         notice: Notice,
         key: Option<&str>,
     ) -> Answered {
-        Answered::new(outcome, door.notice(&notice, dedup(outcome, key))).tool(door.tool())
+        Answered::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
     }
 
-    fn refuse(&self, door: &Door<'_>, notice: Notice) -> Answered {
+    fn refuse(&self, door: &impl EntryPoint, notice: Notice) -> Answered {
         tracing::debug!(message = %notice.message, "invalid event");
         let reason = match notice.kind {
             NoticeKind::InvalidArguments => "invalid arguments",
@@ -543,7 +591,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// came, and its reply comes back unchanged.
     async fn pass_through(
         &self,
-        door: &Door<'_>,
+        door: &impl EntryPoint,
         target: &str,
         scoping: Scoping<'_>,
         end: Instant,
@@ -553,7 +601,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let answered = match run {
             ToolRun::Replied { reply, .. } => Answered::new(
                 Outcome::Executed,
-                door.result(&reply, dedup(Outcome::Executed, None)),
+                reply_answer(door, &reply, dedup(Outcome::Executed, None)),
             ),
             ToolRun::Failed {
                 error,
@@ -565,7 +613,27 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 }
 
 fn dedup(outcome: Outcome, key: Option<&str>) -> DedupInfo<'_> {
-    DedupInfo { outcome, key }
+    DedupInfo {
+        outcome: outcome.caller_word(),
+        key,
+    }
+}
+
+/// The answer carrying the tool's reply (checked JSON when it was stored).
+fn reply_answer(
+    door: &impl EntryPoint,
+    reply: &[u8],
+    dedup: DedupInfo<'_>,
+) -> Result<Box<RawValue>, HandlerError> {
+    let text = std::str::from_utf8(reply)
+        .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
+    raw(door.result(text, dedup))
+}
+
+/// JSON text as the Lambda's answer.
+fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
+    RawValue::from_string(text)
+        .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
 }
 
 fn millis(d: Duration) -> i64 {

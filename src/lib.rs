@@ -2,7 +2,8 @@
 //!
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
-//! - [`adapter`]: the seam every entry point implements: a call, a route, a payload, answers.
+//! - [`seam`]: what every entry point hands the executor and writes back (the [`seam::EntryPoint`]
+//!   trait, calls, replies, notices); it imports only the key core.
 //! - [`bedrock`]: the Bedrock Agents action-group event and response adapter.
 //! - [`agentcore`]: the Bedrock AgentCore Gateway Lambda-target adapter.
 //! - [`envelope`]: the harness-neutral invoke envelope adapter.
@@ -17,7 +18,6 @@
 //! - [`cost`]: the token-waste versus store-cost model.
 //! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
 //! - [`cli`]: the `dedup` command line.
-pub mod adapter;
 pub mod agentcore;
 pub mod audit;
 pub mod aws;
@@ -35,5 +35,6 @@ pub mod executor;
 pub mod guard;
 pub mod handler;
 pub mod key;
+pub mod seam;
 pub mod store;
 pub mod telemetry;

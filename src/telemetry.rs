@@ -7,7 +7,6 @@
 //!   `{"dedup_call":1,"run_id","step","tool","namespace","keys":{strategy: key|null},"rules",
 //!   "outcome"}`, plus `"args"` (the argument JSON text) under `full`.
 
-use std::fmt;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,60 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use crate::config::{Config, LogCalls, Mode};
+pub use crate::executor::Outcome;
 use crate::key::{Call, Keyer, Strategy};
-
-/// How one invocation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The tool ran for this call.
-    Executed,
-    /// A completed record answered.
-    Replayed,
-    /// An identical in-flight call finished while this one waited, and its result answered.
-    Waited,
-    /// An identical call was still running when the wait bound passed: REPROMPT.
-    InProgress,
-    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
-    ToolError,
-    /// The store was unreachable: the tool was not called (fail closed).
-    StoreError,
-    /// The event or its arguments were invalid; nothing was claimed.
-    BadRequest,
-    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
-    ShadowReplay,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 8] = [
-        Outcome::Executed,
-        Outcome::Replayed,
-        Outcome::Waited,
-        Outcome::InProgress,
-        Outcome::ToolError,
-        Outcome::StoreError,
-        Outcome::BadRequest,
-        Outcome::ShadowReplay,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Executed => "executed",
-            Outcome::Replayed => "replayed",
-            Outcome::Waited => "waited",
-            Outcome::InProgress => "in_progress",
-            Outcome::ToolError => "tool_error",
-            Outcome::StoreError => "store_error",
-            Outcome::BadRequest => "bad_request",
-            Outcome::ShadowReplay => "shadow_replay",
-        }
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where the structured lines (EMF, tool-call log) go.
 #[derive(Debug, Clone, Default)]
@@ -226,7 +173,7 @@ impl Telemetry {
 /// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
 /// (it is on every invocation's path).
 pub fn emf_text(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
-    use crate::adapter::push_json_str;
+    use crate::seam::push_json_str;
     use std::fmt::Write as _;
     let mut out = String::with_capacity(640);
     out.push_str("{\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":[[]],\"Metrics\":[");

@@ -24,10 +24,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
-use toolcall_dedup::adapter::{Door, Scoping};
 use toolcall_dedup::cli::replay::{CLIENT_CONTEXT_SUFFIX, EventFile};
 use toolcall_dedup::config::Scope;
 use toolcall_dedup::corpus;
+use toolcall_dedup::handler::Door;
+use toolcall_dedup::seam::Scoping;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -431,7 +432,9 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
                     _ => matches!(door, Door::Bedrock { .. }),
                 };
                 assert!(expected, "{}: detected as {door:?}", name(&file));
-                door.call(scoping).map_err(|notice| notice.message)
+                door.entry_point()
+                    .call(scoping)
+                    .map_err(|notice| notice.message)
             });
         let bad = file
             .file_name()

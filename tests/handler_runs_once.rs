@@ -425,7 +425,7 @@ impl Dispatcher for Recording {
     ) -> Result<Vec<u8>, DispatchError> {
         self.invoke_forward(
             t,
-            toolcall_dedup::adapter::Forward {
+            toolcall_dedup::seam::Forward {
                 payload,
                 client_context: None,
             },
@@ -436,7 +436,7 @@ impl Dispatcher for Recording {
     async fn invoke_forward(
         &self,
         t: &str,
-        forward: toolcall_dedup::adapter::Forward,
+        forward: toolcall_dedup::seam::Forward,
         d: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         let payload: Value = serde_json::from_slice(&forward.payload).unwrap();

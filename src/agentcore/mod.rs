@@ -33,8 +33,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::adapter::{
-    Forward, Notice, ReplyClass, ToolCall, json_type, scoped_namespace, step_value,
+use crate::seam::{
+    DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments, Scoping,
+    ToolCall, json_type, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -47,17 +48,9 @@ pub const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
 pub const SESSION_ID: &str = "bedrockAgentCoreSessionId";
 /// Between the target name and the tool name in [`TOOL_NAME`].
 pub const TOOL_NAME_DELIMITER: &str = "___";
-/// The client-context key through which the executor hands the derived key to the tool.
-pub const DEDUP_KEY_CONTEXT: &str = "dedupKey";
+pub use crate::seam::DEDUP_KEY_CONTEXT;
 /// The message versions this adapter reads.
 const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
-
-/// Which arguments carry the caller's run id and step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScopeArguments<'a> {
-    pub run: &'a str,
-    pub step: &'a str,
-}
 
 /// Why a Gateway call was refused. Both are answered as [`Notice`]s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -207,6 +200,45 @@ impl<'a> GatewayCall<'a> {
     }
 }
 
+impl EntryPoint for GatewayCall<'_> {
+    fn tool(&self) -> &str {
+        self.tool
+    }
+
+    fn route(&self) -> (&str, &str) {
+        GatewayCall::route(self)
+    }
+
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
+        self.tool_call(scoping.arguments())
+            .map_err(|e| gateway_refusal(&e))
+    }
+
+    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
+        GatewayCall::forward(self, key, scoping.arguments()).map_err(|e| e.to_string())
+    }
+
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
+        classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    }
+
+    fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {
+        reply.to_string()
+    }
+
+    fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {
+        notice.body_json()
+    }
+}
+
+/// The notice that refuses a Gateway call: the configuration's problem, or the model's.
+pub fn gateway_refusal(e: &GatewayError) -> Notice {
+    match e {
+        GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
+        GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
+    }
+}
+
 /// The arguments object as JSON text, without the run and step arguments.
 fn object_text(args: &Map<String, Value>, scope: ScopeArguments<'_>) -> String {
     if !args.contains_key(scope.run) && !args.contains_key(scope.step) {
@@ -222,7 +254,7 @@ fn object_text(args: &Map<String, Value>, scope: ScopeArguments<'_>) -> String {
 
 /// Checks a tool's reply: any JSON; `{"isError": true}` is a failure.
 pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
-    crate::adapter::classify_json_reply(bytes)
+    crate::seam::classify_json_reply(bytes)
 }
 
 /// The executor's own answer: the notice body.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::response::{Flavour, ReplyTo};
-use crate::adapter::json_type;
+use crate::seam::json_type;
 
 /// Declared parameter types (`ParameterDetail.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,11 +33,12 @@ use sha2::{Digest, Sha256};
 pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
-use crate::adapter::{self, Notice, NoticeKind};
-use crate::config::Scope;
 use crate::key::Schema;
+use crate::seam::{
+    self, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, refusal as refused,
+};
 
-/// This entry point's name in every key (see [`adapter::scoped_namespace`]).
+/// This entry point's name in every key (see [`seam::scoped_namespace`]).
 pub const ENTRY_POINT: &str = "bedrock";
 
 /// The session attribute through which the executor hands the derived key to the tool.
@@ -73,21 +74,74 @@ pub fn call(
     envelope: &Envelope,
     step_attribute: &str,
     scope: Scope,
-) -> Result<adapter::ToolCall, EventError> {
+) -> Result<seam::ToolCall, EventError> {
     let call = envelope.tool_call()?;
     let schema =
         Schema::from_declared_types(call.declared_types()).map_err(|e| EventError::Envelope {
             reply_to: Box::new(call.reply_to.clone()),
             message: e.to_string(),
         })?;
-    Ok(adapter::ToolCall {
+    Ok(seam::ToolCall {
         step: step(&call, step_attribute, scope),
-        namespace: adapter::scoped_namespace(ENTRY_POINT, &call.namespace()),
+        namespace: seam::scoped_namespace(ENTRY_POINT, &call.namespace()),
         tool: call.tool().to_string(),
         run_id: Some(call.session_id),
         args: call.args,
         schema: Some(schema),
     })
+}
+
+/// One action-group invocation: the event as it came (forwarded as it came) and its envelope.
+#[derive(Debug)]
+pub struct ActionGroupCall<'a> {
+    event: &'a Value,
+    envelope: Envelope,
+}
+
+impl<'a> ActionGroupCall<'a> {
+    /// Reads what a route and a response need; the arguments are checked by
+    /// [`EntryPoint::call`].
+    pub fn parse(event: &'a Value) -> Result<ActionGroupCall<'a>, EventError> {
+        Envelope::parse(event).map(|envelope| ActionGroupCall { event, envelope })
+    }
+}
+
+impl EntryPoint for ActionGroupCall<'_> {
+    fn tool(&self) -> &str {
+        self.envelope.reply_to.tool()
+    }
+
+    fn route(&self) -> (&str, &str) {
+        (&self.envelope.reply_to.action_group, self.tool())
+    }
+
+    fn call(&self, scoping: Scoping<'_>) -> Result<seam::ToolCall, Notice> {
+        call(&self.envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
+            refusal(&e).unwrap_or_else(|| refused(NoticeKind::InvalidEvent, &e.to_string()))
+        })
+    }
+
+    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {
+        forward_bytes(self.event, key)
+            .map(|payload| Forward {
+                payload,
+                client_context: None,
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    fn classify(&self, reply: &[u8]) -> Result<seam::ReplyClass, String> {
+        validate_reply(reply, &self.envelope.reply_to)
+            .map_err(|r| format!("tool reply is not a Bedrock response: {r}"))
+    }
+
+    fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {
+        reply.to_string()
+    }
+
+    fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {
+        notice_response(&self.envelope.reply_to, notice)
+    }
 }
 
 /// The notice for an event error a Bedrock response can carry (`None` for
@@ -99,10 +153,7 @@ pub fn refusal(e: &EventError) -> Option<Notice> {
         EventError::Envelope { message, .. } => (NoticeKind::InvalidEvent, message),
         EventError::Unrecognised(_) => return None,
     };
-    Some(Notice::new(
-        kind,
-        format!("{message}. The call was not executed."),
-    ))
+    Some(refused(kind, message))
 }
 
 /// A notice as a Bedrock response: REPROMPT when the model can act on it, else FAILURE.

@@ -143,7 +143,7 @@ pub fn finish_text(
     })
 }
 
-pub use crate::adapter::ReplyClass;
+pub use crate::seam::ReplyClass;
 
 /// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
 pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, String> {

@@ -26,9 +26,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::adapter::Forward;
 use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
 use crate::dispatch::{DispatchError, Dispatcher};
+use crate::seam::Forward;
 use crate::{agentcore, envelope};
 
 /// The default ledger file name (in the temp directory).

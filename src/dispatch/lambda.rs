@@ -31,8 +31,8 @@ use tokio::time::Instant;
 use base64::Engine as _;
 
 use super::{DispatchError, Dispatcher};
-use crate::adapter::Forward;
 use crate::config::{MAX_TOOL_TIMEOUT, Routes, TOOL_START_ALLOWANCE};
+use crate::seam::Forward;
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 pub use lambda::{LambdaDispatcher, build_client};
 
-use crate::adapter::Forward;
 use crate::config::ErrorTypes;
+use crate::seam::Forward;
 
 /// Boxed error kept as a `source`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;

@@ -22,8 +22,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::adapter::{
-    DedupInfo, Forward, Notice, ReplyClass, ToolCall, scoped_namespace, step_value,
+use crate::seam::{
+    DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, Scoping,
+    ToolCall, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -31,7 +32,7 @@ pub const ENTRY_POINT: &str = "envelope";
 use crate::key::Schema;
 
 /// The client-context key through which the executor names the tool (beside
-/// [`crate::agentcore::DEDUP_KEY_CONTEXT`], the key): the tool receives only its arguments.
+/// [`DEDUP_KEY_CONTEXT`], the key): the tool receives only its arguments.
 pub const DEDUP_TOOL_CONTEXT: &str = "dedupTool";
 
 /// The namespace of an envelope without one.
@@ -207,10 +208,7 @@ impl Envelope {
         let mut custom = serde_json::Map::new();
         custom.insert(DEDUP_TOOL_CONTEXT.into(), Value::String(self.tool.clone()));
         if let Some(key) = key {
-            custom.insert(
-                crate::agentcore::DEDUP_KEY_CONTEXT.into(),
-                Value::String(key.into()),
-            );
+            custom.insert(DEDUP_KEY_CONTEXT.into(), Value::String(key.into()));
         }
         Ok(Forward {
             payload: self.args.clone()?.into_bytes(),
@@ -219,9 +217,48 @@ impl Envelope {
     }
 }
 
+impl EntryPoint for Envelope {
+    fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    fn route(&self) -> (&str, &str) {
+        Envelope::route(self)
+    }
+
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
+        self.tool_call(scoping.envelope_namespaces)
+            .map_err(|e| envelope_refusal(&e))
+    }
+
+    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {
+        Envelope::forward(self, key).map_err(|e| e.to_string())
+    }
+
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
+        classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    }
+
+    fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {
+        result(reply, &dedup)
+    }
+
+    fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> String {
+        error(notice, &dedup)
+    }
+}
+
+/// The notice that refuses an envelope: the caller's problem, or the arguments'.
+pub fn envelope_refusal(e: &EnvelopeError) -> Notice {
+    match e {
+        EnvelopeError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
+        EnvelopeError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
+    }
+}
+
 /// Checks a tool's reply: any JSON; `{"isError": true}` is a failure.
 pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
-    crate::adapter::classify_json_reply(bytes)
+    crate::seam::classify_json_reply(bytes)
 }
 
 /// `{"result": <reply>, "dedup": {...}}`; `reply` must be JSON text (it was checked, or stored
@@ -241,9 +278,9 @@ pub fn result(reply: &str, dedup: &DedupInfo<'_>) -> String {
 pub fn error(notice: &Notice, dedup: &DedupInfo<'_>) -> String {
     let mut out = String::with_capacity(notice.message.len() + 128);
     out.push_str("{\"error\":{\"type\":");
-    crate::adapter::push_json_str(&mut out, notice.kind.status());
+    crate::seam::push_json_str(&mut out, notice.kind.status());
     out.push_str(",\"message\":");
-    crate::adapter::push_json_str(&mut out, &notice.message);
+    crate::seam::push_json_str(&mut out, &notice.message);
     if let Some(ms) = notice.retry_after_ms {
         out.push_str(",\"retry_after_ms\":");
         out.push_str(&ms.to_string());
@@ -268,8 +305,6 @@ fn type_name(v: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapter::NoticeKind;
-    use crate::telemetry::Outcome;
     use serde_json::json;
 
     #[test]
@@ -388,7 +423,7 @@ mod tests {
     #[test]
     fn answers_and_errors_cannot_be_confused() {
         let dedup = DedupInfo {
-            outcome: Outcome::Replayed,
+            outcome: "replayed",
             key: Some("0123"),
         };
         let answer: Value = serde_json::from_str(&result(" {\"ok\":true}\n", &dedup)).unwrap();
@@ -399,7 +434,7 @@ mod tests {
         let mut notice = Notice::new(NoticeKind::InProgress, "still running");
         notice.retry_after_ms = Some(900);
         let dedup = DedupInfo {
-            outcome: Outcome::InProgress,
+            outcome: "in_progress",
             key: Some("0123"),
         };
         let err: Value = serde_json::from_str(&error(&notice, &dedup)).unwrap();

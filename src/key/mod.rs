@@ -282,6 +282,24 @@ impl Keyer {
         &self.policies
     }
 
+    /// The schema `tool` is keyed under: the one its call declares, overlaid with the policy
+    /// file's schema for the tool (which wins per property where it states a type), or whichever
+    /// of the two there is.
+    pub fn schema_for(&self, tool: &str, declared: Option<&Schema>) -> Option<Schema> {
+        let policy = self.policies.get(tool).and_then(|p| p.schema.as_ref());
+        match (declared, policy) {
+            (Some(declared), Some(policy)) => Some(declared.clone().overlay(policy)),
+            (Some(declared), None) => Some(declared.clone()),
+            (None, policy) => policy.cloned(),
+        }
+    }
+
+    /// The typed key of `call` and its strict fingerprint (keyer B), the pair every claim stores:
+    /// the one keying step of the handler and the guard.
+    pub fn key_and_fingerprint(&self, call: &Call<'_>) -> Result<(Key, Key), KeyError> {
+        Ok((self.key(Strategy::Typed, call)?, self.fingerprint(call)?))
+    }
+
     /// The key of `call` under `strategy`.
     pub fn key(&self, strategy: Strategy, call: &Call<'_>) -> Result<Key, KeyError> {
         self.derive(strategy, call, false).map(|e| e.key)

@@ -1,30 +1,50 @@
-//! The seam between the entry points and the executor.
+//! The seam between the entry points and the executor: what every door hands the executor and
+//! what it writes back, format-free. It imports only the key core, so every module can use it and
+//! it uses none of them.
 //!
 //! An entry point (an *adapter*: [`crate::bedrock`], [`crate::agentcore`], [`crate::envelope`])
-//! turns one event into
+//! implements [`EntryPoint`] on its parsed call:
 //!
 //! - a [`ToolCall`]: tool, arguments, namespace, run id, step and schema, which is all the key
 //!   core reads;
 //! - a route (`group`, `tool`) for [`crate::dispatch::Dispatcher::route`];
 //! - a [`Forward`]: the payload (and client context) the tool would have received directly;
+//! - the [`ReplyClass`] of the tool's reply;
 //!
 //! and writes every answer the executor can give in the caller's format: the tool's reply
 //! (executed or replayed), or a [`Notice`] (in progress, tool error, store down, bad input, no
-//! route). The executor never sees an event format; adapters never see the store.
+//! route). The executor never sees an event format; adapters never see the store. Which door an
+//! event came in by is the handler's business ([`crate::handler`]), the only module that knows
+//! them all.
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use lambda_runtime::Diagnostic;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
-use crate::agentcore::{self, GatewayCall, GatewayError, ScopeArguments};
-use crate::bedrock::{self, EventError};
-use crate::config::Scope;
-use crate::envelope::{self, EnvelopeError};
 use crate::key::{Call, Schema};
-use crate::telemetry::Outcome;
+
+/// The client-context key through which the executor hands the derived key to a tool that takes
+/// a client context (AgentCore Gateway targets, the envelope's tools).
+pub const DEDUP_KEY_CONTEXT: &str = "dedupKey";
+
+/// One parsed call as its entry point sees it: everything the handler needs from a door.
+pub trait EntryPoint {
+    /// The tool's name, as keyed and reported.
+    fn tool(&self) -> &str;
+    /// `(group, tool)` for [`crate::dispatch::Dispatcher::route`].
+    fn route(&self) -> (&str, &str);
+    /// The call to key, or the notice that refuses it (the adapter's own error-to-notice map).
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice>;
+    /// What the tool receives: what it would have received directly, plus `key` when one was
+    /// derived (`None`: pass-through). A key from an earlier call never goes through.
+    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String>;
+    /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String>;
+    /// The answer carrying the tool's reply (JSON text, executed or replayed).
+    fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String;
+    /// The executor's own answer.
+    fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> String;
+}
 
 /// One tool call, format-free.
 #[derive(Debug, Clone)]
@@ -224,27 +244,125 @@ impl Notice {
     }
 }
 
+/// The executor's own answers, in the words the model reads: what happened, and what to do.
+impl Notice {
+    /// No tool is configured for the call.
+    pub fn no_route(reason: &str) -> Notice {
+        Notice::new(
+            NoticeKind::NoRoute,
+            format!(
+                "{reason}. The call was not executed; this is a configuration problem, not the arguments."
+            ),
+        )
+    }
+
+    /// An identical call already ran; its result was too large to store.
+    pub fn already_executed(tool: &str) -> Notice {
+        Notice::new(
+            NoticeKind::AlreadyExecuted,
+            format!(
+                "An identical {tool} call made earlier in this session already ran, so this one was not \
+                 executed. Its result was too large to store and cannot be shown again. Do not call it \
+                 again with the same arguments; tell the user the action was already performed."
+            ),
+        )
+    }
+
+    /// An identical call still holds the key (`retry_after_ms`: when its lease ends), or, without
+    /// it, identical calls kept racing for the key.
+    pub fn in_progress(tool: &str, retry_after_ms: Option<i64>) -> Notice {
+        let message = match retry_after_ms {
+            Some(_) => format!(
+                "An identical {tool} call made earlier in this session is still running, so this one \
+                 was not executed. Do not call it again with the same arguments now; tell the user \
+                 the action is in progress."
+            ),
+            None => {
+                "Identical calls are racing for this action; it was not executed by this request. \
+                     Wait a moment, then check whether it happened before retrying."
+                    .to_string()
+            }
+        };
+        let mut notice = Notice::new(NoticeKind::InProgress, message);
+        notice.retry_after_ms = retry_after_ms;
+        notice
+    }
+
+    /// The store could not be asked; the tool was not called.
+    pub fn store_unavailable(tool: &str) -> Notice {
+        Notice::new(
+            NoticeKind::StoreUnavailable,
+            format!(
+                "The duplicate-call guard could not be reached, so {tool} was NOT executed (running it \
+                 unguarded could repeat a side effect). Tell the user the action could not be \
+                 performed right now."
+            ),
+        )
+    }
+
+    /// Too little time was left to call the tool.
+    pub fn no_time() -> Notice {
+        Notice::new(
+            NoticeKind::NoTime,
+            "There was not enough time left to call the tool, so it was NOT called. You may retry the call.",
+        )
+    }
+
+    /// The tool ran but its reply is not one of the caller's format.
+    pub fn malformed_reply() -> Notice {
+        Notice::new(
+            NoticeKind::ToolFailed,
+            "The tool ran but answered with a malformed response, so its result was not recorded. \
+             Do not call it again with the same arguments now; tell the user the outcome is being checked.",
+        )
+    }
+
+    /// The event could not be forwarded: the tool did not run.
+    pub fn unforwardable() -> Notice {
+        Notice::new(
+            NoticeKind::ToolFailed,
+            "The call could not be forwarded to the tool, so it was NOT executed and nothing was recorded. \
+             You may retry once.",
+        )
+    }
+
+    /// The tool failed (`reason`: one line, no payload); `outcome_unknown` when it may have acted.
+    pub fn tool_failed(reason: &str, outcome_unknown: bool) -> Notice {
+        if outcome_unknown {
+            Notice::new(
+                NoticeKind::OutcomeUnknown,
+                format!(
+                    "{reason}; whether it completed is unknown. Do not call it again with the same arguments \
+                     now; tell the user the outcome is being checked."
+                ),
+            )
+        } else {
+            Notice::new(
+                NoticeKind::ToolFailed,
+                format!(
+                    "{reason}; it did not complete and nothing was recorded. You may retry the call."
+                ),
+            )
+        }
+    }
+}
+
 /// What the caller is told about deduplication, beside the answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DedupInfo<'a> {
-    pub outcome: Outcome,
+    /// The word the caller reads: `executed`, `replayed`, or the outcome's own name (see
+    /// [`crate::executor::Outcome::caller_word`]).
+    pub outcome: &'static str,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<&'a str>,
 }
 
 impl DedupInfo<'_> {
-    /// `{"outcome":…,"key":…|null}`: `executed` for a call that ran (shadow repeats included),
-    /// `replayed` for one answered from the store (waited-for calls included), else the outcome's
-    /// own name.
+    /// `{"outcome":…,"key":…|null}`.
     pub fn json(&self) -> String {
-        let outcome = match self.outcome {
-            Outcome::Executed | Outcome::ShadowReplay => "executed",
-            Outcome::Replayed | Outcome::Waited => "replayed",
-            other => other.name(),
-        };
         let mut out = String::with_capacity(64);
         out.push_str("{\"outcome\":");
-        push_json_str(&mut out, outcome);
+        push_json_str(&mut out, self.outcome);
         out.push_str(",\"key\":");
         match self.key {
             Some(key) => push_json_str(&mut out, key),
@@ -253,6 +371,11 @@ impl DedupInfo<'_> {
         out.push('}');
         out
     }
+}
+
+/// A refused call's notice: what is wrong, and that nothing ran.
+pub fn refusal(kind: NoticeKind, message: &str) -> Notice {
+    Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
 /// Appends `s` as a JSON string literal.
@@ -272,43 +395,20 @@ pub fn step_value(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
-/// can reach.
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    #[error(transparent)]
-    InvalidEvent(Unanswerable),
-    #[error("internal error: {0}")]
-    Internal(String),
+/// Where the step comes from when the caller sends no step attribute (`DEDUP_SCOPE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The step is a hash of `inputText`: one step per user turn.
+    Turn,
+    /// No step: identical calls anywhere in the session are one call.
+    Session,
 }
 
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Diagnostic {
-        let error_type = match &e {
-            HandlerError::InvalidEvent(_) => "InvalidEvent",
-            HandlerError::Internal(_) => "Internal",
-        };
-        Diagnostic {
-            error_type: error_type.into(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
-/// An event that no entry point can answer in its own format.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unanswerable {
-    /// Recognised as an action-group event, but without what a Bedrock response needs.
-    #[error(transparent)]
-    Bedrock(EventError),
-    /// No entry point recognises it.
-    #[error(
-        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
-         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
-         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
-         (invoke envelope)"
-    )]
-    NoEntryPoint(String),
+/// Which arguments carry the caller's run id and step (AgentCore Gateway calls).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScopeArguments<'a> {
+    pub run: &'a str,
+    pub step: &'a str,
 }
 
 /// Which names carry the caller's run and step, the Bedrock turn scope, and the namespaces an
@@ -323,7 +423,8 @@ pub struct Scoping<'a> {
 }
 
 impl Scoping<'_> {
-    fn arguments(&self) -> ScopeArguments<'_> {
+    /// The run and step argument names.
+    pub fn arguments(&self) -> ScopeArguments<'_> {
         ScopeArguments {
             run: self.run_argument,
             step: self.step_attribute,
@@ -331,213 +432,8 @@ impl Scoping<'_> {
     }
 }
 
-/// One invocation as seen by the entry point it came in by.
-// One per invocation, on the stack and never in a collection: boxing the large variant would only
-// add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Door<'a> {
-    Bedrock {
-        event: &'a Value,
-        envelope: bedrock::Envelope,
-    },
-    AgentCore(GatewayCall<'a>),
-    Envelope(envelope::Envelope),
-}
-
-/// An invocation refused before it had a call: already written in the caller's format.
-#[derive(Debug)]
-pub struct Refusal {
-    pub response: Result<Box<RawValue>, HandlerError>,
-    pub reason: String,
-    /// The tool, when the refusal got that far.
-    pub tool: Option<String>,
-}
-
-impl<'a> Door<'a> {
-    /// Flavour detection: the first match wins, in this order (each test is a map lookup):
-    /// 1. the client context names an AgentCore Gateway tool (`bedrockAgentCoreToolName`);
-    /// 2. the event is an object with `actionGroup` (Bedrock Agents);
-    /// 3. the event is an object with `tool` (the invoke envelope).
-    ///
-    /// A recognised event that is malformed is refused in its own format where it can be.
-    pub fn detect(
-        event: &'a Value,
-        client_context: Option<&'a HashMap<String, String>>,
-    ) -> Result<Door<'a>, Refusal> {
-        if let Some(custom) = client_context.filter(|c| agentcore::is_gateway_call(Some(c))) {
-            return GatewayCall::parse(event, custom)
-                .map(Door::AgentCore)
-                .map_err(|e| {
-                    let notice = gateway_refusal(&e);
-                    Refusal {
-                        response: raw(notice.body_json()),
-                        reason: e.to_string(),
-                        tool: None,
-                    }
-                });
-        }
-        let object = event.as_object();
-        if object.is_some_and(|o| o.contains_key("actionGroup")) {
-            return bedrock::Envelope::parse(event)
-                .map(|envelope| Door::Bedrock { event, envelope })
-                .map_err(|e| Refusal {
-                    reason: "unrecognised event".into(),
-                    response: Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))),
-                    tool: None,
-                });
-        }
-        if envelope::is_envelope(event) {
-            return envelope::Envelope::parse(event)
-                .map(Door::Envelope)
-                .map_err(|e| {
-                    let notice = envelope_refusal(&e);
-                    let dedup = DedupInfo {
-                        outcome: Outcome::BadRequest,
-                        key: None,
-                    };
-                    Refusal {
-                        response: raw(envelope::error(&notice, &dedup)),
-                        reason: e.to_string(),
-                        tool: None,
-                    }
-                });
-        }
-        let what = match event {
-            Value::Object(_) => "an object with none of those members".to_string(),
-            other => format!("the event is a JSON {}", json_type(other)),
-        };
-        Err(Refusal {
-            reason: "unrecognised event".into(),
-            response: Err(HandlerError::InvalidEvent(Unanswerable::NoEntryPoint(what))),
-            tool: None,
-        })
-    }
-
-    /// The tool's name, as keyed and reported.
-    pub fn tool(&self) -> &str {
-        match self {
-            Door::Bedrock { envelope, .. } => envelope.reply_to.tool(),
-            Door::AgentCore(call) => call.tool,
-            Door::Envelope(envelope) => &envelope.tool,
-        }
-    }
-
-    /// `(group, tool)` for [`crate::dispatch::Dispatcher::route`].
-    pub fn route(&self) -> (&str, &str) {
-        match self {
-            Door::Bedrock { envelope, .. } => {
-                (&envelope.reply_to.action_group, envelope.reply_to.tool())
-            }
-            Door::AgentCore(call) => call.route(),
-            Door::Envelope(envelope) => envelope.route(),
-        }
-    }
-
-    /// The call to key, or the notice that refuses it.
-    pub fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
-        match self {
-            Door::Bedrock { envelope, .. } => {
-                bedrock::call(envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
-                    bedrock::refusal(&e)
-                        .unwrap_or_else(|| refusal(NoticeKind::InvalidEvent, &e.to_string()))
-                })
-            }
-            Door::AgentCore(call) => call
-                .tool_call(scoping.arguments())
-                .map_err(|e| gateway_refusal(&e)),
-            Door::Envelope(envelope) => envelope
-                .tool_call(scoping.envelope_namespaces)
-                .map_err(|e| envelope_refusal(&e)),
-        }
-    }
-
-    /// What the tool receives: what it would have received directly, plus `key` when one was
-    /// derived (`None`: pass-through, unchanged).
-    pub fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
-        match self {
-            Door::Bedrock { event, .. } => bedrock::forward_bytes(event, key)
-                .map(|payload| Forward {
-                    payload,
-                    client_context: None,
-                })
-                .map_err(|e| e.to_string()),
-            Door::AgentCore(call) => call
-                .forward(key, scoping.arguments())
-                .map_err(|e| e.to_string()),
-            Door::Envelope(envelope) => envelope.forward(key).map_err(|e| e.to_string()),
-        }
-    }
-
-    /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
-    pub fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
-        match self {
-            Door::Bedrock { envelope, .. } => bedrock::validate_reply(reply, &envelope.reply_to)
-                .map_err(|r| format!("tool reply is not a Bedrock response: {r}")),
-            Door::AgentCore(_) => {
-                agentcore::classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
-            }
-            Door::Envelope(_) => {
-                envelope::classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
-            }
-        }
-    }
-
-    /// The answer carrying the tool's reply (executed or replayed).
-    pub fn result(
-        &self,
-        reply: &[u8],
-        dedup: DedupInfo<'_>,
-    ) -> Result<Box<RawValue>, HandlerError> {
-        let text = std::str::from_utf8(reply)
-            .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
-        match self {
-            Door::Bedrock { .. } | Door::AgentCore(_) => raw(text.to_string()),
-            Door::Envelope(_) => raw(envelope::result(text, &dedup)),
-        }
-    }
-
-    /// The executor's own answer.
-    pub fn notice(
-        &self,
-        notice: &Notice,
-        dedup: DedupInfo<'_>,
-    ) -> Result<Box<RawValue>, HandlerError> {
-        raw(match self {
-            Door::Bedrock { envelope, .. } => bedrock::notice_response(&envelope.reply_to, notice),
-            Door::AgentCore(_) => agentcore::notice(notice),
-            Door::Envelope(_) => envelope::error(notice, &dedup),
-        })
-    }
-}
-
-fn gateway_refusal(e: &GatewayError) -> Notice {
-    match e {
-        GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
-        GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
-    }
-}
-
-fn envelope_refusal(e: &EnvelopeError) -> Notice {
-    match e {
-        EnvelopeError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
-        EnvelopeError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
-    }
-}
-
-/// A refused call's notice: what is wrong, and that nothing ran.
-fn refusal(kind: NoticeKind, message: &str) -> Notice {
-    Notice::new(kind, format!("{message}. The call was not executed."))
-}
-
-/// JSON text as the Lambda's answer.
-pub fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
-    RawValue::from_string(text)
-        .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
-}
-
 /// The JSON type of `v`, for messages.
-pub(crate) fn json_type(v: &Value) -> &'static str {
+pub fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",
@@ -562,12 +458,12 @@ mod tests {
             serde_json::json!({"status": "in_progress", "message": "still \"running\"", "retry_after_ms": 1200})
         );
         let info = DedupInfo {
-            outcome: Outcome::Waited,
+            outcome: "replayed",
             key: Some("ab"),
         };
         assert_eq!(info.json(), r#"{"outcome":"replayed","key":"ab"}"#);
         let info = DedupInfo {
-            outcome: Outcome::StoreError,
+            outcome: "store_error",
             key: None,
         };
         assert_eq!(info.json(), r#"{"outcome":"store_error","key":null}"#);
