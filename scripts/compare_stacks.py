@@ -16,7 +16,9 @@ evaluated templates it checks:
   * IAM: for every role, the (effect, action, resource) triples of all its
     inline and attached policies, its managed policy ARNs and trust policy;
     plus least-privilege assertions on the dedup role (exactly the 4 item
-    actions on the table ARN, InvokeFunction only on routed tools);
+    actions on the table ARN, InvokeFunction only on routed tools and always
+    on the demo tool, GetFunctionConfiguration only when LookUpTimeouts);
+  * the default route (no Routes) names the demo tool and states its Timeout;
   * Lambda permissions (principal, source account/ARN: Bedrock agents, one
     AgentCore Gateway), the Bedrock agent's action groups, parameters, the set
     of resources and outputs.
@@ -66,6 +68,19 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "LocalCacheItems": "500",
         "PolicyFile": "/opt/dedup-policy.json",
         "PolicyLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:dedup-policy:3",
+        "EnvelopeNamespaces": "payments,support",
+        "ReleaseOnErrors": "CardInvalid",
+    },
+    # Every route states its timeout, so no GetFunctionConfiguration is granted.
+    "no-lookup": {
+        "LookUpTimeouts": "false",
+        "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn",
+        "Routes": '{"payments/charge_card":{"function":"charge-fn","timeout_seconds":60}}',
+        "TtlSeconds": "916",
+    },
+    # The demo tool's own route; the lookup is off but it needs none.
+    "no-lookup-default-route": {
+        "LookUpTimeouts": "false",
     },
 }
 
@@ -395,14 +410,41 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        ddb == {(a, "<GetAtt:IdempotencyTable.Arn>") for a in DEDUP_ITEM_ACTIONS}, str(sorted(ddb)))
             allowed_targets = {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} | \
                 set(s_ev.params.get("ExtraToolFunctionArns", [])) - {""}
-            # GetFunctionConfiguration: the tool's timeout, read at cold start to size the lease.
+            # GetFunctionConfiguration: the timeout of a tool whose route states none, looked up at cold start
+            # and every five minutes to size the lease (only when LookUpTimeouts).
             lam = {r for (_, a, r, _) in st if a in TOOL_ACTIONS}
             rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction/GetFunctionConfiguration only on routed tools",
                        lam <= allowed_targets, str(sorted(lam - allowed_targets)))
+            invoke = {r for (_, a, r, _) in st if a == "lambda:InvokeFunction"}
+            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction on the demo tool, unconditionally",
+                       {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} <= invoke, str(sorted(invoke)))
+            # GetFunctionConfiguration also returns the tool's environment: only when LookUpTimeouts.
+            reads = {r for (_, a, r, _) in st if a == "lambda:GetFunctionConfiguration"}
+            if s_ev.params.get("LookUpTimeouts") == "true":
+                rep.expect(f"[{scen}] dedup role: GetFunctionConfiguration on every invoked tool (LookUpTimeouts)",
+                           reads == invoke, str(sorted(invoke ^ reads)))
+            else:
+                rep.expect(f"[{scen}] dedup role: no GetFunctionConfiguration (LookUpTimeouts=false)",
+                           not reads, str(sorted(reads)))
             other = {a for (_, a, _, _) in st if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS}
             rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
             rep.expect(f"[{scen}] dedup role: no wildcard actions or resources",
                        not any("*" == a or a.endswith(":*") or r == "*" for (_, a, r, _) in st))
+
+        # ---- the default route states the demo tool's own timeout (no lookup needed)
+        if "DedupFunction" in s and "DemoToolFunction" in s and s_ev.params.get("Routes") == "":
+            for side, r in (("sam", s), ("cdk", c)):
+                if "DedupFunction" not in r or "DemoToolFunction" not in r:
+                    continue
+                text = r["DedupFunction"]["Properties"].get("Environment", {}).get("Variables", {}).get("DEDUP_ROUTES")
+                try:
+                    route = json.loads(text)
+                except (TypeError, ValueError):
+                    route = None
+                want = {"*": {"function": "<Ref:DemoToolFunction>",
+                              "timeout_seconds": int(r["DemoToolFunction"]["Properties"]["Timeout"])}}
+                rep.expect(f"[{scen}] {side}: default route is the demo tool with its Timeout stated",
+                           route == want, f"{text!r}, want {json.dumps(want)}")
 
         # ---- other IAM roles (e.g. the demo agent's)
         fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
@@ -450,8 +492,29 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
     def mut_cache(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOCAL_CACHE_ITEMS"]
     def mut_layer(t): del t["Resources"]["DedupFunction"]["Properties"]["Layers"]
     def mut_ledger(t): t["Resources"]["DemoToolFunction"]["Properties"]["Environment"]["Variables"]["DEMO_LEDGER"] = "/var/x"
+    def mut_lookup_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOOK_UP_TIMEOUTS"]
+    def mut_namespaces(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_ENVELOPE_NAMESPACES"]
+    def mut_min_ttl(t): t["Parameters"]["TtlSeconds"]["MinValue"] = 905
+    def mut_lookup_iam(t):  # the GetFunctionConfiguration statements made unconditional
+        stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        for i, st in enumerate(stmts):
+            if "Fn::If" in st and "GetFunctionConfiguration" in json.dumps(st["Fn::If"][1]):
+                stmts[i] = st["Fn::If"][1]
+    def mut_invoke_iam(t):  # InvokeFunction on the demo tool made conditional on the lookup
+        stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        stmts[1] = {"Fn::If": ["LookUpTimeouts", stmts[1], {"Ref": "AWS::NoValue"}]}
+    def mut_route_timeout(t):  # the default route states another timeout than the demo tool's
+        def walk(x):
+            if isinstance(x, dict):
+                return {k: walk(v) for k, v in x.items()}
+            if isinstance(x, list):
+                return [walk(v) for v in x]
+            return x.replace('"timeout_seconds":10', '"timeout_seconds":30') if isinstance(x, str) else x
+        env = t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]
+        env["DEDUP_ROUTES"] = walk(env["DEDUP_ROUTES"])
     mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
-                 mut_cache, mut_layer, mut_ledger, mut_gateway]
+                 mut_cache, mut_layer, mut_ledger, mut_gateway, mut_lookup_env, mut_namespaces, mut_min_ttl,
+                 mut_lookup_iam, mut_invoke_iam, mut_route_timeout]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)
@@ -460,7 +523,7 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
         compare(sam_tpl, tpl, rep)
         status = "caught" if rep.failures else "MISSED"
         bad += not rep.failures
-        print(f"  self-test {mut.__name__:13s} {status} ({len(rep.failures)} failing checks)")
+        print(f"  self-test {mut.__name__:17s} {status} ({len(rep.failures)} failing checks)")
     return 1 if bad else 0
 
 

@@ -15,6 +15,9 @@ import { RustFunction } from 'cargo-lambda-cdk';
 /** Cargo manifest of the crate that holds both binaries (repo root). */
 const MANIFEST = path.resolve(__dirname, '..', '..', '..', 'Cargo.toml');
 
+/** The demo tool's Timeout (s), also stated in the default route (template.yaml: the same 10). */
+const DEMO_TOOL_TIMEOUT_S = 10;
+
 export class ToolcallDedupStack extends cdk.Stack {
   constructor(scope: Construct, id: string, props?: cdk.StackProps) {
     super(scope, id, props);
@@ -30,9 +33,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       description: 'TTL attribute (epoch seconds), DEDUP_TTL_ATTRIBUTE.',
     });
     const ttlSeconds = p('TtlSeconds', {
-      type: 'Number', default: 86400, minValue: 905, maxValue: 31536000,
+      type: 'Number', default: 86400, minValue: 916, maxValue: 31536000,
       description: 'How long a completed call is remembered and replayed, counted from completion, DEDUP_TTL_SECONDS. '
-        + 'At least 905 (the longest lease: Lambda\'s 900 s maximum plus a 5 s margin).',
+        + 'At least 916 (the longest lease: Lambda\'s 900 s maximum, an 11 s start allowance for a tool\'s init '
+        + 'phase and throttled invokes, and a 5 s margin).',
     });
     const pitr = p('PointInTimeRecovery', {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
@@ -58,15 +62,17 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
       description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
     });
-    const cacheFailures = p('CacheFailures', {
-      type: 'String', default: 'true', allowedValues: ['true', 'false'],
-      description: 'Cache tool FAILURE responses, DEDUP_CACHE_FAILURES.',
-    });
     const releaseOnErrors = p('ReleaseOnErrors', {
       type: 'String', default: '', allowedPattern: '^[A-Za-z0-9_.,: -]*$',
       description: 'DEDUP_RELEASE_ON_ERRORS, comma-separated tool errorTypes that prove nothing ran, so the claim is '
-        + 'released for an immediate retry; "none" for none. Empty = ValidationError, ValidationException, '
-        + 'InvalidInput, InvalidArgument, InvalidParameter, BadRequest. Any other tool error keeps the claim until its lease ends.',
+        + 'released for an immediate retry. The reserved type DedupNothingRan always releases; empty (or "none") = no '
+        + 'other type. Unhandled, Sandbox.*, Runtime.* and Function.* are refused. Any other tool error keeps the claim '
+        + 'until its lease ends.',
+    });
+    const envelopeNamespaces = p('EnvelopeNamespaces', {
+      type: 'String', default: '', allowedPattern: '^([A-Za-z0-9_.:-]+(, *[A-Za-z0-9_.:-]+)*)?$',
+      description: 'DEDUP_ENVELOPE_NAMESPACES, comma-separated namespaces an invoke-envelope caller may name. '
+        + 'Empty = any namespace.',
     });
     const localCacheItems = p('LocalCacheItems', {
       type: 'Number', default: 0, minValue: 0, maxValue: 1000000,
@@ -83,11 +89,18 @@ export class ToolcallDedupStack extends cdk.Stack {
     });
     const routes = p('Routes', {
       type: 'String', default: '',
-      description: 'DEDUP_ROUTES JSON object; empty = everything to the demo tool. Functions named here must be in ExtraToolFunctionArns.',
+      description: 'DEDUP_ROUTES JSON object (values: a function, or {"function": ..., "timeout_seconds": N}); '
+        + 'empty = everything to the demo tool, its timeout stated. Functions named here must be in ExtraToolFunctionArns.',
     });
     const extraToolArns = p('ExtraToolFunctionArns', {
       type: 'CommaDelimitedList', default: '',
       description: 'Full ARNs of the extra tool Lambdas the routes point at.',
+    });
+    const lookUpTimeouts = p('LookUpTimeouts', {
+      type: 'String', default: 'true', allowedValues: ['true', 'false'],
+      description: 'DEDUP_LOOK_UP_TIMEOUTS: look up (lambda:GetFunctionConfiguration, granted only when true) the '
+        + 'timeout of a tool whose route states no timeout_seconds. That permission also returns the tool\'s '
+        + 'environment variables.',
     });
     const logLevel = p('LogLevel', {
       type: 'String', default: 'INFO', allowedValues: ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL'],
@@ -150,6 +163,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasRoutes = cond('HasRoutes', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(routes.valueAsString, '')));
     const hasExtraTools = cond('HasExtraTools',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
+    const lookUp = cond('LookUpTimeouts', cdk.Fn.conditionEquals(lookUpTimeouts.valueAsString, 'true'));
+    const lookUpExtra = cond('LookUpExtraToolTimeouts', cdk.Fn.conditionAnd(lookUp, hasExtraTools));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
     const hasGateway = cond('HasAgentCoreGateway',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(gatewayArn.valueAsString, '')));
@@ -208,7 +223,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       architecture: lambda.Architecture.ARM_64,
       description: 'toolcall-dedup demo action-group tool (charge_card, refund, create_ticket, echo)',
       memorySize: 128,
-      timeout: cdk.Duration.seconds(10),
+      timeout: cdk.Duration.seconds(DEMO_TOOL_TIMEOUT_S),
       role: lambdaRole('DemoToolFunctionRole'),
       loggingFormat: lambda.LoggingFormat.JSON,
       applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
@@ -225,6 +240,10 @@ export class ToolcallDedupStack extends cdk.Stack {
     // Exactly the four item actions the store uses, on the table ARN, and
     // InvokeFunction on the routed tools only (the demo tool, its versions and
     // aliases, and the ExtraToolFunctionArns list when it is not empty).
+    // GetFunctionConfiguration on the same tools only when LookUpTimeouts: the
+    // timeout of a tool whose route states no timeout_seconds, looked up at cold
+    // start and every five minutes to size the lease. It also returns the tool's
+    // environment variables, hence the switch.
     const dedupPolicy = new iam.PolicyDocument({
       statements: [
         new iam.PolicyStatement({
@@ -234,24 +253,33 @@ export class ToolcallDedupStack extends cdk.Stack {
         }),
         new iam.PolicyStatement({
           sid: 'InvokeDemoTool',
-          // GetFunctionConfiguration: the tool's timeout, read once at cold start to size the lease.
-          actions: ['lambda:InvokeFunction', 'lambda:GetFunctionConfiguration'],
+          actions: ['lambda:InvokeFunction'],
           resources: [demoTool.functionArn, `${demoTool.functionArn}:*`],
         }),
       ],
     });
     const dedupRole = lambdaRole('DedupFunctionRole', { DedupFunctionRolePolicy0: dedupPolicy });
-    // A statement that exists only when HasExtraTools: PolicyStatement cannot
-    // carry Fn::If, so splice it into the synthesized inline policy.
-    (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
-      'Policies.0.PolicyDocument.Statement.2',
-      cdk.Fn.conditionIf(hasExtraTools.logicalId, {
-        Sid: 'InvokeRoutedTools',
-        Effect: 'Allow',
-        Action: ['lambda:InvokeFunction', 'lambda:GetFunctionConfiguration'],
+    // Statements that exist only under a condition: PolicyStatement cannot
+    // carry Fn::If, so splice them into the synthesized inline policy.
+    const conditionalStatements: [cdk.CfnCondition, object][] = [
+      [hasExtraTools, {
+        Sid: 'InvokeRoutedTools', Effect: 'Allow', Action: 'lambda:InvokeFunction',
         Resource: extraToolArns.valueAsList,
-      }, cdk.Aws.NO_VALUE),
-    );
+      }],
+      [lookUp, {
+        Sid: 'ReadDemoToolTimeout', Effect: 'Allow', Action: 'lambda:GetFunctionConfiguration',
+        Resource: [demoTool.functionArn, `${demoTool.functionArn}:*`],
+      }],
+      [lookUpExtra, {
+        Sid: 'ReadRoutedToolTimeouts', Effect: 'Allow', Action: 'lambda:GetFunctionConfiguration',
+        Resource: extraToolArns.valueAsList,
+      }],
+    ];
+    conditionalStatements.forEach(([condition, statement], i) =>
+      (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
+        `Policies.0.PolicyDocument.Statement.${2 + i}`,
+        cdk.Fn.conditionIf(condition.logicalId, statement, cdk.Aws.NO_VALUE),
+      ));
 
     const dedup = new RustFunction(this, 'DedupFunction', {
       manifestPath: MANIFEST,
@@ -276,14 +304,16 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
           hasRoutes.logicalId,
           routes.valueAsString,
-          cdk.Fn.join('', ['{"*":"', demoTool.functionName, '"}']),
+          // The demo tool's timeout stated, so the stack's own tool never needs the lookup.
+          cdk.Fn.join('', ['{"*":{"function":"', demoTool.functionName, `","timeout_seconds":${DEMO_TOOL_TIMEOUT_S}}}`]),
         )),
         DEDUP_WAIT_MS: waitMs.valueAsString,
         DEDUP_MODE: mode.valueAsString,
         DEDUP_LOG_CALLS: logCalls.valueAsString,
         DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
-        DEDUP_CACHE_FAILURES: cacheFailures.valueAsString,
         DEDUP_RELEASE_ON_ERRORS: releaseOnErrors.valueAsString,
+        DEDUP_ENVELOPE_NAMESPACES: envelopeNamespaces.valueAsString,
+        DEDUP_LOOK_UP_TIMEOUTS: lookUpTimeouts.valueAsString,
         DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
         DEDUP_POLICY_FILE: policyFile.valueAsString,
       },
