@@ -10,13 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use servers::Backend;
+use servers::{Backend, Faulty};
 use toolcall_dedup::guard::{Dedup, GuardError};
 use toolcall_dedup::key::{Call, Keyer};
-use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
-    Record, RequestCounts, RetryPolicy, Store, StoreError,
-};
+use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, ManualClock, RetryPolicy, Store};
 use toolcall_dedup::telemetry::Outcome;
 
 const ORIGINAL: &str = r#"{"customer_id": "cus_4f9a2c", "amount": 4200, "currency": "USD"}"#;
@@ -232,51 +229,6 @@ async fn a_dropped_future_still_stores_its_result<S: Store>(dedup: Dedup<S>, clo
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// A store whose completions take `delay` (a slow network under the completion write).
-struct SlowCompletion<S> {
-    inner: S,
-    delay: Duration,
-}
-
-impl<S: Store> Store for SlowCompletion<S> {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        result: &[u8],
-        expires_at_s: i64,
-    ) -> Result<Completion, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.complete(key, token, result, expires_at_s).await
-    }
-    async fn extend_lease(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .extend_lease(key, token, lease_until_ms, expires_at_s)
-            .await
-    }
-    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    fn now_ms(&self) -> i64 {
-        self.inner.now_ms()
-    }
-    fn requests(&self) -> RequestCounts {
-        self.inner.requests()
-    }
-}
-
 async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "3"), call(RETRY, "3"));
@@ -322,7 +274,8 @@ macro_rules! on_backends {
             use super::*;
             $(#[tokio::test] async fn $name() {
                 let clock = ManualClock::starting_now();
-                let store = SlowCompletion { inner: servers::memory_store(clock.clone()), delay: SLOW };
+                let mut store = Faulty::new(servers::memory_store(clock.clone()));
+                store.complete_delay = SLOW;
                 super::$name(Dedup::new(store, Keyer::new()), clock).await
             })+
         }
@@ -331,7 +284,8 @@ macro_rules! on_backends {
             $(#[tokio::test] async fn $name() {
                 let clock = ManualClock::starting_now();
                 let inner = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
-                let store = SlowCompletion { inner, delay: SLOW };
+                let mut store = Faulty::new(inner);
+                store.complete_delay = SLOW;
                 super::$name(Dedup::new(store, Keyer::new()), clock).await
             })+
         }

@@ -11,12 +11,12 @@ mod servers;
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fixture::*;
 use serde_json::{Value, json};
-use servers::Backend;
+use servers::{Backend, Faulty};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolcall_dedup::chaos::proxy::{FaultProxy, RequestFaults};
@@ -29,89 +29,6 @@ use toolcall_dedup::store::{
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
 };
 use toolcall_dedup::telemetry::Outcome;
-
-/// A store wrapper with scripted slowness and lost answers.
-struct Faulty<S> {
-    inner: S,
-    clock: Option<ManualClock>,
-    /// Each claim takes this long (real time), and moves the manual clock by `claim_clock`.
-    claim_delay: Duration,
-    claim_clock: Duration,
-    /// Each completion takes this long.
-    complete_delay: Duration,
-    /// This many claims are applied but answered as if every answer was lost.
-    lose_claim_answers: AtomicU32,
-}
-
-impl<S: Store> Faulty<S> {
-    fn new(inner: S) -> Faulty<S> {
-        Faulty {
-            inner,
-            clock: None,
-            claim_delay: Duration::ZERO,
-            claim_clock: Duration::ZERO,
-            complete_delay: Duration::ZERO,
-            lose_claim_answers: AtomicU32::new(0),
-        }
-    }
-}
-
-impl<S: Store> Store for Faulty<S> {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        let outcome = self.inner.claim(req).await;
-        tokio::time::sleep(self.claim_delay).await;
-        if let Some(clock) = &self.clock {
-            clock.advance(self.claim_clock);
-        }
-        match outcome {
-            Ok(ClaimOutcome::Claimed { token })
-                if self
-                    .lose_claim_answers
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok() =>
-            {
-                Err(StoreError::ClaimUnconfirmed {
-                    token,
-                    source: "every answer to the claim was lost".into(),
-                })
-            }
-            other => other,
-        }
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        result: &[u8],
-        expires_at_s: i64,
-    ) -> Result<Completion, StoreError> {
-        tokio::time::sleep(self.complete_delay).await;
-        self.inner.complete(key, token, result, expires_at_s).await
-    }
-    async fn extend_lease(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .extend_lease(key, token, lease_until_ms, expires_at_s)
-            .await
-    }
-    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    fn now_ms(&self) -> i64 {
-        self.inner.now_ms()
-    }
-    fn requests(&self) -> RequestCounts {
-        self.inner.requests()
-    }
-}
 
 async fn store_on(backend: Option<Backend>, clock: ManualClock) -> Result<MemoryOrDynamo, ()> {
     Ok(match backend {

@@ -4,8 +4,13 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
+use std::time::Duration;
 use toolcall_dedup::cli::table::{CreateTableReport, create_table_with_client};
-use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore};
+
+use toolcall_dedup::store::{
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    MemoryStore, Record, RequestCounts, Store, StoreError,
+};
 
 pub const START_HINT: &str = "start the local DynamoDB servers first: \
      `scripts/dynamodb-servers.sh install && eval \"$(scripts/dynamodb-servers.sh start)\"` \
@@ -120,4 +125,91 @@ pub async fn dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbSto
 
 pub fn memory_store(clock: ManualClock) -> MemoryStore {
     MemoryStore::new().with_clock(clock)
+}
+
+/// A store wrapper with scripted slowness and lost answers.
+pub struct Faulty<S> {
+    pub inner: S,
+    pub clock: Option<ManualClock>,
+    /// Each claim takes this long (real time), and moves the manual clock by `claim_clock`.
+    pub claim_delay: Duration,
+    pub claim_clock: Duration,
+    /// Each completion takes this long.
+    pub complete_delay: Duration,
+    /// This many claims are applied but answered as if every answer was lost.
+    pub lose_claim_answers: std::sync::atomic::AtomicU32,
+}
+
+impl<S: Store> Faulty<S> {
+    pub fn new(inner: S) -> Faulty<S> {
+        Faulty {
+            inner,
+            clock: None,
+            claim_delay: Duration::ZERO,
+            claim_clock: Duration::ZERO,
+            complete_delay: Duration::ZERO,
+            lose_claim_answers: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+}
+
+impl<S: Store> Store for Faulty<S> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let outcome = self.inner.claim(req).await;
+        tokio::time::sleep(self.claim_delay).await;
+        if let Some(clock) = &self.clock {
+            clock.advance(self.claim_clock);
+        }
+        match outcome {
+            Ok(ClaimOutcome::Claimed { token })
+                if self
+                    .lose_claim_answers
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok() =>
+            {
+                Err(StoreError::ClaimUnconfirmed {
+                    token,
+                    source: "every answer to the claim was lost".into(),
+                })
+            }
+            other => other,
+        }
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        tokio::time::sleep(self.complete_delay).await;
+        self.inner.complete(key, token, result, expires_at_s).await
+    }
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+    fn requests(&self) -> RequestCounts {
+        self.inner.requests()
+    }
 }
