@@ -28,8 +28,14 @@ tokio::task_local! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ToolFault {
     None,
-    /// Raises before doing anything (a validation-style error: nothing ran).
+    /// Raises `DedupNothingRan` before doing anything: the tool says nothing ran.
     ErrorBeforeEffect,
+    /// Does the side effect, then raises a validation-style error (`ValidationException`, as an
+    /// AWS SDK v3 Node tool whose receipt write was rejected): the outcome is unknown.
+    TypedErrorAfterEffect,
+    /// Does the side effect, then the invoke fails with a Lambda 4xx that can come mid-run
+    /// (`EFSIOException`, 410), as the Lambda dispatcher reports it: the outcome is unknown.
+    FourXxAfterRun,
     /// Does the side effect, then crashes (`Runtime.ExitError`): the outcome is unknown.
     CrashAfterEffect,
     /// Never answers; the dispatcher gives up at its timeout. Nothing ran.
@@ -50,9 +56,11 @@ pub enum ToolFault {
 }
 
 impl ToolFault {
-    pub const ALL: [ToolFault; 8] = [
+    pub const ALL: [ToolFault; 10] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
+        ToolFault::TypedErrorAfterEffect,
+        ToolFault::FourXxAfterRun,
         ToolFault::CrashAfterEffect,
         ToolFault::HangPastTimeout,
         ToolFault::SlowPastDeadline,
@@ -70,6 +78,8 @@ impl ToolFault {
         match self {
             ToolFault::None => "none",
             ToolFault::ErrorBeforeEffect => "tool_error_before_effect",
+            ToolFault::TypedErrorAfterEffect => "tool_typed_error_after_effect",
+            ToolFault::FourXxAfterRun => "tool_4xx_after_run",
             ToolFault::CrashAfterEffect => "tool_crash_after_effect",
             ToolFault::HangPastTimeout => "tool_hang_past_timeout",
             ToolFault::SlowPastDeadline => "tool_slow_past_deadline",
@@ -161,9 +171,26 @@ impl ChaosTool {
             ToolFault::None | ToolFault::PauseBeforeComplete => self.effect(target, &payload),
             ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
                 target: target.into(),
-                kind: "ValidationException".into(),
+                kind: crate::config::NOTHING_RAN_ERROR.into(),
                 message: "chaos: the tool rejected the call before doing anything".into(),
             }),
+            ToolFault::TypedErrorAfterEffect => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::FunctionError {
+                    target: target.into(),
+                    kind: "ValidationException".into(),
+                    message: "chaos: the receipt write was rejected after the side effect".into(),
+                })
+            }
+            ToolFault::FourXxAfterRun => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::Invoke {
+                    target: target.into(),
+                    // What the Lambda dispatcher makes of a 410 EFSIOException.
+                    outcome_unknown: true,
+                    source: "chaos: EFSIOException (410) after the function ran".into(),
+                })
+            }
             ToolFault::CrashAfterEffect => {
                 self.effect(target, &payload)?;
                 Err(DispatchError::FunctionError {

@@ -41,8 +41,10 @@ pub struct Plan {
 }
 
 /// Per mille of invocations that carry each tool fault.
-pub const TOOL_FAULTS: [(ToolFault, u32); 7] = [
+pub const TOOL_FAULTS: [(ToolFault, u32); 9] = [
     (ToolFault::ErrorBeforeEffect, 35),
+    (ToolFault::TypedErrorAfterEffect, 20),
+    (ToolFault::FourXxAfterRun, 20),
     (ToolFault::CrashAfterEffect, 25),
     (ToolFault::HangPastTimeout, 30),
     (ToolFault::SlowPastDeadline, 25),
