@@ -230,7 +230,9 @@ pub struct Executor<S> {
     /// Claims that may have been written while every answer was lost
     /// ([`StoreError::ClaimUnconfirmed`]): nothing ran under them, so they are released (fenced)
     /// at the start of the next call.
-    orphans: Mutex<HashMap<String, LeaseToken>>,
+    /// Keyed by token, not by key: several sends of one call can each hand a token back, and
+    /// only one of them may be the claim that was written, so none may replace another.
+    orphans: Mutex<HashMap<LeaseToken, String>>,
 }
 
 /// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
@@ -443,20 +445,20 @@ impl<S: Store> Executor<S> {
             // Past the bound the oldest claims simply wait out their lease.
             orphans.clear();
         }
-        orphans.insert(key.to_string(), token);
+        orphans.insert(token, key.to_string());
     }
 
     /// Releases the claims written while their answers were lost (fenced: a claim someone else
     /// took over since is left alone). One that cannot be released yet is kept for next time.
     async fn release_orphans(&self, end: Instant) {
-        let pending: Vec<(String, LeaseToken)> = {
+        let pending: Vec<(LeaseToken, String)> = {
             let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
             if orphans.is_empty() {
                 return;
             }
             orphans.drain().collect()
         };
-        for (key, token) in pending {
+        for (token, key) in pending {
             match self.bounded(end, self.store.release(&key, &token)).await {
                 Ok(()) => tracing::info!("released a claim whose answers were lost"),
                 Err(StoreError::LeaseLost) => {}
@@ -806,6 +808,21 @@ impl RecordCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemoryStore;
+
+    #[test]
+    fn every_handed_back_token_of_one_key_is_kept_for_release() {
+        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+        executor.remember_orphan("k", LeaseToken::new("written"));
+        executor.remember_orphan("k", LeaseToken::new("never-written"));
+        let orphans = executor.orphans.lock().unwrap();
+        assert_eq!(
+            orphans.len(),
+            2,
+            "a later token replaced the written claim's"
+        );
+        assert_eq!(orphans[&LeaseToken::new("written")], "k");
+    }
 
     fn completed(key: &str, expires_at_s: i64) -> Record {
         Record {
