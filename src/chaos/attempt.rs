@@ -76,7 +76,7 @@ pub enum ToolFault {
 /// covers from the tool's start.
 pub const LONG_RUN: Duration = super::BUDGET;
 /// The [`ToolFault::SlowClaim`] side effect happens this long before [`LONG_RUN`] ends.
-const LONG_RUN_SLACK: Duration = Duration::from_millis(200);
+const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
 /// PutItem answers are held this long past the attempt timeout...
 const SLOW_CLAIM_HOLD: Duration =
     Duration::from_millis(super::ATTEMPT_TIMEOUT.as_millis() as u64 + 100);

@@ -57,6 +57,9 @@ pub const LEASE_MARGIN: Duration = Duration::from_millis(500);
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(400);
 /// ...until this much time has passed since the call.
 pub const STORE_DEADLINE: Duration = Duration::from_millis(1200);
+/// A [`ToolFault::SlowClaim`] invocation is followed by a fault-free repeat this long after the
+/// lease sized at its claim would have ended (before its late side effect).
+const SLOW_CLAIM_PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Waited past the last lease end before the settling pass.
 pub const SETTLE_MARGIN: Duration = Duration::from_millis(500);
 
@@ -344,11 +347,21 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     ));
     let gate = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut probes = tokio::task::JoinSet::new();
     for send in &plan.sends {
         tokio::time::sleep_until(run_start + send.at).await;
         let permit = gate.clone().acquire_owned().await.expect("never closed");
         let handler = handler.clone();
         let send = send.clone();
+        if send.fault == ToolFault::SlowClaim {
+            // A repeat just after the lease sized at the claim would have ended, while the tool
+            // still runs: it must find the moved lease, not take the key over.
+            let (handler, send) = (handler.clone(), send.clone());
+            probes.spawn(async move {
+                tokio::time::sleep(BUDGET + LEASE_MARGIN + SLOW_CLAIM_PROBE_AFTER).await;
+                invoke(&handler, send.call, &send.event, ToolFault::None).await
+            });
+        }
         tasks.spawn(async move {
             let observed = invoke(&handler, send.call, &send.event, send.fault).await;
             drop(permit);
@@ -368,6 +381,13 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             .killed
             .unwrap_or_else(|| o.outcome.map_or("none", Outcome::name));
         *outcomes.entry(outcome.into()).or_default() += 1;
+        observed.push(o);
+    }
+    let planned = observed.len() as u64;
+    let mut slow_claim_probes = 0;
+    while let Some(joined) = probes.join_next().await {
+        let o = joined.map_err(|e| ChaosError::Setup(format!("a probe panicked: {e}")))?;
+        slow_claim_probes += 1;
         observed.push(o);
     }
     let ProxySwitch(proxy) = windows
@@ -433,7 +453,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             record.as_ref(),
         );
     }
-    let store_paths = store_paths(&observed);
+    let mut store_paths = store_paths(&observed);
+    store_paths.insert("slow_claim_probes".into(), slow_claim_probes);
     let stray: usize = by_session.values().map(Vec::len).sum();
     if stray > 0 {
         verdict.double_executions += stray as u64;
@@ -444,7 +465,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     Ok(SoakReport {
         seed: cfg.seed,
         servers: vec![cfg.server.clone()],
-        invocations: observed.len() as u64,
+        invocations: planned,
         distinct_calls: plan.calls.len() as u64,
         replayed: observed
             .iter()
