@@ -55,6 +55,11 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "kill_before_effect",
         "tool_hang_past_timeout",
         "pause_before_complete_past_lease",
+        "tool_typed_error_after_effect",
+        "tool_4xx_after_run",
+        "store_slow_claim",
+        "store_slow_completion_near_deadline",
+        "store_claim_answers_lost",
     ] {
         assert!(injected(kind) > 0, "no {kind} fault was injected");
     }

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::store::{
-    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Store, StoreError,
+    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Status, Store, StoreError,
 };
 
 tokio::task_local! {
@@ -53,10 +54,48 @@ pub enum ToolFault {
     /// the lease token fences. Lambda would kill a paused invocation at its deadline; this one is
     /// not killed.)
     PauseBeforeComplete,
+    /// Store path, armed by [`NotingStore`] through the proxy's [`KeyedFaults`]: every answer to
+    /// the claim's PutItem is held past the attempt timeout for [`SLOW_CLAIM_HOLD_FOR`], so the
+    /// claim succeeds only on a late retry and the executor must move the lease before the tool
+    /// starts. The tool (a Lambda with a timeout of its own, [`LONG_RUN`]) then outlives the
+    /// invocation and does its side effect after the end of a lease sized when the claim was sent,
+    /// but within the moved one.
+    SlowClaim,
+    /// Store path: the tool uses nearly all of its allowed time, then every answer to the
+    /// completion's UpdateItem is held (the first ones past the attempt timeout, then slow), so the
+    /// completion ends near the Lambda deadline.
+    SlowCompletionNearDeadline,
+    /// Store path: every answer to the claim's PutItem is dropped (forwarded, then the connection
+    /// closed) until the store's retries run out, so the store must read the claim back and
+    /// release it, or hand its token back ([`StoreError::ClaimUnconfirmed`]) for the executor to
+    /// release at its next call. The tool is never called.
+    ClaimAnswersLost,
 }
 
+/// How long the [`ToolFault::SlowClaim`] tool may run (its own timeout), and so what the lease
+/// covers from the tool's start.
+pub const LONG_RUN: Duration = super::BUDGET;
+/// The [`ToolFault::SlowClaim`] side effect happens this long before [`LONG_RUN`] ends.
+const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
+/// PutItem answers are held this long past the attempt timeout...
+const SLOW_CLAIM_HOLD: Duration =
+    Duration::from_millis(super::ATTEMPT_TIMEOUT.as_millis() as u64 + 100);
+/// ...for requests arriving within this long of the claim: the first two attempts (the write
+/// applies, then the retry's conditional check) are lost, the third is answered.
+const SLOW_CLAIM_HOLD_FOR: Duration = Duration::from_millis(750);
+/// [`ToolFault::SlowCompletionNearDeadline`]: the tool ends this long before its timeout...
+const NEAR_TIMEOUT: Duration = Duration::from_millis(50);
+/// ...the completion's first answers are lost (held past the attempt timeout) for this long...
+const SLOW_COMPLETION_LOST_FOR: Duration = Duration::from_millis(750);
+/// ...and later ones are slow (within the attempt timeout) until the store's deadline.
+const SLOW_COMPLETION_HOLD: Duration = Duration::from_millis(250);
+/// [`ToolFault::ClaimAnswersLost`]: PutItem answers are dropped for longer than the store's
+/// retry deadline.
+const CLAIM_LOST_FOR: Duration =
+    Duration::from_millis(super::STORE_DEADLINE.as_millis() as u64 + 300);
+
 impl ToolFault {
-    pub const ALL: [ToolFault; 10] = [
+    pub const ALL: [ToolFault; 13] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
         ToolFault::TypedErrorAfterEffect,
@@ -67,6 +106,9 @@ impl ToolFault {
         ToolFault::KillBeforeEffect,
         ToolFault::KillAfterEffect,
         ToolFault::PauseBeforeComplete,
+        ToolFault::SlowClaim,
+        ToolFault::SlowCompletionNearDeadline,
+        ToolFault::ClaimAnswersLost,
     ];
 
     /// The fault called `name` (see [`ToolFault::name`]).
@@ -86,6 +128,9 @@ impl ToolFault {
             ToolFault::KillBeforeEffect => "kill_before_effect",
             ToolFault::KillAfterEffect => "kill_after_effect",
             ToolFault::PauseBeforeComplete => "pause_before_complete_past_lease",
+            ToolFault::SlowClaim => "store_slow_claim",
+            ToolFault::SlowCompletionNearDeadline => "store_slow_completion_near_deadline",
+            ToolFault::ClaimAnswersLost => "store_claim_answers_lost",
         }
     }
 }
@@ -98,8 +143,29 @@ pub enum Completion {
     Failed,
 }
 
+/// What became of a claim whose every answer was lost ([`ToolFault::ClaimAnswersLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostClaim {
+    /// The store said it read the claim back and released it (or found it was not written), and
+    /// a read right after found the key not held by it.
+    ReleasedByStore,
+    /// The store said so, but a read right after found the claim still holding the key, and no
+    /// write of it was in flight when the store answered.
+    LeftHeld,
+    /// The store said so while a write of the claim was still in flight (forwarded, not yet
+    /// answered by the server: it may apply after the store's read-back), and a read right after
+    /// found the claim holding the key. Left to its lease.
+    AppliedAfterReadBack,
+    /// The store said so; the read after could not be made.
+    Unchecked,
+    /// The store handed the token back; the executor must release it.
+    HandedBack,
+    /// The executor released a handed-back token (or found it taken over).
+    HandedBackReleased,
+}
+
 /// Notes on one invocation.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Notes {
     /// Store time when the successful claim was sent, and the lease it asked for.
     pub claimed_at_ms: Option<i64>,
@@ -111,6 +177,21 @@ pub struct Notes {
     pub completion: Option<Completion>,
     /// Store time when the completion was sent.
     pub completed_at_ms: Option<i64>,
+    /// The executor moved the lease (a slow claim).
+    pub lease_extended: bool,
+    /// For [`ToolFault::ClaimAnswersLost`]: the claim failed, and what became of it.
+    pub lost_claim: Option<LostClaim>,
+    /// For [`ToolFault::SlowCompletionNearDeadline`]: store time when the completion returned.
+    pub completion_returned_at_ms: Option<i64>,
+    /// A store-path fault was armed for this invocation.
+    pub armed: bool,
+    /// The invocation's Lambda deadline (store time).
+    pub deadline_ms: Option<i64>,
+    /// For a handed-back claim: the executor's release attempts that failed (store time: error).
+    pub orphan_releases: Vec<String>,
+    /// For a handed-back claim still pending: when another claim on the same key was handed back
+    /// (store time).
+    pub later_unconfirmed_on_key: Vec<i64>,
 }
 
 /// One invocation: its planned tool fault, a kill switch, and notes.
@@ -143,16 +224,18 @@ fn current() -> Option<Arc<Attempt>> {
 /// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
 /// tool (with its timeout enforced).
 pub struct ChaosTool {
-    pub demo: DemoTool,
+    pub demo: Arc<DemoTool>,
 }
 
 impl ChaosTool {
-    fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
-        let (reply, receipt) = self.demo.perform_payload(target, payload)?;
-        if let (Some(attempt), Some(receipt)) = (current(), receipt) {
-            attempt.note(|n| n.receipt_id = Some(receipt));
+    pub fn new(demo: DemoTool) -> ChaosTool {
+        ChaosTool {
+            demo: Arc::new(demo),
         }
-        Ok(reply)
+    }
+
+    fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
+        effect(&self.demo, current().as_deref(), target, payload)
     }
 
     async fn faulted(
@@ -168,7 +251,24 @@ impl ChaosTool {
         // A tool takes a little time, so that identical calls overlap.
         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
         match attempt.fault {
-            ToolFault::None | ToolFault::PauseBeforeComplete => self.effect(target, &payload),
+            ToolFault::None | ToolFault::PauseBeforeComplete | ToolFault::ClaimAnswersLost => {
+                self.effect(target, &payload)
+            }
+            ToolFault::SlowClaim => {
+                // A tool Lambda with a timeout of its own: the invoker's client gives up at its
+                // timeout (the outcome is unknown), the function goes on and does its side effect
+                // late, possibly after this invocation ended.
+                let (demo, target) = (self.demo.clone(), target.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(LONG_RUN - LONG_RUN_SLACK).await;
+                    let _ = effect(&demo, Some(&*attempt), &target, &payload);
+                });
+                std::future::pending().await
+            }
+            ToolFault::SlowCompletionNearDeadline => {
+                tokio::time::sleep(timeout.saturating_sub(NEAR_TIMEOUT)).await;
+                self.effect(target, &payload)
+            }
             ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
                 target: target.into(),
                 kind: crate::config::NOTHING_RAN_ERROR.into(),
@@ -219,13 +319,32 @@ impl ChaosTool {
     }
 }
 
+/// Does the demo tool's side effect, noting its receipt on `attempt`.
+fn effect(
+    demo: &DemoTool,
+    attempt: Option<&Attempt>,
+    target: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, DispatchError> {
+    let (reply, receipt) = demo.perform_payload(target, payload)?;
+    if let (Some(attempt), Some(receipt)) = (attempt, receipt) {
+        attempt.note(|n| n.receipt_id = Some(receipt));
+    }
+    Ok(reply)
+}
+
 impl Dispatcher for ChaosTool {
     fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
         Ok("demo-tool".into())
     }
 
     fn max_run_time(&self, _target: &str) -> Duration {
-        Duration::ZERO
+        // In process, a tool cannot outlive its invocation, except the slow-claim one, which
+        // models a tool Lambda with a timeout of its own.
+        match current() {
+            Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
+            _ => Duration::ZERO,
+        }
     }
 
     async fn invoke(
@@ -260,6 +379,10 @@ pub struct NotingStore<S> {
     /// The invocation that holds each claim: the executor completes in a task of its own, where
     /// [`ATTEMPT`] is not set.
     holders: Mutex<HashMap<LeaseToken, Arc<Attempt>>>,
+    /// The proxy's keyed rules, armed for the store-path faults (none: those faults do nothing).
+    keyed: Option<Arc<KeyedFaults>>,
+    /// Claims whose answers were lost and whose token the store handed back, until released.
+    handed_back: Mutex<HashMap<LeaseToken, (String, Arc<Attempt>)>>,
 }
 
 /// A paused completion resumes at the latest this long after its lease ended.
@@ -271,6 +394,81 @@ impl<S: Store> NotingStore<S> {
             inner,
             claims: Mutex::new(HashMap::new()),
             holders: Mutex::new(HashMap::new()),
+            keyed: None,
+            handed_back: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Arms the store-path faults through `keyed` (the fault proxy's rules).
+    pub fn with_keyed_faults(mut self, keyed: Arc<KeyedFaults>) -> NotingStore<S> {
+        self.keyed = Some(keyed);
+        self
+    }
+
+    /// Another claim on `key` was handed back: noted on the handed-back claims still pending there
+    /// (the executor remembers one token per key).
+    fn unconfirmed_on(&self, key: &str, token: &LeaseToken) {
+        let at = self.inner.now_ms();
+        let pending = self.handed_back.lock().unwrap_or_else(|p| p.into_inner());
+        for (held, (k, attempt)) in pending.iter() {
+            if k == key && held != token {
+                attempt.note(|n| n.later_unconfirmed_on_key.push(at));
+            }
+        }
+    }
+
+    /// Arms the claim faults of `attempt`'s plan on `key`, once per invocation.
+    fn arm_claim(&self, key: &str, attempt: &Attempt) -> bool {
+        let Some(keyed) = &self.keyed else {
+            return false;
+        };
+        let rule = match attempt.fault {
+            ToolFault::SlowClaim => (SLOW_CLAIM_HOLD_FOR, KeyedFault::Hold(SLOW_CLAIM_HOLD)),
+            ToolFault::ClaimAnswersLost => (CLAIM_LOST_FOR, KeyedFault::Drop),
+            _ => return false,
+        };
+        if attempt.note(|n| std::mem::replace(&mut n.armed, true)) {
+            return false;
+        }
+        keyed.arm("PutItem", key, Duration::ZERO, rule.0, rule.1);
+        true
+    }
+
+    /// After a claim whose answers were all lost: the store either handed the token back, or
+    /// said it released the claim (or that it was never written), which a read checks.
+    async fn check_lost_claim(&self, key: &str, error: &StoreError, in_flight: usize) -> LostClaim {
+        if let StoreError::ClaimUnconfirmed { token, .. } = error {
+            if let Some(attempt) = current() {
+                self.handed_back
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone(), (key.to_string(), attempt));
+            }
+            return LostClaim::HandedBack;
+        }
+        let written = self
+            .keyed
+            .as_ref()
+            .and_then(|k| k.first_body("PutItem", key))
+            .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
+            .and_then(|v| {
+                v["Item"][crate::store::dynamodb::attr::LEASE_TOKEN]["S"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        let Some(written) = written else {
+            return LostClaim::Unchecked;
+        };
+        match self.inner.get(key).await {
+            Ok(Some(r)) if r.status == Status::InProgress && r.token.as_str() == written => {
+                if in_flight > 0 {
+                    LostClaim::AppliedAfterReadBack
+                } else {
+                    LostClaim::LeftHeld
+                }
+            }
+            Ok(_) => LostClaim::ReleasedByStore,
+            Err(_) => LostClaim::Unchecked,
         }
     }
 
@@ -303,7 +501,23 @@ impl<S: Store> Store for NotingStore<S> {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let sent_at = self.inner.now_ms();
         let (key, lease_until) = (req.key, req.lease_until_ms);
+        let armed = current().is_some_and(|a| self.arm_claim(key, &a));
         let outcome = self.inner.claim(req).await;
+        if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &outcome {
+            self.unconfirmed_on(key, token);
+        }
+        if let Err(e) = &outcome {
+            if armed && current().is_some_and(|a| a.fault == ToolFault::ClaimAnswersLost) {
+                let in_flight = self
+                    .keyed
+                    .as_ref()
+                    .map_or(0, |k| k.in_flight("PutItem", key));
+                let lost = self.check_lost_claim(key, e, in_flight).await;
+                if let Some(attempt) = current() {
+                    attempt.note(|n| n.lost_claim = Some(lost));
+                }
+            }
+        }
         if let Ok(ClaimOutcome::Claimed { token }) = &outcome {
             if let Some(attempt) = current() {
                 attempt.note(|n| {
@@ -339,8 +553,27 @@ impl<S: Store> Store for NotingStore<S> {
         {
             self.pause_until_taken_over(key, attempt).await;
         }
+        if let (Some(keyed), Some(_)) = (
+            &self.keyed,
+            attempt
+                .as_ref()
+                .filter(|a| a.fault == ToolFault::SlowCompletionNearDeadline),
+        ) {
+            let lost = KeyedFault::Hold(SLOW_CLAIM_HOLD);
+            keyed.arm(
+                "UpdateItem",
+                key,
+                Duration::ZERO,
+                SLOW_COMPLETION_LOST_FOR,
+                lost,
+            );
+            let slow = KeyedFault::Hold(SLOW_COMPLETION_HOLD);
+            let rest = super::STORE_DEADLINE.saturating_sub(SLOW_COMPLETION_LOST_FOR);
+            keyed.arm("UpdateItem", key, SLOW_COMPLETION_LOST_FOR, rest, slow);
+        }
         let sent_at = self.inner.now_ms();
         let outcome = self.inner.complete(key, token, result, expires_at_s).await;
+        let returned_at = self.inner.now_ms();
         if let Some(attempt) = attempt {
             let completion = match &outcome {
                 Ok(_) => Completion::Stored,
@@ -350,6 +583,7 @@ impl<S: Store> Store for NotingStore<S> {
             attempt.note(|n| {
                 n.completion = Some(completion);
                 n.completed_at_ms = Some(sent_at);
+                n.completion_returned_at_ms = Some(returned_at);
             });
         }
         outcome
@@ -368,7 +602,10 @@ impl<S: Store> Store for NotingStore<S> {
             .await;
         if extended.is_ok() {
             if let Some(attempt) = current() {
-                attempt.note(|n| n.lease_until_ms = Some(lease_until_ms));
+                attempt.note(|n| {
+                    n.lease_until_ms = Some(lease_until_ms);
+                    n.lease_extended = true;
+                });
             }
         }
         extended
@@ -379,7 +616,28 @@ impl<S: Store> Store for NotingStore<S> {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(token);
-        self.inner.release(key, token).await
+        let released = self.inner.release(key, token).await;
+        let handed_back = self
+            .handed_back
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .map(|(_, a)| a.clone());
+        if let (Some(attempt), Err(e)) = (handed_back, &released) {
+            let at = self.inner.now_ms();
+            attempt.note(|n| n.orphan_releases.push(format!("{at}: {e}")));
+        }
+        if matches!(released, Ok(()) | Err(StoreError::LeaseLost)) {
+            let handed_back = self
+                .handed_back
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(token);
+            if let Some((_, attempt)) = handed_back {
+                attempt.note(|n| n.lost_claim = Some(LostClaim::HandedBackReleased));
+            }
+        }
+        released
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

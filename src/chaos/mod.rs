@@ -57,6 +57,9 @@ pub const LEASE_MARGIN: Duration = Duration::from_millis(500);
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(400);
 /// ...until this much time has passed since the call.
 pub const STORE_DEADLINE: Duration = Duration::from_millis(1200);
+/// A [`ToolFault::SlowClaim`] invocation is followed by a fault-free repeat this long after the
+/// lease sized at its claim would have ended (before its late side effect).
+const SLOW_CLAIM_PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Waited past the last lease end before the settling pass.
 pub const SETTLE_MARGIN: Duration = Duration::from_millis(500);
 
@@ -109,6 +112,9 @@ pub struct SoakReport {
     pub invocations: u64,
     pub distinct_calls: u64,
     pub faults: BTreeMap<String, u64>,
+    /// What the store-path faults led to: leases moved, lost claims released (by the store or,
+    /// handed back, by the executor), slow completions stored and how close to the deadline.
+    pub store_paths: BTreeMap<String, u64>,
     pub outcomes: BTreeMap<String, u64>,
     /// Side effects in the ledger.
     pub executed: u64,
@@ -147,6 +153,9 @@ impl SoakReport {
         for (k, v) in other.faults {
             *self.faults.entry(k).or_default() += v;
         }
+        for (k, v) in other.store_paths {
+            *self.store_paths.entry(k).or_default() += v;
+        }
         for (k, v) in other.outcomes {
             *self.outcomes.entry(k).or_default() += v;
         }
@@ -181,6 +190,7 @@ impl SoakReport {
         let mut s = format!(
             "chaos soak, seed {} on {}: {} invocations of {} distinct calls in {:.1} s\n\
              faults: {}\n\
+             store paths: {}\n\
              answers: {}\n\
              side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended); \
              {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
@@ -192,6 +202,11 @@ impl SoakReport {
             self.distinct_calls,
             self.duration_ms as f64 / 1000.0,
             faults.join(", "),
+            self.store_paths
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             outcomes.join(", "),
             self.executed,
             self.reexecutions_after_unknown_outcome,
@@ -307,10 +322,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     };
     let handler = Arc::new(
         Handler::new(
-            NotingStore::new(store),
-            ChaosTool {
-                demo: DemoTool::new(Ledger::file(&ledger_path)),
-            },
+            NotingStore::new(store).with_keyed_faults(proxy.keyed()),
+            ChaosTool::new(DemoTool::new(Ledger::file(&ledger_path))),
             &config,
             Telemetry::quiet(),
         )
@@ -334,11 +347,21 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     ));
     let gate = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
+    let mut probes = tokio::task::JoinSet::new();
     for send in &plan.sends {
         tokio::time::sleep_until(run_start + send.at).await;
         let permit = gate.clone().acquire_owned().await.expect("never closed");
         let handler = handler.clone();
         let send = send.clone();
+        if send.fault == ToolFault::SlowClaim {
+            // A repeat just after the lease sized at the claim would have ended, while the tool
+            // still runs: it must find the moved lease, not take the key over.
+            let (handler, send) = (handler.clone(), send.clone());
+            probes.spawn(async move {
+                tokio::time::sleep(BUDGET + LEASE_MARGIN + SLOW_CLAIM_PROBE_AFTER).await;
+                invoke(&handler, send.call, &send.event, ToolFault::None).await
+            });
+        }
         tasks.spawn(async move {
             let observed = invoke(&handler, send.call, &send.event, send.fault).await;
             drop(permit);
@@ -351,13 +374,20 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     while let Some(joined) = tasks.join_next().await {
         let (fault, o) =
             joined.map_err(|e| ChaosError::Setup(format!("an invocation panicked: {e}")))?;
-        if fault != ToolFault::None && o.notes.invoked {
+        if fault != ToolFault::None && (o.notes.invoked || o.notes.lost_claim.is_some()) {
             *faults.entry(fault.name().into()).or_default() += 1;
         }
         let outcome = o
             .killed
             .unwrap_or_else(|| o.outcome.map_or("none", Outcome::name));
         *outcomes.entry(outcome.into()).or_default() += 1;
+        observed.push(o);
+    }
+    let planned = observed.len() as u64;
+    let mut slow_claim_probes = 0;
+    while let Some(joined) = probes.join_next().await {
+        let o = joined.map_err(|e| ChaosError::Setup(format!("a probe panicked: {e}")))?;
+        slow_claim_probes += 1;
         observed.push(o);
     }
     let ProxySwitch(proxy) = windows
@@ -384,9 +414,12 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         .max(BUDGET + LEASE_MARGIN)
         .min(MAX_SETTLE_WAIT);
     tokio::time::sleep(wait + SETTLE_MARGIN).await;
-    let (settles, settle_failures) = settle(&handler, &plan.calls).await;
+    let (mut settles, settle_failures) = settle(&handler, &plan.calls).await;
 
-    // The oracle.
+    // The oracle. Notes are read again: a tool that outlived its invocation noted its receipt late.
+    for o in observed.iter_mut().chain(settles.iter_mut()) {
+        o.notes = o.attempt.note(|n| n.clone());
+    }
     let entries = crate::demo::read_ledger(&ledger_path)?;
     let mut by_session: HashMap<&str, Vec<&Value>> = HashMap::new();
     for e in &entries {
@@ -420,6 +453,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             record.as_ref(),
         );
     }
+    let mut store_paths = store_paths(&observed);
+    store_paths.insert("slow_claim_probes".into(), slow_claim_probes);
     let stray: usize = by_session.values().map(Vec::len).sum();
     if stray > 0 {
         verdict.double_executions += stray as u64;
@@ -430,13 +465,14 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     Ok(SoakReport {
         seed: cfg.seed,
         servers: vec![cfg.server.clone()],
-        invocations: observed.len() as u64,
+        invocations: planned,
         distinct_calls: plan.calls.len() as u64,
         replayed: observed
             .iter()
             .filter(|o| matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited)))
             .count() as u64,
         faults,
+        store_paths,
         outcomes,
         executed: verdict.executed,
         double_executions: verdict.double_executions,
@@ -451,6 +487,55 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         ledgers: vec![ledger_path.display().to_string()],
         findings: verdict.findings,
     })
+}
+
+/// Counts what the store-path faults led to (see [`SoakReport::store_paths`]).
+fn store_paths(observed: &[Observed]) -> BTreeMap<String, u64> {
+    let mut paths: BTreeMap<String, u64> = BTreeMap::new();
+    let mut count = |name: &str| *paths.entry(name.into()).or_default() += 1;
+    let mut closest_ms = i64::MAX;
+    for o in observed {
+        let fault = o.attempt.fault;
+        if fault == ToolFault::SlowClaim && o.notes.invoked {
+            count(if o.notes.lease_extended {
+                "slow_claim_lease_extended"
+            } else {
+                "slow_claim_lease_not_extended"
+            });
+        }
+        if let Some(lost) = o.notes.lost_claim {
+            count(match lost {
+                attempt::LostClaim::ReleasedByStore => "lost_claim_released_by_store",
+                attempt::LostClaim::LeftHeld => "lost_claim_left_held",
+                attempt::LostClaim::AppliedAfterReadBack => "lost_claim_applied_after_read_back",
+                attempt::LostClaim::Unchecked => "lost_claim_unchecked",
+                attempt::LostClaim::HandedBack => "lost_claim_handed_back_unreleased",
+                attempt::LostClaim::HandedBackReleased => "lost_claim_handed_back_released",
+            });
+        }
+        if fault == ToolFault::SlowCompletionNearDeadline && o.notes.invoked {
+            match o.notes.completion {
+                Some(attempt::Completion::Stored) => count("slow_completion_stored"),
+                Some(_) => count("slow_completion_refused_or_failed"),
+                None => count("slow_completion_not_sent"),
+            }
+            if let (Some(done), Some(deadline)) =
+                (o.notes.completion_returned_at_ms, o.notes.deadline_ms)
+            {
+                closest_ms = closest_ms.min(deadline - done);
+                if done > deadline {
+                    count("slow_completion_past_deadline");
+                }
+            }
+        }
+    }
+    if closest_ms != i64::MAX {
+        paths.insert(
+            "slow_completion_closest_to_deadline_ms".into(),
+            u64::try_from(closest_ms).unwrap_or(0),
+        );
+    }
+    paths
 }
 
 /// Sends every call once more, fault-free, a few at a time (a loaded single-threaded moto must
@@ -513,6 +598,7 @@ async fn invoke<S: Store, D: crate::dispatch::Dispatcher>(
         request_id: uuid::Uuid::new_v4().to_string(),
         deadline_ms: Some(handler.store().now_ms() + BUDGET.as_millis() as i64),
     };
+    attempt.note(|n| n.deadline_ms = invocation.deadline_ms);
     let run = ATTEMPT.scope(attempt.clone(), handler.handle(event, &invocation));
     // Lambda kills an invocation at its deadline; the paused one models a host that does not.
     let kill_after = match fault {
@@ -523,7 +609,7 @@ async fn invoke<S: Store, D: crate::dispatch::Dispatcher>(
         handled = tokio::time::timeout(kill_after, run) => handled.map_err(|_| "killed_at_deadline"),
         () = attempt.kill.notified() => Err("killed_by_fault"),
     };
-    let notes = std::mem::take(&mut *attempt.notes.lock().unwrap_or_else(|p| p.into_inner()));
+    let notes = attempt.note(|n| n.clone());
     match handled {
         Ok(h) => Observed {
             call,
@@ -532,6 +618,7 @@ async fn invoke<S: Store, D: crate::dispatch::Dispatcher>(
             response: h.response.ok().map(|r| r.get().to_string()),
             key: h.key,
             notes,
+            attempt,
         },
         Err(killed) => Observed {
             call,
@@ -540,6 +627,7 @@ async fn invoke<S: Store, D: crate::dispatch::Dispatcher>(
             response: None,
             key: None,
             notes,
+            attempt,
         },
     }
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::attempt::{Completion, Notes};
+use super::attempt::{Attempt, Completion, LostClaim, Notes};
 use crate::store::{Record, Status};
 use crate::telemetry::Outcome;
 
@@ -36,6 +36,8 @@ pub struct Observed {
     pub response: Option<String>,
     pub key: Option<String>,
     pub notes: Notes,
+    /// Where the notes come from (read again before the oracle runs).
+    pub attempt: std::sync::Arc<Attempt>,
 }
 
 /// What the oracle found.
@@ -126,9 +128,15 @@ pub fn check_call(
         let (entry, this) = executions[i];
         let claimed_at = this.and_then(|o| o.notes.claimed_at_ms);
         let explained = claimed_at.is_some_and(|claimed_at| {
-            executions[..i].iter().any(|(_, earlier)| {
+            executions[..i].iter().any(|(earlier_entry, earlier)| {
+                // The earlier side effect itself happened before this claim: a lease that ended
+                // while its tool still ran would let both run at once.
+                let done_before = earlier_entry["ts_ms"]
+                    .as_i64()
+                    .is_some_and(|ts| ts < claimed_at + CLOCK_SLACK_MS);
                 earlier.is_some_and(|e| {
                     outcome_unknown(e)
+                        && done_before
                         && e.notes
                             .lease_until_ms
                             .is_some_and(|lease| lease < claimed_at + CLOCK_SLACK_MS)
@@ -189,6 +197,30 @@ pub fn check_call(
                 ));
             }
         }
+    }
+
+    // Claims whose every answer was lost: released by the store, or handed back and released by
+    // the executor (the fault-free settling pass gives it calls to do that at), never left to
+    // block the key for a whole lease.
+    for o in observed {
+        let left = match o.notes.lost_claim {
+            Some(LostClaim::LeftHeld) => {
+                "the store reported it released, yet it still held the key"
+            }
+            Some(LostClaim::HandedBack) => {
+                "its token was handed back, and the executor never released it"
+            }
+            _ => continue,
+        };
+        verdict.stuck_claims += 1;
+        verdict.finding(format!(
+            "{session}: a claim whose answers were lost: {left} ({}; deadline {:?}; failed \
+             releases: [{}]; later claims on the key handed back at {:?})",
+            describe_notes(o),
+            o.notes.deadline_ms,
+            o.notes.orphan_releases.join("; "),
+            o.notes.later_unconfirmed_on_key,
+        ));
     }
 
     // Claims.

@@ -40,8 +40,9 @@ pub struct Plan {
     pub pauses: Vec<(Duration, Duration)>,
 }
 
-/// Per mille of invocations that carry each tool fault.
-pub const TOOL_FAULTS: [(ToolFault, u32); 9] = [
+/// Per mille of invocations that carry each planned fault (the tool's, or a store-path fault
+/// armed for that invocation's key).
+pub const TOOL_FAULTS: [(ToolFault, u32); 12] = [
     (ToolFault::ErrorBeforeEffect, 35),
     (ToolFault::TypedErrorAfterEffect, 20),
     (ToolFault::FourXxAfterRun, 20),
@@ -51,6 +52,10 @@ pub const TOOL_FAULTS: [(ToolFault, u32); 9] = [
     (ToolFault::KillBeforeEffect, 30),
     (ToolFault::KillAfterEffect, 25),
     (ToolFault::PauseBeforeComplete, 25),
+    // Most sends of a call find it completed: a slow claim then only replays, so it is drawn more.
+    (ToolFault::SlowClaim, 50),
+    (ToolFault::SlowCompletionNearDeadline, 20),
+    (ToolFault::ClaimAnswersLost, 10),
 ];
 
 /// Sends of one call that are not part of its opening burst spread over this long (a few leases).

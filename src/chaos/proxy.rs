@@ -13,6 +13,10 @@
 //! - **throttle**: the proxy itself answers HTTP 400 with the body DynamoDB sends for
 //!   `ProvisionedThroughputExceededException` or `ThrottlingException` (never forwarded).
 //!
+//! Besides these random faults, [`KeyedFaults`] hits the requests of one operation on one key for a
+//! while (armed by the soak's store wrapper for an invocation's planned store fault): every answer
+//! is forwarded and then **held** (past the attempt timeout, or just slow) or **dropped**.
+//!
 //! [`FaultProxy::set_outage`] turns the server "off" as a client sees a crashed process: every open
 //! connection is cut and new ones are closed at once, until the outage ends.
 
@@ -24,6 +28,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// Probabilities, in per mille of requests, of each per-request fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +69,10 @@ pub enum StoreFault {
     DeliverLate,
     /// A connection refused or cut during an outage window.
     OutageRefused,
+    /// A request hit by an armed [`KeyedFault::Hold`]: forwarded, its answer held.
+    KeyedAnswerHeld,
+    /// A request hit by an armed [`KeyedFault::Drop`]: forwarded, its answer dropped.
+    KeyedAnswerDropped,
 }
 
 impl StoreFault {
@@ -76,6 +85,8 @@ impl StoreFault {
             StoreFault::ThrottleRate => "store_throttle_rate",
             StoreFault::DeliverLate => "store_request_delivered_late",
             StoreFault::OutageRefused => "store_outage_refused",
+            StoreFault::KeyedAnswerHeld => "store_keyed_answer_held",
+            StoreFault::KeyedAnswerDropped => "store_keyed_answer_dropped",
         }
     }
 }
@@ -85,6 +96,114 @@ pub const PROVISIONED_THROUGHPUT_BODY: &str = r#"{"__type":"com.amazonaws.dynamo
 /// The body DynamoDB sends with HTTP 400 when the account's request rate is throttled.
 pub const THROTTLING_BODY: &str = r#"{"__type":"com.amazon.coral.availability#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#;
 
+/// What an armed rule does to a matching request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyedFault {
+    /// Forwarded; the answer is held this long (past the attempt timeout: lost to the caller).
+    Hold(Duration),
+    /// Forwarded; the answer is dropped and the connection closed (the write happened).
+    Drop,
+}
+
+#[derive(Debug)]
+struct KeyedRule {
+    /// The `X-Amz-Target` operation, e.g. `PutItem`.
+    operation: &'static str,
+    /// Matched as a JSON string anywhere in the request body (keys are 32 hex digits).
+    key: String,
+    from: Instant,
+    until: Instant,
+    fault: KeyedFault,
+    /// The body of the first request the rule hit.
+    first_body: Option<Vec<u8>>,
+    /// Requests it hit that are forwarded and not answered by the server yet.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Rules that hit one operation on one key for a while; shared by the proxy and whoever arms them.
+#[derive(Debug, Default)]
+pub struct KeyedFaults {
+    rules: Mutex<Vec<KeyedRule>>,
+}
+
+impl KeyedFaults {
+    /// Hits `operation` requests on `key` that arrive from `after` to `after + length` from now.
+    pub fn arm(
+        &self,
+        operation: &'static str,
+        key: &str,
+        after: Duration,
+        length: Duration,
+        fault: KeyedFault,
+    ) {
+        let now = Instant::now();
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        rules.retain(|r| r.until > now);
+        rules.push(KeyedRule {
+            operation,
+            key: format!("\"{key}\""),
+            from: now + after,
+            until: now + after + length,
+            fault,
+            first_body: None,
+            in_flight: Arc::default(),
+        });
+    }
+
+    /// The fault of the first live rule that `request` (head and body) matches.
+    fn matching(
+        &self,
+        request: &[u8],
+    ) -> Option<(KeyedFault, Arc<std::sync::atomic::AtomicUsize>)> {
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        if rules.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let text = String::from_utf8_lossy(request);
+        let target = text
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("x-amz-target")
+                    .then(|| value.trim().rsplit('.').next().unwrap_or("").to_string())
+            })
+            .unwrap_or_default();
+        let rule = rules.iter_mut().find(|r| {
+            r.from <= now && now < r.until && r.operation == target && text.contains(&r.key)
+        })?;
+        if rule.first_body.is_none() {
+            let body = find(request, b"\r\n\r\n").map_or(&[][..], |i| &request[i + 4..]);
+            rule.first_body = Some(body.to_vec());
+        }
+        rule.in_flight.fetch_add(1, Ordering::SeqCst);
+        Some((rule.fault, rule.in_flight.clone()))
+    }
+
+    /// Requests a rule armed for `operation` on `key` forwarded that the server has not answered
+    /// yet (a write that may still apply).
+    pub fn in_flight(&self, operation: &str, key: &str) -> usize {
+        let quoted = format!("\"{key}\"");
+        let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        rules
+            .iter()
+            .filter(|r| r.operation == operation && r.key == quoted)
+            .map(|r| r.in_flight.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// The body of the first request that a rule armed for `operation` on `key` hit.
+    pub fn first_body(&self, operation: &str, key: &str) -> Option<Vec<u8>> {
+        let quoted = format!("\"{key}\"");
+        let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        rules
+            .iter()
+            .rev()
+            .find(|r| r.operation == operation && r.key == quoted)
+            .and_then(|r| r.first_body.clone())
+    }
+}
+
 struct Shared {
     upstream: String,
     faults: Mutex<(RequestFaults, fastrand::Rng)>,
@@ -92,6 +211,7 @@ struct Shared {
     /// Bumped at each outage start; connections watch it and close.
     cut: watch::Sender<u32>,
     counts: Mutex<BTreeMap<StoreFault, u64>>,
+    keyed: Arc<KeyedFaults>,
 }
 
 impl Shared {
@@ -155,6 +275,7 @@ impl FaultProxy {
             outage: AtomicBool::new(false),
             cut: watch::channel(0).0,
             counts: Mutex::new(BTreeMap::new()),
+            keyed: Arc::default(),
         });
         let accept = tokio::spawn({
             let shared = shared.clone();
@@ -179,6 +300,11 @@ impl FaultProxy {
     /// The URL clients connect to.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The keyed rules this proxy applies (for the store wrapper to arm).
+    pub fn keyed(&self) -> Arc<KeyedFaults> {
+        self.shared.keyed.clone()
     }
 
     pub fn set_faults(&self, faults: RequestFaults) {
@@ -219,7 +345,23 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             _ = cut.changed() => { shared.count(StoreFault::OutageRefused); return; }
         };
         let Ok(Some(request)) = request else { return };
-        let (fault, faults) = shared.draw();
+        // An armed rule takes the place of the random draw.
+        let keyed = shared.keyed.matching(&request);
+        let (keyed, in_flight) = match keyed {
+            Some((fault, in_flight)) => (Some(fault), Some(InFlight(in_flight))),
+            None => (None, None),
+        };
+        let (fault, faults) = match keyed {
+            Some(KeyedFault::Hold(by)) => (
+                Some(StoreFault::KeyedAnswerHeld),
+                RequestFaults {
+                    delay_by: by,
+                    ..RequestFaults::NONE
+                },
+            ),
+            Some(KeyedFault::Drop) => (Some(StoreFault::KeyedAnswerDropped), RequestFaults::NONE),
+            None => shared.draw(),
+        };
         if let Some(fault) = fault {
             shared.count(fault);
         }
@@ -266,10 +408,11 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             r = forwarded => r,
             _ = cut.changed() => { shared.count(StoreFault::OutageRefused); return; }
         };
+        drop(in_flight);
         let Some(response) = response else { return };
         match fault {
-            Some(StoreFault::DropAfterForward) => return,
-            Some(StoreFault::DelayPastTimeout) => {
+            Some(StoreFault::DropAfterForward | StoreFault::KeyedAnswerDropped) => return,
+            Some(StoreFault::DelayPastTimeout | StoreFault::KeyedAnswerHeld) => {
                 tokio::select! {
                     _ = tokio::time::sleep(faults.delay_by) => {}
                     _ = cut.changed() => return,
@@ -284,6 +427,15 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
         if closes(&response) {
             return;
         }
+    }
+}
+
+/// Counts a keyed request as in flight until dropped (answered, or its connection gone).
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
