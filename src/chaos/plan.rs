@@ -49,7 +49,8 @@ pub const TOOL_FAULTS: [(ToolFault, u32); 12] = [
     (ToolFault::CrashAfterEffect, 25),
     (ToolFault::HangPastTimeout, 30),
     (ToolFault::SlowPastDeadline, 25),
-    (ToolFault::KillBeforeEffect, 30),
+    // Counted only when the tool was reached (most sends replay), so drawn more.
+    (ToolFault::KillBeforeEffect, 60),
     (ToolFault::KillAfterEffect, 25),
     (ToolFault::PauseBeforeComplete, 25),
     // Most sends of a call find it completed: a slow claim then only replays, so it is drawn more.
