@@ -66,9 +66,7 @@ impl Outcome {
             Outcome::ShadowReplay => "shadow_replay",
         }
     }
-}
 
-impl Outcome {
     /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
     /// repeats included), `replayed` for one answered from the store (waited-for calls
     /// included), else the outcome's own name.
@@ -230,6 +228,7 @@ pub struct Executor<S> {
     /// Claims that may have been written while every answer was lost
     /// ([`StoreError::ClaimUnconfirmed`]): nothing ran under them, so they are released (fenced)
     /// at the start of the next call.
+    ///
     /// Keyed by token, not by key: several sends of one call can each hand a token back, and
     /// only one of them may be the claim that was written, so none may replace another.
     orphans: Mutex<HashMap<LeaseToken, String>>,
@@ -430,8 +429,7 @@ impl<S: Store> Executor<S> {
         end: Instant,
         operation: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let left = remaining(end).saturating_sub(self.settings.reply_margin);
-        match tokio::time::timeout(left, operation).await {
+        match tokio::time::timeout(self.until_answer(end), operation).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Unavailable(
                 "no time left before the deadline".into(),
@@ -439,10 +437,15 @@ impl<S: Store> Executor<S> {
         }
     }
 
+    /// What is left of the time before the answer is due: the deadline less the reply margin.
+    fn until_answer(&self, end: Instant) -> Duration {
+        remaining(end).saturating_sub(self.settings.reply_margin)
+    }
+
     fn remember_orphan(&self, key: &str, token: LeaseToken) {
         let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
         if orphans.len() >= MAX_ORPHANS {
-            // Past the bound the oldest claims simply wait out their lease.
+            // Past the bound every remembered claim is forgotten and waits out its lease.
             orphans.clear();
         }
         orphans.insert(token, key.to_string());
@@ -637,8 +640,7 @@ impl<S: Store> Executor<S> {
             tokio::spawn(async move { store.complete(&key, &token, &result, expires_at_s).await });
         let written = match lease {
             Lease::Covering { .. } => {
-                let left = remaining(end).saturating_sub(self.settings.reply_margin);
-                match tokio::time::timeout(left, write).await {
+                match tokio::time::timeout(self.until_answer(end), write).await {
                     Ok(joined) => joined,
                     Err(_) => {
                         tracing::warn!(

@@ -35,7 +35,7 @@ use serde_json::{Map, Value};
 
 use crate::seam::{
     DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments, Scoping,
-    ToolCall, json_type, refusal, scoped_namespace, step_value,
+    ToolCall, classify_json_reply, json_type, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -219,7 +219,7 @@ impl EntryPoint for GatewayCall<'_> {
     }
 
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
-        classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+        classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
     }
 
     fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {
@@ -250,16 +250,6 @@ fn object_text(args: &Map<String, Value>, scope: ScopeArguments<'_>) -> String {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     serde_json::to_string(&kept).unwrap_or_default()
-}
-
-/// Checks a tool's reply: any JSON; `{"isError": true}` is a failure.
-pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
-    crate::seam::classify_json_reply(bytes)
-}
-
-/// The executor's own answer: the notice body.
-pub fn notice(notice: &Notice) -> String {
-    notice.body_json()
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 
 use crate::seam::{
     DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, Scoping,
-    ToolCall, refusal, scoped_namespace, step_value,
+    ToolCall, classify_json_reply, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -236,7 +236,7 @@ impl EntryPoint for Envelope {
     }
 
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
-        classify_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+        classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
     }
 
     fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {
@@ -254,11 +254,6 @@ pub fn envelope_refusal(e: &EnvelopeError) -> Notice {
         EnvelopeError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
         EnvelopeError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
     }
-}
-
-/// Checks a tool's reply: any JSON; `{"isError": true}` is a failure.
-pub fn classify_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
-    crate::seam::classify_json_reply(bytes)
 }
 
 /// `{"result": <reply>, "dedup": {...}}`; `reply` must be JSON text (it was checked, or stored
