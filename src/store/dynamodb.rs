@@ -86,8 +86,15 @@ type Item = HashMap<String, AttributeValue>;
 /// Absent, or expired, or in progress with an ended lease.
 const CLAIM_CONDITION: &str =
     "attribute_not_exists(#pk) OR #exp < :now_s OR (#st = :in_progress AND #lease < :now_ms)";
-/// Live, in progress, and still carrying the caller's token.
+/// Live, in progress, and still carrying the caller's token (names and values: [`Held`]).
 const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
+
+/// The expression names and values of [`HELD_CONDITION`] for one token at one time, which every
+/// fenced write (complete, extend, release) starts from and adds its own to.
+struct Held {
+    names: HashMap<String, String>,
+    values: Item,
+}
 const COMPLETE_UPDATE: &str = "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
@@ -293,6 +300,21 @@ impl DynamoDbStore {
         &self.client
     }
 
+    fn held(&self, token: &LeaseToken, now_ms: i64) -> Held {
+        Held {
+            names: HashMap::from([
+                ("#tok".to_string(), attr::LEASE_TOKEN.to_string()),
+                ("#st".to_string(), attr::STATUS.to_string()),
+                ("#exp".to_string(), self.cfg.ttl_attribute.clone()),
+            ]),
+            values: HashMap::from([
+                (":tok".to_string(), s(token.as_str())),
+                (":in_progress".to_string(), s(Status::InProgress.as_str())),
+                (":now_s".to_string(), n(now_ms.div_euclid(1000))),
+            ]),
+        }
+    }
+
     fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
         HashMap::from([(
             self.cfg.key_attribute.clone(),
@@ -441,7 +463,7 @@ impl DynamoDbStore {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         validate_key(key)?;
-        let now = self.clock.now_ms();
+        let held = self.held(token, self.clock.now_ms());
         let sent = self
             .send("UpdateItem", || {
                 self.client
@@ -449,14 +471,10 @@ impl DynamoDbStore {
                     .table_name(&self.cfg.table)
                     .set_key(Some(self.key_value(key)))
                     .condition_expression(HELD_CONDITION)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
                     .update_expression(EXTEND_UPDATE)
-                    .expression_attribute_names("#st", attr::STATUS)
-                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
-                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
                     .expression_attribute_names("#lease", attr::LEASE_UNTIL)
-                    .expression_attribute_values(":tok", s(token.as_str()))
-                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
                     .expression_attribute_values(":lease", n(lease_until_ms))
                     .expression_attribute_values(
                         ":exp",
@@ -516,7 +534,7 @@ impl DynamoDbStore {
         written: Written<'_>,
         expires_at_s: i64,
     ) -> Result<(), Failed<UpdateItemError>> {
-        let now = self.clock.now_ms();
+        let held = self.held(token, self.clock.now_ms());
         self.send("UpdateItem", || {
             let update = self
                 .client
@@ -524,16 +542,12 @@ impl DynamoDbStore {
                 .table_name(&self.cfg.table)
                 .set_key(Some(self.key_value(key)))
                 .condition_expression(HELD_CONDITION)
-                .expression_attribute_names("#st", attr::STATUS)
+                .set_expression_attribute_names(Some(held.names.clone()))
+                .set_expression_attribute_values(Some(held.values.clone()))
                 .expression_attribute_names("#res", attr::RESULT)
                 .expression_attribute_names("#enc", attr::RESULT_ENCODING)
-                .expression_attribute_names("#tok", attr::LEASE_TOKEN)
-                .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
                 .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                 .expression_attribute_values(":exp", n(expires_at_s))
-                .expression_attribute_values(":tok", s(token.as_str()))
-                .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-                .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 );
@@ -594,7 +608,7 @@ impl DynamoDbStore {
 
     async fn release_inner(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         validate_key(key)?;
-        let now = self.clock.now_ms();
+        let held = self.held(token, self.clock.now_ms());
         let sent = self
             .send("DeleteItem", || {
                 self.client
@@ -602,12 +616,8 @@ impl DynamoDbStore {
                     .table_name(&self.cfg.table)
                     .set_key(Some(self.key_value(key)))
                     .condition_expression(HELD_CONDITION)
-                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
-                    .expression_attribute_names("#st", attr::STATUS)
-                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
-                    .expression_attribute_values(":tok", s(token.as_str()))
-                    .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
-                    .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
                     .return_values_on_condition_check_failure(
                         ReturnValuesOnConditionCheckFailure::AllOld,
                     )
