@@ -25,88 +25,42 @@ use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{ClientContext, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
-    MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
+    DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RetryPolicy, Status, Store,
 };
 use toolcall_dedup::telemetry::Outcome;
 
-async fn store_on(backend: Option<Backend>, clock: ManualClock) -> Result<MemoryOrDynamo, ()> {
-    Ok(match backend {
-        None => MemoryOrDynamo::Memory(servers::memory_store(clock)),
-        Some(b) => MemoryOrDynamo::Dynamo(servers::dynamodb_store(b, clock).await),
-    })
+/// One case on the memory store and on moto, both on a manual clock, each behind `Faulty`.
+macro_rules! on_memory_and_moto {
+    ($case:ident: $memory:ident, $moto:ident) => {
+        #[tokio::test]
+        async fn $memory() {
+            let clock = ManualClock::starting_now();
+            $case(Faulty::new(servers::memory_store(clock.clone())), clock).await
+        }
+
+        #[tokio::test]
+        async fn $moto() {
+            let clock = ManualClock::starting_now();
+            let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+            $case(Faulty::new(store), clock).await
+        }
+    };
 }
 
-/// The memory store or a DynamoDB store on a local server, as one type.
-enum MemoryOrDynamo {
-    Memory(toolcall_dedup::store::MemoryStore),
-    Dynamo(DynamoDbStore),
+/// Sends `ev` with a Lambda deadline `budget` from now; returns the answer and how long it took.
+async fn handle_within<S: Store, D: Dispatcher>(
+    h: &toolcall_dedup::handler::Handler<S, D>,
+    ev: &Value,
+    budget: Duration,
+) -> (toolcall_dedup::handler::Handled, Duration) {
+    let invocation = Invocation {
+        request_id: "r".into(),
+        deadline_ms: Some(wall_ms() + budget.as_millis() as i64),
+    };
+    let started = Instant::now();
+    let handled = h.handle(ev, &invocation).await;
+    (handled, started.elapsed())
 }
-
-impl Store for MemoryOrDynamo {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.claim(req).await,
-            MemoryOrDynamo::Dynamo(s) => s.claim(req).await,
-        }
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        result: &[u8],
-        expires_at_s: i64,
-    ) -> Result<Completion, StoreError> {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.complete(key, token, result, expires_at_s).await,
-            MemoryOrDynamo::Dynamo(s) => s.complete(key, token, result, expires_at_s).await,
-        }
-    }
-    async fn extend_lease(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        match self {
-            MemoryOrDynamo::Memory(s) => {
-                s.extend_lease(key, token, lease_until_ms, expires_at_s)
-                    .await
-            }
-            MemoryOrDynamo::Dynamo(s) => {
-                s.extend_lease(key, token, lease_until_ms, expires_at_s)
-                    .await
-            }
-        }
-    }
-    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.release(key, token).await,
-            MemoryOrDynamo::Dynamo(s) => s.release(key, token).await,
-        }
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.get(key).await,
-            MemoryOrDynamo::Dynamo(s) => s.get(key).await,
-        }
-    }
-    fn now_ms(&self) -> i64 {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.now_ms(),
-            MemoryOrDynamo::Dynamo(s) => s.now_ms(),
-        }
-    }
-    fn requests(&self) -> RequestCounts {
-        match self {
-            MemoryOrDynamo::Memory(s) => s.requests(),
-            MemoryOrDynamo::Dynamo(s) => s.requests(),
-        }
-    }
-}
-
-const BACKENDS: [Option<Backend>; 2] = [None, Some(Backend::Moto)];
 
 fn wall_ms() -> i64 {
     SystemTime::now()
@@ -118,43 +72,44 @@ fn wall_ms() -> i64 {
 // ---------------------------------------------------------------------------------------------
 // 3. The lease covers the tool from when it is invoked
 
-#[tokio::test]
-async fn a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late() {
-    for backend in BACKENDS {
-        // The claim takes 4 s of store time (retries); the tool's own timeout is 10 s. A lease
-        // sized when the claim was sent ends at claim + 15 s; the tool may run until claim + 14 s
-        // plus its late start.
-        let clock = ManualClock::starting_now();
-        let mut store = Faulty::new(store_on(backend, clock.clone()).await.unwrap());
-        store.clock = Some(clock.clone());
-        store.claim_delay = Duration::from_millis(600);
-        store.claim_clock = Duration::from_secs(4);
-        let gate = Arc::new(Notify::new());
-        let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
-            .with_max_run_time(Duration::from_secs(10));
-        let h = Arc::new(handler(store, tool, &Config::default()).with_settings(|s| {
-            s.default_budget = Duration::from_secs(3);
-            s.completion_reserve = Duration::from_millis(100);
-            s.reply_margin = Duration::from_millis(50);
-            s.wait = Duration::ZERO;
-        }));
-        let claimed_at = h.store().now_ms();
-        let first = spawn_send(&h, &event("fd-charge_card.json"));
-        wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
-        // 16 s after the claim was sent: past a lease sized then, inside the moved one.
-        clock.set_ms(claimed_at + 16_000);
-        let retry = send(&h, &event("fd-charge_card-retry.json")).await;
-        assert_eq!(
-            retry.outcome,
-            Outcome::InProgress,
-            "{backend:?}: the key was taken over while its tool still ran"
-        );
-        gate.notify_one();
-        assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
-        assert_eq!(h.dispatcher().invokes(), 1, "{backend:?}");
-        assert_eq!(charges(&h.dispatcher().demo), 1, "{backend:?}");
-    }
+async fn a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late<S: Store>(
+    mut store: Faulty<S>,
+    clock: ManualClock,
+) {
+    // The claim takes 4 s of store time (retries); the tool's own timeout is 10 s. A lease sized
+    // when the claim was sent ends at claim + 15 s; the tool may run until claim + 14 s plus its
+    // late start.
+    store.clock = Some(clock.clone());
+    store.claim_delay = Duration::from_millis(600);
+    store.claim_clock = Duration::from_secs(4);
+    let gate = Arc::new(Notify::new());
+    let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
+        .with_max_run_time(Duration::from_secs(10));
+    let h = Arc::new(handler(store, tool, &Config::default()).with_settings(|s| {
+        s.default_budget = Duration::from_secs(3);
+        s.completion_reserve = Duration::from_millis(100);
+        s.reply_margin = Duration::from_millis(50);
+        s.wait = Duration::ZERO;
+    }));
+    let claimed_at = h.store().now_ms();
+    let first = spawn_send(&h, &event("fd-charge_card.json"));
+    wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
+    // 16 s after the claim was sent: past a lease sized then, inside the moved one.
+    clock.set_ms(claimed_at + 16_000);
+    let retry = send(&h, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(
+        retry.outcome,
+        Outcome::InProgress,
+        "the key was taken over while its tool still ran"
+    );
+    gate.notify_one();
+    assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
+    assert_eq!(h.dispatcher().invokes(), 1);
+    assert_eq!(charges(&h.dispatcher().demo), 1);
 }
+
+on_memory_and_moto!(a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late:
+    on_memory_a_slow_claim_moves_the_lease, on_moto_a_slow_claim_moves_the_lease);
 
 // ---------------------------------------------------------------------------------------------
 // 4. The completion finishes before the deadline
@@ -182,46 +137,35 @@ impl Dispatcher for UsesItsTime {
     }
 }
 
-#[tokio::test]
-async fn a_slow_completion_is_stored_before_the_deadline() {
-    for backend in BACKENDS {
-        let clock = ManualClock::starting_now();
-        let mut store = Faulty::new(store_on(backend, clock).await.unwrap());
-        store.complete_delay = Duration::from_secs(2);
-        let h = handler(store, UsesItsTime { demo: demo() }, &Config::default());
-        let budget = Duration::from_secs(6);
-        let invocation = Invocation {
-            request_id: "r".into(),
-            deadline_ms: Some(wall_ms() + budget.as_millis() as i64),
-        };
-        let started = Instant::now();
-        let r = h.handle(&event("fd-charge_card.json"), &invocation).await;
-        let took = started.elapsed();
-        assert_eq!(r.outcome, Outcome::Executed, "{backend:?}");
-        assert!(
-            took < budget,
-            "{backend:?}: answered after {took:?}, past the {budget:?} deadline: Lambda would have \
-             killed the invocation"
-        );
-        let record = stored(&h, &r).await.expect("stored");
-        assert_eq!(record.status, Status::Completed, "{backend:?}");
-    }
+async fn a_slow_completion_is_stored_before_the_deadline<S: Store>(
+    mut store: Faulty<S>,
+    _clock: ManualClock,
+) {
+    store.complete_delay = Duration::from_secs(2);
+    let h = handler(store, UsesItsTime { demo: demo() }, &Config::default());
+    let budget = Duration::from_secs(6);
+    let (r, took) = handle_within(&h, &event("fd-charge_card.json"), budget).await;
+    assert_eq!(r.outcome, Outcome::Executed);
+    assert!(
+        took < budget,
+        "answered after {took:?}, past the {budget:?} deadline: Lambda would have killed the \
+         invocation"
+    );
+    let record = stored(&h, &r).await.expect("stored");
+    assert_eq!(record.status, Status::Completed);
 }
+
+on_memory_and_moto!(a_slow_completion_is_stored_before_the_deadline:
+    on_memory_a_slow_completion_is_stored_in_time, on_moto_a_slow_completion_is_stored_in_time);
 
 #[tokio::test]
 async fn a_completion_slower_than_the_time_left_still_lands_and_the_answer_is_on_time() {
-    let clock = ManualClock::starting_now();
-    let mut store = Faulty::new(store_on(None, clock).await.unwrap());
+    let mut store = Faulty::new(servers::memory_store(ManualClock::starting_now()));
     store.complete_delay = Duration::from_secs(4);
     let h = handler(store, UsesItsTime { demo: demo() }, &Config::default());
     let budget = Duration::from_secs(6);
-    let invocation = Invocation {
-        request_id: "r".into(),
-        deadline_ms: Some(wall_ms() + budget.as_millis() as i64),
-    };
-    let started = Instant::now();
-    let r = h.handle(&event("fd-charge_card.json"), &invocation).await;
-    assert!(started.elapsed() < budget, "{:?}", started.elapsed());
+    let (r, took) = handle_within(&h, &event("fd-charge_card.json"), budget).await;
+    assert!(took < budget, "{took:?}");
     assert_eq!(r.outcome, Outcome::Executed);
     // The write went on in its own task.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -422,8 +366,7 @@ async fn a_stale_dedup_key_never_reaches_the_tool() {
 
 #[tokio::test]
 async fn a_claim_whose_answers_were_lost_is_released_for_the_retry() {
-    let clock = ManualClock::starting_now();
-    let store = Faulty::new(store_on(None, clock).await.unwrap());
+    let store = Faulty::new(servers::memory_store(ManualClock::starting_now()));
     store.lose_claim_answers.store(1, Ordering::SeqCst);
     let h = handler(store, demo(), &Config::default()).with_settings(|s| s.wait = Duration::ZERO);
     let first = send(&h, &event("fd-charge_card.json")).await;
