@@ -333,12 +333,7 @@ impl ErrorTypes {
         if text.trim().eq_ignore_ascii_case("none") {
             return Ok(ErrorTypes::default());
         }
-        let names: Vec<String> = text
-            .split(',')
-            .map(str::trim)
-            .filter(|n| !n.is_empty())
-            .map(str::to_string)
-            .collect();
+        let names = comma_list(text);
         if let Some(crash) = names.iter().find(|n| {
             CRASH_ERROR_TYPES.contains(&n.as_str())
                 || CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p))
@@ -482,13 +477,7 @@ impl Config {
                     .map_err(|reason| invalid("DEDUP_RELEASE_ON_ERRORS", &text, reason))?,
                 None => defaults.release_on_errors,
             },
-            envelope_namespaces: get("DEDUP_ENVELOPE_NAMESPACES").map(|text| {
-                text.split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            }),
+            envelope_namespaces: get("DEDUP_ENVELOPE_NAMESPACES").map(|text| comma_list(&text)),
             look_up_timeouts: parsed_bool(&get, "DEDUP_LOOK_UP_TIMEOUTS")?.unwrap_or(true),
             allow_memory_store: parsed_bool(&get, "DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),
         };
@@ -579,6 +568,15 @@ where
                 .map_err(|e| invalid(var, &value, e.to_string()))
         })
         .transpose()
+}
+
+/// The non-empty, trimmed items of a comma-separated list.
+fn comma_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn parsed_bool(
