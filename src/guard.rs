@@ -63,8 +63,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::executor::Outcome;
-use crate::executor::{Executor, Keyed, Lease, Settings, Settled, ToolRun};
+use crate::executor::{Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
 use crate::key::{Call, KeyError, Keyer};
 use crate::seam::ReplyClass;
 use crate::store::{Store, StoreError};
