@@ -7,7 +7,7 @@
 
 #[path = "support/cpu.rs"]
 mod cpu;
-#[path = "../tests/common/fixture.rs"]
+#[path = "../tests/it/fixture.rs"]
 mod fixture;
 
 use std::hint::black_box;
@@ -18,7 +18,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::Scope;
-use toolcall_dedup::demo::{DemoTool, Ledger};
+use dedup_cli::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};

@@ -19,16 +19,10 @@
 //! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
 //! - [`cli`]: the `dedup` command line.
 pub mod agentcore;
-pub mod audit;
 pub mod aws;
 pub mod bedrock;
-pub mod chaos;
-pub mod cli;
 pub mod config;
-pub mod corpus;
-pub mod cost;
 pub mod decide;
-pub mod demo;
 pub mod dispatch;
 pub mod envelope;
 pub mod executor;

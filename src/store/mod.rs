@@ -43,6 +43,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod codec;
 pub mod dynamodb;
 pub mod memory;
+pub mod table;
 
 pub use codec::{
     DEFAULT_COMPRESS_THRESHOLD, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_RESULT_BYTES,

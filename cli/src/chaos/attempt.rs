@@ -1,0 +1,654 @@
+//! One invocation's faults and what happened to it, as seen from the tool and the store.
+//!
+//! The soak runs each invocation inside [`ATTEMPT`] (a task-local), so that the tool and the
+//! store wrapper, called by the handler in the same task, can act on the invocation's planned
+//! fault and note what they saw: when the claim was made and until when, which receipt the tool
+//! wrote, whether the result was stored. The oracle uses these notes only to tell an allowed
+//! re-execution (after an attempt whose outcome was unknown and whose lease had ended) from a
+//! double execution; the count of side effects comes from the ledger alone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::proxy::{KeyedFault, KeyedFaults};
+use crate::demo::DemoTool;
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::store::{
+    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Status, Store, StoreError,
+};
+
+tokio::task_local! {
+    /// The invocation the current task runs.
+    pub static ATTEMPT: Arc<Attempt>;
+}
+
+/// What the tool does on this invocation (if the handler calls it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ToolFault {
+    None,
+    /// Raises `DedupNothingRan` before doing anything: the tool says nothing ran.
+    ErrorBeforeEffect,
+    /// Does the side effect, then raises a validation-style error (`ValidationException`, as an
+    /// AWS SDK v3 Node tool whose receipt write was rejected): the outcome is unknown.
+    TypedErrorAfterEffect,
+    /// Does the side effect, then the invoke fails with a Lambda 4xx that can come mid-run
+    /// (`EFSIOException`, 410), as the Lambda dispatcher reports it: the outcome is unknown.
+    FourXxAfterRun,
+    /// Does the side effect, then crashes (`Runtime.ExitError`): the outcome is unknown.
+    CrashAfterEffect,
+    /// Never answers; the dispatcher gives up at its timeout. Nothing ran.
+    HangPastTimeout,
+    /// Ignores its timeout and does the side effect close to the Lambda deadline, which may kill
+    /// the invocation before or after the effect.
+    SlowPastDeadline,
+    /// The invocation is killed (future dropped) while the tool runs, before the effect.
+    KillBeforeEffect,
+    /// The invocation is killed right after the effect, before the result is stored.
+    KillAfterEffect,
+    /// The invocation pauses after the tool returned, before storing the result, until its lease
+    /// has ended and another invocation has taken the key over; then it resumes and completes.
+    /// (A frozen container, a long GC or VM pause, or a clock skewed past the margin: the case
+    /// the lease token fences. Lambda would kill a paused invocation at its deadline; this one is
+    /// not killed.)
+    PauseBeforeComplete,
+    /// Store path, armed by [`NotingStore`] through the proxy's [`KeyedFaults`]: every answer to
+    /// the claim's PutItem is held past the attempt timeout for [`SLOW_CLAIM_HOLD_FOR`], so the
+    /// claim succeeds only on a late retry and the executor must move the lease before the tool
+    /// starts. The tool (a Lambda with a timeout of its own, [`LONG_RUN`]) then outlives the
+    /// invocation and does its side effect after the end of a lease sized when the claim was sent,
+    /// but within the moved one.
+    SlowClaim,
+    /// Store path: the tool uses nearly all of its allowed time, then every answer to the
+    /// completion's UpdateItem is held (the first ones past the attempt timeout, then slow), so the
+    /// completion ends near the Lambda deadline.
+    SlowCompletionNearDeadline,
+    /// Store path: every answer to the claim's PutItem is dropped (forwarded, then the connection
+    /// closed) until the store's retries run out, so the store must read the claim back and
+    /// release it, or hand its token back ([`StoreError::ClaimUnconfirmed`]) for the executor to
+    /// release at its next call. The tool is never called.
+    ClaimAnswersLost,
+}
+
+/// How long the [`ToolFault::SlowClaim`] tool may run (its own timeout), and so what the lease
+/// covers from the tool's start.
+pub const LONG_RUN: Duration = super::BUDGET;
+/// The [`ToolFault::SlowClaim`] side effect happens this long before [`LONG_RUN`] ends.
+const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
+/// PutItem answers are held this long past the attempt timeout...
+const SLOW_CLAIM_HOLD: Duration =
+    Duration::from_millis(super::ATTEMPT_TIMEOUT.as_millis() as u64 + 100);
+/// ...for requests arriving within this long of the claim: the first two attempts (the write
+/// applies, then the retry's conditional check) are lost, the third is answered.
+const SLOW_CLAIM_HOLD_FOR: Duration = Duration::from_millis(750);
+/// [`ToolFault::SlowCompletionNearDeadline`]: the tool ends this long before its timeout...
+const NEAR_TIMEOUT: Duration = Duration::from_millis(50);
+/// ...the completion's first answers are lost (held past the attempt timeout) for this long...
+const SLOW_COMPLETION_LOST_FOR: Duration = Duration::from_millis(750);
+/// ...and later ones are slow (within the attempt timeout) until the store's deadline.
+const SLOW_COMPLETION_HOLD: Duration = Duration::from_millis(250);
+/// [`ToolFault::ClaimAnswersLost`]: PutItem answers are dropped for longer than the store's
+/// retry deadline.
+const CLAIM_LOST_FOR: Duration =
+    Duration::from_millis(super::STORE_DEADLINE.as_millis() as u64 + 300);
+
+impl ToolFault {
+    pub const ALL: [ToolFault; 13] = [
+        ToolFault::None,
+        ToolFault::ErrorBeforeEffect,
+        ToolFault::TypedErrorAfterEffect,
+        ToolFault::FourXxAfterRun,
+        ToolFault::CrashAfterEffect,
+        ToolFault::HangPastTimeout,
+        ToolFault::SlowPastDeadline,
+        ToolFault::KillBeforeEffect,
+        ToolFault::KillAfterEffect,
+        ToolFault::PauseBeforeComplete,
+        ToolFault::SlowClaim,
+        ToolFault::SlowCompletionNearDeadline,
+        ToolFault::ClaimAnswersLost,
+    ];
+
+    /// The fault called `name` (see [`ToolFault::name`]).
+    pub fn from_name(name: &str) -> Option<ToolFault> {
+        ToolFault::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolFault::None => "none",
+            ToolFault::ErrorBeforeEffect => "tool_error_before_effect",
+            ToolFault::TypedErrorAfterEffect => "tool_typed_error_after_effect",
+            ToolFault::FourXxAfterRun => "tool_4xx_after_run",
+            ToolFault::CrashAfterEffect => "tool_crash_after_effect",
+            ToolFault::HangPastTimeout => "tool_hang_past_timeout",
+            ToolFault::SlowPastDeadline => "tool_slow_past_deadline",
+            ToolFault::KillBeforeEffect => "kill_before_effect",
+            ToolFault::KillAfterEffect => "kill_after_effect",
+            ToolFault::PauseBeforeComplete => "pause_before_complete_past_lease",
+            ToolFault::SlowClaim => "store_slow_claim",
+            ToolFault::SlowCompletionNearDeadline => "store_slow_completion_near_deadline",
+            ToolFault::ClaimAnswersLost => "store_claim_answers_lost",
+        }
+    }
+}
+
+/// How the store took this invocation's completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    Stored,
+    LeaseLost,
+    Failed,
+}
+
+/// What became of a claim whose every answer was lost ([`ToolFault::ClaimAnswersLost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostClaim {
+    /// The store said it read the claim back and released it (or found it was not written), and
+    /// a read right after found the key not held by it.
+    ReleasedByStore,
+    /// The store said so, but a read right after found the claim still holding the key, and no
+    /// write of it was in flight when the store answered.
+    LeftHeld,
+    /// The store said so while a write of the claim was still in flight (forwarded, not yet
+    /// answered by the server: it may apply after the store's read-back), and a read right after
+    /// found the claim holding the key. Left to its lease.
+    AppliedAfterReadBack,
+    /// The store said so; the read after could not be made.
+    Unchecked,
+    /// The store handed the token back; the executor must release it.
+    HandedBack,
+    /// The executor released a handed-back token (or found it taken over).
+    HandedBackReleased,
+}
+
+/// Notes on one invocation.
+#[derive(Debug, Default, Clone)]
+pub struct Notes {
+    /// Store time when the successful claim was sent, and the lease it asked for.
+    pub claimed_at_ms: Option<i64>,
+    pub lease_until_ms: Option<i64>,
+    /// The tool was called.
+    pub invoked: bool,
+    /// The receipt the tool wrote, and when.
+    pub receipt_id: Option<String>,
+    pub completion: Option<Completion>,
+    /// Store time when the completion was sent.
+    pub completed_at_ms: Option<i64>,
+    /// The executor moved the lease (a slow claim).
+    pub lease_extended: bool,
+    /// For [`ToolFault::ClaimAnswersLost`]: the claim failed, and what became of it.
+    pub lost_claim: Option<LostClaim>,
+    /// For [`ToolFault::SlowCompletionNearDeadline`]: store time when the completion returned.
+    pub completion_returned_at_ms: Option<i64>,
+    /// A store-path fault was armed for this invocation.
+    pub armed: bool,
+    /// The invocation's Lambda deadline (store time).
+    pub deadline_ms: Option<i64>,
+    /// For a handed-back claim: the executor's release attempts that failed (store time: error).
+    pub orphan_releases: Vec<String>,
+    /// For a handed-back claim still pending: when another claim on the same key was handed back
+    /// (store time).
+    pub later_unconfirmed_on_key: Vec<i64>,
+}
+
+/// One invocation: its planned tool fault, a kill switch, and notes.
+#[derive(Debug)]
+pub struct Attempt {
+    pub fault: ToolFault,
+    /// Pulled by the tool for the kill faults; the driver then drops the invocation's future.
+    pub kill: Notify,
+    pub notes: Mutex<Notes>,
+}
+
+impl Attempt {
+    pub fn new(fault: ToolFault) -> Attempt {
+        Attempt {
+            fault,
+            kill: Notify::new(),
+            notes: Mutex::new(Notes::default()),
+        }
+    }
+
+    pub fn note<T>(&self, f: impl FnOnce(&mut Notes) -> T) -> T {
+        f(&mut self.notes.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+fn current() -> Option<Arc<Attempt>> {
+    ATTEMPT.try_with(Arc::clone).ok()
+}
+
+/// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
+/// tool (with its timeout enforced).
+pub struct ChaosTool {
+    pub demo: Arc<DemoTool>,
+}
+
+impl ChaosTool {
+    pub fn new(demo: DemoTool) -> ChaosTool {
+        ChaosTool {
+            demo: Arc::new(demo),
+        }
+    }
+
+    fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
+        effect(&self.demo, current().as_deref(), target, payload)
+    }
+
+    async fn faulted(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let Some(attempt) = current() else {
+            return self.effect(target, &payload);
+        };
+        attempt.note(|n| n.invoked = true);
+        // A tool takes a little time, so that identical calls overlap.
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
+        match attempt.fault {
+            ToolFault::None | ToolFault::PauseBeforeComplete | ToolFault::ClaimAnswersLost => {
+                self.effect(target, &payload)
+            }
+            ToolFault::SlowClaim => {
+                // A tool Lambda with a timeout of its own: the invoker's client gives up at its
+                // timeout (the outcome is unknown), the function goes on and does its side effect
+                // late, possibly after this invocation ended.
+                let (demo, target) = (self.demo.clone(), target.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(LONG_RUN - LONG_RUN_SLACK).await;
+                    let _ = effect(&demo, Some(&*attempt), &target, &payload);
+                });
+                std::future::pending().await
+            }
+            ToolFault::SlowCompletionNearDeadline => {
+                tokio::time::sleep(timeout.saturating_sub(NEAR_TIMEOUT)).await;
+                self.effect(target, &payload)
+            }
+            ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
+                target: target.into(),
+                kind: toolcall_dedup::config::NOTHING_RAN_ERROR.into(),
+                message: "chaos: the tool rejected the call before doing anything".into(),
+            }),
+            ToolFault::TypedErrorAfterEffect => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::FunctionError {
+                    target: target.into(),
+                    kind: "ValidationException".into(),
+                    message: "chaos: the receipt write was rejected after the side effect".into(),
+                })
+            }
+            ToolFault::FourXxAfterRun => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::Invoke {
+                    target: target.into(),
+                    // What the Lambda dispatcher makes of a 410 EFSIOException.
+                    outcome_unknown: true,
+                    source: "chaos: EFSIOException (410) after the function ran".into(),
+                })
+            }
+            ToolFault::CrashAfterEffect => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::FunctionError {
+                    target: target.into(),
+                    kind: "Runtime.ExitError".into(),
+                    message: "chaos: the tool exited after its side effect".into(),
+                })
+            }
+            ToolFault::HangPastTimeout => std::future::pending().await,
+            ToolFault::SlowPastDeadline => {
+                // Past the dispatch timeout, around the moment the driver kills the invocation.
+                let over = Duration::from_millis(fastrand::u64(0..2000));
+                tokio::time::sleep(timeout + over).await;
+                self.effect(target, &payload)
+            }
+            ToolFault::KillBeforeEffect => {
+                attempt.kill.notify_one();
+                std::future::pending().await
+            }
+            ToolFault::KillAfterEffect => {
+                self.effect(target, &payload)?;
+                attempt.kill.notify_one();
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+/// Does the demo tool's side effect, noting its receipt on `attempt`.
+fn effect(
+    demo: &DemoTool,
+    attempt: Option<&Attempt>,
+    target: &str,
+    payload: &[u8],
+) -> Result<Vec<u8>, DispatchError> {
+    let (reply, receipt) = demo.perform_payload(target, payload)?;
+    if let (Some(attempt), Some(receipt)) = (attempt, receipt) {
+        attempt.note(|n| n.receipt_id = Some(receipt));
+    }
+    Ok(reply)
+}
+
+impl Dispatcher for ChaosTool {
+    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
+        Ok("demo-tool".into())
+    }
+
+    fn max_run_time(&self, _target: &str) -> Duration {
+        // In process, a tool cannot outlive its invocation, except the slow-claim one, which
+        // models a tool Lambda with a timeout of its own.
+        match current() {
+            Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
+            _ => Duration::ZERO,
+        }
+    }
+
+    async fn invoke(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let slow = current().is_some_and(|a| a.fault == ToolFault::SlowPastDeadline);
+        let work = self.faulted(target, payload, timeout);
+        if slow {
+            // This tool's client does not enforce the timeout: the Lambda deadline does.
+            return work.await;
+        }
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DispatchError::Timeout {
+                    target: target.into(),
+                    after: timeout,
+                })
+            })
+    }
+}
+
+/// A store that notes, per invocation, its successful claim and how its completion went, and
+/// holds a [`ToolFault::PauseBeforeComplete`] completion until the key is taken over.
+pub struct NotingStore<S> {
+    inner: S,
+    /// Per key, woken at each successful claim.
+    claims: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The invocation that holds each claim: the executor completes in a task of its own, where
+    /// [`ATTEMPT`] is not set.
+    holders: Mutex<HashMap<LeaseToken, Arc<Attempt>>>,
+    /// The proxy's keyed rules, armed for the store-path faults (none: those faults do nothing).
+    keyed: Option<Arc<KeyedFaults>>,
+    /// Claims whose answers were lost and whose token the store handed back, until released.
+    handed_back: Mutex<HashMap<LeaseToken, (String, Arc<Attempt>)>>,
+}
+
+/// A paused completion resumes at the latest this long after its lease ended.
+const MAX_PAUSE_PAST_LEASE: Duration = Duration::from_secs(3);
+
+impl<S: Store> NotingStore<S> {
+    pub fn new(inner: S) -> NotingStore<S> {
+        NotingStore {
+            inner,
+            claims: Mutex::new(HashMap::new()),
+            holders: Mutex::new(HashMap::new()),
+            keyed: None,
+            handed_back: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Arms the store-path faults through `keyed` (the fault proxy's rules).
+    pub fn with_keyed_faults(mut self, keyed: Arc<KeyedFaults>) -> NotingStore<S> {
+        self.keyed = Some(keyed);
+        self
+    }
+
+    /// Another claim on `key` was handed back: noted on the handed-back claims still pending there
+    /// (the executor remembers one token per key).
+    fn unconfirmed_on(&self, key: &str, token: &LeaseToken) {
+        let at = self.inner.now_ms();
+        let pending = self.handed_back.lock().unwrap_or_else(|p| p.into_inner());
+        for (held, (k, attempt)) in pending.iter() {
+            if k == key && held != token {
+                attempt.note(|n| n.later_unconfirmed_on_key.push(at));
+            }
+        }
+    }
+
+    /// Arms the claim faults of `attempt`'s plan on `key`, once per invocation.
+    fn arm_claim(&self, key: &str, attempt: &Attempt) -> bool {
+        let Some(keyed) = &self.keyed else {
+            return false;
+        };
+        let rule = match attempt.fault {
+            ToolFault::SlowClaim => (SLOW_CLAIM_HOLD_FOR, KeyedFault::Hold(SLOW_CLAIM_HOLD)),
+            ToolFault::ClaimAnswersLost => (CLAIM_LOST_FOR, KeyedFault::Drop),
+            _ => return false,
+        };
+        if attempt.note(|n| std::mem::replace(&mut n.armed, true)) {
+            return false;
+        }
+        keyed.arm("PutItem", key, Duration::ZERO, rule.0, rule.1);
+        true
+    }
+
+    /// After a claim whose answers were all lost: the store either handed the token back, or
+    /// said it released the claim (or that it was never written), which a read checks.
+    async fn check_lost_claim(&self, key: &str, error: &StoreError, in_flight: usize) -> LostClaim {
+        if let StoreError::ClaimUnconfirmed { token, .. } = error {
+            if let Some(attempt) = current() {
+                self.handed_back
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone(), (key.to_string(), attempt));
+            }
+            return LostClaim::HandedBack;
+        }
+        let written = self
+            .keyed
+            .as_ref()
+            .and_then(|k| k.first_body("PutItem", key))
+            .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
+            .and_then(|v| {
+                v["Item"][toolcall_dedup::store::dynamodb::attr::LEASE_TOKEN]["S"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        let Some(written) = written else {
+            return LostClaim::Unchecked;
+        };
+        match self.inner.get(key).await {
+            Ok(Some(r)) if r.status == Status::InProgress && r.token.as_str() == written => {
+                if in_flight > 0 {
+                    LostClaim::AppliedAfterReadBack
+                } else {
+                    LostClaim::LeftHeld
+                }
+            }
+            Ok(_) => LostClaim::ReleasedByStore,
+            Err(_) => LostClaim::Unchecked,
+        }
+    }
+
+    fn claims_of(&self, key: &str) -> Arc<Notify> {
+        self.claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Waits until another invocation claims `key` (its lease ended), or past the lease.
+    async fn pause_until_taken_over(&self, key: &str, attempt: &Attempt) {
+        let claimed = self.claims_of(key);
+        let taken_over = claimed.notified();
+        let lease_until = attempt.note(|n| n.lease_until_ms).unwrap_or(0);
+        let past_lease = u64::try_from(lease_until - self.inner.now_ms()).unwrap_or(0);
+        let _ = tokio::time::timeout(
+            Duration::from_millis(past_lease) + MAX_PAUSE_PAST_LEASE,
+            taken_over,
+        )
+        .await;
+        // The new holder is now between its claim and its completion.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+impl<S: Store> Store for NotingStore<S> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let sent_at = self.inner.now_ms();
+        let (key, lease_until) = (req.key, req.lease_until_ms);
+        let armed = current().is_some_and(|a| self.arm_claim(key, &a));
+        let outcome = self.inner.claim(req).await;
+        if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &outcome {
+            self.unconfirmed_on(key, token);
+        }
+        if let Err(e) = &outcome {
+            if armed && current().is_some_and(|a| a.fault == ToolFault::ClaimAnswersLost) {
+                let in_flight = self
+                    .keyed
+                    .as_ref()
+                    .map_or(0, |k| k.in_flight("PutItem", key));
+                let lost = self.check_lost_claim(key, e, in_flight).await;
+                if let Some(attempt) = current() {
+                    attempt.note(|n| n.lost_claim = Some(lost));
+                }
+            }
+        }
+        if let Ok(ClaimOutcome::Claimed { token }) = &outcome {
+            if let Some(attempt) = current() {
+                attempt.note(|n| {
+                    n.claimed_at_ms = Some(sent_at);
+                    n.lease_until_ms = Some(lease_until);
+                });
+                self.holders
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone(), attempt);
+            }
+            self.claims_of(key).notify_waiters();
+        }
+        outcome
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<toolcall_dedup::store::Completion, StoreError> {
+        let attempt = current().or_else(|| {
+            self.holders
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(token)
+        });
+        if let Some(attempt) = attempt
+            .as_ref()
+            .filter(|a| a.fault == ToolFault::PauseBeforeComplete)
+        {
+            self.pause_until_taken_over(key, attempt).await;
+        }
+        if let (Some(keyed), Some(_)) = (
+            &self.keyed,
+            attempt
+                .as_ref()
+                .filter(|a| a.fault == ToolFault::SlowCompletionNearDeadline),
+        ) {
+            let lost = KeyedFault::Hold(SLOW_CLAIM_HOLD);
+            keyed.arm(
+                "UpdateItem",
+                key,
+                Duration::ZERO,
+                SLOW_COMPLETION_LOST_FOR,
+                lost,
+            );
+            let slow = KeyedFault::Hold(SLOW_COMPLETION_HOLD);
+            let rest = super::STORE_DEADLINE.saturating_sub(SLOW_COMPLETION_LOST_FOR);
+            keyed.arm("UpdateItem", key, SLOW_COMPLETION_LOST_FOR, rest, slow);
+        }
+        let sent_at = self.inner.now_ms();
+        let outcome = self.inner.complete(key, token, result, expires_at_s).await;
+        let returned_at = self.inner.now_ms();
+        if let Some(attempt) = attempt {
+            let completion = match &outcome {
+                Ok(_) => Completion::Stored,
+                Err(StoreError::LeaseLost) => Completion::LeaseLost,
+                Err(_) => Completion::Failed,
+            };
+            attempt.note(|n| {
+                n.completion = Some(completion);
+                n.completed_at_ms = Some(sent_at);
+                n.completion_returned_at_ms = Some(returned_at);
+            });
+        }
+        outcome
+    }
+
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        let extended = self
+            .inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await;
+        if extended.is_ok() {
+            if let Some(attempt) = current() {
+                attempt.note(|n| {
+                    n.lease_until_ms = Some(lease_until_ms);
+                    n.lease_extended = true;
+                });
+            }
+        }
+        extended
+    }
+
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.holders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+        let released = self.inner.release(key, token).await;
+        let handed_back = self
+            .handed_back
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .map(|(_, a)| a.clone());
+        if let (Some(attempt), Err(e)) = (handed_back, &released) {
+            let at = self.inner.now_ms();
+            attempt.note(|n| n.orphan_releases.push(format!("{at}: {e}")));
+        }
+        if matches!(released, Ok(()) | Err(StoreError::LeaseLost)) {
+            let handed_back = self
+                .handed_back
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(token);
+            if let Some((_, attempt)) = handed_back {
+                attempt.note(|n| n.lost_claim = Some(LostClaim::HandedBackReleased));
+            }
+        }
+        released
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+
+    fn requests(&self) -> RequestCounts {
+        self.inner.requests()
+    }
+}

@@ -1,0 +1,258 @@
+//! The oracle: reads the demo tool's ledger at the end and checks the run against it.
+//!
+//! Per distinct call (one session each):
+//!
+//! - **Side effects** are the ledger entries of its session. The first is the execution. A
+//!   further one is allowed only when an earlier execution's outcome was unknown to the executor
+//!   (the tool crashed or the invocation was killed after the effect, or the completion write
+//!   failed) *and* the further execution claimed the key after that execution's lease had ended:
+//!   that is the documented at-least-once window of an unrecorded outcome. Any other further
+//!   entry is a **double execution**.
+//! - **Results**: every replayed answer, and every executed answer whose completion was stored,
+//!   equals the call's stored result byte for byte; and no completion sent within its own lease
+//!   is refused (that would mean someone overwrote or deleted the record under its holder).
+//!   Otherwise it is a **lost result**. A completion refused after its own lease ended is the
+//!   fence working, counted apart.
+//! - **Claims**: after the run settles (every lease plus a margin has passed) no record may still
+//!   block its key, and a last, fault-free send of every call must be answered, not told "in
+//!   progress". Otherwise it is a **stuck claim**.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use super::attempt::{Attempt, Completion, LostClaim, Notes};
+use toolcall_dedup::store::{Record, Status};
+use toolcall_dedup::telemetry::Outcome;
+
+/// One finished (or killed) invocation, as the oracle needs it.
+#[derive(Debug)]
+pub struct Observed {
+    pub call: usize,
+    /// `None` when the invocation was killed.
+    pub outcome: Option<Outcome>,
+    /// Why it was killed: `killed_by_fault` (the tool pulled the switch) or `killed_at_deadline`.
+    pub killed: Option<&'static str>,
+    pub response: Option<String>,
+    pub key: Option<String>,
+    pub notes: Notes,
+    /// Where the notes come from (read again before the oracle runs).
+    pub attempt: std::sync::Arc<Attempt>,
+}
+
+/// What the oracle found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub executed: u64,
+    pub double_executions: u64,
+    pub reexecutions_after_unknown_outcome: u64,
+    pub late_completions_refused: u64,
+    pub lost_results: u64,
+    pub stuck_claims: u64,
+    /// Calls with no side effect before the settling pass (every attempt ended in a store
+    /// outage, a tool fault or a kill before the effect).
+    pub unexecuted_before_settle: u64,
+    /// Calls whose invocations derived different keys (the sends of one call must meet).
+    pub key_splits: u64,
+    pub findings: Vec<String>,
+}
+
+/// Lease ends are compared with claim times read from the same clock a few microseconds apart.
+const CLOCK_SLACK_MS: i64 = 5;
+const MAX_FINDINGS: usize = 40;
+
+impl Verdict {
+    fn finding(&mut self, text: String) {
+        if self.findings.len() < MAX_FINDINGS {
+            self.findings.push(text);
+        }
+    }
+}
+
+/// Checks one call. `observed` are its invocations in the run (settling pass included),
+/// `settled` the outcome of its fault-free settling send, `record` its final stored record.
+pub fn check_call(
+    verdict: &mut Verdict,
+    session: &str,
+    entries: &[&Value],
+    observed: &[&Observed],
+    settle_index: usize,
+    record: Option<&Record>,
+) {
+    verdict.executed += entries.len() as u64;
+    let before_settle = entries
+        .iter()
+        .filter(|e| {
+            let receipt = e["receipt_id"].as_str();
+            !observed[settle_index..]
+                .iter()
+                .any(|o| o.notes.receipt_id.as_deref() == receipt)
+        })
+        .count();
+    if before_settle == 0 {
+        verdict.unexecuted_before_settle += 1;
+    }
+    let keys: std::collections::BTreeSet<_> =
+        observed.iter().filter_map(|o| o.key.as_ref()).collect();
+    if keys.len() > 1 {
+        verdict.key_splits += 1;
+        verdict.finding(format!(
+            "{session}: its sends derived {} different keys",
+            keys.len()
+        ));
+    }
+
+    // Side effects, in the order they happened.
+    let by_receipt: HashMap<&str, &Observed> = observed
+        .iter()
+        .filter_map(|o| o.notes.receipt_id.as_deref().map(|r| (r, *o)))
+        .collect();
+    let mut executions: Vec<(&Value, Option<&Observed>)> = entries
+        .iter()
+        .map(|e| {
+            (
+                *e,
+                e["receipt_id"]
+                    .as_str()
+                    .and_then(|r| by_receipt.get(r).copied()),
+            )
+        })
+        .collect();
+    executions.sort_by_key(|(e, o)| {
+        (
+            o.and_then(|o| o.notes.claimed_at_ms).unwrap_or(i64::MAX),
+            e["ts_ms"].as_i64(),
+        )
+    });
+    for i in 1..executions.len() {
+        let (entry, this) = executions[i];
+        let claimed_at = this.and_then(|o| o.notes.claimed_at_ms);
+        let explained = claimed_at.is_some_and(|claimed_at| {
+            executions[..i].iter().any(|(earlier_entry, earlier)| {
+                // The earlier side effect itself happened before this claim: a lease that ended
+                // while its tool still ran would let both run at once.
+                let done_before = earlier_entry["ts_ms"]
+                    .as_i64()
+                    .is_some_and(|ts| ts < claimed_at + CLOCK_SLACK_MS);
+                earlier.is_some_and(|e| {
+                    outcome_unknown(e)
+                        && done_before
+                        && e.notes
+                            .lease_until_ms
+                            .is_some_and(|lease| lease < claimed_at + CLOCK_SLACK_MS)
+                })
+            })
+        });
+        if explained {
+            verdict.reexecutions_after_unknown_outcome += 1;
+        } else {
+            verdict.double_executions += 1;
+            let history: Vec<String> = executions[..=i]
+                .iter()
+                .map(|(e, o)| describe(e, *o))
+                .collect();
+            verdict.finding(format!(
+                "{session}: side effect #{} ({}) is a double execution; executions: {}",
+                i + 1,
+                entry["receipt_id"],
+                history.join(" | ")
+            ));
+        }
+    }
+
+    // Results.
+    let stored = record
+        .filter(|r| r.status == Status::Completed)
+        .and_then(|r| r.result.as_deref());
+    for o in observed {
+        let replayed = matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited));
+        let executed_and_stored =
+            o.outcome == Some(Outcome::Executed) && o.notes.completion == Some(Completion::Stored);
+        if o.notes.completion == Some(Completion::LeaseLost) {
+            let late = match (o.notes.completed_at_ms, o.notes.lease_until_ms) {
+                (Some(sent), Some(lease)) => sent > lease,
+                _ => false,
+            };
+            if late {
+                verdict.late_completions_refused += 1;
+            } else {
+                verdict.lost_results += 1;
+                verdict.finding(format!(
+                    "{session}: a completion sent within its lease was refused: the record was \
+                     overwritten or deleted under its holder, and its result is lost ({})",
+                    describe_notes(o)
+                ));
+            }
+        } else if replayed || executed_and_stored {
+            let same = match (stored, &o.response) {
+                (Some(stored), Some(answer)) => stored == answer.as_bytes(),
+                _ => false,
+            };
+            if !same {
+                verdict.lost_results += 1;
+                verdict.finding(format!(
+                    "{session}: a {:?} answer differs from the stored result (stored: {})",
+                    o.outcome,
+                    stored.map_or("none".into(), |s| String::from_utf8_lossy(s).into_owned())
+                ));
+            }
+        }
+    }
+
+    // Claims whose every answer was lost: released by the store, or handed back and released by
+    // the executor (the fault-free settling pass gives it calls to do that at), never left to
+    // block the key for a whole lease.
+    for o in observed {
+        let left = match o.notes.lost_claim {
+            Some(LostClaim::LeftHeld) => {
+                "the store reported it released, yet it still held the key"
+            }
+            Some(LostClaim::HandedBack) => {
+                "its token was handed back, and the executor never released it"
+            }
+            _ => continue,
+        };
+        verdict.stuck_claims += 1;
+        verdict.finding(format!(
+            "{session}: a claim whose answers were lost: {left} ({}; deadline {:?}; failed \
+             releases: [{}]; later claims on the key handed back at {:?})",
+            describe_notes(o),
+            o.notes.deadline_ms,
+            o.notes.orphan_releases.join("; "),
+            o.notes.later_unconfirmed_on_key,
+        ));
+    }
+
+    // Claims.
+    let settled = observed.get(settle_index).and_then(|o| o.outcome);
+    let blocking = record.is_some_and(|r| r.status == Status::InProgress);
+    if settled == Some(Outcome::InProgress) || blocking {
+        verdict.stuck_claims += 1;
+        verdict.finding(format!(
+            "{session}: still claimed after every lease ended (settling answer {settled:?}, record {record:?})"
+        ));
+    }
+}
+
+/// The executor could not know whether this execution happened or could not record it.
+fn outcome_unknown(o: &Observed) -> bool {
+    o.notes.completion != Some(Completion::Stored)
+}
+
+fn describe_notes(o: &Observed) -> String {
+    format!(
+        "claimed_at={:?} lease_until={:?} completed_at={:?} outcome={:?} completion={:?}",
+        o.notes.claimed_at_ms,
+        o.notes.lease_until_ms,
+        o.notes.completed_at_ms,
+        o.outcome,
+        o.notes.completion
+    )
+}
+
+fn describe(entry: &Value, o: Option<&Observed>) -> String {
+    match o {
+        Some(o) => format!("{} {}", entry["receipt_id"], describe_notes(o)),
+        None => format!("{} (no invocation noted it)", entry["receipt_id"]),
+    }
+}

@@ -1,0 +1,82 @@
+//! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
+//! binary only calls [`main`].
+
+pub mod audit;
+pub mod chaos;
+pub mod corpus;
+pub mod cost;
+pub mod key;
+pub mod replay;
+pub mod score;
+pub mod table;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dedup",
+    version,
+    about = "Key, score and replay AI tool calls for idempotency"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Derive keys for tool calls read as JSON Lines on stdin.
+    Key(key::KeyArgs),
+    /// Find retries and deliberate repeats in tool-call logs and score every keyer on them.
+    Audit(audit::AuditArgs),
+    /// Model what duplicates waste in tokens against what the store costs.
+    Cost(cost::CostArgs),
+    /// Manage the idempotency table on a DynamoDB endpoint.
+    #[command(subcommand)]
+    Table(table::TableCommand),
+    /// Score keyers A–D and ours on the replay corpus (the article's table).
+    Score(score::ScoreArgs),
+    /// Rebuild the replay corpus files byte for byte.
+    Corpus(corpus::CorpusArgs),
+    /// Run Bedrock event files through the real handler, with the demo tool in-process.
+    Replay(replay::ReplayArgs),
+    /// Soak the handler and a local DynamoDB server under random faults; check the demo ledger.
+    Chaos(chaos::ChaosArgs),
+}
+
+/// Parses the command line and runs the subcommand; the exit code says whether everything succeeded.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Key(args) => key::run(args),
+        Command::Audit(args) => audit::run(args),
+        Command::Cost(args) => cost::run(args),
+        Command::Table(command) => table::run(command),
+        Command::Score(args) => score::run(args),
+        Command::Corpus(args) => corpus::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Chaos(args) => chaos::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("dedup: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Errors a subcommand can end with (per-line input errors are reported inline instead).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Policy(#[from] toolcall_dedup::key::PolicyError),
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Store(#[from] toolcall_dedup::store::StoreError),
+}

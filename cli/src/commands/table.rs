@@ -1,0 +1,39 @@
+//! `dedup table create`: the command line over [`toolcall_dedup::store::table`].
+
+use toolcall_dedup::store::DynamoDbConfig;
+use toolcall_dedup::store::table::create_table;
+
+/// `dedup table ...` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum TableCommand {
+    /// Create the idempotency table (on-demand, TTL where supported), or check an existing one.
+    Create(TableCreateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TableCreateArgs {
+    /// DynamoDB endpoint, e.g. a local server (`http://127.0.0.1:8000`); AWS when absent.
+    #[arg(long, env = "DEDUP_DYNAMODB_ENDPOINT")]
+    pub endpoint: Option<String>,
+    #[arg(long, env = "DEDUP_TABLE_NAME")]
+    pub table: String,
+    #[arg(long, env = "DEDUP_KEY_ATTRIBUTE", default_value = "pk")]
+    pub key_attribute: String,
+    #[arg(long, env = "DEDUP_TTL_ATTRIBUTE", default_value = "expires_at")]
+    pub ttl_attribute: String,
+}
+
+pub fn run(command: TableCommand) -> Result<std::process::ExitCode, super::CliError> {
+    let TableCommand::Create(args) = command;
+    let config = DynamoDbConfig {
+        key_attribute: args.key_attribute,
+        ttl_attribute: args.ttl_attribute,
+        ..DynamoDbConfig::new(args.table)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(create_table(args.endpoint.as_deref(), &config))?;
+    println!("{report}");
+    Ok(std::process::ExitCode::SUCCESS)
+}

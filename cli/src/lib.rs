@@ -1,0 +1,16 @@
+//! The machinery around toolcall-dedup: none of it is part of the Lambda.
+//!
+//! - [`commands`]: the `dedup` command line (key, score, corpus, replay, audit, cost, table, chaos).
+//! - [`corpus`]: the replay corpus, its generators and the keyer scoring.
+//! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
+//! - [`cost`]: the token-waste versus store-cost model.
+//! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
+//! - [`demo`]: the demo tool (a ledger of side effects), a `Dispatcher` and a Lambda.
+pub mod audit;
+pub mod chaos;
+pub mod commands;
+pub mod corpus;
+pub mod cost;
+pub mod demo;
+
+pub use commands::main;

@@ -1,0 +1,83 @@
+//! The CI chaos soak: a short fixed-seed run of `dedup chaos` on each local DynamoDB server,
+//! in-process, against the servers `scripts/test` starts (their processes are paused in the
+//! soak's pause windows when `DEDUP_TEST_*_PID` is set). Every fault class is on, including the
+//! tool that crashes after its side effect, unless `DEDUP_CHAOS_WITHOUT` names classes to leave
+//! out (comma-separated, e.g. `tool_crash_after_effect`).
+//!
+//! The long run is `scripts/chaos --seed S --invocations N` (README "Reliability").
+
+use crate::servers;
+
+use servers::Backend;
+use dedup_cli::chaos::attempt::ToolFault;
+use dedup_cli::chaos::{SoakConfig, soak};
+
+/// The seed of the CI soak: fixed, so a failure reproduces with `scripts/chaos --seed 14`.
+const SEED: u64 = 14;
+const INVOCATIONS: usize = 1500;
+
+fn excluded() -> Vec<ToolFault> {
+    let names = std::env::var("DEDUP_CHAOS_WITHOUT").unwrap_or_default();
+    names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| ToolFault::from_name(n).unwrap_or_else(|| panic!("unknown fault {n:?}")))
+        .collect()
+}
+
+async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
+    let report = soak(&SoakConfig {
+        seed: SEED,
+        invocations: INVOCATIONS,
+        server: server.into(),
+        endpoint: backend.endpoint(),
+        server_pid: std::env::var(pid_var).ok().and_then(|p| p.parse().ok()),
+        concurrency: 16,
+        rate: 100.0,
+        events_dir: crate::fixture::events_dir(),
+        excluded: excluded(),
+        ledger_dir: std::env::temp_dir(),
+    })
+    .await
+    .expect("the soak ran");
+    println!("{}", report.summary());
+    assert_eq!(report.invocations, INVOCATIONS as u64);
+    assert!(report.distinct_calls >= 100, "hundreds of distinct calls");
+    let injected = |kind: &str| report.faults.get(kind).copied().unwrap_or(0);
+    for kind in [
+        "store_drop_before_forward",
+        "store_drop_after_forward",
+        "store_throttle_provisioned_throughput",
+        "store_throttle_rate",
+        "store_outage_windows",
+        "kill_before_effect",
+        "tool_hang_past_timeout",
+        "pause_before_complete_past_lease",
+        "tool_typed_error_after_effect",
+        "tool_4xx_after_run",
+        "store_slow_claim",
+        "store_slow_completion_near_deadline",
+        "store_claim_answers_lost",
+    ] {
+        assert!(injected(kind) > 0, "no {kind} fault was injected");
+    }
+    assert!(
+        report.passed(),
+        "double executions {}, lost results {}, stuck claims {}:\n{}",
+        report.double_executions,
+        report.lost_results,
+        report.stuck_claims,
+        report.summary()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_seed_chaos_soak_on_moto_runs_each_call_once() {
+    soak_on(Backend::Moto, "moto", "DEDUP_TEST_MOTO_PID").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_seed_chaos_soak_on_dynalite_runs_each_call_once() {
+    soak_on(Backend::Dynalite, "dynalite", "DEDUP_TEST_DYNALITE_PID").await;
+}

@@ -1,0 +1,29 @@
+//! The machinery's integration tests (the `dedup` binary, the corpus, the chaos soak), one
+//! binary. They share the product suite's support files rather than copies of them.
+
+#[path = "../../../tests/it/fixture.rs"]
+mod fixture;
+#[path = "../../../tests/it/servers.rs"]
+mod servers;
+
+mod audit_replay;
+mod chaos;
+mod cli_cost_audit;
+mod cli_key;
+mod events_corpus;
+mod handler_replay;
+mod score;
+
+/// The `dedup` binary as a newcomer runs it: from the repository root, with none of the caller's
+/// `DEDUP_*` settings (the test servers' `DEDUP_TEST_*` endpoints stay), no ledger and no log filter.
+pub fn dedup() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dedup"));
+    for (var, _) in std::env::vars() {
+        let setting = var.starts_with("DEDUP_") && !var.starts_with("DEDUP_TEST_");
+        if setting || var == "DEMO_LEDGER" || var == "RUST_LOG" {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.current_dir(fixture::root());
+    cmd
+}

@@ -1,0 +1,360 @@
+//! The handler tests' shared fixture (also used by `benches/handler.rs`): events, handlers, the
+//! demo tool, scripted dispatchers and stores, and the assertions on answers. Each test file uses
+//! part of it.
+#![allow(dead_code, unused_imports)]
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use toolcall_dedup::bedrock::Envelope;
+use toolcall_dedup::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
+use dedup_cli::demo::{DemoTool, Ledger};
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
+use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::store::{
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
+};
+use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
+
+/// The repository root (both packages' tests use this fixture; only the root holds `events/`).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("samconfig.toml").is_file())
+        .expect("the repository root is above the package")
+        .to_path_buf()
+}
+
+pub fn events_dir() -> PathBuf {
+    root().join("events")
+}
+
+pub fn event(name: &str) -> Value {
+    let path = events_dir().join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+pub fn event_files() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(events_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 10, "events/ has too few files: {names:?}");
+    names
+}
+
+pub fn handler<S: Store, D: Dispatcher>(store: S, dispatcher: D, config: &Config) -> Handler<S, D> {
+    Handler::new(store, dispatcher, config, Telemetry::quiet())
+}
+
+/// The zero-configuration handler (memory store, in-process demo tool) with `telemetry`.
+pub fn demo_handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
+    Handler::new(MemoryStore::new(), demo(), &Config::default(), telemetry)
+}
+
+/// The client context an event file is sent with (an AgentCore event's
+/// `<name>.client-context.json`), read the way `dedup replay` reads it.
+pub fn client_context(name: &str) -> Option<toolcall_dedup::handler::ClientContext> {
+    dedup_cli::commands::replay::EventFile::read(events_dir().join(name))
+        .unwrap()
+        .client_context
+}
+
+pub fn demo() -> DemoTool {
+    DemoTool::new(Ledger::memory())
+}
+
+pub async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
+    h.handle(ev, &Invocation::default()).await
+}
+
+pub fn response(h: &Handled) -> Value {
+    match &h.response {
+        Ok(raw) => serde_json::from_str(raw.get()).unwrap(),
+        Err(e) => panic!("expected a Bedrock response, got a Lambda error: {e}"),
+    }
+}
+
+/// `responseState` of a response of either flavour (None on success).
+pub fn state(h: &Handled) -> Option<String> {
+    let r = response(h);
+    let holder = r["response"]
+        .get("functionResponse")
+        .unwrap_or(&r["response"]);
+    holder
+        .get("responseState")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// The body of a response of either flavour, parsed.
+pub fn body(h: &Handled) -> Value {
+    let r = response(h);
+    let text = r
+        .pointer("/response/functionResponse/responseBody/TEXT/body")
+        .or_else(|| r.pointer("/response/responseBody/application~1json/body"))
+        .and_then(Value::as_str)
+        .expect("a response body");
+    serde_json::from_str(text).unwrap()
+}
+
+pub fn ledger(tool: &DemoTool) -> Vec<Value> {
+    tool.ledger().entries().unwrap()
+}
+
+pub fn charges(tool: &DemoTool) -> usize {
+    ledger(tool)
+        .iter()
+        .filter(|e| e["kind"] == "charge")
+        .count()
+}
+
+pub fn with_attrs(mut ev: Value, attrs: Value) -> Value {
+    ev["sessionAttributes"] = attrs;
+    ev
+}
+
+/// What a scripted dispatcher does on its next invoke.
+#[derive(Default)]
+pub enum Act {
+    #[default]
+    Run,
+    /// Runs the tool (the side effect happens), then fails with a `FunctionError` of this type.
+    RunThenFail(&'static str),
+    /// Fails with a `FunctionError` of this type without running the tool.
+    Fail(&'static str),
+    /// Runs the tool and answers with its reply grown past what one DynamoDB item can hold.
+    RunHuge,
+    HangBefore(Arc<Notify>),
+    HangAfter(Arc<Notify>),
+    Malformed,
+    Stall,
+}
+
+/// The demo tool behind a script of faults; counts invokes.
+pub struct Scripted {
+    pub demo: DemoTool,
+    pub plan: Mutex<VecDeque<Act>>,
+    pub invokes: AtomicU32,
+    /// What `max_run_time` reports: a tool Lambda's own timeout.
+    pub max_run_time: Duration,
+}
+
+impl Scripted {
+    pub fn new(plan: Vec<Act>) -> Scripted {
+        Scripted {
+            demo: demo(),
+            plan: Mutex::new(plan.into()),
+            invokes: AtomicU32::new(0),
+            max_run_time: Duration::ZERO,
+        }
+    }
+
+    pub fn with_max_run_time(self, max_run_time: Duration) -> Scripted {
+        Scripted {
+            max_run_time,
+            ..self
+        }
+    }
+
+    pub fn invokes(&self) -> u32 {
+        self.invokes.load(Ordering::SeqCst)
+    }
+}
+
+impl Dispatcher for Scripted {
+    fn route(&self, _group: &str, _tool: &str) -> Result<String, DispatchError> {
+        Ok("scripted".into())
+    }
+
+    fn max_run_time(&self, _target: &str) -> Duration {
+        self.max_run_time
+    }
+
+    async fn invoke(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        self.invokes.fetch_add(1, Ordering::SeqCst);
+        let act = self.plan.lock().unwrap().pop_front().unwrap_or_default();
+        match act {
+            Act::Run => self.demo.invoke(target, payload, timeout).await,
+            Act::RunThenFail(kind) => {
+                self.demo.invoke(target, payload, timeout).await?;
+                Err(function_error(target, kind))
+            }
+            Act::Fail(kind) => Err(function_error(target, kind)),
+            Act::RunHuge => {
+                let reply = self.demo.invoke(target, payload, timeout).await?;
+                let mut reply: Value = serde_json::from_slice(&reply).unwrap();
+                reply["response"]["functionResponse"]["responseBody"]["TEXT"]["body"] =
+                    json!(huge_text());
+                Ok(serde_json::to_vec(&reply).unwrap())
+            }
+            Act::HangBefore(gate) => {
+                gate.notified().await;
+                self.demo.invoke(target, payload, timeout).await
+            }
+            Act::HangAfter(gate) => {
+                let reply = self.demo.invoke(target, payload, timeout).await;
+                gate.notified().await;
+                reply
+            }
+            Act::Malformed => Ok(br#"{"statusCode": 200, "body": "ok"}"#.to_vec()),
+            Act::Stall => {
+                tokio::time::sleep(timeout).await;
+                Err(DispatchError::Timeout {
+                    target: target.into(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+}
+
+pub fn function_error(target: &str, kind: &str) -> DispatchError {
+    DispatchError::FunctionError {
+        target: target.into(),
+        kind: kind.into(),
+        message: "card network unreachable".into(),
+    }
+}
+
+/// Text that even gzip cannot fit in one DynamoDB item: 1 MB of random hex.
+pub fn huge_text() -> String {
+    let mut rng = fastrand::Rng::with_seed(11);
+    (0..1_000_000)
+        .map(|_| char::from_digit(rng.u32(0..16), 16).unwrap())
+        .collect()
+}
+
+/// A memory store that can be switched off: every operation then fails as unreachable.
+#[derive(Clone, Default)]
+pub struct Switchable {
+    pub inner: MemoryStore,
+    pub down: Arc<AtomicBool>,
+}
+
+impl Switchable {
+    pub fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(StoreError::Unavailable("store stopped by the test".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Store for Switchable {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.check()?;
+        self.inner.claim(req).await
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        self.check()?;
+        self.inner.complete(key, token, result, expires_at_s).await
+    }
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.release(key, token).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+    fn requests(&self) -> RequestCounts {
+        self.inner.requests()
+    }
+}
+
+/// The record of `handled`'s key.
+pub async fn stored<S: Store, D: Dispatcher>(
+    h: &Handler<S, D>,
+    handled: &Handled,
+) -> Option<Record> {
+    h.store()
+        .get(handled.key.as_deref().unwrap())
+        .await
+        .unwrap()
+}
+
+/// Asserts a tool-error REPROMPT and returns its message.
+#[track_caller]
+pub fn tool_error_message(h: &Handled) -> String {
+    assert_eq!(
+        (h.outcome, state(h).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    body(h)["message"].as_str().unwrap().to_string()
+}
+
+/// Sends `ev` through a handler on `store` and `tool` in the background; returns once the call
+/// has claimed its key and reached the tool (which hangs until its gate opens).
+pub async fn hung_in_tool<S: Store + 'static>(
+    store: S,
+    tool: Scripted,
+    config: &Config,
+    ev: &Value,
+) -> (Arc<Handler<S, Scripted>>, tokio::task::JoinHandle<Handled>) {
+    let h = Arc::new(handler(store, tool, config));
+    let task = spawn_send(&h, ev);
+    wait_for("the call to reach the tool", || {
+        h.dispatcher().invokes() == 1
+    })
+    .await;
+    (h, task)
+}
+
+/// Sends `ev` through `h` in the background.
+pub fn spawn_send<S, D>(h: &Arc<Handler<S, D>>, ev: &Value) -> tokio::task::JoinHandle<Handled>
+where
+    S: Store + 'static,
+    D: Dispatcher + 'static,
+{
+    let (h, ev) = (h.clone(), ev.clone());
+    tokio::spawn(async move { send(&h, &ev).await })
+}
+
+pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}

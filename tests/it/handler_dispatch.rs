@@ -1,0 +1,378 @@
+//! The `aws-sdk-lambda` dispatcher against a fake Lambda invoke endpoint: routing, forwarding the
+//! key, function errors, unreachable tools, broken connections, leases sized by tool timeouts.
+
+use crate::fixture;
+
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fixture::*;
+use serde_json::{Value, json};
+use toolcall_dedup::config::{Config, TOOL_START_ALLOWANCE};
+use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
+use toolcall_dedup::telemetry::Outcome;
+
+// ---------------------------------------------------------------------------------------------
+// the aws-sdk-lambda dispatcher against a fake Lambda invoke endpoint
+
+/// One scripted reply of the fake Lambda: status, extra headers, body. Status 0 closes the
+/// connection instead of answering: the invoke was delivered, its response is lost.
+type FakeReply = (u16, Vec<(&'static str, &'static str)>, Vec<u8>);
+
+/// A fake Lambda endpoint. `Invoke` requests get the next scripted reply and are recorded (function
+/// name, payload); `GetFunctionConfiguration` requests get the configuration reply of their
+/// function (404 for an unknown one) and are counted.
+struct FakeLambda {
+    url: String,
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+    configurations_read: Arc<AtomicU32>,
+}
+
+impl FakeLambda {
+    async fn start(replies: Vec<FakeReply>) -> FakeLambda {
+        FakeLambda::with_configurations(replies, Vec::new()).await
+    }
+
+    async fn with_configurations(
+        replies: Vec<FakeReply>,
+        configurations: Vec<(&'static str, Value)>,
+    ) -> FakeLambda {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let configurations_read = Arc::new(AtomicU32::new(0));
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let configurations = Arc::new(configurations);
+        tokio::spawn({
+            let (seen, configurations_read) = (seen.clone(), configurations_read.clone());
+            async move {
+                while let Ok((stream, _)) = listener.accept().await {
+                    let (seen, replies) = (seen.clone(), replies.clone());
+                    let (configurations, configurations_read) =
+                        (configurations.clone(), configurations_read.clone());
+                    tokio::spawn(async move {
+                        let mut reader = BufReader::new(stream);
+                        loop {
+                            let mut request_line = String::new();
+                            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let mut length = 0usize;
+                            loop {
+                                let mut header = String::new();
+                                reader.read_line(&mut header).await.unwrap();
+                                if header.trim().is_empty() {
+                                    break;
+                                }
+                                if let Some((name, value)) = header.split_once(':') {
+                                    if name.eq_ignore_ascii_case("content-length") {
+                                        length = value.trim().parse().unwrap();
+                                    }
+                                }
+                            }
+                            let mut body = vec![0; length];
+                            reader.read_exact(&mut body).await.unwrap();
+                            let function = request_line
+                                .split('/')
+                                .nth(3)
+                                .unwrap_or_default()
+                                .to_string();
+                            let (status, headers, payload) = if request_line.starts_with("GET ") {
+                                configurations_read.fetch_add(1, Ordering::SeqCst);
+                                match configurations.iter().find(|(f, _)| *f == function) {
+                                    Some((_, conf)) => (200, vec![], conf.to_string().into_bytes()),
+                                    None => (
+                                        404,
+                                        vec![("x-amzn-errortype", "ResourceNotFoundException")],
+                                        br#"{"Type":"User","Message":"Function not found"}"#
+                                            .to_vec(),
+                                    ),
+                                }
+                            } else {
+                                seen.lock().unwrap().push((
+                                    function,
+                                    serde_json::from_slice(&body).unwrap_or_default(),
+                                ));
+                                replies.lock().unwrap().pop_front().unwrap_or((
+                                    500,
+                                    vec![],
+                                    b"{}".to_vec(),
+                                ))
+                            };
+                            if status == 0 {
+                                return;
+                            }
+                            let mut response = format!(
+                                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n",
+                                payload.len()
+                            );
+                            for (k, v) in headers {
+                                response.push_str(&format!("{k}: {v}\r\n"));
+                            }
+                            response.push_str("content-type: application/json\r\n\r\n");
+                            let stream = reader.get_mut();
+                            stream.write_all(response.as_bytes()).await.unwrap();
+                            stream.write_all(&payload).await.unwrap();
+                        }
+                    });
+                }
+            }
+        });
+        FakeLambda {
+            url,
+            seen,
+            configurations_read,
+        }
+    }
+}
+
+async fn lambda_dispatcher(url: &str, routes: &str) -> toolcall_dedup::dispatch::LambdaDispatcher {
+    let client = toolcall_dedup::dispatch::build_client(Some(url)).await;
+    toolcall_dedup::dispatch::LambdaDispatcher::new(
+        &client,
+        toolcall_dedup::config::Routes::parse(routes).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors() {
+    let tool_reply = serde_json::to_vec(&demo().handle(&event("fd-refund.json")).unwrap()).unwrap();
+    let fake = FakeLambda::start(vec![
+        (
+            200,
+            vec![("x-amz-function-error", "Unhandled")],
+            br#"{"errorType":"DedupNothingRan","errorMessage":"amount must be positive"}"#.to_vec(),
+        ),
+        (
+            429,
+            vec![("x-amzn-errortype", "TooManyRequestsException")],
+            br#"{"message":"Rate exceeded"}"#.to_vec(),
+        ),
+        (200, vec![], tool_reply.clone()),
+    ])
+    .await;
+    let dispatcher = lambda_dispatcher(
+        &fake.url,
+        r#"{"payments/refund":"refund-fn","*":"other-fn"}"#,
+    )
+    .await;
+    let h = handler(MemoryStore::new(), dispatcher, &Config::default());
+    let ev = event("fd-refund.json");
+    let failed = send(&h, &ev).await;
+    assert_eq!(
+        (failed.outcome, state(&failed).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        body(&failed)["message"]
+            .as_str()
+            .unwrap()
+            .contains("DedupNothingRan"),
+        "the error payload's type, which says nothing ran, so the claim was released"
+    );
+    let ok = send(&h, &ev).await;
+    assert_eq!(
+        ok.outcome,
+        Outcome::Executed,
+        "throttling is retried: {:?}",
+        ok.response
+    );
+    assert_eq!(
+        ok.response.unwrap().get().as_bytes(),
+        tool_reply.as_slice(),
+        "stored and returned verbatim"
+    );
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::Replayed);
+    let seen = fake.seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        3,
+        "failed, throttled, ran; the replay sent nothing"
+    );
+    assert!(seen.iter().all(|(f, _)| f == "refund-fn"), "{seen:?}");
+    let mut expected = ev.clone();
+    expected["sessionAttributes"]["dedup_key"] = json!(failed.key.unwrap());
+    assert_eq!(
+        seen[2].1, expected,
+        "the original event plus dedup_key, nothing else"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_tool_lambda_releases_the_claim() {
+    // Port 1 (tcpmux) has no listener; a port freed by another test could be reused concurrently.
+    let closed = "http://127.0.0.1:1";
+    let h = handler(
+        MemoryStore::new(),
+        lambda_dispatcher(closed, r#"{"*":"fn"}"#).await,
+        &Config::default(),
+    );
+    let r = send(&h, &event("fd-refund.json")).await;
+    assert_eq!(
+        (r.outcome, state(&r).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        stored(&h, &r).await.is_none(),
+        "connection refused: the invoke never left"
+    );
+    assert!(
+        body(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not complete")
+    );
+}
+
+#[tokio::test]
+async fn a_connection_that_breaks_mid_invoke_keeps_the_claim() {
+    // Lambda read the whole invoke, then the connection broke before any response: the tool may
+    // be running.
+    let fake = FakeLambda::start(vec![(0, vec![], Vec::new())]).await;
+    let h = handler(
+        MemoryStore::new(),
+        lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
+        &Config::default(),
+    )
+    .with_settings(|s| s.wait = Duration::from_millis(50));
+    let ev = event("fd-refund.json");
+    let r = send(&h, &ev).await;
+    assert_eq!(
+        (r.outcome, state(&r).as_deref()),
+        (Outcome::ToolError, Some("REPROMPT"))
+    );
+    assert!(
+        body(&r)["message"].as_str().unwrap().contains("unknown"),
+        "{}",
+        body(&r)
+    );
+    let record = stored(&h, &r).await.expect("claim kept");
+    assert_eq!(record.status, Status::InProgress);
+    assert_eq!(send(&h, &ev).await.outcome, Outcome::InProgress);
+    assert_eq!(fake.seen.lock().unwrap().len(), 1, "invoked once");
+}
+
+#[tokio::test]
+async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
+    // The tool timed out on Lambda's side after 120 s; this function's own budget is 60 s.
+    let timed_out: FakeReply = (
+        200,
+        vec![("x-amz-function-error", "Unhandled")],
+        br#"{"errorType":"Sandbox.Timedout","errorMessage":"Task timed out after 120.00 seconds"}"#
+            .to_vec(),
+    );
+    let fake = FakeLambda::with_configurations(
+        vec![timed_out],
+        vec![(
+            "refund-fn",
+            json!({"FunctionName": "refund-fn", "Timeout": 120, "MemorySize": 128}),
+        )],
+    )
+    .await;
+    let routes = r#"{"payments/refund":"refund-fn",
+                     "payments/*":{"function":"stated-fn","timeout_seconds":30},
+                     "*":"unknown-fn"}"#;
+    let dispatcher = lambda_dispatcher(&fake.url, routes).await;
+    // Each tool's own timeout, plus how late it may start (its init phase, throttled invokes).
+    let start = TOOL_START_ALLOWANCE;
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(900) + start,
+        "until it is looked up"
+    );
+    dispatcher.clone().look_up_timeouts().await;
+    assert_eq!(
+        dispatcher.max_run_time("refund-fn"),
+        Duration::from_secs(120) + start
+    );
+    assert_eq!(
+        dispatcher.max_run_time("stated-fn"),
+        Duration::from_secs(30) + start
+    );
+    assert_eq!(
+        dispatcher.max_run_time("unknown-fn"),
+        Duration::from_secs(900) + start,
+        "a failed lookup assumes Lambda's maximum"
+    );
+    assert_eq!(
+        fake.configurations_read.load(Ordering::SeqCst),
+        2,
+        "looked up once each, and not for the route that states its timeout"
+    );
+
+    let clock = ManualClock::starting_now();
+    let h = handler(
+        MemoryStore::new().with_clock(clock.clone()),
+        dispatcher,
+        &Config::default(),
+    )
+    .with_settings(|s| s.wait = Duration::from_millis(50));
+    let claimed_at = h.store().now_ms();
+    let ev = event("fd-refund.json");
+    let r = send(&h, &ev).await;
+    assert!(
+        body(&r)["message"]
+            .as_str()
+            .unwrap()
+            .contains("Sandbox.Timedout")
+    );
+    let record = stored(&h, &r)
+        .await
+        .expect("a timed-out tool keeps its claim");
+    assert!(
+        record.lease_until_ms - claimed_at >= 125_000,
+        "lease of {} ms does not cover the tool's 120 s plus the margin",
+        record.lease_until_ms - claimed_at
+    );
+    clock.advance(Duration::from_secs(100));
+    assert_eq!(
+        send(&h, &ev).await.outcome,
+        Outcome::InProgress,
+        "past this function's budget, inside the tool's timeout"
+    );
+    assert_eq!(fake.seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn only_an_invoke_error_lambda_raises_before_starting_releases_the_claim() {
+    // 410 EFSIOException can come while the function runs (its file system failed mid-run): the
+    // side effect may have happened. 404 ResourceNotFoundException and 413 RequestTooLarge are
+    // answered before any function starts.
+    for (status, error_type, released) in [
+        (410, "EFSIOException", false),
+        (408, "EFSMountTimeoutException", false),
+        (404, "ResourceNotFoundException", true),
+        (413, "RequestTooLargeException", true),
+    ] {
+        let fake = FakeLambda::start(vec![(
+            status,
+            vec![("x-amzn-errortype", error_type)],
+            format!(r#"{{"message":"{error_type}"}}"#).into_bytes(),
+        )])
+        .await;
+        let h = handler(
+            MemoryStore::new(),
+            lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
+            &Config::default(),
+        )
+        .with_settings(|s| s.wait = Duration::ZERO);
+        let ev = event("fd-refund.json");
+        let r = send(&h, &ev).await;
+        assert_eq!(r.outcome, Outcome::ToolError, "{error_type}");
+        let record = stored(&h, &r).await;
+        assert_eq!(record.is_none(), released, "{error_type}: {record:?}");
+        if !released {
+            assert_eq!(
+                send(&h, &ev).await.outcome,
+                Outcome::InProgress,
+                "{error_type}: a retry must not invoke again"
+            );
+            assert_eq!(fake.seen.lock().unwrap().len(), 1, "{error_type}");
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Store backends for the conformance suite: the memory store, and DynamoDB-compatible servers on
+//! loopback started by `scripts/dynamodb-servers.sh`. Each DynamoDB test gets its own table.
+#![allow(dead_code)]
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
+use std::time::Duration;
+use toolcall_dedup::store::table::{CreateTableReport, create_table_with_client};
+
+use toolcall_dedup::store::{
+    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
+    MemoryStore, Record, RequestCounts, Store, StoreError,
+};
+
+pub const START_HINT: &str = "start the local DynamoDB servers first: \
+     `scripts/dynamodb-servers.sh install && eval \"$(scripts/dynamodb-servers.sh start)\"` \
+     (stop them with `scripts/dynamodb-servers.sh stop`)";
+
+/// Something to do to the client's config builder before the client is built.
+pub type ClientTweak = Box<dyn FnOnce(&mut aws_sdk_dynamodb::config::Builder)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    /// moto served single-threaded (`tools/moto_single.py`).
+    Moto,
+    /// dynalite: ignores `ReturnValuesOnConditionCheckFailure`, has no `UpdateTimeToLive`.
+    Dynalite,
+}
+
+impl Backend {
+    /// Requests a repeat of a completed key costs: one conditional put that returns the old item,
+    /// or, where the server returns no old item, that put plus one consistent read.
+    pub fn repeat_requests(self) -> u64 {
+        match self {
+            Backend::Memory | Backend::Moto => 1,
+            Backend::Dynalite => 2,
+        }
+    }
+
+    fn env_var(self) -> &'static str {
+        match self {
+            Backend::Memory => unreachable!("the memory store needs no server"),
+            Backend::Moto => "DEDUP_TEST_MOTO_ENDPOINT",
+            Backend::Dynalite => "DEDUP_TEST_DYNALITE_ENDPOINT",
+        }
+    }
+
+    /// The server's endpoint URL. Panics, with how to start the servers, if it is not set: a
+    /// server-backed test must never pass without its server.
+    pub fn endpoint(self) -> String {
+        let var = self.env_var();
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => v,
+            _ => panic!("{var} is not set, so the {self:?} store tests cannot run: {START_HINT}"),
+        }
+    }
+}
+
+/// A client for `endpoint` with dummy credentials; `extra` interceptors are kept by the store.
+pub fn client(endpoint: &str, extra: Vec<ClientTweak>) -> Client {
+    let mut builder = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::from_static("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "dedup-tests"));
+    for f in extra {
+        f(&mut builder);
+    }
+    Client::from_conf(builder.build())
+}
+
+/// Adds an interceptor to the client `client_with` builds.
+pub fn with_interceptor(interceptor: impl Intercept + 'static) -> ClientTweak {
+    Box::new(move |b| {
+        b.push_interceptor(aws_sdk_dynamodb::config::SharedInterceptor::new(
+            interceptor,
+        ));
+    })
+}
+
+pub fn unique_table() -> String {
+    format!("dedup-test-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Creates a fresh table on `backend` through `dedup table create`'s code path.
+pub async fn create_table(
+    client: &Client,
+    cfg: &DynamoDbConfig,
+    backend: Backend,
+) -> CreateTableReport {
+    create_table_with_client(client, cfg)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "creating table {} on {backend:?} failed: {e:?}\n{START_HINT}",
+                cfg.table
+            )
+        })
+}
+
+/// A DynamoDB store on a fresh table of `backend`.
+pub async fn dynamodb_store_with(
+    backend: Backend,
+    clock: ManualClock,
+    cfg: DynamoDbConfig,
+    extra: Vec<ClientTweak>,
+) -> DynamoDbStore {
+    let client = client(&backend.endpoint(), extra);
+    create_table(&client, &cfg, backend).await;
+    DynamoDbStore::new(&client, cfg)
+        .expect("valid config")
+        .with_clock(clock)
+}
+
+pub async fn dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbStore {
+    dynamodb_store_with(
+        backend,
+        clock,
+        DynamoDbConfig::new(unique_table()),
+        Vec::new(),
+    )
+    .await
+}
+
+pub fn memory_store(clock: ManualClock) -> MemoryStore {
+    MemoryStore::new().with_clock(clock)
+}
+
+/// A store wrapper with scripted slowness and lost answers.
+pub struct Faulty<S> {
+    pub inner: S,
+    pub clock: Option<ManualClock>,
+    /// Each claim takes this long (real time), and moves the manual clock by `claim_clock`.
+    pub claim_delay: Duration,
+    pub claim_clock: Duration,
+    /// Each completion takes this long.
+    pub complete_delay: Duration,
+    /// This many claims are applied but answered as if every answer was lost.
+    pub lose_claim_answers: std::sync::atomic::AtomicU32,
+}
+
+impl<S: Store> Faulty<S> {
+    pub fn new(inner: S) -> Faulty<S> {
+        Faulty {
+            inner,
+            clock: None,
+            claim_delay: Duration::ZERO,
+            claim_clock: Duration::ZERO,
+            complete_delay: Duration::ZERO,
+            lose_claim_answers: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+}
+
+impl<S: Store> Store for Faulty<S> {
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let outcome = self.inner.claim(req).await;
+        tokio::time::sleep(self.claim_delay).await;
+        if let Some(clock) = &self.clock {
+            clock.advance(self.claim_clock);
+        }
+        match outcome {
+            Ok(ClaimOutcome::Claimed { token })
+                if self
+                    .lose_claim_answers
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok() =>
+            {
+                Err(StoreError::ClaimUnconfirmed {
+                    token,
+                    source: "every answer to the claim was lost".into(),
+                })
+            }
+            other => other,
+        }
+    }
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> Result<Completion, StoreError> {
+        tokio::time::sleep(self.complete_delay).await;
+        self.inner.complete(key, token, result, expires_at_s).await
+    }
+    async fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .extend_lease(key, token, lease_until_ms, expires_at_s)
+            .await
+    }
+    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.inner.release(key, token).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.inner.get(key).await
+    }
+    fn now_ms(&self) -> i64 {
+        self.inner.now_ms()
+    }
+    fn requests(&self) -> RequestCounts {
+        self.inner.requests()
+    }
+}

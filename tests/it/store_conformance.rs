@@ -1,0 +1,1290 @@
+//! One conformance suite for every [`Store`]: each case is a generic async fn, run against the
+//! memory store, moto (single-threaded) and dynalite. The DynamoDB-compatible servers come from
+//! `scripts/dynamodb-servers.sh`; without them those tests fail and say how to start them.
+//!
+//! Time is a [`ManualClock`] everywhere: the DynamoDB store sends the current time in its
+//! conditions, so leases end and records expire on the servers exactly when the test says.
+//!
+//! `DEDUP_TEST_RACE_ROUNDS` sets the rounds of the 50-way claim race (default 20).
+
+use crate::servers;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeDeserializationInterceptorContextRef,
+};
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
+use aws_smithy_runtime_api::http::StatusCode;
+use aws_smithy_types::body::SdkBody;
+use servers::Backend;
+use tokio::task::JoinSet;
+use toolcall_dedup::store::table::{TtlState, create_table_with_client};
+use toolcall_dedup::store::{
+    ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
+    MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, RetriesExhausted, RetryPolicy,
+    Status, Store, StoreError,
+};
+
+const LEASE_MS: i64 = 30_000;
+const TTL_S: i64 = 3_600;
+
+/// What each case gets: a store on a fresh table, the clock that drives it, and its backend.
+struct Ctx<S> {
+    store: Arc<S>,
+    clock: ManualClock,
+    backend: Backend,
+}
+
+impl<S: Store + 'static> Ctx<S> {
+    fn key(&self, name: &str) -> String {
+        format!("{name}-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    /// A claim with a 30 s lease and a 1 h record life from the current time.
+    fn req<'a>(&self, key: &'a str) -> ClaimRequest<'a> {
+        let now = self.store.now_ms();
+        ClaimRequest {
+            key,
+            fingerprint: "fp-1",
+            tool: "send_email",
+            lease_until_ms: now + LEASE_MS,
+            expires_at_s: now.div_euclid(1000) + TTL_S,
+        }
+    }
+
+    async fn claim(&self, key: &str) -> ClaimOutcome {
+        self.store.claim(self.req(key)).await.expect("claim")
+    }
+
+    async fn claimed(&self, key: &str) -> LeaseToken {
+        match self.claim(key).await {
+            ClaimOutcome::Claimed { token } => token,
+            other => panic!("{:?}: expected Claimed, got {other:?}", self.backend),
+        }
+    }
+
+    fn counts(&self) -> RequestCounts {
+        self.store.requests()
+    }
+
+    /// Completes with a 1 h record life from the current time.
+    async fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+    ) -> Result<Completion, StoreError> {
+        let expires_at_s = self.store.now_ms().div_euclid(1000) + TTL_S;
+        self.store.complete(key, token, result, expires_at_s).await
+    }
+}
+
+fn in_progress(outcome: ClaimOutcome) -> Record {
+    match outcome {
+        ClaimOutcome::InProgress(r) => r,
+        other => panic!("expected InProgress, got {other:?}"),
+    }
+}
+
+fn completed(outcome: ClaimOutcome) -> Record {
+    match outcome {
+        ClaimOutcome::Completed(r) => r,
+        other => panic!("expected Completed, got {other:?}"),
+    }
+}
+
+#[track_caller]
+fn assert_lease_lost<T: std::fmt::Debug>(r: Result<T, StoreError>) {
+    match r {
+        Err(StoreError::LeaseLost) => {}
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+}
+
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..len).map(|_| rng.u8(..)).collect()
+}
+
+fn race_rounds() -> usize {
+    std::env::var("DEDUP_TEST_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cases
+
+async fn first_claim_wins_and_a_second_caller_sees_it_in_progress<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("first");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+
+    cx.clock.advance_ms(5);
+    let r = in_progress(cx.claim(&key).await);
+    assert_eq!(r.token, token, "the record carries the winner's token");
+    assert_eq!(r.key, key);
+    assert_eq!(r.status, Status::InProgress);
+    assert_eq!(
+        (r.fingerprint.as_str(), r.tool.as_str()),
+        (req.fingerprint, req.tool)
+    );
+    assert_eq!(
+        (r.lease_until_ms, r.expires_at_s),
+        (req.lease_until_ms, req.expires_at_s)
+    );
+    assert_eq!(r.created_at_ms, cx.clock.now_ms() - 5);
+    assert_eq!(r.result, None);
+}
+
+async fn repeat_returns_completed_with_the_result_for_the_expected_request_count<
+    S: Store + 'static,
+>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("repeat");
+    let before = cx.counts();
+    let token = cx.claimed(&key).await;
+    let claim_cost = cx.counts() - before;
+    assert_eq!(
+        claim_cost,
+        RequestCounts {
+            put_item: 1,
+            ..Default::default()
+        },
+        "first sight: one claim write"
+    );
+
+    let before = cx.counts();
+    cx.complete(&key, &token, b"{\"sent\":true}").await.unwrap();
+    let complete_cost = cx.counts() - before;
+    assert_eq!(
+        complete_cost,
+        RequestCounts {
+            update_item: 1,
+            ..Default::default()
+        },
+        "one completion write"
+    );
+
+    let before = cx.counts();
+    let r = completed(cx.claim(&key).await);
+    let repeat_cost = cx.counts() - before;
+    assert_eq!(r.result.as_deref(), Some(&b"{\"sent\":true}"[..]));
+    assert_eq!(r.token, token);
+    assert_eq!(r.status, Status::Completed);
+    assert_eq!(repeat_cost.put_item, 1);
+    assert_eq!(
+        repeat_cost.total(),
+        cx.backend.repeat_requests(),
+        "{:?}: a repeat costs {} request(s), got {repeat_cost}",
+        cx.backend,
+        cx.backend.repeat_requests()
+    );
+
+    let got = cx.store.get(&key).await.unwrap().expect("completed record");
+    assert_eq!(got, r);
+}
+
+async fn claim_in_flight_returns_in_progress_until_the_lease_ends<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("inflight");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+
+    cx.clock.set_ms(req.lease_until_ms); // the lease's last millisecond
+    assert_eq!(in_progress(cx.claim(&key).await).token, token);
+
+    cx.clock.set_ms(req.lease_until_ms + 1);
+    let new = cx.claimed(&key).await;
+    assert_ne!(new, token);
+}
+
+async fn an_extended_lease_keeps_the_key_and_only_its_holder_can_extend<S: Store + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("extend");
+    let token = cx.claimed(&key).await;
+    let before = cx.counts();
+    // Extended to 3 leases from now, with an expiry before the new lease end: the stored expiry
+    // still covers the lease.
+    let now = cx.clock.now_ms();
+    let until = now + 3 * LEASE_MS;
+    cx.store
+        .extend_lease(&key, &token, until, now.div_euclid(1000) + 1)
+        .await
+        .unwrap();
+    assert_eq!((cx.counts() - before).update_item, 1, "one UpdateItem");
+    // Repeating it is harmless (a retry after a lost answer).
+    cx.store
+        .extend_lease(&key, &token, until, now.div_euclid(1000) + 1)
+        .await
+        .unwrap();
+    cx.clock.set_ms(now + 2 * LEASE_MS);
+    let r = in_progress(cx.claim(&key).await);
+    assert_eq!((r.token.clone(), r.lease_until_ms), (token.clone(), until));
+    assert!(r.expires_at_s >= until.div_euclid(1000), "{r:?}");
+    // Another token cannot extend, and neither can the holder once the key was taken over.
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &LeaseToken::new("someone-else"), until + 1, TTL_S)
+            .await,
+    );
+    cx.clock.set_ms(until + 1);
+    let new = cx.claimed(&key).await;
+    assert_ne!(new, token);
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &token, until + LEASE_MS, now.div_euclid(1000) + TTL_S)
+            .await,
+    );
+    cx.complete(&key, &new, b"done").await.unwrap();
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&key, &new, until + LEASE_MS, now.div_euclid(1000) + TTL_S)
+            .await,
+    );
+    assert_lease_lost(
+        cx.store
+            .extend_lease(&cx.key("absent"), &new, until, TTL_S)
+            .await,
+    );
+}
+
+async fn expired_lease_lets_a_new_caller_take_over<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("takeover");
+    let old = cx.claimed(&key).await;
+    cx.clock.advance_ms(LEASE_MS + 1);
+
+    let new = cx.claimed(&key).await;
+    assert_ne!(old, new);
+    let r = in_progress(cx.claim(&key).await);
+    assert_eq!(r.token, new);
+    assert_eq!(
+        r.lease_until_ms,
+        cx.clock.now_ms() + LEASE_MS,
+        "the new owner's lease"
+    );
+    cx.complete(&key, &new, b"new").await.unwrap();
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"new"[..])
+    );
+}
+
+async fn stale_token_cannot_complete_or_release_after_takeover<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("stale");
+    let old = cx.claimed(&key).await;
+    cx.clock.advance_ms(LEASE_MS + 1);
+    let new = cx.claimed(&key).await;
+
+    assert_lease_lost(cx.store.release(&key, &old).await);
+    assert_eq!(
+        in_progress(cx.claim(&key).await).token,
+        new,
+        "a stale release deletes nothing"
+    );
+    assert_lease_lost(cx.complete(&key, &old, b"late").await);
+    assert_eq!(
+        in_progress(cx.claim(&key).await).token,
+        new,
+        "a stale complete writes nothing"
+    );
+
+    cx.complete(&key, &new, b"owner").await.unwrap();
+    assert_lease_lost(cx.complete(&key, &old, b"late").await);
+    assert_lease_lost(cx.store.release(&key, &old).await);
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(
+        (r.result.as_deref(), &r.token),
+        (Some(&b"owner"[..]), &new),
+        "the owner's result stands"
+    );
+}
+
+/// The "Done when" scenario: a caller killed between claim and complete.
+async fn killed_caller_blocks_its_key_only_until_its_lease_ends<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("killed");
+    let killed = cx.claimed(&key).await; // ... and the caller dies here
+    for _ in 0..3 {
+        cx.clock.advance_ms(LEASE_MS / 4);
+        let r = in_progress(cx.claim(&key).await);
+        assert_eq!(r.token, killed);
+        assert!(r.lease_until_ms >= cx.clock.now_ms());
+    }
+    cx.clock.advance_ms(LEASE_MS / 4 + 1);
+    let next = cx.claimed(&key).await;
+    cx.complete(&key, &next, b"done once").await.unwrap();
+
+    assert_lease_lost(cx.complete(&key, &killed, b"zombie").await);
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(r.result.as_deref(), Some(&b"done once"[..]));
+    assert_eq!(r.token, next);
+}
+
+/// The fence is the token, not the clock: a caller that finishes after its lease ended, with
+/// nobody having taken over, still completes, and the side effect is not run a second time.
+async fn late_complete_without_takeover_still_completes<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("late");
+    let token = cx.claimed(&key).await;
+    cx.clock.advance_ms(LEASE_MS * 2);
+    cx.complete(&key, &token, b"slow but sole").await.unwrap();
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"slow but sole"[..])
+    );
+}
+
+async fn expired_but_undeleted_record_counts_as_absent<S: Store + 'static>(cx: Ctx<S>) {
+    // Completed record: live through its last second, absent after.
+    let key = cx.key("expired");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+    cx.complete(&key, &token, b"old").await.unwrap();
+    cx.clock.set_ms(req.expires_at_s * 1000 + 999);
+    assert!(
+        cx.store.get(&key).await.unwrap().is_some(),
+        "live during its expiry second"
+    );
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"old"[..])
+    );
+
+    cx.clock.set_ms((req.expires_at_s + 1) * 1000);
+    assert_eq!(
+        cx.store.get(&key).await.unwrap(),
+        None,
+        "expired counts as absent"
+    );
+    let fresh = cx.claimed(&key).await;
+    assert_ne!(fresh, token);
+    assert_eq!(in_progress(cx.claim(&key).await).token, fresh);
+
+    // In-progress record whose lease ended and which then expired: its holder can no longer
+    // settle it. (It cannot expire while its lease holds: see
+    // `a_claim_never_expires_before_its_lease_ends`.)
+    let key = cx.key("expired-held");
+    let req = cx.req(&key);
+    let held = cx.claimed(&key).await;
+    cx.clock.set_ms((req.expires_at_s + 1) * 1000);
+    assert_eq!(cx.store.get(&key).await.unwrap(), None);
+    assert_lease_lost(cx.complete(&key, &held, b"too late").await);
+    assert_lease_lost(cx.store.release(&key, &held).await);
+    let _ = cx.claimed(&key).await;
+}
+
+async fn an_oversized_result_completes_the_record_without_it<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("oversized");
+    let token = cx.claimed(&key).await;
+    let result = noise(MAX_STORED_RESULT_BYTES + 50_000, 7);
+    let omitted = Completion::ResultOmitted {
+        bytes: result.len(),
+    };
+    let before = cx.counts();
+    assert_eq!(cx.complete(&key, &token, &result).await.unwrap(), omitted);
+    assert_eq!(
+        cx.counts() - before,
+        RequestCounts {
+            update_item: 1,
+            ..Default::default()
+        },
+        "one write: the marker"
+    );
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(
+        (r.result.as_deref(), r.omitted_result_bytes, &r.token),
+        (None, Some(result.len()), &token),
+        "{:?}: the call stays settled, without its result",
+        cx.backend
+    );
+    let got = cx.store.get(&key).await.unwrap().expect("settled");
+    assert_eq!(got, r);
+    assert_lease_lost(cx.store.release(&key, &token).await);
+    assert_eq!(
+        cx.complete(&key, &token, b"small").await.unwrap(),
+        omitted,
+        "a repeated complete (a lost response) reports what was stored"
+    );
+}
+
+async fn a_claim_never_expires_before_its_lease_ends<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("short-ttl");
+    let now = cx.store.now_ms();
+    let req = ClaimRequest {
+        expires_at_s: now.div_euclid(1000) + 1,
+        ..cx.req(&key)
+    };
+    let ClaimOutcome::Claimed { token } = cx.store.claim(req).await.unwrap() else {
+        panic!("expected Claimed")
+    };
+    cx.clock.set_ms(req.lease_until_ms); // the lease's last millisecond, the TTL long past
+    assert_eq!(in_progress(cx.claim(&key).await).token, token);
+    let r = cx.store.get(&key).await.unwrap().expect("still live");
+    assert!(
+        r.expires_at_s >= req.lease_until_ms.div_euclid(1000),
+        "{:?}: expires at {} s, lease until {} ms",
+        cx.backend,
+        r.expires_at_s,
+        req.lease_until_ms
+    );
+    cx.clock.set_ms(req.lease_until_ms + 1);
+    assert_ne!(
+        cx.claimed(&key).await,
+        token,
+        "taken over once the lease ended"
+    );
+}
+
+async fn completing_sets_the_expiry_from_completion<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("expiry-from-completion");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+    cx.clock.advance_ms(50 * 60_000); // a slow call: 50 of the record's 60 minutes
+    let completed_at_s = cx.store.now_ms().div_euclid(1000);
+    assert_eq!(
+        cx.complete(&key, &token, b"done").await.unwrap(),
+        Completion::Stored
+    );
+    let r = cx.store.get(&key).await.unwrap().expect("completed");
+    assert_eq!(r.expires_at_s, completed_at_s + TTL_S);
+    cx.clock.set_ms((req.expires_at_s + 600) * 1000); // 10 minutes past the claim's expiry
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"done"[..])
+    );
+    cx.clock.set_ms((completed_at_s + TTL_S + 1) * 1000);
+    assert_ne!(
+        cx.claimed(&key).await,
+        token,
+        "expired a full life after completion"
+    );
+}
+
+async fn results_round_trip_raw_compressed_and_empty<S: Store + 'static>(cx: Ctx<S>) {
+    let compressible = |len: usize| -> Vec<u8> {
+        let row = b"{\"id\":12345,\"status\":\"delivered\",\"note\":\"same row again\"},";
+        row.iter().copied().cycle().take(len).collect()
+    };
+    let results: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("small", b"ok".to_vec()),
+        ("at threshold", compressible(8 * 1024)),
+        ("just over threshold", compressible(8 * 1024 + 1)),
+        ("incompressible 100 KB", noise(100_000, 3)),
+        ("compressible 3 MiB", compressible(3 << 20)),
+        ("binary", (0..=255u8).collect()),
+    ];
+    for (what, result) in results {
+        let key = cx.key("roundtrip");
+        let token = cx.claimed(&key).await;
+        cx.complete(&key, &token, &result)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        let r = completed(cx.claim(&key).await);
+        assert!(
+            r.result.as_deref() == Some(&result[..]),
+            "{what}: result differs"
+        );
+        let got = cx.store.get(&key).await.unwrap().expect(what);
+        assert!(
+            got.result.as_deref() == Some(&result[..]),
+            "{what}: get differs"
+        );
+    }
+}
+
+async fn release_gives_the_key_back_once<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("release");
+    let token = cx.claimed(&key).await;
+    let before = cx.counts();
+    cx.store.release(&key, &token).await.unwrap();
+    assert_eq!(
+        cx.counts() - before,
+        RequestCounts {
+            delete_item: 1,
+            ..Default::default()
+        }
+    );
+    assert_eq!(cx.store.get(&key).await.unwrap(), None);
+    assert_lease_lost(cx.store.release(&key, &token).await);
+    assert_lease_lost(cx.complete(&key, &token, b"after release").await);
+    let again = cx.claimed(&key).await;
+    assert_ne!(again, token);
+}
+
+async fn complete_is_idempotent_for_its_own_token_and_keeps_the_first_result<S: Store + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("idempotent");
+    let token = cx.claimed(&key).await;
+    cx.complete(&key, &token, b"first").await.unwrap();
+    cx.complete(&key, &token, b"second").await.unwrap();
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"first"[..])
+    );
+    assert_lease_lost(cx.store.release(&key, &token).await);
+    assert!(
+        cx.store.get(&key).await.unwrap().is_some(),
+        "a completed result is never released"
+    );
+    assert_lease_lost(
+        cx.complete(&key, &LeaseToken::new("someone else"), b"x")
+            .await,
+    );
+}
+
+async fn unknown_keys_cannot_be_settled_and_read_as_absent<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("unknown");
+    let token = LeaseToken::random();
+    assert_eq!(cx.store.get(&key).await.unwrap(), None);
+    assert_lease_lost(cx.complete(&key, &token, b"x").await);
+    assert_lease_lost(cx.store.release(&key, &token).await);
+    assert_eq!(
+        cx.store.get(&key).await.unwrap(),
+        None,
+        "a refused complete creates nothing"
+    );
+}
+
+async fn invalid_requests_are_refused_before_any_request<S: Store + 'static>(cx: Ctx<S>) {
+    let long = "k".repeat(2049);
+    let before = cx.counts();
+    for req in [
+        cx.req(""),
+        cx.req(&long),
+        ClaimRequest {
+            tool: "",
+            ..cx.req("k")
+        },
+        ClaimRequest {
+            fingerprint: "",
+            ..cx.req("k")
+        },
+    ] {
+        assert!(matches!(
+            cx.store.claim(req).await,
+            Err(StoreError::InvalidRequest(_))
+        ));
+    }
+    assert!(matches!(
+        cx.store.get("").await,
+        Err(StoreError::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        cx.complete("", &LeaseToken::random(), b"").await,
+        Err(StoreError::InvalidRequest(_))
+    ));
+    assert_eq!(cx.counts() - before, RequestCounts::default());
+    let max = "k".repeat(2048);
+    let _ = cx.claimed(&max).await;
+}
+
+/// 50 callers claim one key at once: exactly one wins, every other sees the winner's claim.
+/// Odd rounds race for a key whose previous holder's lease has ended (the takeover condition).
+async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx: Ctx<S>) {
+    const CALLERS: usize = 50;
+    let rounds = race_rounds();
+    for round in 0..rounds {
+        let key = cx.key("race");
+        let previous = if round % 2 == 1 {
+            let t = cx.claimed(&key).await;
+            cx.clock.advance_ms(LEASE_MS + 1);
+            Some(t)
+        } else {
+            None
+        };
+        let req = cx.req(&key);
+        let (lease_until_ms, expires_at_s) = (req.lease_until_ms, req.expires_at_s);
+        let before = cx.counts();
+        let barrier = Arc::new(tokio::sync::Barrier::new(CALLERS));
+        let mut set = JoinSet::new();
+        for i in 0..CALLERS {
+            let (store, barrier, key) = (cx.store.clone(), barrier.clone(), key.clone());
+            set.spawn(async move {
+                barrier.wait().await;
+                let fingerprint = format!("caller-{i}");
+                let req = ClaimRequest {
+                    key: &key,
+                    fingerprint: &fingerprint,
+                    tool: "t",
+                    lease_until_ms,
+                    expires_at_s,
+                };
+                store.claim(req).await
+            });
+        }
+        let mut winners = Vec::new();
+        let mut seen = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            match joined
+                .expect("task")
+                .unwrap_or_else(|e| panic!("{:?} round {round}: {e:?}", cx.backend))
+            {
+                ClaimOutcome::Claimed { token } => winners.push(token),
+                ClaimOutcome::InProgress(r) => seen.push(r.token),
+                ClaimOutcome::Completed(r) => panic!("round {round}: unexpected Completed {r:?}"),
+            }
+        }
+        assert_eq!(
+            winners.len(),
+            1,
+            "{:?} round {round}: {} winners",
+            cx.backend,
+            winners.len()
+        );
+        let winner = &winners[0];
+        assert!(
+            seen.iter().all(|t| t == winner),
+            "{:?} round {round}: a loser saw another owner",
+            cx.backend
+        );
+        assert_ne!(Some(winner), previous.as_ref());
+        let cost = cx.counts() - before;
+        assert_eq!(
+            cost.put_item, CALLERS as u64,
+            "{:?} round {round}: {cost}",
+            cx.backend
+        );
+        let fallback_reads = if cx.backend.repeat_requests() == 2 {
+            CALLERS as u64 - 1
+        } else {
+            0
+        };
+        assert_eq!(
+            cost.get_item, fallback_reads,
+            "{:?} round {round}: {cost}",
+            cx.backend
+        );
+        assert_eq!(in_progress(cx.claim(&key).await).token, *winner);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One test per case and backend
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let clock = ManualClock::starting_now();
+                    let store = servers::memory_store(clock.clone());
+                    super::$case(Ctx { store: Arc::new(store), clock, backend: Backend::Memory }).await;
+                }
+            )*
+        }
+        mod moto {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let clock = ManualClock::starting_now();
+                    let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+                    super::$case(Ctx { store: Arc::new(store), clock, backend: Backend::Moto }).await;
+                }
+            )*
+        }
+        mod dynalite {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let clock = ManualClock::starting_now();
+                    let store = servers::dynamodb_store(Backend::Dynalite, clock.clone()).await;
+                    super::$case(Ctx { store: Arc::new(store), clock, backend: Backend::Dynalite }).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    first_claim_wins_and_a_second_caller_sees_it_in_progress,
+    an_extended_lease_keeps_the_key_and_only_its_holder_can_extend,
+    repeat_returns_completed_with_the_result_for_the_expected_request_count,
+    claim_in_flight_returns_in_progress_until_the_lease_ends,
+    expired_lease_lets_a_new_caller_take_over,
+    stale_token_cannot_complete_or_release_after_takeover,
+    killed_caller_blocks_its_key_only_until_its_lease_ends,
+    late_complete_without_takeover_still_completes,
+    expired_but_undeleted_record_counts_as_absent,
+    an_oversized_result_completes_the_record_without_it,
+    a_claim_never_expires_before_its_lease_ends,
+    completing_sets_the_expiry_from_completion,
+    results_round_trip_raw_compressed_and_empty,
+    release_gives_the_key_back_once,
+    complete_is_idempotent_for_its_own_token_and_keeps_the_first_result,
+    unknown_keys_cannot_be_settled_and_read_as_absent,
+    invalid_requests_are_refused_before_any_request,
+    fifty_concurrent_claims_have_exactly_one_winner,
+);
+
+// ---------------------------------------------------------------------------------------------
+// DynamoDB only: faults injected into real round trips, table creation, configuration
+
+/// Fault injected into the first `times` responses of one operation, after the server applied it.
+#[derive(Debug)]
+struct Fault {
+    operation: &'static str,
+    kind: FaultKind,
+    remaining: AtomicU32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FaultKind {
+    /// The response never reaches the caller (what a timeout after the write looks like).
+    LoseResponse,
+    /// The response is replaced by a throttling error.
+    Throttle,
+}
+
+impl Fault {
+    fn new(operation: &'static str, kind: FaultKind, times: u32) -> Self {
+        Fault {
+            operation,
+            kind,
+            remaining: AtomicU32::new(times),
+        }
+    }
+
+    fn fire(&self, kind: FaultKind, cfg: &ConfigBag) -> bool {
+        kind == self.kind
+            && cfg
+                .load::<Metadata>()
+                .is_some_and(|m| m.name() == self.operation)
+            && self
+                .remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+    }
+}
+
+impl Intercept for Fault {
+    fn name(&self) -> &'static str {
+        "store_conformance::Fault"
+    }
+
+    fn read_after_transmit(
+        &self,
+        _ctx: &BeforeDeserializationInterceptorContextRef<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.fire(FaultKind::LoseResponse, cfg) {
+            return Err("injected fault: response lost".into());
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        ctx: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _rc: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if self.fire(FaultKind::Throttle, cfg) {
+            let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"injected"}"#;
+            let mut response =
+                HttpResponse::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body));
+            response
+                .headers_mut()
+                .insert("content-type", "application/x-amz-json-1.0");
+            *ctx.response_mut() = response;
+        }
+        Ok(())
+    }
+}
+
+async fn faulty_store(
+    backend: Backend,
+    clock: ManualClock,
+    fault: Fault,
+) -> toolcall_dedup::store::DynamoDbStore {
+    servers::dynamodb_store_with(
+        backend,
+        clock,
+        DynamoDbConfig::new(servers::unique_table()),
+        vec![servers::with_interceptor(fault)],
+    )
+    .await
+}
+
+fn ctx<S: Store + 'static>(store: S, clock: ManualClock, backend: Backend) -> Ctx<S> {
+    Ctx {
+        store: Arc::new(store),
+        clock,
+        backend,
+    }
+}
+
+async fn claim_whose_response_was_lost_is_still_ours(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let store = faulty_store(
+        backend,
+        clock.clone(),
+        Fault::new("PutItem", FaultKind::LoseResponse, 1),
+    )
+    .await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("lost-claim");
+    let token = cx.claimed(&key).await;
+    let c = cx.counts();
+    assert_eq!(c.put_item, 2, "{c}");
+    assert_eq!(c.get_item, backend.repeat_requests() - 1, "{c}");
+    assert_eq!(in_progress(cx.claim(&key).await).token, token);
+    cx.complete(&key, &token, b"r").await.unwrap();
+}
+
+async fn complete_whose_response_was_lost_still_succeeds(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let store = faulty_store(
+        backend,
+        clock.clone(),
+        Fault::new("UpdateItem", FaultKind::LoseResponse, 1),
+    )
+    .await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("lost-complete");
+    let token = cx.claimed(&key).await;
+    cx.complete(&key, &token, b"applied once").await.unwrap();
+    assert_eq!(cx.counts().update_item, 2);
+    assert_eq!(
+        completed(cx.claim(&key).await).result.as_deref(),
+        Some(&b"applied once"[..])
+    );
+}
+
+async fn release_whose_response_was_lost_still_succeeds(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let store = faulty_store(
+        backend,
+        clock.clone(),
+        Fault::new("DeleteItem", FaultKind::LoseResponse, 1),
+    )
+    .await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("lost-release");
+    let token = cx.claimed(&key).await;
+    cx.store.release(&key, &token).await.unwrap();
+    assert_eq!(cx.counts().delete_item, 2);
+    assert_eq!(cx.store.get(&key).await.unwrap(), None);
+}
+
+async fn throttled_requests_are_retried(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let store = faulty_store(
+        backend,
+        clock.clone(),
+        Fault::new("GetItem", FaultKind::Throttle, 2),
+    )
+    .await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("throttled");
+    let token = cx.claimed(&key).await;
+    assert_eq!(
+        cx.store.get(&key).await.unwrap().expect("record").token,
+        token
+    );
+    assert_eq!(
+        cx.counts().get_item,
+        3,
+        "two throttled attempts, then the answer"
+    );
+}
+
+async fn store_gives_up_with_unavailable_at_its_deadline(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let mut cfg = DynamoDbConfig::new(servers::unique_table());
+    cfg.retry = RetryPolicy {
+        deadline: Duration::from_millis(300),
+        ..RetryPolicy::default()
+    };
+    let fault = Fault::new("GetItem", FaultKind::LoseResponse, u32::MAX);
+    let store =
+        servers::dynamodb_store_with(backend, clock, cfg, vec![servers::with_interceptor(fault)])
+            .await;
+    let started = std::time::Instant::now();
+    let err = store.get("any").await.expect_err("every response is lost");
+    assert!(err.is_retryable(), "{err:?}");
+    let StoreError::Unavailable(source) = &err else {
+        panic!("expected Unavailable, got {err:?}")
+    };
+    let exhausted = source
+        .downcast_ref::<RetriesExhausted>()
+        .expect("RetriesExhausted source");
+    assert_eq!(exhausted.operation, "GetItem");
+    assert!(exhausted.attempts >= 2, "{exhausted}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "deadline respected: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.requests().get_item, u64::from(exhausted.attempts));
+}
+
+async fn table_create_is_idempotent_and_reports_ttl(backend: Backend) {
+    let client = servers::client(&backend.endpoint(), Vec::new());
+    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let first = create_table_with_client(&client, &cfg).await.unwrap();
+    let second = create_table_with_client(&client, &cfg).await.unwrap();
+    assert!(first.created);
+    assert!(!second.created);
+    match backend {
+        Backend::Moto => {
+            assert_eq!(
+                first.ttl,
+                TtlState::Enabled {
+                    attribute: "expires_at".into()
+                }
+            );
+            assert_eq!(
+                second.ttl,
+                TtlState::AlreadyEnabled {
+                    attribute: "expires_at".into()
+                }
+            );
+        }
+        _ => {
+            assert!(matches!(first.ttl, TtlState::Unsupported { .. }), "{first}");
+        }
+    }
+    assert!(first.to_string().contains(&cfg.table));
+
+    let other_key = DynamoDbConfig {
+        key_attribute: "id".into(),
+        ..cfg.clone()
+    };
+    match create_table_with_client(&client, &other_key).await {
+        Err(StoreError::Config { message, .. }) => assert!(message.contains("\"id\""), "{message}"),
+        other => panic!("expected a key schema Config error, got {other:?}"),
+    }
+}
+
+async fn custom_attribute_names_are_used(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let cfg = DynamoDbConfig {
+        key_attribute: "id".into(),
+        ttl_attribute: "ttl".into(),
+        ..DynamoDbConfig::new(servers::unique_table())
+    };
+    let store = servers::dynamodb_store_with(backend, clock.clone(), cfg.clone(), Vec::new()).await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("custom");
+    let req = cx.req(&key);
+    let token = cx.claimed(&key).await;
+    cx.complete(&key, &token, b"r").await.unwrap();
+
+    let item = cx
+        .store
+        .client()
+        .get_item()
+        .table_name(&cfg.table)
+        .key(
+            "id",
+            aws_sdk_dynamodb::types::AttributeValue::S(key.clone()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .expect("item under the custom key");
+    assert_eq!(
+        item.get("ttl").and_then(|v| v.as_n().ok()),
+        Some(&req.expires_at_s.to_string())
+    );
+    assert!(!item.contains_key("pk") && !item.contains_key("expires_at"));
+    assert_eq!(
+        toolcall_dedup::store::decode_item(&cfg, &item)
+            .unwrap()
+            .token,
+        token
+    );
+
+    cx.clock.set_ms((req.expires_at_s + 1) * 1000);
+    let _ = cx.claimed(&key).await; // the condition reads the custom TTL attribute
+}
+
+macro_rules! dynamodb_only {
+    ($($case:ident),* $(,)?) => {
+        mod moto_only_dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Backend::Moto).await;
+                }
+            )*
+        }
+        mod dynalite_only_dynamodb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Backend::Dynalite).await;
+                }
+            )*
+        }
+    };
+}
+
+dynamodb_only!(
+    claim_whose_response_was_lost_is_still_ours,
+    complete_whose_response_was_lost_still_succeeds,
+    release_whose_response_was_lost_still_succeeds,
+    throttled_requests_are_retried,
+    store_gives_up_with_unavailable_at_its_deadline,
+    table_create_is_idempotent_and_reports_ttl,
+    custom_attribute_names_are_used,
+);
+
+/// `dedup table create --endpoint URL --table NAME` runs this: the client comes from
+/// `build_client`, with dummy credentials when none are configured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_create_through_an_endpoint_url() {
+    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let report = toolcall_dedup::store::table::create_table(Some(&Backend::Moto.endpoint()), &cfg)
+        .await
+        .unwrap();
+    assert!(report.created, "{report}");
+    assert_eq!(
+        report.ttl,
+        TtlState::Enabled {
+            attribute: "expires_at".into()
+        }
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The memory store is the DynamoDB store's twin: random operation sequences, applied to both with
+// one clock, must give the same answers step by step.
+
+/// An outcome with tokens replaced by the index of the claim that issued them.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Claimed(usize),
+    Record {
+        status: Status,
+        owner: Option<usize>,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+        result: Option<Vec<u8>>,
+    },
+    Absent,
+    Ok,
+    Completed(Completion),
+    Err(String),
+}
+
+struct Twin<S> {
+    store: S,
+    tokens: Vec<(String, LeaseToken)>,
+}
+
+impl<S: Store> Twin<S> {
+    fn record(&self, r: Record) -> Seen {
+        Seen::Record {
+            status: r.status,
+            owner: self.tokens.iter().position(|(_, t)| *t == r.token),
+            lease_until_ms: r.lease_until_ms,
+            expires_at_s: r.expires_at_s,
+            result: r.result,
+        }
+    }
+
+    fn unit(r: Result<(), StoreError>) -> Seen {
+        match r {
+            Ok(()) => Seen::Ok,
+            Err(e) => Seen::Err(format!("{e:?}")),
+        }
+    }
+
+    async fn apply(&mut self, op: &TwinOp, now_ms: i64) -> Seen {
+        match op {
+            TwinOp::Claim {
+                key,
+                lease_ms,
+                ttl_s,
+            } => {
+                let req = ClaimRequest {
+                    key,
+                    fingerprint: "fp",
+                    tool: "t",
+                    lease_until_ms: now_ms + lease_ms,
+                    expires_at_s: now_ms.div_euclid(1000) + ttl_s,
+                };
+                match self.store.claim(req).await {
+                    Ok(ClaimOutcome::Claimed { token }) => {
+                        self.tokens.push((key.clone(), token));
+                        Seen::Claimed(self.tokens.len() - 1)
+                    }
+                    Ok(ClaimOutcome::Completed(r) | ClaimOutcome::InProgress(r)) => self.record(r),
+                    Err(e) => Seen::Err(format!("{e:?}")),
+                }
+            }
+            TwinOp::Complete {
+                claim,
+                result,
+                ttl_s,
+            } => match self.tokens.get(*claim) {
+                Some((key, token)) => {
+                    let expires_at_s = now_ms.div_euclid(1000) + ttl_s;
+                    match self.store.complete(key, token, result, expires_at_s).await {
+                        Ok(completion) => Seen::Completed(completion),
+                        Err(e) => Seen::Err(format!("{e:?}")),
+                    }
+                }
+                None => Seen::Absent,
+            },
+            TwinOp::Release { claim } => match self.tokens.get(*claim) {
+                Some((key, token)) => Self::unit(self.store.release(key, token).await),
+                None => Seen::Absent,
+            },
+            TwinOp::Get { key } => match self.store.get(key).await {
+                Ok(Some(r)) => self.record(r),
+                Ok(None) => Seen::Absent,
+                Err(e) => Seen::Err(format!("{e:?}")),
+            },
+            TwinOp::Advance { .. } => Seen::Ok,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum TwinOp {
+    Claim {
+        key: String,
+        lease_ms: i64,
+        ttl_s: i64,
+    },
+    Complete {
+        claim: usize,
+        result: Vec<u8>,
+        ttl_s: i64,
+    },
+    Release {
+        claim: usize,
+    },
+    Get {
+        key: String,
+    },
+    Advance {
+        ms: i64,
+    },
+}
+
+fn twin_ops(seed: u64, len: usize, keys: &[String]) -> Vec<TwinOp> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut claims_so_far = 0usize;
+    (0..len)
+        .map(|_| {
+            let key = keys[rng.usize(..keys.len())].clone();
+            match rng.u8(..10) {
+                0..=2 => {
+                    claims_so_far += 1; // an upper bound: not every claim is granted
+                    TwinOp::Claim {
+                        key,
+                        lease_ms: rng.i64(1..20_000),
+                        ttl_s: rng.i64(1..60),
+                    }
+                }
+                3 | 4 => TwinOp::Complete {
+                    claim: rng.usize(..claims_so_far.max(1)),
+                    result: if rng.bool() {
+                        noise(rng.usize(..64), rng.u64(..))
+                    } else {
+                        vec![b'x'; 20_000]
+                    },
+                    ttl_s: rng.i64(1..60),
+                },
+                5 => TwinOp::Release {
+                    claim: rng.usize(..claims_so_far.max(1)),
+                },
+                6 | 7 => TwinOp::Get { key },
+                _ => TwinOp::Advance {
+                    ms: rng.i64(0..15_000),
+                },
+            }
+        })
+        .collect()
+}
+
+async fn memory_twin_agrees_with(backend: Backend) {
+    // What the sequences reached, so that a change to the generator cannot make this test vacuous.
+    let mut reached = std::collections::BTreeMap::<&str, usize>::new();
+    for seed in 0..4u64 {
+        let clock = ManualClock::starting_now();
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let keys: Vec<String> = (0..3).map(|i| format!("twin-{run}-{i}")).collect();
+        let mut memory = Twin {
+            store: servers::memory_store(clock.clone()),
+            tokens: Vec::new(),
+        };
+        let mut dynamo = Twin {
+            store: servers::dynamodb_store(backend, clock.clone()).await,
+            tokens: Vec::new(),
+        };
+        for (step, op) in twin_ops(seed, 150, &keys).iter().enumerate() {
+            if let TwinOp::Advance { ms } = op {
+                clock.advance_ms(*ms);
+            }
+            let now = clock.now_ms();
+            let (m, d) = (memory.apply(op, now).await, dynamo.apply(op, now).await);
+            assert_eq!(m, d, "{backend:?} seed {seed} step {step}: {op:?}");
+            let what = match (&m, op) {
+                (Seen::Claimed(_), _) => "claimed",
+                (
+                    Seen::Record {
+                        status: Status::Completed,
+                        ..
+                    },
+                    TwinOp::Claim { .. },
+                ) => "replayed",
+                (
+                    Seen::Record {
+                        status: Status::InProgress,
+                        ..
+                    },
+                    TwinOp::Claim { .. },
+                ) => "in progress",
+                (Seen::Completed(_), TwinOp::Complete { .. }) => "completed",
+                (Seen::Ok, TwinOp::Release { .. }) => "released",
+                (Seen::Err(e), _) if e.contains("LeaseLost") => "lease lost",
+                (Seen::Absent, TwinOp::Get { .. }) => "absent",
+                _ => "other",
+            };
+            *reached.entry(what).or_default() += 1;
+        }
+    }
+    for what in [
+        "claimed",
+        "replayed",
+        "in progress",
+        "completed",
+        "released",
+        "lease lost",
+        "absent",
+    ] {
+        assert!(
+            reached.get(what).copied().unwrap_or(0) > 0,
+            "{backend:?}: no step reached {what:?}: {reached:?}"
+        );
+    }
+    eprintln!("{backend:?} twin steps: {reached:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_twin_agrees_with_moto() {
+    memory_twin_agrees_with(Backend::Moto).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_twin_agrees_with_dynalite() {
+    memory_twin_agrees_with(Backend::Dynalite).await;
+}
