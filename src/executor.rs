@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Config, ErrorTypes, LEASE_MARGIN, Mode, Scope};
+use crate::config::{Config, LEASE_MARGIN, Mode};
 use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use crate::key::{Call, Keyer, Strategy};
 use crate::seam::ReplyClass;
@@ -85,21 +85,18 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// Timing and behaviour knobs, from [`Config`] plus fixed margins.
+/// The executor's own knobs (mode, retention, waiting, cache, timing), from [`Config`] plus fixed
+/// margins. How a call is scoped belongs to the handler ([`crate::handler::DoorSettings`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// `DEDUP_MODE`: enforce, shadow (key and report, never replay) or off.
     pub mode: Mode,
-    pub scope: Scope,
-    pub step_attribute: String,
-    /// The argument an AgentCore call names its run by when the Gateway sends no session.
-    pub run_argument: String,
-    /// The namespaces an envelope may name (`None`: any).
-    pub envelope_namespaces: Option<Vec<String>>,
+    /// How long a completed result is replayed (`DEDUP_TTL_SECONDS`).
     pub ttl: Duration,
+    /// How long a repeat waits for an identical call in flight (`DEDUP_WAIT_MS`).
     pub wait: Duration,
+    /// Completed records the container keeps (`DEDUP_LOCAL_CACHE_ITEMS`, 0: no cache).
     pub local_cache_items: usize,
-    /// Tool error types that prove nothing ran: only these release the claim.
-    pub release_on_errors: ErrorTypes,
     /// The lease ends this long after the later of the Lambda deadline and the tool's own
     /// timeout (clock skew between containers).
     pub lease_margin: Duration,
@@ -121,14 +118,9 @@ impl Settings {
     pub fn from_config(config: &Config) -> Settings {
         Settings {
             mode: config.mode,
-            scope: config.scope,
-            step_attribute: config.step_attribute.clone(),
-            run_argument: config.run_argument.clone(),
-            envelope_namespaces: config.envelope_namespaces.clone(),
             ttl: config.ttl,
             wait: config.wait,
             local_cache_items: config.local_cache_items,
-            release_on_errors: config.release_on_errors.clone(),
             lease_margin: LEASE_MARGIN,
             completion_reserve: Duration::from_millis(2500),
             reply_margin: Duration::from_millis(200),

@@ -58,6 +58,7 @@
 //! ```
 
 use std::future::Future;
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -128,6 +129,61 @@ pub enum GuardError<E> {
     NoTime,
 }
 
+/// Builds a [`Dedup`] with settings other than the defaults.
+pub struct DedupBuilder<S> {
+    store: S,
+    keyer: Keyer,
+    settings: Settings,
+}
+
+impl<S: Store> DedupBuilder<S> {
+    /// How long one claim lasts before the margin (default 60 s). It is renewed every third of
+    /// it while the side effect runs, so a side effect may run longer than one lease.
+    pub fn lease(mut self, length: Duration) -> Self {
+        self.settings.default_budget = length;
+        self
+    }
+
+    /// Added to every lease for clock skew between the processes sharing the store (default 5 s).
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.settings.lease_margin = margin;
+        self
+    }
+
+    /// How long a result is replayed (default 24 h).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.settings.ttl = ttl;
+        self
+    }
+
+    /// How long a repeat waits for an identical call in flight before it answers "in progress"
+    /// (default 10 s).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.settings.wait = wait;
+        self
+    }
+
+    /// The time kept back at the end of a lease to store the result (default 2.7 s).
+    pub fn store_reserve(mut self, reserve: Duration) -> Self {
+        self.settings.completion_reserve = reserve;
+        self.settings.reply_margin = Duration::ZERO;
+        self
+    }
+
+    /// Completed results kept in the process, so a repeat costs no store request (default 0).
+    pub fn cache_items(mut self, items: usize) -> Self {
+        self.settings.local_cache_items = items;
+        self
+    }
+
+    /// The guard.
+    pub fn build(self) -> Dedup<S> {
+        Dedup {
+            executor: Executor::new(self.store, self.keyer, self.settings),
+        }
+    }
+}
+
 /// Deduplicates side effects in-process. See the module docs for the contract.
 pub struct Dedup<S> {
     executor: Executor<S>,
@@ -138,19 +194,19 @@ impl<S: Store> Dedup<S> {
     /// results live 24 h, a claim's lease is 60 s plus a 5 s margin and is renewed every 20 s
     /// while the side effect runs, and a repeat waits up to 10 s for an identical call in flight.
     pub fn new(store: S, keyer: Keyer) -> Dedup<S> {
-        Dedup {
-            executor: Executor::new(store, keyer, Settings::default()),
+        Dedup::builder(store, keyer).build()
+    }
+
+    /// A guard with settings other than the defaults of [`Dedup::new`].
+    pub fn builder(store: S, keyer: Keyer) -> DedupBuilder<S> {
+        DedupBuilder {
+            store,
+            keyer,
+            settings: Settings::default(),
         }
     }
 
-    /// Adjusts the settings: `default_budget` is the lease (renewed every third of it while the
-    /// side effect runs), `ttl` how long a result is replayed, `wait` how long a repeat waits.
-    pub fn with_settings(self, adjust: impl FnOnce(&mut Settings)) -> Dedup<S> {
-        Dedup {
-            executor: self.executor.with_settings(adjust),
-        }
-    }
-
+    /// The store the guard claims keys in.
     pub fn store(&self) -> &S {
         self.executor.store()
     }

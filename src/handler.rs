@@ -48,7 +48,7 @@ use tokio::time::Instant;
 
 use crate::agentcore::{self, GatewayCall};
 use crate::bedrock::{ActionGroupCall, EventError};
-use crate::config::{Config, Mode};
+use crate::config::{Config, ErrorTypes, Mode, Scope};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::envelope;
 use crate::executor::{Executor, Finished, Keyed, Lease, Outcome, Settled, ToolRun, remaining};
@@ -232,8 +232,48 @@ pub struct Handled {
 /// The handler, generic over its store and dispatcher (static dispatch).
 pub struct Handler<S, D> {
     executor: Executor<S>,
+    doors: DoorSettings,
     dispatcher: D,
     telemetry: Telemetry,
+}
+
+/// The handler's own knobs: how the doors scope a call, and which tool errors prove nothing ran.
+#[derive(Debug, Clone)]
+pub struct DoorSettings {
+    /// `DEDUP_SCOPE`: a Bedrock call's step is its turn, or none.
+    pub scope: Scope,
+    /// `DEDUP_STEP_ATTRIBUTE`: the session attribute or argument that names the step.
+    pub step_attribute: String,
+    /// `DEDUP_RUN_ARGUMENT`: the argument an AgentCore call names its run by when the Gateway
+    /// sends no session.
+    pub run_argument: String,
+    /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an envelope may name (`None`: any).
+    pub envelope_namespaces: Option<Vec<String>>,
+    /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
+    /// the claim.
+    pub release_on_errors: ErrorTypes,
+}
+
+impl DoorSettings {
+    /// The settings `config` gives.
+    pub fn from_config(config: &Config) -> DoorSettings {
+        DoorSettings {
+            scope: config.scope,
+            step_attribute: config.step_attribute.clone(),
+            run_argument: config.run_argument.clone(),
+            envelope_namespaces: config.envelope_namespaces.clone(),
+            release_on_errors: config.release_on_errors.clone(),
+        }
+    }
+
+    fn scoping(&self) -> Scoping<'_> {
+        Scoping {
+            step_attribute: &self.step_attribute,
+            run_argument: &self.run_argument,
+            scope: self.scope,
+            envelope_namespaces: self.envelope_namespaces.as_deref(),
+        }
+    }
 }
 
 /// How one invocation ended: the answer and what the report says about it.
@@ -286,6 +326,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let keyer = Keyer::new().with_policies(config.policies.clone());
         Handler {
             executor: Executor::new(store, keyer, Settings::from_config(config)),
+            doors: DoorSettings::from_config(config),
             dispatcher,
             telemetry,
         }
@@ -393,12 +434,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
         };
         let settings = self.settings();
-        let scoping = Scoping {
-            step_attribute: &settings.step_attribute,
-            run_argument: &settings.run_argument,
-            scope: settings.scope,
-            envelope_namespaces: settings.envelope_namespaces.as_deref(),
-        };
+        let scoping = self.doors.scoping();
         if settings.mode == Mode::Off {
             return self.pass_through(door, &target, scoping, end).await;
         }
@@ -480,7 +516,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 },
             },
             Err(e) => ToolRun::Failed {
-                outcome_unknown: e.outcome_unknown(&self.settings().release_on_errors),
+                outcome_unknown: e.outcome_unknown(&self.doors.release_on_errors),
                 error: ToolFailure::Dispatch(e),
             },
         }

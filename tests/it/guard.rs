@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use servers::{Backend, Faulty};
-use toolcall_dedup::guard::{Dedup, GuardError};
+use toolcall_dedup::guard::{Dedup, DedupBuilder, GuardError};
 use toolcall_dedup::key::{Call, Keyer};
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, ManualClock, RetryPolicy, Store};
 use toolcall_dedup::telemetry::Outcome;
@@ -36,9 +36,10 @@ async fn charge(runs: &AtomicU32, pause: Duration) -> Result<u32, std::io::Error
 }
 
 async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
+    let dedup = guard.build();
     let runs = AtomicU32::new(0);
     let first = dedup
         .run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO))
@@ -63,9 +64,10 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
 const LEASE: Duration = Duration::from_secs(65);
 
 async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
+    let dedup = guard.wait(Duration::ZERO).build();
     let runs = AtomicU32::new(0);
     let failed = dedup
         .run(&call(ORIGINAL, "1"), || async {
@@ -84,7 +86,6 @@ async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(
         ),
         "{failed:?}"
     );
-    let dedup = dedup.with_settings(|s| s.wait = Duration::ZERO);
     let retried = dedup
         .run(&call(RETRY, "1"), || charge(&runs, Duration::ZERO))
         .await;
@@ -102,9 +103,10 @@ async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(
 }
 
 async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
+    let dedup = guard.build();
     let failed = dedup
         .run_with(
             &call(ORIGINAL, "2"),
@@ -130,9 +132,10 @@ async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(
 }
 
 async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
+    let dedup = guard.wait(Duration::ZERO).build();
     let runs = AtomicU32::new(0);
     // JSON object keys are strings: a map keyed by pairs does not serialize.
     let unstorable = dedup
@@ -145,7 +148,6 @@ async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(
         matches!(unstorable, Err(GuardError::Unstorable(_))),
         "{unstorable:?}"
     );
-    let dedup = dedup.with_settings(|s| s.wait = Duration::ZERO);
     let retried = dedup
         .run(&call(RETRY, "5"), || async {
             runs.fetch_add(1, Ordering::SeqCst);
@@ -167,18 +169,17 @@ async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(
 }
 
 async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
     // A 300 ms lease without margin, renewed every 100 ms; the side effect runs 1.5 s of
     // (manual) time, five leases.
-    let dedup = dedup.with_settings(|s| {
-        s.default_budget = Duration::from_millis(300);
-        s.lease_margin = Duration::ZERO;
-        s.completion_reserve = Duration::ZERO;
-        s.reply_margin = Duration::ZERO;
-        s.wait = Duration::ZERO;
-    });
+    let dedup = guard
+        .lease(Duration::from_millis(300))
+        .lease_margin(Duration::ZERO)
+        .store_reserve(Duration::ZERO)
+        .wait(Duration::ZERO)
+        .build();
     let runs = AtomicU32::new(0);
     let long = async {
         dedup
@@ -207,7 +208,8 @@ async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-async fn a_dropped_future_still_stores_its_result<S: Store>(dedup: Dedup<S>, clock: ManualClock) {
+async fn a_dropped_future_still_stores_its_result<S: Store>(guard: DedupBuilder<S>, clock: ManualClock) {
+    let dedup = guard.build();
     let runs = AtomicU32::new(0);
     // Completion is held for 300 ms: the caller gives up after 100 ms, after the side effect.
     let dropped = tokio::time::timeout(
@@ -228,7 +230,8 @@ async fn a_dropped_future_still_stores_its_result<S: Store>(dedup: Dedup<S>, clo
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>, _clock: ManualClock) {
+async fn a_concurrent_retry_waits_for_the_original<S: Store>(guard: DedupBuilder<S>, _clock: ManualClock) {
+    let dedup = guard.build();
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "3"), call(RETRY, "3"));
     let (a, b) = tokio::join!(
@@ -244,10 +247,10 @@ async fn a_concurrent_retry_waits_for_the_original<S: Store>(dedup: Dedup<S>, _c
 }
 
 async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(
-    dedup: Dedup<S>,
+    guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = dedup.with_settings(|s| s.wait = Duration::from_millis(100));
+    let dedup = guard.wait(Duration::from_millis(100)).build();
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "4"), call(RETRY, "4"));
     let (a, b) = tokio::join!(
@@ -275,7 +278,7 @@ macro_rules! on_backends {
                 let clock = ManualClock::starting_now();
                 let mut store = Faulty::new(servers::memory_store(clock.clone()));
                 store.complete_delay = SLOW;
-                super::$name(Dedup::new(store, Keyer::new()), clock).await
+                super::$name(Dedup::builder(store, Keyer::new()), clock).await
             })+
         }
         mod moto {
@@ -285,7 +288,7 @@ macro_rules! on_backends {
                 let inner = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
                 let mut store = Faulty::new(inner);
                 store.complete_delay = SLOW;
-                super::$name(Dedup::new(store, Keyer::new()), clock).await
+                super::$name(Dedup::builder(store, Keyer::new()), clock).await
             })+
         }
     };
