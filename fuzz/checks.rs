@@ -106,7 +106,8 @@ pub fn bedrock_event(data: &[u8]) {
             }
         }
     }
-    let _ = bedrock::forward_event(&event, Some("0123456789abcdef0123456789abcdef"));
+    bedrock::forward_bytes(&event, Some("0123456789abcdef0123456789abcdef"))
+        .expect("a parsed event serializes again");
 
     let handler = Handler::new(
         MemoryStore::new(),

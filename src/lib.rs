@@ -1,23 +1,37 @@
 //! toolcall-dedup: keys AI tool calls by meaning and claims each key once.
 //!
+//! For a tool written in Rust, the guard is all you need:
+//!
+//! ```
+//! use toolcall_dedup::{Call, Dedup, Keyer, MemoryStore};
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let dedup = Dedup::new(MemoryStore::new(), Keyer::new());
+//! let call = Call { tool: "charge_card", args: r#"{"amount": 4200}"#, ..Call::default() };
+//! let receipt = dedup.run(&call, || async { Ok::<_, std::io::Error>("ch_1".to_string()) }).await.unwrap();
+//! assert_eq!(receipt.value, "ch_1");
+//! # });
+//! ```
+//!
+//! The modules, in the order one call meets them:
+//! - [`handler`]: the Lambda handler: detects the entry point, routes, keys, runs the executor,
+//!   answers in the caller's format.
+//! - [`bedrock`], [`agentcore`], [`envelope`]: the entry points (Bedrock Agents action groups, the
+//!   AgentCore Gateway Lambda target, the harness-neutral envelope). Each implements
+//!   [`seam::EntryPoint`].
+//! - [`seam`]: what every entry point hands the executor and writes back (calls, replies,
+//!   notices); it imports only the key core.
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
+//! - [`executor`]: one keyed call: claim, run once, complete, wait, replay; [`decide`] is its
+//!   state table as pure functions.
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
-//! - [`seam`]: what every entry point hands the executor and writes back (the [`seam::EntryPoint`]
-//!   trait, calls, replies, notices); it imports only the key core.
-//! - [`bedrock`]: the Bedrock Agents action-group event and response adapter.
-//! - [`agentcore`]: the Bedrock AgentCore Gateway Lambda-target adapter.
-//! - [`envelope`]: the harness-neutral invoke envelope adapter.
-//! - [`decide`]: the executor's pure decision (claim outcome, mode, time left → next action).
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
-//! - [`executor`]: the state machine of one keyed call: claim, run once, complete, wait, replay.
-//! - [`handler`]: the Lambda handler: flavour detection, routing, keying, the executor, answers.
-//! - [`guard`]: the library guard: `Dedup::new(store, keyer).run(&call, || side_effect())`.
-//! - [`demo`]: the demo tool (a ledger of side effects).
-//! - [`config`], [`telemetry`]: environment and observability.
-//! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
-//! - [`cost`]: the token-waste versus store-cost model.
-//! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
-//! - [`cli`]: the `dedup` command line.
+//! - [`guard`]: the same executor in-process ([`Dedup`]).
+//! - [`config`], [`telemetry`], [`aws`]: environment, observability, the shared SDK configuration.
+//!
+//! The `dedup` CLI, the replay corpus, the chaos soak, the audit and cost models and the demo tool
+//! live in the workspace's `cli` package, outside the Lambda's build.
+#![warn(missing_docs)]
+
 pub mod agentcore;
 pub mod aws;
 pub mod bedrock;
@@ -32,3 +46,7 @@ pub mod key;
 pub mod seam;
 pub mod store;
 pub mod telemetry;
+
+pub use guard::{Dedup, DedupBuilder, GuardError, Guarded};
+pub use key::{Call, Keyer, Strategy};
+pub use store::{DynamoDbConfig, DynamoDbStore, MemoryStore, Store};

@@ -6,7 +6,7 @@
 //! length-prefixed, domain-separated hash of namespace, tool, run id, step and arguments.
 
 mod article;
-pub mod json;
+mod json;
 mod number;
 pub mod policy;
 pub mod schema;
@@ -18,6 +18,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use article::write_python_json_string;
+pub use json::{Node, parse as parse_json};
 pub use policy::{PolicyError, PolicySet, ToolPolicy};
 pub use schema::{FieldMode, Schema, SchemaError};
 

@@ -4,7 +4,7 @@
 //! numbers kept as the exact text Python would print. `serde_json::Value` sorts keys here (the crate's
 //! `preserve_order` feature is off on purpose), so the corpus uses this small type instead.
 
-use toolcall_dedup::key::json::{self, Node};
+use toolcall_dedup::key::{Node, parse_json};
 use toolcall_dedup::key::write_python_json_string;
 
 /// A JSON value with ordered object members. Numbers hold the text Python prints for them: digits for
@@ -53,13 +53,13 @@ impl J {
     /// # Panics
     /// On invalid JSON: this only reads the generator's own literals.
     pub fn parse(text: &str) -> J {
-        let node = json::parse(text, 64).unwrap_or_else(|e| panic!("corpus literal: {e}: {text}"));
+        let node = parse_json(text, 64).unwrap_or_else(|e| panic!("corpus literal: {e}: {text}"));
         J::from_node(node)
     }
 
     /// Parses JSON text, or `None` when it is not JSON the key core reads (64 levels at most).
     pub fn try_parse(text: &str) -> Option<J> {
-        json::parse(text, 64).ok().map(J::from_node)
+        parse_json(text, 64).ok().map(J::from_node)
     }
 
     fn from_node(node: Node<'_>) -> J {
