@@ -1,5 +1,5 @@
 #![allow(dead_code)] // each fuzz target uses one of these checks
-//! The properties the fuzz targets check, shared with `tests/fuzz_regressions.rs` (which replays
+//! The properties the fuzz targets check, shared with `tests/it/fuzz_regressions.rs` (which replays
 //! the inputs saved in `fuzz/regressions/<target>/` through the same functions on every
 //! `cargo test`).
 

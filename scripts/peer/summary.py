@@ -9,7 +9,7 @@ M = {retries_caught, retries_total, false_merges, distinct_total, requests_first
 overhead divided by Powertools' (default configuration). Overhead is the handler's own work:
 process CPU time per invocation minus the tool's, median over the corpus; the table also gives
 wall-clock latency (which includes the local server's time). Standard library only: the test suite
-runs it on a recorded run (tests/peer_powertools.rs).
+runs it on a recorded run (tests/it/peer_powertools.rs).
 
 Usage: python3 summary.py RAW.jsonl [--json]
 """

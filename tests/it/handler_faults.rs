@@ -2,7 +2,7 @@
 //! handler, the warm cache, and the paths that could run a side effect twice (issue 11), on the
 //! memory store and on moto.
 //!
-//! Store-server tests need `scripts/dynamodb-servers.sh` (see `tests/common/servers.rs`); they
+//! Store-server tests need `scripts/dynamodb-servers.sh` (see `tests/it/servers.rs`); they
 //! fail, saying how to start them, when the servers are not running.
 
 use crate::fixture;

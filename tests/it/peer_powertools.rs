@@ -1,9 +1,9 @@
 //! `scripts/peer-powertools` installs Powertools and drives both systems for about a minute, so CI
 //! does not run it. This runs its summary code (`scripts/peer/summary.py`) on a recorded run's raw
 //! output (`tests/fixtures/peer-powertools/raw.jsonl`) and checks the JSON line against figures
-//! recomputed here from the raw records, and that the README shows exactly the table the
+//! recomputed here from the raw records, and that docs/powertools.md shows exactly the table the
 //! recorded run produces. Re-record with `scripts/peer-powertools` and copy
-//! `target/peer-powertools/raw.jsonl` over the fixture; then update the README table.
+//! `target/peer-powertools/raw.jsonl` over the fixture; then update the table in docs/powertools.md.
 
 use std::path::Path;
 use std::process::Command;
@@ -157,7 +157,7 @@ fn toolcall_dedup_is_ahead_on_recall_and_false_merges_in_the_recorded_run() {
 }
 
 #[test]
-fn the_readme_shows_the_table_of_the_recorded_run() {
+fn the_comparison_page_shows_the_table_of_the_recorded_run() {
     let (stdout, _) = summary();
     let table: Vec<&str> = stdout.lines().filter(|l| l.starts_with('|')).collect();
     assert!(table.len() > 10, "{stdout}");
@@ -167,10 +167,10 @@ fn the_readme_shows_the_table_of_the_recorded_run() {
             "no {behaviour} row"
         );
     }
-    let readme = std::fs::read_to_string(Path::new(ROOT).join("README.md")).unwrap();
+    let page = std::fs::read_to_string(Path::new(ROOT).join("docs/powertools.md")).unwrap();
     let block = table.join("\n");
     assert!(
-        readme.contains(&block),
-        "README.md does not show the recorded run's table; paste this:\n{block}"
+        page.contains(&block),
+        "docs/powertools.md does not show the recorded run's table; paste this:\n{block}"
     );
 }

@@ -30,7 +30,7 @@
 //!
 //! [`pair_events`] builds the same events for any pair, in either flavour, with types a developer
 //! declares from the values ([`DeclaredTypes`]) rather than from a schema: the product path with no
-//! policy file, which `tests/bedrock_declared.rs` and the score's Bedrock row replay.
+//! policy file, which `tests/it/bedrock_declared.rs` and the score's Bedrock row replay.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

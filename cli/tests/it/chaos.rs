@@ -4,7 +4,7 @@
 //! tool that crashes after its side effect, unless `DEDUP_CHAOS_WITHOUT` names classes to leave
 //! out (comma-separated, e.g. `tool_crash_after_effect`).
 //!
-//! The long run is `scripts/chaos --seed S --invocations N` (README "Reliability").
+//! The long run is `scripts/chaos --seed S --invocations N` (docs/testing.md, "The chaos soak").
 
 use crate::servers;
 

@@ -25,7 +25,7 @@ const SCHEMA_FREE_LOSSES: [&str; 4] = [
 
 /// The pairs the executor gets wrong from Bedrock events with no policy file: the declared types make
 /// up for the top-level decimals, not for the git ref or a decimal inside an array's objects (the
-/// README's Limits give the policy line for each; `tests/bedrock_declared.rs` replays them).
+/// README's Limits give the policy line for each; `tests/it/bedrock_declared.rs` replays them).
 const BEDROCK_DECLARED_LOSSES: [&str; 2] =
     ["adversarial/case_id/6", "adversarial/decimal_string/4"];
 
