@@ -14,11 +14,11 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use dedup_cli::demo::{DemoTool, Ledger};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::Scope;
-use dedup_cli::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};

@@ -31,15 +31,16 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use dedup_cli::demo::{DemoTool, InProcess, StandIn};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::config::{Config, StoreKind};
-use dedup_cli::demo::DemoTool;
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::handler::{Handler, Invocation};
+use toolcall_dedup::seam::Forward;
+use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
 
@@ -80,19 +81,11 @@ tokio::task_local! {
 /// The demo tool with the invocation's fault applied and its time measured.
 struct FaultyDemoTool(DemoTool);
 
-impl Dispatcher for FaultyDemoTool {
-    fn route(&self, action_group: &str, tool: &str) -> Result<String, DispatchError> {
-        self.0.route(action_group, tool)
-    }
-
-    fn max_run_time(&self, target: &str) -> Duration {
-        self.0.max_run_time(target)
-    }
-
-    async fn invoke(
+impl StandIn for FaultyDemoTool {
+    async fn answer(
         &self,
         target: &str,
-        payload: Vec<u8>,
+        forward: Forward,
         timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         let (started, started_cpu) = (Instant::now(), cpu_now());
@@ -100,7 +93,7 @@ impl Dispatcher for FaultyDemoTool {
         if fault.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(fault.delay_ms)).await;
         }
-        let mut reply = self.0.invoke(target, payload, timeout).await;
+        let mut reply = self.0.answer(target, forward, timeout).await;
         if fault.raise && reply.is_ok() {
             reply = Err(DispatchError::FunctionError {
                 target: target.to_string(),
@@ -160,7 +153,10 @@ fn wall_now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-async fn handle(handler: &Handler<DynamoDbStore, FaultyDemoTool>, request: Request) -> Value {
+async fn handle(
+    handler: &Handler<DynamoDbStore, InProcess<FaultyDemoTool>>,
+    request: Request,
+) -> Value {
     let invocation = Invocation {
         request_id: format!("peer-{}", request.id),
         deadline_ms: request.remaining_ms.map(|r| wall_now_ms() + r),
@@ -221,7 +217,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
     create_table_with_client(&client, &cfg).await?;
     let store = DynamoDbStore::new(&client, cfg)?;
-    let tool = FaultyDemoTool(DemoTool::from_env());
+    let tool = InProcess::new(FaultyDemoTool(DemoTool::from_env()));
     let handler = Arc::new(Handler::new(store, tool, &config, Telemetry::quiet()));
 
     let (answers, mut outbox) = mpsc::unbounded_channel::<Value>();

@@ -5,10 +5,10 @@
 
 use std::sync::OnceLock;
 
+use dedup_cli::demo::{DemoTool, Ledger};
 use serde_json::Value;
 use toolcall_dedup::bedrock::{self, Envelope};
 use toolcall_dedup::config::{Config, Scope};
-use dedup_cli::demo::{DemoTool, Ledger};
 use toolcall_dedup::handler::{Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::MemoryStore;

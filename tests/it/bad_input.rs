@@ -13,16 +13,16 @@
 //! 10,000-digit integer. Those cases check that it executes once, replays, and never meets a
 //! different number.
 
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use dedup_cli::demo::{DemoTool, InProcess, Ledger, StandIn};
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
-use dedup_cli::demo::{DemoTool, Ledger};
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
+use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
@@ -63,23 +63,15 @@ impl Tool {
     }
 }
 
-impl Dispatcher for Tool {
-    fn route(&self, group: &str, tool: &str) -> Result<String, DispatchError> {
-        self.demo.route(group, tool)
-    }
-
-    fn max_run_time(&self, target: &str) -> Duration {
-        self.demo.max_run_time(target)
-    }
-
-    async fn invoke(
+impl StandIn for Tool {
+    async fn answer(
         &self,
         target: &str,
-        payload: Vec<u8>,
+        forward: Forward,
         timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         self.invokes.fetch_add(1, Ordering::SeqCst);
-        let reply = self.demo.invoke(target, payload, timeout).await;
+        let reply = self.demo.answer(target, forward, timeout).await;
         match self.reply {
             Reply::Demo => reply,
             Reply::Fixed(bytes) => Ok(bytes.to_vec()),
@@ -87,10 +79,10 @@ impl Dispatcher for Tool {
     }
 }
 
-fn handler(reply: Reply) -> Handler<MemoryStore, Tool> {
+fn handler(reply: Reply) -> Handler<MemoryStore, InProcess<Tool>> {
     Handler::new(
         MemoryStore::new(),
-        Tool::new(reply),
+        InProcess::new(Tool::new(reply)),
         &Config::default(),
         Telemetry::quiet(),
     )

@@ -15,11 +15,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
-use toolcall_dedup::config::Config;
 use dedup_cli::corpus::events::{DeclaredTypes, Flavour, pair_events};
 use dedup_cli::corpus::{Corpus, Expect, Pair};
 use dedup_cli::demo::{DemoTool, Ledger};
+use serde_json::{Value, json};
+use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Handled, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::MemoryStore;

@@ -322,8 +322,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     let runtime_api = Relay::RuntimeApi.start(port);
     let mut tool = Proc::spawn(
         "demo-tool",
-        function(demo_tool_binary(), "demo-tool", runtime_api)
-            .env("DEMO_LEDGER", &ledger),
+        function(demo_tool_binary(), "demo-tool", runtime_api).env("DEMO_LEDGER", &ledger),
         &tool_log,
     );
     let mut executor_cmd = function(

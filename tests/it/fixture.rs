@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dedup_cli::demo::{DemoTool, InProcess, Ledger, StandIn};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use toolcall_dedup::bedrock::Envelope;
 use toolcall_dedup::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
-use dedup_cli::demo::{DemoTool, Ledger};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
@@ -147,25 +148,16 @@ pub struct Scripted {
     pub demo: DemoTool,
     pub plan: Mutex<VecDeque<Act>>,
     pub invokes: AtomicU32,
-    /// What `max_run_time` reports: a tool Lambda's own timeout.
-    pub max_run_time: Duration,
 }
 
 impl Scripted {
-    pub fn new(plan: Vec<Act>) -> Scripted {
-        Scripted {
+    /// The script as a dispatcher (`with_max_run_time` states the tool's own timeout).
+    pub fn new(plan: Vec<Act>) -> InProcess<Scripted> {
+        InProcess::new(Scripted {
             demo: demo(),
             plan: Mutex::new(plan.into()),
             invokes: AtomicU32::new(0),
-            max_run_time: Duration::ZERO,
-        }
-    }
-
-    pub fn with_max_run_time(self, max_run_time: Duration) -> Scripted {
-        Scripted {
-            max_run_time,
-            ..self
-        }
+        })
     }
 
     pub fn invokes(&self) -> u32 {
@@ -173,21 +165,14 @@ impl Scripted {
     }
 }
 
-impl Dispatcher for Scripted {
-    fn route(&self, _group: &str, _tool: &str) -> Result<String, DispatchError> {
-        Ok("scripted".into())
-    }
-
-    fn max_run_time(&self, _target: &str) -> Duration {
-        self.max_run_time
-    }
-
-    async fn invoke(
+impl StandIn for Scripted {
+    async fn answer(
         &self,
         target: &str,
-        payload: Vec<u8>,
+        forward: Forward,
         timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
+        let payload = forward.payload;
         self.invokes.fetch_add(1, Ordering::SeqCst);
         let act = self.plan.lock().unwrap().pop_front().unwrap_or_default();
         match act {
@@ -326,10 +311,13 @@ pub fn tool_error_message(h: &Handled) -> String {
 /// has claimed its key and reached the tool (which hangs until its gate opens).
 pub async fn hung_in_tool<S: Store + 'static>(
     store: S,
-    tool: Scripted,
+    tool: InProcess<Scripted>,
     config: &Config,
     ev: &Value,
-) -> (Arc<Handler<S, Scripted>>, tokio::task::JoinHandle<Handled>) {
+) -> (
+    Arc<Handler<S, InProcess<Scripted>>>,
+    tokio::task::JoinHandle<Handled>,
+) {
     let h = Arc::new(handler(store, tool, config));
     let task = spawn_send(&h, ev);
     wait_for("the call to reach the tool", || {

@@ -208,7 +208,10 @@ async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-async fn a_dropped_future_still_stores_its_result<S: Store>(guard: DedupBuilder<S>, clock: ManualClock) {
+async fn a_dropped_future_still_stores_its_result<S: Store>(
+    guard: DedupBuilder<S>,
+    clock: ManualClock,
+) {
     let dedup = guard.build();
     let runs = AtomicU32::new(0);
     // Completion is held for 300 ms: the caller gives up after 100 ms, after the side effect.
@@ -230,7 +233,10 @@ async fn a_dropped_future_still_stores_its_result<S: Store>(guard: DedupBuilder<
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-async fn a_concurrent_retry_waits_for_the_original<S: Store>(guard: DedupBuilder<S>, _clock: ManualClock) {
+async fn a_concurrent_retry_waits_for_the_original<S: Store>(
+    guard: DedupBuilder<S>,
+    _clock: ManualClock,
+) {
     let dedup = guard.build();
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "3"), call(RETRY, "3"));

@@ -3,7 +3,6 @@
 
 use crate::fixture;
 
-
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

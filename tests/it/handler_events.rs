@@ -3,11 +3,11 @@
 
 use crate::fixture;
 
-
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dedup_cli::demo::{InProcess, StandIn};
 use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
@@ -15,6 +15,7 @@ use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 
@@ -285,21 +286,15 @@ struct AnswersWith {
     calls: AtomicU32,
 }
 
-impl Dispatcher for AnswersWith {
-    fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
-        Ok("api".into())
-    }
-    fn max_run_time(&self, _: &str) -> Duration {
-        Duration::ZERO
-    }
-    async fn invoke(
+impl StandIn for AnswersWith {
+    async fn answer(
         &self,
         _: &str,
-        payload: Vec<u8>,
+        forward: Forward,
         _: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let ev: Value = serde_json::from_slice(&payload).unwrap();
+        let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
         let reply = json!({"messageVersion": "1.0", "response": {
             "actionGroup": ev["actionGroup"], "apiPath": ev["apiPath"], "httpMethod": ev["httpMethod"],
             "httpStatusCode": self.status,
@@ -325,7 +320,7 @@ async fn an_openapi_status_decides_by_what_it_says_the_tool_did() {
             status,
             calls: AtomicU32::new(0),
         };
-        let h = handler(MemoryStore::new(), tool, &Config::default())
+        let h = handler(MemoryStore::new(), InProcess::new(tool), &Config::default())
             .with_settings(|s| s.wait = Duration::ZERO);
         let ev = event("openapi-charge_card.json");
         let first = send(&h, &ev).await;
@@ -346,21 +341,15 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
     // enforce mode with a value the executor accepts but the tool does not (none exist by
     // design), so script the tool's reply instead.
     struct Reprompting(AtomicU32);
-    impl Dispatcher for Reprompting {
-        fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
-            Ok("r".into())
-        }
-        fn max_run_time(&self, _: &str) -> Duration {
-            Duration::ZERO
-        }
-        async fn invoke(
+    impl StandIn for Reprompting {
+        async fn answer(
             &self,
             _: &str,
-            payload: Vec<u8>,
+            forward: Forward,
             _: Duration,
         ) -> Result<Vec<u8>, DispatchError> {
             self.0.fetch_add(1, Ordering::SeqCst);
-            let ev: Value = serde_json::from_slice(&payload).unwrap();
+            let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
             let reply_to = Envelope::parse(&ev).unwrap().reply_to;
             let reply = toolcall_dedup::bedrock::notice(
                 &reply_to,
@@ -373,7 +362,7 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
     }
     let h = handler(
         MemoryStore::new(),
-        Reprompting(AtomicU32::new(0)),
+        InProcess::new(Reprompting(AtomicU32::new(0))),
         &Config::default(),
     );
     for _ in 0..2 {
@@ -496,31 +485,29 @@ async fn shadow_mode_fails_open_when_the_store_is_down() {
 #[tokio::test]
 async fn off_mode_passes_the_event_through_untouched() {
     struct Echo(Mutex<Vec<Value>>);
-    impl Dispatcher for Echo {
-        fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
-            Ok("echo".into())
-        }
-        fn max_run_time(&self, _: &str) -> Duration {
-            Duration::ZERO
-        }
-        async fn invoke(
+    impl StandIn for Echo {
+        async fn answer(
             &self,
             t: &str,
-            payload: Vec<u8>,
+            forward: Forward,
             timeout: Duration,
         ) -> Result<Vec<u8>, DispatchError> {
             self.0
                 .lock()
                 .unwrap()
-                .push(serde_json::from_slice(&payload).unwrap());
-            demo().invoke(t, payload, timeout).await
+                .push(serde_json::from_slice(&forward.payload).unwrap());
+            demo().answer(t, forward, timeout).await
         }
     }
     let config = Config {
         mode: Mode::Off,
         ..Config::default()
     };
-    let h = handler(MemoryStore::new(), Echo(Mutex::new(Vec::new())), &config);
+    let h = handler(
+        MemoryStore::new(),
+        InProcess::new(Echo(Mutex::new(Vec::new()))),
+        &config,
+    );
     let ev = event("fd-charge_card.json");
     for _ in 0..2 {
         assert_eq!(send(&h, &ev).await.outcome, Outcome::Executed);

@@ -12,16 +12,18 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use dedup_cli::chaos::proxy::{FaultProxy, RequestFaults};
+use dedup_cli::demo::{InProcess, StandIn};
 use fixture::*;
 use serde_json::{Value, json};
 use servers::{Backend, Faulty};
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use dedup_cli::chaos::proxy::{FaultProxy, RequestFaults};
 use toolcall_dedup::config::{Config, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{ClientContext, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
+use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{
     DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RetryPolicy, Status, Store,
 };
@@ -117,21 +119,15 @@ struct UsesItsTime {
     demo: dedup_cli::demo::DemoTool,
 }
 
-impl Dispatcher for UsesItsTime {
-    fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
-        Ok("slow".into())
-    }
-    fn max_run_time(&self, _: &str) -> Duration {
-        Duration::ZERO
-    }
-    async fn invoke(
+impl StandIn for UsesItsTime {
+    async fn answer(
         &self,
         target: &str,
-        payload: Vec<u8>,
+        forward: Forward,
         timeout: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         tokio::time::sleep(timeout.saturating_sub(Duration::from_millis(50))).await;
-        self.demo.invoke(target, payload, timeout).await
+        self.demo.answer(target, forward, timeout).await
     }
 }
 
@@ -140,7 +136,11 @@ async fn a_slow_completion_is_stored_before_the_deadline<S: Store>(
     _clock: ManualClock,
 ) {
     store.complete_delay = Duration::from_secs(2);
-    let h = handler(store, UsesItsTime { demo: demo() }, &Config::default());
+    let h = handler(
+        store,
+        InProcess::new(UsesItsTime { demo: demo() }),
+        &Config::default(),
+    );
     let budget = Duration::from_secs(6);
     let (r, took) = handle_within(&h, &event("fd-charge_card.json"), budget).await;
     assert_eq!(r.outcome, Outcome::Executed);
@@ -160,7 +160,11 @@ on_memory_and_moto!(a_slow_completion_is_stored_before_the_deadline:
 async fn a_completion_slower_than_the_time_left_still_lands_and_the_answer_is_on_time() {
     let mut store = Faulty::new(servers::memory_store(ManualClock::starting_now()));
     store.complete_delay = Duration::from_secs(4);
-    let h = handler(store, UsesItsTime { demo: demo() }, &Config::default());
+    let h = handler(
+        store,
+        InProcess::new(UsesItsTime { demo: demo() }),
+        &Config::default(),
+    );
     let budget = Duration::from_secs(6);
     let (r, took) = handle_within(&h, &event("fd-charge_card.json"), budget).await;
     assert!(took < budget, "{took:?}");
@@ -269,33 +273,11 @@ struct Recording {
     seen: Mutex<Vec<(Value, Option<String>)>>,
 }
 
-impl Dispatcher for Recording {
-    fn route(&self, _: &str, _: &str) -> Result<String, DispatchError> {
-        Ok("recorded".into())
-    }
-    fn max_run_time(&self, _: &str) -> Duration {
-        Duration::ZERO
-    }
-    async fn invoke(
+impl StandIn for Recording {
+    async fn answer(
         &self,
         t: &str,
-        payload: Vec<u8>,
-        d: Duration,
-    ) -> Result<Vec<u8>, DispatchError> {
-        self.invoke_forward(
-            t,
-            toolcall_dedup::seam::Forward {
-                payload,
-                client_context: None,
-            },
-            d,
-        )
-        .await
-    }
-    async fn invoke_forward(
-        &self,
-        t: &str,
-        forward: toolcall_dedup::seam::Forward,
+        forward: Forward,
         d: Duration,
     ) -> Result<Vec<u8>, DispatchError> {
         let payload: Value = serde_json::from_slice(&forward.payload).unwrap();
@@ -303,7 +285,7 @@ impl Dispatcher for Recording {
             .lock()
             .unwrap()
             .push((payload, forward.client_context.clone()));
-        self.demo.invoke_forward(t, forward, d).await
+        self.demo.answer(t, forward, d).await
     }
 }
 
@@ -318,7 +300,7 @@ async fn a_stale_dedup_key_never_reaches_the_tool() {
             demo: demo(),
             seen: Mutex::default(),
         };
-        let h = handler(MemoryStore::new(), tool, &config);
+        let h = handler(MemoryStore::new(), InProcess::new(tool), &config);
         let ev = with_attrs(
             event("fd-charge_card.json"),
             json!({"dedup_key": "key-of-an-earlier-charge", "tenant": "t1"}),

@@ -1,8 +1,8 @@
 //! The `demo-tool` Lambda: wiring only. The tool is `dedup_cli::demo::DemoTool`.
 
+use dedup_cli::demo::DemoTool;
 use lambda_runtime::{Error, LambdaEvent, service_fn, tracing};
 use serde_json::Value;
-use dedup_cli::demo::DemoTool;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

@@ -32,11 +32,11 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use toolcall_dedup::store::table::create_table_with_client;
-use toolcall_dedup::config::Config;
 use crate::demo::{DemoTool, Ledger};
+use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 

@@ -27,8 +27,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::CliError;
-use toolcall_dedup::config::{Config, StoreKind};
 use crate::demo::{DemoTool, Ledger};
+use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::handler::{ClientContext, Handled, Handler, Invocation};
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};

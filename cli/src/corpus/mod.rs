@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use toolcall_dedup::key::{Schema, SchemaError};
 use pyjson::{J, Style};
+use toolcall_dedup::key::{Schema, SchemaError};
 
 /// The three pair files, in the order they are scored.
 pub const SECTIONS: [&str; 3] = ["retries", "distinct", "adversarial"];

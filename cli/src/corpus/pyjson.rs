@@ -4,8 +4,8 @@
 //! numbers kept as the exact text Python would print. `serde_json::Value` sorts keys here (the crate's
 //! `preserve_order` feature is off on purpose), so the corpus uses this small type instead.
 
-use toolcall_dedup::key::{Node, parse_json};
 use toolcall_dedup::key::write_python_json_string;
+use toolcall_dedup::key::{Node, parse_json};
 
 /// A JSON value with ordered object members. Numbers hold the text Python prints for them: digits for
 /// an `int`, `repr()` for a `float` (`4200.0`, `64.5`).

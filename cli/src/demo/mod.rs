@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
+use std::future::Future;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -26,7 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use toolcall_dedup::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
+use toolcall_dedup::bedrock::{
+    self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response,
+};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::seam::Forward;
 use toolcall_dedup::{agentcore, envelope};
@@ -355,6 +358,97 @@ impl Kind {
             Kind::Ticket => "ticket",
             Kind::Echo => "echo",
         }
+    }
+}
+
+/// What a stand-in tool does when it is invoked; [`InProcess`] makes it a [`Dispatcher`]. Tests
+/// and the peer driver write only this for a tool of their own.
+pub trait StandIn: Send + Sync {
+    /// Answers one invocation of `target`: the forwarded payload (and client context), within
+    /// `timeout`.
+    fn answer(
+        &self,
+        target: &str,
+        forward: Forward,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Vec<u8>, DispatchError>> + Send;
+}
+
+/// The demo tool, as the tool behind a stand-in that changes what it answers.
+impl StandIn for DemoTool {
+    async fn answer(
+        &self,
+        target: &str,
+        forward: Forward,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        Dispatcher::invoke_forward(self, target, forward, timeout).await
+    }
+}
+
+/// A stand-in tool as a [`Dispatcher`]: every call routes to it, and it runs in-process, so it
+/// cannot outlive the invocation, unless [`InProcess::with_max_run_time`] makes it model a tool
+/// Lambda with a timeout of its own. It derefs to the tool, for the test's counters.
+pub struct InProcess<T> {
+    tool: T,
+    max_run_time: Duration,
+}
+
+impl<T: StandIn> InProcess<T> {
+    /// `tool`, routed to by every call.
+    pub fn new(tool: T) -> InProcess<T> {
+        InProcess {
+            tool,
+            max_run_time: Duration::ZERO,
+        }
+    }
+
+    /// What `max_run_time` reports: the timeout of the tool Lambda this stands in for.
+    pub fn with_max_run_time(self, max_run_time: Duration) -> InProcess<T> {
+        InProcess {
+            max_run_time,
+            ..self
+        }
+    }
+}
+
+impl<T> std::ops::Deref for InProcess<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.tool
+    }
+}
+
+impl<T: StandIn> Dispatcher for InProcess<T> {
+    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
+        Ok("in-process".into())
+    }
+
+    fn max_run_time(&self, _target: &str) -> Duration {
+        self.max_run_time
+    }
+
+    async fn invoke(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let forward = Forward {
+            payload,
+            client_context: None,
+        };
+        self.tool.answer(target, forward, timeout).await
+    }
+
+    async fn invoke_forward(
+        &self,
+        target: &str,
+        forward: Forward,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        self.tool.answer(target, forward, timeout).await
     }
 }
 

@@ -11,12 +11,15 @@ const RUNS: usize = 6;
 /// Writes, per run: an original, a retry the model rewrote (same step), and a deliberate repeat with
 /// identical arguments at the next step. Returns the files in send order.
 fn write_events(dir: &Path) -> Vec<String> {
-    let original: Value =
-        serde_json::from_str(&std::fs::read_to_string(crate::fixture::events_dir().join("fd-charge_card.json")).unwrap())
-            .unwrap();
-    let retry: Value =
-        serde_json::from_str(&std::fs::read_to_string(crate::fixture::events_dir().join("fd-charge_card-retry.json")).unwrap())
-            .unwrap();
+    let original: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::fixture::events_dir().join("fd-charge_card.json")).unwrap(),
+    )
+    .unwrap();
+    let retry: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::fixture::events_dir().join("fd-charge_card-retry.json"))
+            .unwrap(),
+    )
+    .unwrap();
     let mut files = Vec::new();
     for run in 0..RUNS {
         for (name, base, step) in [

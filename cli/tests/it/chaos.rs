@@ -8,9 +8,9 @@
 
 use crate::servers;
 
-use servers::Backend;
 use dedup_cli::chaos::attempt::ToolFault;
 use dedup_cli::chaos::{SoakConfig, soak};
+use servers::Backend;
 
 /// The seed of the CI soak: fixed, so a failure reproduces with `scripts/chaos --seed 14`.
 const SEED: u64 = 14;

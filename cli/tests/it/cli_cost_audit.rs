@@ -1,11 +1,7 @@
 //! `dedup cost` reproduces the article's figures; `dedup audit` reads both log formats.
 
-
 fn dedup(args: &[&str]) -> (String, bool) {
-    let out = crate::dedup()
-        .args(args)
-        .output()
-        .expect("dedup runs");
+    let out = crate::dedup().args(args).output().expect("dedup runs");
     (String::from_utf8(out.stdout).unwrap(), out.status.success())
 }
 

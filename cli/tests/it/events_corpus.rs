@@ -22,10 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde_json::Value;
 use dedup_cli::commands::replay::{CLIENT_CONTEXT_SUFFIX, EventFile};
-use toolcall_dedup::config::Scope;
 use dedup_cli::corpus;
+use serde_json::Value;
+use toolcall_dedup::config::Scope;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::seam::Scoping;
 
@@ -239,7 +239,6 @@ fn cases() -> Vec<Case> {
     );
     cases
 }
-
 
 /// Where a case runs: the in-memory store, or a fresh table on moto.
 #[derive(Debug, Clone, Copy)]

@@ -18,7 +18,6 @@ use toolcall_dedup::telemetry::Outcome;
 // ---------------------------------------------------------------------------------------------
 // dedup replay
 
-
 fn summary(stdout: &[u8]) -> Value {
     let text = String::from_utf8_lossy(stdout);
     let last = text.lines().last().unwrap_or_else(|| panic!("no output"));
@@ -61,7 +60,11 @@ fn dedup_replay_runs_every_event_file_with_zero_configuration() {
         events_dir().join("fd-charge_card-step3.json"),
         events_dir().join("fd-charge_card-step4.json"),
     ];
-    let (s, _, _) = run_replay(crate::dedup().args(["replay", "--repeat", "3"]).args(&repeat));
+    let (s, _, _) = run_replay(
+        crate::dedup()
+            .args(["replay", "--repeat", "3"])
+            .args(&repeat),
+    );
     assert_eq!(
         (s["executed"].as_u64(), s["replayed"].as_u64()),
         (Some(2), Some(4))
@@ -93,12 +96,7 @@ fn dedup_replay_writes_the_call_log_before_the_summary_and_the_ledger_when_asked
         .collect();
     assert_eq!(lines.len(), 5, "4 call lines + the summary");
     assert!(lines[..4].iter().all(|l| l["dedup_call"] == 1));
-    assert_eq!(
-        dedup_cli::demo::read_ledger(&ledger_path)
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(dedup_cli::demo::read_ledger(&ledger_path).unwrap().len(), 1);
     // Shadow mode through the environment, exactly as the Lambda reads it.
     let (s, _, _) = run_replay(
         crate::dedup()

@@ -4,9 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
 use dedup_cli::corpus::score::{self, KeyerScore, Options, Report};
 use dedup_cli::corpus::{self, Corpus, Expect};
+use serde_json::Value;
 use toolcall_dedup::key::Strategy;
 
 /// The replay corpus (data at the repository root, shared with the product's tests).
