@@ -16,6 +16,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::fixture;
+
 use dedup_cli::demo::{DemoTool, InProcess, Ledger, StandIn};
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
@@ -24,7 +26,7 @@ use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
 use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
-use toolcall_dedup::telemetry::{Outcome, Telemetry};
+use toolcall_dedup::telemetry::Outcome;
 
 // ---------------------------------------------------------------------------------------------
 // helpers
@@ -80,27 +82,18 @@ impl StandIn for Tool {
 }
 
 fn handler(reply: Reply) -> Handler<MemoryStore, InProcess<Tool>> {
-    Handler::new(
+    fixture::handler(
         MemoryStore::new(),
         InProcess::new(Tool::new(reply)),
         &Config::default(),
-        Telemetry::quiet(),
     )
 }
 
-/// A function-details `charge_card` call with the given parameters.
+/// The `charge_card` event file with `parameters` instead of its own.
 fn event(parameters: Value) -> Value {
-    json!({
-        "messageVersion": "1.0",
-        "agent": {"name": "agent", "id": "K7QZ2M4RTB", "alias": "TSTALIASID", "version": "DRAFT"},
-        "inputText": "Charge customer cus_8842 $42.50.",
-        "sessionId": "sess-1",
-        "actionGroup": "payments",
-        "function": "charge_card",
-        "parameters": parameters,
-        "sessionAttributes": {},
-        "promptSessionAttributes": {}
-    })
+    let mut event = fixture::event("fd-charge_card.json");
+    event["parameters"] = parameters;
+    event
 }
 
 fn param(name: &str, declared: &str, value: impl Into<Value>) -> Value {
@@ -137,21 +130,12 @@ async fn refused(event: &Value) -> Handled {
 
 /// A Bedrock response of the function flavour: `(responseState, body)`.
 fn bedrock_answer(handled: &Handled) -> (String, Value) {
-    let raw = match &handled.response {
-        Ok(raw) => raw,
-        Err(e) => panic!("expected a Bedrock response, got the Lambda error {e}"),
-    };
-    let response: Value = serde_json::from_str(raw.get()).unwrap();
+    let response = fixture::response(handled);
     assert_eq!(response["messageVersion"], "1.0");
     assert_eq!(response["response"]["actionGroup"], "payments");
     assert_eq!(response["response"]["function"], "charge_card");
-    let holder = &response["response"]["functionResponse"];
-    let state = holder["responseState"].as_str().unwrap_or("").to_string();
-    let body = holder
-        .pointer("/responseBody/TEXT/body")
-        .and_then(Value::as_str)
-        .expect("a TEXT body");
-    (state, serde_json::from_str(body).expect("the body is JSON"))
+    let state = fixture::state(handled).unwrap_or_default();
+    (state, fixture::body(handled))
 }
 
 /// Asserts a REPROMPT or FAILURE whose message contains `needle` and says nothing ran.
