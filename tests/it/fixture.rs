@@ -226,66 +226,6 @@ pub fn huge_text() -> String {
         .collect()
 }
 
-/// A memory store that can be switched off: every operation then fails as unreachable.
-#[derive(Clone, Default)]
-pub struct Switchable {
-    pub inner: MemoryStore,
-    pub down: Arc<AtomicBool>,
-}
-
-impl Switchable {
-    pub fn check(&self) -> Result<(), StoreError> {
-        if self.down.load(Ordering::SeqCst) {
-            Err(StoreError::Unavailable("store stopped by the test".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl Store for Switchable {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.check()?;
-        self.inner.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        result: &[u8],
-        expires_at_s: i64,
-    ) -> Result<Completion, StoreError> {
-        self.check()?;
-        self.inner.complete(key, token, result, expires_at_s).await
-    }
-    async fn extend_lease(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner
-            .extend_lease(key, token, lease_until_ms, expires_at_s)
-            .await
-    }
-    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner.release(key, token).await
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.check()?;
-        self.inner.get(key).await
-    }
-    fn now_ms(&self) -> i64 {
-        self.inner.now_ms()
-    }
-    fn requests(&self) -> RequestCounts {
-        self.inner.requests()
-    }
-}
-
 /// The record of `handled`'s key.
 pub async fn stored<S: Store, D: Dispatcher>(
     h: &Handler<S, D>,

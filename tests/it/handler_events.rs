@@ -3,11 +3,12 @@
 
 use crate::fixture;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use dedup_cli::demo::{InProcess, StandIn};
+use crate::servers;
 use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
@@ -470,7 +471,7 @@ async fn shadow_mode_executes_everything_and_counts_would_be_replays() {
 
 #[tokio::test]
 async fn shadow_mode_fails_open_when_the_store_is_down() {
-    let store = Switchable::default();
+    let store = servers::Faulty::new(MemoryStore::new());
     store.down.store(true, Ordering::SeqCst);
     let config = Config {
         mode: Mode::Shadow,
@@ -672,10 +673,7 @@ async fn an_event_no_entry_point_recognises_is_a_lambda_error_naming_the_three()
 
 #[tokio::test]
 async fn agentcore_and_envelope_answers_are_the_tools_reply_and_their_own_notices() {
-    let store = Switchable {
-        inner: MemoryStore::new(),
-        down: Arc::new(AtomicBool::new(false)),
-    };
+    let store = servers::Faulty::new(MemoryStore::new());
     let down = store.down.clone();
     let tool = demo();
     let h = handler(store, tool, &Config::default());

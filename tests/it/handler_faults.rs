@@ -257,13 +257,14 @@ async fn a_tool_timeout_keeps_the_claim_because_the_outcome_is_unknown() {
 
 #[tokio::test]
 async fn a_store_that_stops_mid_run_fails_closed_without_calling_the_tool() {
-    let store = Switchable::default();
-    let h = handler(store.clone(), Scripted::new(vec![]), &Config::default());
+    let store = servers::Faulty::new(MemoryStore::new());
+    let down = store.down.clone();
+    let h = handler(store, Scripted::new(vec![]), &Config::default());
     assert_eq!(
         send(&h, &event("fd-charge_card.json")).await.outcome,
         Outcome::Executed
     );
-    store.down.store(true, Ordering::SeqCst);
+    down.store(true, Ordering::SeqCst);
     for name in [
         "fd-charge_card-retry.json",
         "fd-refund.json",
@@ -288,7 +289,7 @@ async fn a_store_that_stops_mid_run_fails_closed_without_calling_the_tool() {
         1,
         "no tool call while the store is down"
     );
-    store.down.store(false, Ordering::SeqCst);
+    down.store(false, Ordering::SeqCst);
     assert_eq!(
         send(&h, &event("fd-charge_card-retry.json")).await.outcome,
         Outcome::Replayed

@@ -127,9 +127,11 @@ pub fn memory_store(clock: ManualClock) -> MemoryStore {
     MemoryStore::new().with_clock(clock)
 }
 
-/// A store wrapper with scripted slowness and lost answers.
+/// A store wrapper with scripted slowness, lost answers and outages.
 pub struct Faulty<S> {
     pub inner: S,
+    /// While set, every operation fails as unreachable (a clone of it switches the store off).
+    pub down: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub clock: Option<ManualClock>,
     /// Each claim takes this long (real time), and moves the manual clock by `claim_clock`.
     pub claim_delay: Duration,
@@ -144,6 +146,7 @@ impl<S: Store> Faulty<S> {
     pub fn new(inner: S) -> Faulty<S> {
         Faulty {
             inner,
+            down: Default::default(),
             clock: None,
             claim_delay: Duration::ZERO,
             claim_clock: Duration::ZERO,
@@ -153,8 +156,19 @@ impl<S: Store> Faulty<S> {
     }
 }
 
+impl<S: Store> Faulty<S> {
+    fn check(&self) -> Result<(), StoreError> {
+        if self.down.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(StoreError::Unavailable("store stopped by the test".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
 impl<S: Store> Store for Faulty<S> {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.check()?;
         let outcome = self.inner.claim(req).await;
         tokio::time::sleep(self.claim_delay).await;
         if let Some(clock) = &self.clock {
@@ -186,6 +200,7 @@ impl<S: Store> Store for Faulty<S> {
         result: &[u8],
         expires_at_s: i64,
     ) -> Result<Completion, StoreError> {
+        self.check()?;
         tokio::time::sleep(self.complete_delay).await;
         self.inner.complete(key, token, result, expires_at_s).await
     }
@@ -196,14 +211,17 @@ impl<S: Store> Store for Faulty<S> {
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
+        self.check()?;
         self.inner
             .extend_lease(key, token, lease_until_ms, expires_at_s)
             .await
     }
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.check()?;
         self.inner.release(key, token).await
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        self.check()?;
         self.inner.get(key).await
     }
     fn now_ms(&self) -> i64 {
