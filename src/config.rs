@@ -17,17 +17,25 @@ use crate::store::DynamoDbConfig;
 /// Errors in the environment, each naming the variable at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A variable is set, but to a value that cannot be used.
     #[error("{var}={value:?} is invalid: {reason}")]
     Invalid {
+        /// The variable at fault, e.g. `DEDUP_TTL_SECONDS`.
         var: &'static str,
+        /// The value as read (trimmed), quoted in the message.
         value: String,
+        /// Why the value is refused, and what would be accepted.
         reason: String,
     },
+    /// A variable this setup needs is unset (or empty).
     #[error("{var} is required {why}")]
     Missing {
+        /// The variable that must be set.
         var: &'static str,
+        /// When or by what it is required, the end of the message (e.g. "when DEDUP_STORE=dynamodb").
         why: &'static str,
     },
+    /// The policy file named by `DEDUP_POLICY_FILE` could not be read or parsed.
     #[error("DEDUP_POLICY_FILE: {0}")]
     Policy(#[from] PolicyError),
 }
@@ -35,7 +43,10 @@ pub enum ConfigError {
 /// Which idempotency store backs the handler (`DEDUP_STORE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreKind {
+    /// `dynamodb`: a DynamoDB table shared by every container (the Lambda's default).
     DynamoDb,
+    /// `memory`: a map in this process only (`dedup replay`'s default); the Lambda accepts it only
+    /// with `DEDUP_ALLOW_MEMORY_STORE=true`.
     Memory,
 }
 
@@ -55,6 +66,7 @@ pub use crate::seam::Scope;
 /// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogCalls {
+    /// No tool-call line (the default).
     Off,
     /// Keys under every strategy, no argument values.
     Hashes,
@@ -74,7 +86,9 @@ macro_rules! parse_enum {
             }
         }
         impl $ty {
+            /// The environment variable this setting is read from.
             pub const VAR: &'static str = $var;
+            /// The setting as spelt in its variable (lower case); also what `Display` writes.
             pub fn name(self) -> &'static str {
                 match self { $(v if v == $variant => $text,)+ _ => unreachable!() }
             }
@@ -186,6 +200,7 @@ impl Routes {
             .map(String::as_str)
     }
 
+    /// True when no route at all is configured (the Lambda refuses to start then).
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
     }
@@ -246,29 +261,42 @@ fn normalize_tool(tool: &str) -> String {
 /// Everything the Lambda and `dedup replay` read from the environment.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `DEDUP_STORE`: which idempotency store backs the handler.
     pub store: StoreKind,
     /// `DEDUP_TABLE_NAME`; required when the store is DynamoDB.
     pub table_name: Option<String>,
     /// `DEDUP_DYNAMODB_ENDPOINT`: a local DynamoDB-compatible server.
     pub dynamodb_endpoint: Option<String>,
+    /// `DEDUP_KEY_ATTRIBUTE`: the table's string partition key attribute (default `pk`).
     pub key_attribute: String,
+    /// `DEDUP_TTL_ATTRIBUTE`: the table's TTL attribute, expiry in epoch seconds (default
+    /// `expires_at`).
     pub ttl_attribute: String,
     /// How long a completed call is replayed (`DEDUP_TTL_SECONDS`).
     pub ttl: Duration,
+    /// `DEDUP_SCOPE`: where the step comes from when the caller sends none (default `turn`).
     pub scope: Scope,
     /// Session attribute holding the caller's step (`DEDUP_STEP_ATTRIBUTE`).
     pub step_attribute: String,
     /// The argument an AgentCore Gateway call names its run by when the Gateway sends no session
     /// id (`DEDUP_RUN_ARGUMENT`).
     pub run_argument: String,
+    /// `DEDUP_ROUTES`: which tool Lambda each call is sent to (empty when unset; the Lambda
+    /// requires at least one route).
     pub routes: Routes,
     /// `DEDUP_LAMBDA_ENDPOINT`: where tool Lambdas are invoked (e.g. `cargo lambda watch`).
     pub lambda_endpoint: Option<String>,
     /// Upper bound on waiting for an identical in-flight call (`DEDUP_WAIT_MS`).
     pub wait: Duration,
+    /// `DEDUP_MODE`: enforce, shadow or off (default enforce).
     pub mode: Mode,
+    /// `DEDUP_LOG_CALLS`: the tool-call line for `dedup audit` (default off).
     pub log_calls: LogCalls,
+    /// `DEDUP_METRICS_NAMESPACE`: the CloudWatch namespace of the EMF metrics (default
+    /// [`DEFAULT_METRICS_NAMESPACE`]).
     pub metrics_namespace: String,
+    /// `DEDUP_POLICY_FILE`: a `.json` or `.toml` file of per-tool key policies and schemas, read
+    /// once at start-up.
     pub policy_file: Option<PathBuf>,
     /// Loaded from `policy_file` (empty without one).
     pub policies: PolicySet,
@@ -355,10 +383,15 @@ impl ErrorTypes {
     }
 }
 
+/// Default for `DEDUP_TTL_SECONDS`: a completed call is replayed for one day.
 pub const DEFAULT_TTL_SECONDS: u64 = 86_400;
+/// Default for `DEDUP_WAIT_MS`: a repeat waits up to 10 s for an identical call in flight.
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
+/// Default for `DEDUP_STEP_ATTRIBUTE`.
 pub const DEFAULT_STEP_ATTRIBUTE: &str = "dedup_step";
+/// Default for `DEDUP_RUN_ARGUMENT`.
 pub const DEFAULT_RUN_ARGUMENT: &str = "dedup_run_id";
+/// Default for `DEDUP_METRICS_NAMESPACE`.
 pub const DEFAULT_METRICS_NAMESPACE: &str = "ToolcallDedup";
 
 impl Default for Config {

@@ -49,6 +49,8 @@ pub trait EntryPoint {
 /// One tool call, format-free.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
+    /// The tool's name, as keyed and reported (a Bedrock function or `"METHOD /path"`, a Gateway
+    /// tool without its target prefix, the envelope's `tool`).
     pub tool: String,
     /// The arguments as JSON object text, as the key core reads them.
     pub args: String,
@@ -93,6 +95,7 @@ pub fn scoped_namespace(entry_point: &str, namespace: &str) -> String {
 /// What goes to the tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Forward {
+    /// The event the tool Lambda is invoked with, as it would have received it directly.
     pub payload: Vec<u8>,
     /// The Lambda client context (JSON text, not yet base64), for tools that read one.
     pub client_context: Option<String>,
@@ -104,6 +107,7 @@ pub struct Forward {
 /// acting lets an identical retry run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyClass {
+    /// The tool completed: the reply is stored and replayed to repeats.
     Success,
     /// The tool failed while acting (Bedrock FAILURE, HTTP 5xx, MCP `isError`): stored and
     /// replayed, never re-run.
@@ -213,6 +217,7 @@ impl NoticeKind {
 /// An answer the executor writes itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
+    /// What happened; sets the `status` word, the HTTP status and the Bedrock response state.
     pub kind: NoticeKind,
     /// One or two sentences for the model: no argument values, no stack traces.
     pub message: String,
@@ -221,6 +226,7 @@ pub struct Notice {
 }
 
 impl Notice {
+    /// A notice of `kind` with `message` and no retry hint.
     pub fn new(kind: NoticeKind, message: impl Into<String>) -> Notice {
         Notice {
             kind,
@@ -407,7 +413,9 @@ pub enum Scope {
 /// Which arguments carry the caller's run id and step (AgentCore Gateway calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScopeArguments<'a> {
+    /// The argument that names the run when the Gateway sends no session id (`DEDUP_RUN_ARGUMENT`).
     pub run: &'a str,
+    /// The argument that names the step (`DEDUP_STEP_ATTRIBUTE`).
     pub step: &'a str,
 }
 
@@ -415,8 +423,13 @@ pub struct ScopeArguments<'a> {
 /// envelope may name.
 #[derive(Debug, Clone, Copy)]
 pub struct Scoping<'a> {
+    /// `DEDUP_STEP_ATTRIBUTE`: the Bedrock session attribute, or the AgentCore argument, that names
+    /// the caller's step.
     pub step_attribute: &'a str,
+    /// `DEDUP_RUN_ARGUMENT`: the AgentCore argument that names the run when the Gateway sends no
+    /// session id.
     pub run_argument: &'a str,
+    /// `DEDUP_SCOPE`: where a Bedrock call's step comes from when the caller sends none.
     pub scope: Scope,
     /// `DEDUP_ENVELOPE_NAMESPACES`: when set, an envelope naming another namespace is refused.
     pub envelope_namespaces: Option<&'a [String]>,

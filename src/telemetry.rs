@@ -25,6 +25,7 @@ pub enum Sink {
     Stdout,
     /// Kept in memory (tests).
     Memory(Arc<Mutex<Vec<String>>>),
+    /// Dropped (see [`Telemetry::quiet`]).
     Discard,
 }
 
@@ -57,12 +58,20 @@ impl Sink {
 /// One invocation, as reported.
 #[derive(Debug, Clone)]
 pub struct InvocationReport<'a> {
+    /// The Lambda request id of the invocation.
     pub request_id: &'a str,
+    /// The `DEDUP_MODE` in force.
     pub mode: Mode,
+    /// How the invocation ended; the EMF line counts it.
     pub outcome: Outcome,
+    /// The tool called; `None` when the event was refused before a tool was known.
     pub tool: Option<&'a str>,
+    /// The derived key; `None` when none was derived (pass-through, refused events). Only its
+    /// first 12 characters are logged.
     pub key: Option<&'a str>,
+    /// Wall time of the whole invocation, from event to answer.
     pub latency: Duration,
+    /// Requests this invocation sent to the idempotency store (retries included).
     pub store_requests: u64,
     /// Normalization rules that made a replayed call meet the stored one.
     pub rules: &'a [&'static str],
@@ -106,21 +115,25 @@ impl Telemetry {
         }
     }
 
+    /// Writes the structured lines to `sink` instead.
     pub fn with_sink(mut self, sink: Sink) -> Telemetry {
         self.sink = sink;
         self
     }
 
+    /// Overrides the tool-call line setting (`DEDUP_LOG_CALLS`).
     pub fn with_log_calls(mut self, log_calls: LogCalls) -> Telemetry {
         self.log_calls = log_calls;
         self
     }
 
+    /// Writes an EMF line per invocation under `namespace`, or none with `None`.
     pub fn with_emf(mut self, namespace: Option<String>) -> Telemetry {
         self.emf_namespace = namespace;
         self
     }
 
+    /// The `DEDUP_LOG_CALLS` setting in force.
     pub fn log_calls(&self) -> LogCalls {
         self.log_calls
     }

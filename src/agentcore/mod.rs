@@ -41,10 +41,19 @@ use crate::seam::{
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub const ENTRY_POINT: &str = "agentcore";
 
+/// Client-context key naming the tool as `<target name>___<tool name>`; its presence marks a
+/// Gateway call.
 pub const TOOL_NAME: &str = "bedrockAgentCoreToolName";
+/// Client-context key of the gateway id, the first half of the namespace (`-` when missing).
 pub const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
+/// Client-context key of the target id, the second half of the namespace (the target name when
+/// missing).
 pub const TARGET_ID: &str = "bedrockAgentCoreTargetId";
+/// Client-context key of the Gateway's message version: only `1.0` is accepted (a missing version
+/// passes).
 pub const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
+/// Client-context key of the session id, which is the call's run; when it is empty, the run comes
+/// from the `DEDUP_RUN_ARGUMENT` argument.
 pub const SESSION_ID: &str = "bedrockAgentCoreSessionId";
 /// Between the target name and the tool name in [`TOOL_NAME`].
 pub const TOOL_NAME_DELIMITER: &str = "___";

@@ -18,10 +18,16 @@ use crate::seam::json_type;
 /// Declared parameter types (`ParameterDetail.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeclaredType {
+    /// `string` (also when no type is declared): any value.
     String,
+    /// `number`: a decimal numeral, with optional sign, fraction and exponent.
     Number,
+    /// `integer`: a whole number; a zero fraction (`"3.0"`) is accepted, an exponent is not.
     Integer,
+    /// `boolean`: `true` or `false`, in any case.
     Boolean,
+    /// `array`: a JSON array, or the bracketed `toString()` form Bedrock sends for arrays of
+    /// objects.
     Array,
 }
 
@@ -97,14 +103,18 @@ pub enum EventError {
     /// (no session, an unknown parameter type): answered with a Bedrock FAILURE response.
     #[error("invalid action-group event: {message}")]
     Envelope {
+        /// Where the FAILURE response is addressed.
         reply_to: Box<ReplyTo>,
+        /// What is wrong, for the response body.
         message: String,
     },
     /// Arguments that do not match their declared types: answered with a REPROMPT, so that the
     /// model can correct them.
     #[error("invalid arguments: {message}")]
     Arguments {
+        /// Where the REPROMPT response is addressed.
         reply_to: Box<ReplyTo>,
+        /// Which parameter is wrong and what it must be; read by the model.
         message: String,
     },
 }
@@ -124,6 +134,8 @@ impl EventError {
 /// The part of an event that routing and replies need.
 #[derive(Debug, Clone)]
 pub struct Envelope {
+    /// What every response to this event must echo: action group, function or API path, session
+    /// attributes.
     pub reply_to: ReplyTo,
     raw: RawEvent,
 }
@@ -131,17 +143,25 @@ pub struct Envelope {
 /// One parameter, checked against its declared type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Param {
+    /// The parameter's name, unique within the call.
     pub name: String,
+    /// Its declared type (`string` when the event declares none).
     pub declared: DeclaredType,
+    /// The value as text: a string as sent, any other JSON value written as JSON.
     pub value: String,
 }
 
 /// A checked tool call: what the key core and the dispatcher need.
 #[derive(Debug, Clone)]
 pub struct ToolCall {
+    /// Where the response is addressed; it also names the tool (see [`ToolCall::tool`]).
     pub reply_to: ReplyTo,
+    /// `agent.id`: with the action group, the namespace.
     pub agent_id: String,
+    /// `sessionId`: the run the call belongs to.
     pub session_id: String,
+    /// `inputText`, the user's turn (empty when absent); hashed into the step under
+    /// `DEDUP_SCOPE=turn`.
     pub input_text: String,
     /// `parameters` then (OpenAPI) `requestBody` properties, in event order.
     pub params: Vec<Param>,

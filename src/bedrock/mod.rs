@@ -232,7 +232,6 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,7 +287,11 @@ mod tests {
     fn a_session_attributes_value_that_is_not_an_object_gives_way_only_to_a_key() {
         let odd = json!({"a": 1, "sessionAttributes": "not an object"});
         for (event, key, expected) in [
-            (&odd, Some("k1"), json!({"a": 1, "sessionAttributes": {"dedup_key": "k1"}})),
+            (
+                &odd,
+                Some("k1"),
+                json!({"a": 1, "sessionAttributes": {"dedup_key": "k1"}}),
+            ),
             (&odd, None, odd.clone()),
             (&json!([1, 2]), Some("k1"), json!([1, 2])),
         ] {

@@ -6,11 +6,17 @@ use serde_json::{Map, Value, json};
 /// Function details or OpenAPI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Flavour {
+    /// A function-details action group: the answer goes in `functionResponse`.
     Function {
+        /// The function name (`function` in the event).
         function: String,
     },
+    /// An OpenAPI action group: the answer carries an HTTP status code and an `application/json`
+    /// body.
     Api {
+        /// The operation's path (`apiPath` in the event).
         api_path: String,
+        /// The operation's method, upper case (see [`Flavour::api`]).
         http_method: String,
     },
 }
@@ -18,15 +24,20 @@ pub enum Flavour {
 /// What a response must echo to reach the call it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyTo {
+    /// `actionGroup`: echoed in every response, and checked in the tool's reply.
     pub action_group: String,
+    /// Which response shape the call needs.
     pub flavour: Flavour,
     /// The function name, or `"METHOD /apiPath"`.
     tool: String,
+    /// `sessionAttributes`, echoed unchanged in every response the executor writes.
     pub session_attributes: Map<String, Value>,
+    /// `promptSessionAttributes`, echoed unchanged in every response the executor writes.
     pub prompt_session_attributes: Map<String, Value>,
 }
 
 impl ReplyTo {
+    /// Addresses a response; the tool name is derived from `flavour`.
     pub fn new(
         action_group: impl Into<String>,
         flavour: Flavour,
@@ -75,6 +86,7 @@ pub enum ResponseState {
 }
 
 impl ResponseState {
+    /// The wire value: `FAILURE` or `REPROMPT`.
     pub fn as_str(self) -> &'static str {
         match self {
             ResponseState::Failure => "FAILURE",
