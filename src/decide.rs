@@ -24,7 +24,10 @@ use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 #[derive(Debug)]
 pub enum NextAction {
     /// This invocation owns the key: run the tool, then complete or release under `token`.
-    Execute { token: LeaseToken },
+    Execute {
+        /// The claim's fencing token.
+        token: LeaseToken,
+    },
     /// The key was completed: answer with the stored reply.
     Replay(Record),
     /// An identical call holds the key and there is time to wait for it.
@@ -35,7 +38,10 @@ pub enum NextAction {
     StoreDown(StoreError),
     /// Shadow mode: run the tool without a claim. `seen` is the record enforce mode would have
     /// replayed or waited for; `None` when the store was unreachable (shadow never blocks).
-    Shadow { seen: Option<Record> },
+    Shadow {
+        /// The record enforce mode would have acted on.
+        seen: Option<Record>,
+    },
 }
 
 /// Decides what a claim's outcome means. `wait_left` is what remains of the wait bound (the
@@ -67,7 +73,10 @@ pub enum RunEnd {
     /// The tool answered, and its reply says this.
     Replied(ReplyClass),
     /// No usable reply. `outcome_unknown` unless it is proven that nothing ran.
-    Failed { outcome_unknown: bool },
+    Failed {
+        /// True when the side effect may have happened.
+        outcome_unknown: bool,
+    },
 }
 
 /// What becomes of a claim once its side effect ended.

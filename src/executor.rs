@@ -42,6 +42,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in the order reports list them.
     pub const ALL: [Outcome; 8] = [
         Outcome::Executed,
         Outcome::Replayed,
@@ -115,6 +116,7 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The configured mode, TTL, wait and cache, with the built-in margins.
     pub fn from_config(config: &Config) -> Settings {
         Settings {
             mode: config.mode,
@@ -153,39 +155,72 @@ pub enum Lease {
     /// A side effect that stops by itself within `max_run_time` of being started (a tool
     /// Lambda's own timeout and start allowance; zero for one that cannot outlive the
     /// invocation). The lease is set once, to the later of that and the deadline, plus the margin.
-    Covering { max_run_time: Duration },
+    Covering {
+        /// Longest the side effect can run once started.
+        max_run_time: Duration,
+    },
     /// An in-process side effect with no limit of its own (the library guard): the lease is
     /// `length` plus the margin, renewed every third of `length` while the side effect runs, so
     /// a long side effect keeps its key and a dead process frees it within one lease.
-    Renewed { length: Duration },
+    Renewed {
+        /// One lease's length before the margin.
+        length: Duration,
+    },
 }
 
 /// What running the side effect gave.
 #[derive(Debug)]
 pub enum ToolRun<E> {
     /// A reply, classified by the caller's format.
-    Replied { reply: Vec<u8>, class: ReplyClass },
+    Replied {
+        /// The reply, in the caller's format.
+        reply: Vec<u8>,
+        /// Whether it is a result to keep or an error to release.
+        class: ReplyClass,
+    },
     /// No usable reply. `outcome_unknown` when the side effect may have happened (a timeout, a
     /// lost response): the claim is then kept until its lease ends instead of released.
-    Failed { error: E, outcome_unknown: bool },
+    Failed {
+        /// Why there is no reply.
+        error: E,
+        /// True when the side effect may have happened.
+        outcome_unknown: bool,
+    },
 }
 
 /// How a keyed call ended.
 #[derive(Debug)]
 pub enum Settled<E> {
     /// The side effect ran for this call (also shadow mode's repeats: see `outcome`).
-    Executed { reply: Vec<u8> },
+    Executed {
+        /// The tool's reply.
+        reply: Vec<u8>,
+    },
     /// A completed record answered: from the store, the warm cache, or after waiting.
-    Replayed { reply: Arc<[u8]> },
+    Replayed {
+        /// The stored reply.
+        reply: Arc<[u8]>,
+    },
     /// A completed record answered whose result was too large to store (`bytes` long): the call
     /// ran, and its result cannot be shown again.
-    AlreadyRan { bytes: usize },
+    AlreadyRan {
+        /// Size of the result that was not stored.
+        bytes: usize,
+    },
     /// An identical call still holds the key. `retry_after_ms` is when its lease ends.
-    InProgress { retry_after_ms: Option<i64> },
+    InProgress {
+        /// Epoch milliseconds when the holder's lease ends, if known.
+        retry_after_ms: Option<i64>,
+    },
     /// The store could not be asked; the side effect did not run.
     StoreDown(StoreError),
     /// The side effect failed (see [`ToolRun::Failed`]).
-    ToolFailed { error: E, outcome_unknown: bool },
+    ToolFailed {
+        /// Why the side effect failed.
+        error: E,
+        /// True when the side effect may have happened (the claim is kept, not released).
+        outcome_unknown: bool,
+    },
     /// Too little time was left to run the side effect; it did not run.
     NoTime,
 }
@@ -193,7 +228,9 @@ pub enum Settled<E> {
 /// [`Settled`] with what the report needs.
 #[derive(Debug)]
 pub struct Finished<E> {
+    /// How the call ended.
     pub settled: Settled<E>,
+    /// The outcome to report.
     pub outcome: Outcome,
     /// For replays: the normalization rules that made this call meet the stored one.
     pub rules: Vec<&'static str>,
@@ -239,6 +276,7 @@ enum Waited {
 }
 
 impl<S: Store> Executor<S> {
+    /// An executor over `store`, keying with `keyer`.
     pub fn new(store: S, keyer: Keyer, settings: Settings) -> Executor<S> {
         let cache = RecordCache::new(settings.local_cache_items);
         Executor {
@@ -257,14 +295,17 @@ impl<S: Store> Executor<S> {
         self
     }
 
+    /// The store claims are made in.
     pub fn store(&self) -> &S {
         &self.store
     }
 
+    /// The keyer calls are keyed with.
     pub fn keyer(&self) -> &Keyer {
         &self.keyer
     }
 
+    /// The executor's settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }

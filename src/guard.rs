@@ -72,6 +72,7 @@ use crate::store::{Store, StoreError};
 /// A guarded result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Guarded<T> {
+    /// The side effect's value, fresh or replayed.
     pub value: T,
     /// [`Outcome::Executed`] when the side effect ran for this call, [`Outcome::Replayed`] or
     /// [`Outcome::Waited`] when a stored result answered.
@@ -109,8 +110,10 @@ pub enum GuardError<E> {
     /// otherwise the claim is kept until its lease ends.
     #[error("the side effect failed")]
     SideEffect {
+        /// The side effect's error.
         #[source]
         error: E,
+        /// Whether the claim was released (a retry runs again) rather than kept.
         released: bool,
     },
     /// The side effect ran, but its value cannot be stored as JSON: the claim is kept until its
@@ -123,7 +126,10 @@ pub enum GuardError<E> {
     /// An identical call already ran, but its result was too large to store, so it cannot be
     /// returned again.
     #[error("an identical call already ran; its result ({bytes} bytes) was too large to store")]
-    ResultNotStored { bytes: usize },
+    ResultNotStored {
+        /// Size of the result that was not stored.
+        bytes: usize,
+    },
     /// The time budget was spent before the side effect could start.
     #[error("no time left to run the side effect")]
     NoTime,

@@ -3,13 +3,13 @@
 //! 1. **Detect** the entry point ([`Door::detect`]: AgentCore Gateway, Bedrock Agents action
 //!    group, invoke envelope, first match wins) and **route** the call. An event no entry point
 //!    recognises is a Lambda error naming the three expected.
-//! 2. **Key** it: the adapter's [`crate::adapter::ToolCall`] (tool, arguments, namespace, run,
+//! 2. **Key** it: the adapter's [`crate::seam::ToolCall`] (tool, arguments, namespace, run,
 //!    step, declared schema) overlaid with the policy file's schema, through the typed keyer.
 //! 3. **Run** it through the [`Executor`]: claim; on first sight invoke the routed tool with the
 //!    payload it would have received directly (plus the key), check the reply, store it; replay a
 //!    completed call byte for byte; wait for an identical call in flight, bounded by the smaller
 //!    of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
-//! 4. **Answer** in the caller's format ([`Door::result`], [`Door::notice`]) and report.
+//! 4. **Answer** in the caller's format ([`EntryPoint::result`], [`EntryPoint::notice`]) and report.
 //!
 //! Failures are answered, never thrown, whenever the caller's format can carry them:
 //!
@@ -63,8 +63,10 @@ pub use crate::executor::Settings;
 /// can reach.
 #[derive(Debug, thiserror::Error)]
 pub enum HandlerError {
+    /// The event is not one any entry point can answer in its own format.
     #[error(transparent)]
     InvalidEvent(Unanswerable),
+    /// A reply could not be written (a bug, never the caller's input).
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -104,15 +106,20 @@ pub enum Unanswerable {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Door<'a> {
+    /// A Bedrock Agents action-group event.
     Bedrock(ActionGroupCall<'a>),
+    /// An AgentCore Gateway Lambda-target call.
     AgentCore(GatewayCall<'a>),
+    /// The harness-neutral invoke envelope.
     Envelope(envelope::Envelope),
 }
 
 /// An invocation refused before it had a call: already written in the caller's format.
 #[derive(Debug)]
 pub struct Refusal {
+    /// The answer to send.
     pub response: Result<Box<RawValue>, HandlerError>,
+    /// Why the invocation was refused, for the telemetry line.
     pub reason: String,
     /// The tool, when the refusal got that far.
     pub tool: Option<String>,
@@ -188,6 +195,7 @@ impl<'a> Door<'a> {
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]
 pub struct Invocation {
+    /// The Lambda request id.
     pub request_id: String,
     /// The Lambda deadline, epoch milliseconds; `None` without one.
     pub deadline_ms: Option<i64>,
@@ -220,7 +228,9 @@ impl Invocation {
 /// The answer to one invocation, with what happened.
 #[derive(Debug)]
 pub struct Handled {
+    /// What happened to the call.
     pub outcome: Outcome,
+    /// The answer to send.
     pub response: Result<Box<RawValue>, HandlerError>,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<String>,
@@ -322,6 +332,8 @@ enum ToolFailure {
 }
 
 impl<S: Store, D: Dispatcher> Handler<S, D> {
+    /// A handler over `store` and `dispatcher`, with the keyer, executor and door settings
+    /// `config` gives.
     pub fn new(store: S, dispatcher: D, config: &Config, telemetry: Telemetry) -> Handler<S, D> {
         let keyer = Keyer::new().with_policies(config.policies.clone());
         Handler {
@@ -338,14 +350,17 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         self
     }
 
+    /// The store claims are made in.
     pub fn store(&self) -> &S {
         self.executor.store()
     }
 
+    /// The dispatcher tools are invoked through.
     pub fn dispatcher(&self) -> &D {
         &self.dispatcher
     }
 
+    /// The executor's settings.
     pub fn settings(&self) -> &Settings {
         self.executor.settings()
     }

@@ -30,7 +30,7 @@
 //!
 //! The `dedup` CLI, the replay corpus, the chaos soak, the audit and cost models and the demo tool
 //! live in the workspace's `cli` package, outside the Lambda's build.
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod agentcore;
 pub mod aws;

@@ -68,17 +68,13 @@ impl LambdaDispatcher {
         }
     }
 
+    /// The routing table this dispatcher invokes by.
     pub fn routes(&self) -> &Routes {
         &self.routes
     }
 
-    /// Looks up, once (at cold start), the timeout of every routed tool whose route does not
-    /// state one, with `GetFunctionConfiguration`, for this dispatcher and its clones. Until it
-    /// is known, and when its lookup fails (no permission, a local emulator), a tool counts as
-    /// running up to Lambda's maximum, so its lease errs on the long side. The Lambda runs this in
-    /// the background, so that cold start does not wait for it.
-    /// [`LambdaDispatcher::look_up_timeouts`] now and every five minutes after (the Lambda runs
-    /// it in the background when `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply
+    /// Calls [`LambdaDispatcher::look_up_timeouts`] now and every five minutes after (the Lambda
+    /// runs it in the background when `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply
     /// refreshes late).
     pub async fn keep_timeouts_current(&self) {
         loop {
@@ -87,6 +83,11 @@ impl LambdaDispatcher {
         }
     }
 
+    /// Looks up the timeout of every routed tool whose route does not state one, with
+    /// `GetFunctionConfiguration`, for this dispatcher and its clones. Until it is known, and when
+    /// its lookup fails (no permission, a local emulator), a tool counts as running up to Lambda's
+    /// maximum, so its lease errs on the long side. The Lambda runs this in the background, so that
+    /// cold start does not wait for it.
     pub async fn look_up_timeouts(&self) {
         let targets: Vec<String> = self
             .routes

@@ -51,27 +51,42 @@ pub trait Dispatcher: Send + Sync {
 /// Why a call did not reach its tool, or the tool did not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
+    /// `DEDUP_ROUTES` names no target for the tool: nothing was invoked.
     #[error("no route for {action_group}/{tool} in DEDUP_ROUTES")]
-    NoRoute { action_group: String, tool: String },
+    NoRoute {
+        /// The action group (or gateway target, or namespace) of the call.
+        action_group: String,
+        /// The tool's name.
+        tool: String,
+    },
     /// The tool raised, crashed, timed out or ran out of memory (Lambda `FunctionError`).
     #[error("tool {target} failed: {kind}: {message}")]
     FunctionError {
+        /// The routed target (function name or ARN).
         target: String,
         /// The `errorType` of the error payload (`Sandbox.Timedout`, `ValidationError`, ...), else
         /// the `FunctionError` header (`Unhandled`).
         kind: String,
+        /// The `errorMessage` of the error payload.
         message: String,
     },
     /// No answer in time. The tool may still be running or may have finished.
     #[error("tool {target} did not answer within {after:?}")]
-    Timeout { target: String, after: Duration },
+    Timeout {
+        /// The routed target.
+        target: String,
+        /// How long the dispatcher waited.
+        after: Duration,
+    },
     /// The invoke itself failed.
     #[error("invoking tool {target} failed")]
     Invoke {
+        /// The routed target.
         target: String,
         /// False only when the request provably never left (connection refused, DNS failure, a
         /// request that could not be built); any other failure may have reached the tool.
         outcome_unknown: bool,
+        /// The SDK's error.
         #[source]
         source: BoxError,
     },

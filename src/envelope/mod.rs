@@ -75,7 +75,9 @@ struct RawEnvelope {
 /// A checked envelope.
 #[derive(Debug, Clone)]
 pub struct Envelope {
+    /// The tool's name.
     pub tool: String,
+    /// Who owns the tool; part of the key, so equal names in two namespaces stay apart.
     pub namespace: String,
     run_id: Option<String>,
     step: Option<String>,

@@ -15,16 +15,22 @@ use super::KeyError;
 /// One parsed JSON value. Numbers keep their source text; object members keep their source order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Node<'a> {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Bool(bool),
     /// The number exactly as written (already validated against the JSON grammar).
     Number(&'a str),
+    /// A string, unescaped (borrowed when it had no escapes).
     String(Cow<'a, str>),
+    /// An array, in order.
     Array(Vec<Node<'a>>),
+    /// An object's members in source order (duplicates are refused by the reader).
     Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 
 impl Node<'_> {
+    /// The JSON Schema type name of this value (`null`, `boolean`, `number`, ...).
     pub fn type_name(&self) -> &'static str {
         match self {
             Node::Null => "null",

@@ -25,20 +25,41 @@ pub use schema::{FieldMode, Schema, SchemaError};
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// The arguments are not JSON.
     #[error("arguments are not valid JSON at byte {offset}: {message}")]
-    Syntax { offset: usize, message: String },
+    Syntax {
+        /// Byte offset of the first character the reader could not accept.
+        offset: usize,
+        /// What the reader expected there.
+        message: String,
+    },
+    /// The arguments nest deeper than the limit.
     #[error("arguments nest deeper than {limit} levels")]
-    TooDeep { limit: usize },
+    TooDeep {
+        /// The configured nesting limit ([`Limits::max_depth`]).
+        limit: usize,
+    },
+    /// The arguments are larger than the limit.
     #[error("arguments are {bytes} bytes, over the {limit}-byte limit")]
-    TooLarge { bytes: usize, limit: usize },
+    TooLarge {
+        /// Size of the arguments text.
+        bytes: usize,
+        /// The configured size limit ([`Limits::max_bytes`]).
+        limit: usize,
+    },
+    /// An object names the same member twice; which one the tool would read is undefined.
     #[error("duplicate object key {0:?} in arguments")]
     DuplicateKey(String),
+    /// A number the keyer cannot compare exactly (an exponent of more than 15 digits).
     #[error("number {0:?} is out of the supported range")]
     Number(String),
+    /// The arguments are JSON but not an object.
     #[error("tool arguments must be a JSON object")]
     NotAnObject,
+    /// The call names no tool.
     #[error("the tool name is empty")]
     EmptyTool,
+    /// Keyer C converts an integer beyond `f64` range, which the article's Python raises on.
     #[error(
         "integer too large to convert to float (the article's keyer C fails here, as Python does)"
     )]
@@ -61,6 +82,7 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// Every strategy, article's A–D first, in scoring order.
     pub const ALL: [Strategy; 5] = [
         Self::Raw,
         Self::Canonical,
@@ -69,6 +91,7 @@ impl Strategy {
         Self::Typed,
     ];
 
+    /// The name the CLI and reports use (`raw`, `canonical`, `normalized`, `scoped`, `typed`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Raw => "raw",
@@ -141,7 +164,7 @@ pub struct Rules(u32);
 macro_rules! rules {
     ($($name:ident = $bit:expr, $label:literal;)*) => {
         impl Rules {
-            $(pub const $name: Rules = Rules(1 << $bit);)*
+            $(#[doc = concat!("The `", $label, "` rule.")] pub const $name: Rules = Rules(1 << $bit);)*
             const LABELS: &'static [(Rules, &'static str)] = &[$((Rules::$name, $label)),*];
         }
     };
@@ -167,18 +190,23 @@ rules! {
 }
 
 impl Rules {
+    /// Adds `other`'s rules to this set.
     pub fn insert(&mut self, other: Rules) {
         self.0 |= other.0;
     }
+    /// Whether every rule in `other` is in this set.
     pub fn contains(self, other: Rules) -> bool {
         self.0 & other.0 == other.0
     }
+    /// Whether no rule changed the call.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
+    /// The raw bit set, for storing or logging compactly.
     pub fn bits(self) -> u32 {
         self.0
     }
+    /// The set [`Rules::bits`] returned.
     pub fn from_bits(bits: u32) -> Rules {
         Rules(bits)
     }
@@ -186,6 +214,7 @@ impl Rules {
     pub fn symmetric_difference(self, other: Rules) -> Rules {
         Rules(self.0 ^ other.0)
     }
+    /// The rules in either set.
     pub fn union(self, other: Rules) -> Rules {
         Rules(self.0 | other.0)
     }
@@ -197,6 +226,7 @@ impl Rules {
             .map(|(rule, _)| *rule)
     }
 
+    /// The labels of the rules in this set, in bit order.
     pub fn names(self) -> impl Iterator<Item = &'static str> {
         Self::LABELS
             .iter()
@@ -208,11 +238,15 @@ impl Rules {
 /// One tool call to key. `args` is the arguments' JSON text as the model wrote it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Call<'a> {
+    /// The tool's name as the agent called it.
     pub tool: &'a str,
+    /// The arguments' JSON text.
     pub args: &'a str,
     /// Who owns the tool (e.g. agent id + action group); part of the typed key only.
     pub namespace: Option<&'a str>,
+    /// The agent run (session) the call belongs to; keyers D and typed scope by it.
     pub run_id: Option<&'a str>,
+    /// The step within the run, where the harness numbers them; scoped like `run_id`.
     pub step: Option<&'a str>,
     /// The tool's input schema; overrides the policy file's schema for this tool.
     pub schema: Option<&'a Schema>,
@@ -221,7 +255,9 @@ pub struct Call<'a> {
 /// Input bounds: a call over them is refused with an error, never a panic or a stack overflow.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Largest arguments text accepted, in bytes.
     pub max_bytes: usize,
+    /// Deepest nesting of arrays and objects accepted.
     pub max_depth: usize,
 }
 
@@ -240,10 +276,13 @@ const HARD_MAX_DEPTH: usize = 512;
 /// A key with the canonical form it hashed and the rules that shaped that form.
 #[derive(Debug, Clone)]
 pub struct Explanation {
+    /// The key.
     pub key: Key,
+    /// The strategy that derived it.
     pub strategy: Strategy,
     /// The normalized argument text (for `raw`, the arguments as given).
     pub canonical: String,
+    /// The rules that changed the arguments on the way to `canonical`.
     pub rules: Rules,
 }
 
@@ -256,15 +295,18 @@ pub struct Keyer {
 }
 
 impl Keyer {
+    /// A keyer with default limits and no policies.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Keys each tool by its policy (schema, ignored fields, field modes).
     pub fn with_policies(mut self, policies: PolicySet) -> Self {
         self.policies = policies;
         self
     }
 
+    /// Sets the input bounds; the depth is capped at an internal hard limit whatever is asked.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = Limits {
             max_depth: limits.max_depth.min(HARD_MAX_DEPTH),
@@ -279,6 +321,7 @@ impl Keyer {
         self
     }
 
+    /// The policies this keyer applies.
     pub fn policies(&self) -> &PolicySet {
         &self.policies
     }

@@ -22,19 +22,39 @@ use serde::Deserialize;
 
 use super::schema::{FieldMode, Schema, SchemaError};
 
+/// Why a policy file could not be used. Each names the file or the tool, so the fix is findable.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
+    /// The file could not be read.
     #[error("cannot read policy file {path}: {source}")]
     Read {
+        /// The file as given.
         path: String,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The file is not valid JSON or TOML of the policy shape.
     #[error("invalid policy file {path}: {message}")]
-    Parse { path: String, message: String },
+    Parse {
+        /// The file as given (empty when parsed from text).
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A tool's schema is not one the keyer can read.
     #[error("policy for tool {tool:?}: {source}")]
-    Schema { tool: String, source: SchemaError },
+    Schema {
+        /// The tool the schema belongs to.
+        tool: String,
+        /// What is wrong with the schema.
+        source: SchemaError,
+    },
+    /// A field rule names an empty path.
     #[error("policy for tool {tool:?}: empty field path")]
-    EmptyPath { tool: String },
+    EmptyPath {
+        /// The tool the rule belongs to.
+        tool: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -103,6 +123,7 @@ impl PolicyNode {
 #[derive(Debug, Clone, Default)]
 pub struct ToolPolicy {
     pub(crate) root: PolicyNode,
+    /// The tool's input schema, when the policy file gives one.
     pub schema: Option<Schema>,
 }
 
@@ -132,6 +153,7 @@ impl PolicySet {
         })
     }
 
+    /// Parses policy text (TOML when `is_toml`, JSON otherwise); errors carry no path.
     pub fn parse(text: &str, is_toml: bool) -> Result<Self, PolicyError> {
         let parse_error = |message: String| PolicyError::Parse {
             path: "<input>".into(),
@@ -200,14 +222,17 @@ impl PolicySet {
         Ok(Self { tools })
     }
 
+    /// The policy for `tool`, if any.
     pub fn get(&self, tool: &str) -> Option<&ToolPolicy> {
         self.tools.get(tool)
     }
 
+    /// Sets `tool`'s policy, replacing any it had.
     pub fn insert(&mut self, tool: impl Into<String>, policy: ToolPolicy) {
         self.tools.insert(tool.into(), policy);
     }
 
+    /// Whether no tool has a policy.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }

@@ -45,15 +45,22 @@ impl FieldMode {
 pub struct Types(u8);
 
 impl Types {
+    /// `string`.
     pub const STRING: Types = Types(1);
+    /// `number` or `integer`.
     pub const NUMBER: Types = Types(2);
+    /// `boolean`.
     pub const BOOLEAN: Types = Types(4);
+    /// `array`.
     pub const ARRAY: Types = Types(8);
+    /// `object`.
     pub const OBJECT: Types = Types(16);
+    /// `null`.
     pub const NULL: Types = Types(32);
     /// Declared only as text by a transport (see above): unknown to every typed rule.
     pub const TEXT: Types = Types(64);
 
+    /// Whether this set shares any type with `other`.
     pub fn contains(self, other: Types) -> bool {
         self.0 & other.0 != 0
     }
@@ -84,6 +91,7 @@ impl Types {
 /// String formats that change comparison.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
+    /// No format, or one that does not change comparison.
     #[default]
     None,
     /// RFC 3339 date-time: the timestamp rule.
@@ -92,8 +100,10 @@ pub enum Format {
     CaseInsensitive,
 }
 
+/// Why a tool schema could not be compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
+    /// The schema is not JSON Schema the keyer can read; the text says where.
     #[error("invalid tool schema: {0}")]
     Invalid(String),
 }

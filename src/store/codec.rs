@@ -37,6 +37,7 @@ pub enum ResultEncoding {
 }
 
 impl ResultEncoding {
+    /// The stored spelling.
     pub const fn as_str(self) -> &'static str {
         match self {
             ResultEncoding::Raw => "raw",
@@ -44,6 +45,7 @@ impl ResultEncoding {
         }
     }
 
+    /// Parses the stored spelling.
     pub fn parse(s: &str) -> Option<ResultEncoding> {
         match s {
             "raw" => Some(ResultEncoding::Raw),

@@ -57,13 +57,21 @@ use super::{
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
 pub mod attr {
+    /// `IN_PROGRESS` or `COMPLETED` (S).
     pub const STATUS: &str = "status";
+    /// End of the claim's lease, epoch milliseconds (N).
     pub const LEASE_UNTIL: &str = "lease_until";
+    /// The claim's fencing token (S).
     pub const LEASE_TOKEN: &str = "lease_token";
+    /// Hash of the call's canonical form (S).
     pub const FINGERPRINT: &str = "fingerprint";
+    /// The tool's name (S).
     pub const TOOL: &str = "tool";
+    /// When the claim was made, epoch milliseconds (N).
     pub const CREATED_AT: &str = "created_at";
+    /// The stored result (B).
     pub const RESULT: &str = "result";
+    /// How `result` is encoded: `raw` or `gzip` (S).
     pub const RESULT_ENCODING: &str = "result_encoding";
     /// On a completed record without its result (too large): the result's size in bytes.
     pub const RESULT_OMITTED: &str = "result_omitted";
@@ -114,6 +122,7 @@ const MAX_CLAIM_ROUNDS: u32 = 5;
 /// (and the endpoint from `DEDUP_DYNAMODB_ENDPOINT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DynamoDbConfig {
+    /// The table's name.
     pub table: String,
     /// Partition key attribute (type S). Default `pk`.
     pub key_attribute: String,
@@ -121,11 +130,14 @@ pub struct DynamoDbConfig {
     pub ttl_attribute: String,
     /// Results longer than this many bytes are stored gzip-compressed. Default 8 KiB.
     pub compress_threshold: usize,
+    /// How long and how often a request is retried.
     pub retry: RetryPolicy,
 }
 
 impl DynamoDbConfig {
+    /// The partition key attribute unless configured.
     pub const DEFAULT_KEY_ATTRIBUTE: &'static str = "pk";
+    /// The TTL attribute unless configured.
     pub const DEFAULT_TTL_ATTRIBUTE: &'static str = "expires_at";
 
     /// Defaults for everything but the table name.
@@ -190,6 +202,7 @@ pub struct RetryPolicy {
     pub attempt_timeout: Duration,
     /// Backoff before the second attempt; it doubles per attempt up to `max_backoff`, jittered.
     pub initial_backoff: Duration,
+    /// Longest backoff between attempts.
     pub max_backoff: Duration,
 }
 
@@ -291,6 +304,7 @@ impl DynamoDbStore {
         self
     }
 
+    /// The table and attribute settings this store uses.
     pub fn config(&self) -> &DynamoDbConfig {
         &self.cfg
     }

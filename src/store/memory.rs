@@ -122,6 +122,7 @@ impl MemoryStore {
         self.items().map.len()
     }
 
+    /// Whether no record is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

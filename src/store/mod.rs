@@ -143,14 +143,20 @@ pub enum Completion {
     Stored,
     /// The result (`bytes` long) could not fit in one item even compressed: the record is
     /// completed without it, so the call stays settled and a repeat is told it already ran.
-    ResultOmitted { bytes: usize },
+    ResultOmitted {
+        /// Size of the result that was not stored.
+        bytes: usize,
+    },
 }
 
 /// Result of [`Store::claim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {
     /// The caller owns the key until `lease_until_ms` and must `complete` or `release` it.
-    Claimed { token: LeaseToken },
+    Claimed {
+        /// The claim's fencing token: `complete` and `release` succeed only with it.
+        token: LeaseToken,
+    },
     /// The key was already completed: replay `record.result`.
     Completed(Record),
     /// Another caller holds the lease; `record.lease_until_ms` says until when.
@@ -160,7 +166,9 @@ pub enum ClaimOutcome {
 /// Record status, stored as `IN_PROGRESS` / `COMPLETED`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
+    /// Claimed and not yet settled: the tool may be running.
     InProgress,
+    /// Settled: the result (or a marker that it ran) is stored.
     Completed,
 }
 
@@ -192,7 +200,9 @@ impl fmt::Display for Status {
 /// A stored record, with its result decompressed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Record {
+    /// The idempotency key (the table's partition key).
     pub key: String,
+    /// Whether the call is in progress or settled.
     pub status: Status,
     /// Epoch seconds; the TTL attribute.
     pub expires_at_s: i64,
@@ -200,7 +210,9 @@ pub struct Record {
     pub lease_until_ms: i64,
     /// Token of the claim that wrote this record (and completed it, if completed).
     pub token: LeaseToken,
+    /// Hash of the call's canonical form, to tell a key collision from a replay.
     pub fingerprint: String,
+    /// The tool's name, for operators reading the table.
     pub tool: String,
     /// Epoch milliseconds, when the claim was made.
     pub created_at_ms: i64,
@@ -268,6 +280,7 @@ impl LeaseToken {
         LeaseToken(token.into())
     }
 
+    /// The token's text, as stored.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -293,7 +306,10 @@ pub enum StoreError {
         "result too large: {bytes} bytes to store, limit {MAX_STORED_RESULT_BYTES} (compressed) \
          and {MAX_RESULT_BYTES} (uncompressed)"
     )]
-    ResultTooLarge { bytes: usize },
+    ResultTooLarge {
+        /// Size of the result.
+        bytes: usize,
+    },
     /// The backend did not answer in time: network errors, throttling or 5xx after retries, or
     /// the retry deadline passed. Whether the last write applied is unknown.
     #[error("store unavailable")]
@@ -304,7 +320,9 @@ pub enum StoreError {
     /// The store is misconfigured: missing table, wrong key schema, bad attribute names.
     #[error("store configuration: {message}")]
     Config {
+        /// What is wrong, naming the setting or the table.
         message: String,
+        /// The backend's error, when there is one.
         #[source]
         source: Option<BoxError>,
     },
@@ -313,7 +331,9 @@ pub enum StoreError {
     /// the token and releases the claim at the next chance (see [`crate::executor`]).
     #[error("store unavailable; a claim may have been written under lease token {token}")]
     ClaimUnconfirmed {
+        /// The token the claim may have been written under.
         token: LeaseToken,
+        /// The last error seen.
         #[source]
         source: BoxError,
     },
@@ -347,9 +367,13 @@ impl StoreError {
 #[derive(Debug, thiserror::Error)]
 #[error("{operation}: gave up after {attempts} attempt(s) in {elapsed:?}")]
 pub struct RetriesExhausted {
+    /// The DynamoDB operation (`PutItem`, `UpdateItem`, ...).
     pub operation: &'static str,
+    /// Attempts made, the first included.
     pub attempts: u32,
+    /// Time from the first attempt to giving up.
     pub elapsed: Duration,
+    /// The last attempt's error.
     #[source]
     pub last: BoxError,
 }
@@ -359,12 +383,15 @@ pub struct RetriesExhausted {
 #[derive(Debug, thiserror::Error)]
 #[error("claim of {key:?} kept racing with other writers after {rounds} rounds")]
 pub struct ClaimContended {
+    /// The key being claimed.
     pub key: String,
+    /// Write-then-read rounds tried.
     pub rounds: u32,
 }
 
 /// Source of the time, in epoch milliseconds.
 pub trait Clock: Send + Sync + fmt::Debug {
+    /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
 }
 
@@ -387,6 +414,7 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<AtomicI64>);
 
 impl ManualClock {
+    /// A clock stopped at `start_ms`.
     pub fn new(start_ms: i64) -> Self {
         ManualClock(Arc::new(AtomicI64::new(start_ms)))
     }
@@ -396,14 +424,17 @@ impl ManualClock {
         ManualClock::new(SystemClock.now_ms())
     }
 
+    /// Sets the time (it may go backwards, as a skewed clock would).
     pub fn set_ms(&self, now_ms: i64) {
         self.0.store(now_ms, Ordering::SeqCst);
     }
 
+    /// Moves the time forward by `ms` milliseconds.
     pub fn advance_ms(&self, ms: i64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }
 
+    /// Moves the time forward by `by`.
     pub fn advance(&self, by: Duration) {
         self.advance_ms(i64::try_from(by.as_millis()).unwrap_or(i64::MAX));
     }
@@ -419,23 +450,30 @@ impl Clock for ManualClock {
 /// DynamoDB store would send on a server that honours `ReturnValuesOnConditionCheckFailure`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct RequestCounts {
+    /// `PutItem` requests.
     pub put_item: u64,
+    /// `GetItem` requests.
     pub get_item: u64,
+    /// `UpdateItem` requests.
     pub update_item: u64,
+    /// `DeleteItem` requests.
     pub delete_item: u64,
     /// Anything else sent through the store's client.
     pub other: u64,
 }
 
 impl RequestCounts {
+    /// Every request.
     pub fn total(&self) -> u64 {
         self.put_item + self.get_item + self.update_item + self.delete_item + self.other
     }
 
+    /// Read requests (`GetItem`).
     pub fn reads(&self) -> u64 {
         self.get_item
     }
 
+    /// Write requests (`PutItem`, `UpdateItem`, `DeleteItem`).
     pub fn writes(&self) -> u64 {
         self.put_item + self.update_item + self.delete_item
     }

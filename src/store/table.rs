@@ -25,9 +25,11 @@ const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
 /// What [`create_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateTableReport {
+    /// The table's name.
     pub table: String,
     /// False if the table already existed (with the expected key schema).
     pub created: bool,
+    /// Whether TTL is on, and on which attribute.
     pub ttl: TtlState,
 }
 
@@ -35,11 +37,20 @@ pub struct CreateTableReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TtlState {
     /// Enabled by this call.
-    Enabled { attribute: String },
+    Enabled {
+        /// The TTL attribute.
+        attribute: String,
+    },
     /// Was already enabled (or being enabled) on this attribute.
-    AlreadyEnabled { attribute: String },
+    AlreadyEnabled {
+        /// The TTL attribute.
+        attribute: String,
+    },
     /// The server has no `UpdateTimeToLive` (dynalite). Expired records still count as absent.
-    Unsupported { reason: String },
+    Unsupported {
+        /// The server's answer.
+        reason: String,
+    },
 }
 
 impl fmt::Display for CreateTableReport {

@@ -3,12 +3,12 @@
 
 use crate::fixture;
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use dedup_cli::demo::{InProcess, StandIn};
 use crate::servers;
+use dedup_cli::demo::{InProcess, StandIn};
 use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
