@@ -563,7 +563,7 @@ fn summary(_: &mut Criterion) {
         let detected = Door::detect(&event, client_context.as_ref()).unwrap();
         let door = detected.entry_point();
         let call = door.call(scoping).unwrap();
-        let key_call = call.key_call(call.schema.as_ref());
+        let key_call = call.key_call();
         let (k, _) = key(&keyer, &key_call);
         let (group, tool_name) = door.route();
         let target = tool.route(group, tool_name).unwrap();

@@ -39,11 +39,13 @@ pub enum Outcome {
     BadRequest,
     /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
     ShadowReplay,
+    /// The tool's policy turns deduplication off (`dedup = "off"`): it ran, unclaimed.
+    DedupOff,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -52,6 +54,7 @@ impl Outcome {
         Outcome::StoreError,
         Outcome::BadRequest,
         Outcome::ShadowReplay,
+        Outcome::DedupOff,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -65,6 +68,7 @@ impl Outcome {
             Outcome::StoreError => "store_error",
             Outcome::BadRequest => "bad_request",
             Outcome::ShadowReplay => "shadow_replay",
+            Outcome::DedupOff => "dedup_off",
         }
     }
 
@@ -73,7 +77,7 @@ impl Outcome {
     /// included), else the outcome's own name.
     pub fn caller_word(self) -> &'static str {
         match self {
-            Outcome::Executed | Outcome::ShadowReplay => "executed",
+            Outcome::Executed | Outcome::ShadowReplay | Outcome::DedupOff => "executed",
             Outcome::Replayed | Outcome::Waited => "replayed",
             other => other.name(),
         }

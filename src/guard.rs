@@ -248,17 +248,26 @@ impl<S: Store> Dedup<S> {
         Fut: Future<Output = Result<T, E>>,
     {
         let keyer = self.executor.keyer();
-        let schema = keyer.schema_for(call.tool, call.schema);
-        let call = Call {
-            schema: schema.as_ref(),
-            ..*call
-        };
-        let (key, fingerprint) = keyer.key_and_fingerprint(&call)?;
+        let (key, fingerprint) = keyer.key_and_fingerprint(call)?;
         let (key, fingerprint) = (key.to_string(), fingerprint.to_string());
+        if !keyer.dedups(call.tool) {
+            // Nothing claimed, nothing stored: a retry runs again, as `released` says.
+            return match side_effect().await {
+                Ok(value) => Ok(Guarded {
+                    value,
+                    outcome: Outcome::DedupOff,
+                    key,
+                }),
+                Err(error) => Err(GuardError::SideEffect {
+                    error,
+                    released: true,
+                }),
+            };
+        }
         let keyed = Keyed {
             key: &key,
             fingerprint: &fingerprint,
-            call: &call,
+            call,
         };
         let settings = self.executor.settings();
         let end = Instant::now() + settings.default_budget;

@@ -451,24 +451,34 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let settings = self.settings();
         let scoping = self.doors.scoping();
         if settings.mode == Mode::Off {
-            return self.pass_through(door, &target, scoping, end).await;
+            return self
+                .pass_through(door, &target, scoping, end, Outcome::Executed)
+                .await;
         }
         let call = match door.call(scoping) {
             Ok(call) => call,
             Err(_) if settings.mode == Mode::Shadow => {
                 tracing::warn!("shadow mode: invalid event passed through unkeyed");
-                return self.pass_through(door, &target, scoping, end).await;
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .await;
             }
             Err(notice) => return self.refuse(door, notice),
         };
         let keyer = self.executor.keyer();
-        let schema = keyer.schema_for(&call.tool, call.schema.as_ref());
-        let key_call = call.key_call(schema.as_ref());
+        if !keyer.dedups(&call.tool) {
+            return self
+                .pass_through(door, &target, scoping, end, Outcome::DedupOff)
+                .await;
+        }
+        let key_call = call.key_call();
         let (key, fingerprint) = match keyer.key_and_fingerprint(&key_call) {
             Ok((key, fingerprint)) => (key.to_string(), fingerprint.to_string()),
             Err(e) if settings.mode == Mode::Shadow => {
                 tracing::warn!(error = %e, "shadow mode: unkeyable arguments passed through");
-                return self.pass_through(door, &target, scoping, end).await;
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .await;
             }
             Err(e) => {
                 let notice = refusal(NoticeKind::InvalidArguments, &e.to_string());
@@ -638,22 +648,23 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             .because(reason)
     }
 
-    /// `DEDUP_MODE=off` (and shadow mode's unkeyable calls): the event goes to the tool as it
-    /// came, and its reply comes back unchanged.
+    /// `DEDUP_MODE=off`, shadow mode's unkeyable calls, and tools whose policy says
+    /// `dedup = "off"`: the event goes to the tool as it came, and its reply comes back unchanged,
+    /// reported as `outcome`.
     async fn pass_through(
         &self,
         door: &impl EntryPoint,
         target: &str,
         scoping: Scoping<'_>,
         end: Instant,
+        outcome: Outcome,
     ) -> Answered {
         let timeout = remaining(end).saturating_sub(self.settings().reply_margin);
         let run = self.invoke(door, target, None, scoping, timeout).await;
         let answered = match run {
-            ToolRun::Replied { reply, .. } => Answered::new(
-                Outcome::Executed,
-                reply_answer(door, &reply, dedup(Outcome::Executed, None)),
-            ),
+            ToolRun::Replied { reply, .. } => {
+                Answered::new(outcome, reply_answer(door, &reply, dedup(outcome, None)))
+            }
             ToolRun::Failed {
                 error,
                 outcome_unknown,

@@ -67,16 +67,16 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    /// The key core's view of this call, under `schema` (the merged schema, see
-    /// [`ToolCall::schema`]).
-    pub fn key_call<'a>(&'a self, schema: Option<&'a Schema>) -> Call<'a> {
+    /// The key core's view of this call (the keyer lays the policy file's schema over the
+    /// declared one).
+    pub fn key_call(&self) -> Call<'_> {
         Call {
             tool: &self.tool,
             args: &self.args,
             namespace: Some(&self.namespace),
             run_id: self.run_id.as_deref(),
             step: self.step.as_deref(),
-            schema,
+            schema: self.schema.as_ref(),
         }
     }
 }

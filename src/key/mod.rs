@@ -14,13 +14,14 @@ mod text;
 mod timestamp;
 mod typed;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
 pub use article::write_python_json_string;
 pub use json::{Node, parse as parse_json};
-pub use policy::{PolicyError, PolicySet, ToolPolicy};
-pub use schema::{FieldMode, Schema, SchemaError};
+pub use policy::{DedupSwitch, PolicyError, PolicySet, ToolPolicy};
+pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -187,6 +188,7 @@ rules! {
     FIELD_IGNORED = 13, "field-ignored";
     FIELD_NOT_KEYED = 14, "field-not-keyed";
     JSON_TEXT = 15, "json-text";
+    SCHEMA_DEFAULT = 16, "schema-default";
 }
 
 impl Rules {
@@ -321,6 +323,13 @@ impl Keyer {
         self
     }
 
+    /// Whether `tool`'s calls are deduplicated (its policy may say `dedup = "off"`).
+    pub fn dedups(&self, tool: &str) -> bool {
+        self.policies
+            .get(tool)
+            .is_none_or(|p| p.dedup == DedupSwitch::On)
+    }
+
     /// The policies this keyer applies.
     pub fn policies(&self) -> &PolicySet {
         &self.policies
@@ -329,12 +338,17 @@ impl Keyer {
     /// The schema `tool` is keyed under: the one its call declares, overlaid with the policy
     /// file's schema for the tool (which wins per property where it states a type), or whichever
     /// of the two there is.
-    pub fn schema_for(&self, tool: &str, declared: Option<&Schema>) -> Option<Schema> {
+    /// Only a call that declares a schema while the policy has one too pays for a copy.
+    pub fn schema_for<'s>(
+        &'s self,
+        tool: &str,
+        declared: Option<&'s Schema>,
+    ) -> Option<Cow<'s, Schema>> {
         let policy = self.policies.get(tool).and_then(|p| p.schema.as_ref());
         match (declared, policy) {
-            (Some(declared), Some(policy)) => Some(declared.clone().overlay(policy)),
-            (Some(declared), None) => Some(declared.clone()),
-            (None, policy) => policy.cloned(),
+            (Some(declared), Some(policy)) => Some(Cow::Owned(declared.clone().overlay(policy))),
+            (Some(schema), None) | (None, Some(schema)) => Some(Cow::Borrowed(schema)),
+            (None, None) => None,
         }
     }
 
@@ -423,13 +437,17 @@ impl Keyer {
                 return Err(KeyError::NotAnObject);
             }
             let policy = self.policies.get(call.tool);
-            let schema = call
-                .schema
-                .or_else(|| policy.and_then(|p| p.schema.as_ref()));
+            let schema = self.schema_for(call.tool, call.schema);
             let mut normalizer =
                 typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
             let mut out = Vec::with_capacity(call.args.len() + 16);
-            normalizer.value(&tape, 0, schema, policy.map(|p| &p.root), &mut out)?;
+            normalizer.value(
+                &tape,
+                0,
+                schema.as_deref(),
+                policy.map(|p| &p.root),
+                &mut out,
+            )?;
             let key = typed_hash(call, &out);
             let canonical = if explain {
                 String::from_utf8(out).unwrap_or_default()

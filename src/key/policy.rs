@@ -11,16 +11,21 @@
 //! `items.sku` names the `sku` of every element of `items`.
 //!
 //! `tool_definitions` takes tool definitions as a provider declares them (an AgentCore Gateway
-//! Lambda target's inline `toolSchema`, a Bedrock Converse `toolSpec`, an OpenAI or Anthropic
-//! tool): each one's input schema becomes the schema of the tool it names, unless `tools` gives
-//! that tool a `schema` of its own.
+//! Lambda target's inline `toolSchema`, a Bedrock Agents action group's `functionSchema` or
+//! `apiSchema`, an OpenAPI document, an MCP `tools/list` result, a Bedrock Converse `toolSpec`, an
+//! OpenAI or Anthropic tool): each one's input schema becomes the schema of the tool it names,
+//! unless `tools` gives that tool a `schema` of its own.
+//!
+//! `dedup = "off"` on a tool turns deduplication off for it: every call runs, identical or not.
+//! That is for tools whose identical calls are separate actions (a toggle), which no key can tell
+//! from a retry when the caller gives no step.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use serde::Deserialize;
 
-use super::schema::{FieldMode, Schema, SchemaError};
+use super::schema::{FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Why a policy file could not be used. Each names the file or the tool, so the fix is findable.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +78,20 @@ struct ToolPolicySpec {
     #[serde(default)]
     fields: BTreeMap<String, FieldMode>,
     schema: Option<serde_json::Value>,
+    #[serde(default)]
+    dedup: DedupSwitch,
+}
+
+/// Whether a tool's identical calls are answered from one another (`dedup = "on"`, the default)
+/// or each run (`"off"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DedupSwitch {
+    /// A repeat is answered with the first call's result.
+    #[default]
+    On,
+    /// Every call runs; nothing is claimed or stored.
+    Off,
 }
 
 /// The policy tree for one tool, walked alongside the arguments.
@@ -125,6 +144,8 @@ pub struct ToolPolicy {
     pub(crate) root: PolicyNode,
     /// The tool's input schema, when the policy file gives one.
     pub schema: Option<Schema>,
+    /// Whether the tool's calls are deduplicated at all.
+    pub dedup: DedupSwitch,
 }
 
 /// Policies for every tool, by tool name.
@@ -202,21 +223,25 @@ impl PolicySet {
                 ),
                 None => None,
             };
-            tools.insert(tool, ToolPolicy { root, schema });
+            tools.insert(
+                tool,
+                ToolPolicy {
+                    root,
+                    schema,
+                    dedup: spec.dedup,
+                },
+            );
         }
-        for (i, definition) in file.tool_definitions.iter().enumerate() {
-            let (name, schema) =
-                Schema::from_tool_definition(definition).map_err(|source| PolicyError::Schema {
-                    tool: format!("tool_definitions[{i}]"),
-                    source,
-                })?;
-            let name = name.ok_or_else(|| PolicyError::Parse {
-                path: "<input>".into(),
-                message: format!("tool_definitions[{i}] has no name"),
-            })?;
-            let policy = tools.entry(name).or_default();
-            if policy.schema.is_none() {
-                policy.schema = Some(schema);
+        for (i, container) in file.tool_definitions.iter().enumerate() {
+            for definition in tool_definitions(container, &format!("tool_definitions[{i}]")) {
+                // One bad definition fails the whole file: a tool keyed without its schema would
+                // merge what the schema keeps apart, and nobody would notice.
+                let (name, schema) =
+                    definition.map_err(|(tool, source)| PolicyError::Schema { tool, source })?;
+                let policy = tools.entry(name).or_default();
+                if policy.schema.is_none() {
+                    policy.schema = Some(schema);
+                }
             }
         }
         Ok(Self { tools })
@@ -244,6 +269,7 @@ impl ToolPolicy {
         Self {
             root: PolicyNode::default(),
             schema: Some(schema),
+            dedup: DedupSwitch::On,
         }
     }
 }
@@ -273,11 +299,17 @@ mod tests {
         );
         assert!(set.get("create_ticket").unwrap().schema.is_some());
         let nameless = r#"{"tool_definitions": [{"inputSchema": {"type": "object"}}]}"#;
+        let error = PolicySet::parse(nameless, false).unwrap_err().to_string();
         assert!(
-            PolicySet::parse(nameless, false)
-                .unwrap_err()
-                .to_string()
-                .contains("no name")
+            error.contains("tool_definitions[0]") && error.contains("names no tool"),
+            "{error}"
+        );
+        let bad = r#"{"tool_definitions": [{"name": "ok", "inputSchema": {}},
+            {"name": "lookup", "inputSchema": {"properties": {"q": {"type": "text"}}}}]}"#;
+        let error = PolicySet::parse(bad, false).unwrap_err().to_string();
+        assert!(
+            error.contains("\"lookup\"") && error.contains("/inputSchema/properties/q/type"),
+            "the error names the tool and the place: {error}"
         );
     }
 
@@ -313,5 +345,14 @@ mod tests {
         );
         assert!(PolicySet::parse(r#"{"tools": {"t": {"key_fields": ["a..b"]}}}"#, false).is_err());
         assert!(PolicySet::parse(r#"{"tools": {"t": {"typo": 1}}}"#, false).is_err());
+        assert!(PolicySet::parse(r#"{"tools": {"t": {"dedup": "sometimes"}}}"#, false).is_err());
+    }
+
+    #[test]
+    fn dedup_can_be_switched_off_per_tool() {
+        let set = PolicySet::parse("[tools.toggle]\ndedup = \"off\"\n", true).unwrap();
+        assert_eq!(set.get("toggle").unwrap().dedup, DedupSwitch::Off);
+        let set = PolicySet::parse(r#"{"tools": {"charge": {}}}"#, false).unwrap();
+        assert_eq!(set.get("charge").unwrap().dedup, DedupSwitch::On);
     }
 }

@@ -7,9 +7,16 @@ use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use super::json::find_string_special;
 
-/// NFC-normalizes, trims and collapses every run of Unicode whitespace into one ASCII space.
-/// Reports which of the two rules changed the text.
-pub(crate) fn nfc_trim_collapse(s: &str) -> (Cow<'_, str>, bool, bool) {
+/// NFC-normalizes a string and applies the whitespace rule; reports which of the two changed it.
+///
+/// The whitespace rule keeps every space that can carry meaning:
+/// - trailing whitespace goes, and so do leading blank lines;
+/// - text on one line (no line break, no tab) is trimmed at the start too;
+/// - between two words on a line, a run of spaces (or a non-ASCII space) becomes one space, except
+///   inside quotes (`'...'`, `"..."`, `` `...` ``: a literal in SQL or code);
+/// - everything else is kept exactly: line breaks, tabs, indentation at the start of a line, and
+///   spaces next to a tab or a line break (alignment, Markdown's line-end break).
+pub(crate) fn nfc_and_whitespace(s: &str) -> (Cow<'_, str>, bool, bool) {
     let nfc: Cow<'_, str> = if s.is_ascii() || is_nfc_quick(s.chars()) == IsNormalized::Yes {
         Cow::Borrowed(s)
     } else {
@@ -22,18 +29,87 @@ pub(crate) fn nfc_trim_collapse(s: &str) -> (Cow<'_, str>, bool, bool) {
     };
     let nfc_changed = matches!(nfc, Cow::Owned(_));
     if !needs_collapse(&nfc) {
+        // Single spaces between words only: the rule has nothing to do (the common case).
         return (nfc, nfc_changed, false);
     }
-    let mut out = String::with_capacity(nfc.len());
-    for word in nfc.split(char::is_whitespace).filter(|w| !w.is_empty()) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
+    let spaced = apply_whitespace_rule(&nfc);
+    if spaced == nfc.as_ref() {
+        return (nfc, nfc_changed, false);
     }
-    (Cow::Owned(out), nfc_changed, true)
+    (Cow::Owned(spaced), nfc_changed, true)
 }
 
+fn is_line_break(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
+/// Whitespace that is neither a line break nor a tab: what may be collapsed between words.
+fn is_inline_space(c: char) -> bool {
+    c.is_whitespace() && c != '\t' && !is_line_break(c)
+}
+
+fn apply_whitespace_rule(s: &str) -> String {
+    let s = s.trim_end();
+    let leading = s.len() - s.trim_start().len();
+    let s = match s[..leading].rfind(is_line_break) {
+        // Leading blank lines go; the first line keeps its indentation.
+        Some(i) => &s[i + s[i..].chars().next().map_or(1, char::len_utf8)..],
+        None => s,
+    };
+    let s = if s.contains(|c: char| c == '\t' || is_line_break(c)) {
+        s
+    } else {
+        s.trim_start()
+    };
+    let mut out = String::with_capacity(s.len());
+    let mut quote: Option<char> = None;
+    let mut previous: Option<char> = None;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        if is_inline_space(c) {
+            let mut end = i + c.len_utf8();
+            while let Some(&(j, d)) = chars.peek() {
+                if !is_inline_space(d) {
+                    break;
+                }
+                end = j + d.len_utf8();
+                chars.next();
+            }
+            let run = &s[i..end];
+            let next = chars.peek().map(|&(_, d)| d);
+            let between_words = previous.is_some_and(|p| !p.is_whitespace())
+                && next.is_some_and(|n| !n.is_whitespace());
+            if between_words && quote.is_none() {
+                out.push(' ');
+            } else {
+                out.push_str(run);
+            }
+            previous = run.chars().last();
+            continue;
+        }
+        if matches!(c, '"' | '`' | '\'') {
+            let next = chars.peek().map(|&(_, d)| d);
+            // An apostrophe inside a word (`don't`) opens nothing.
+            let apostrophe = c == '\''
+                && previous.is_some_and(char::is_alphanumeric)
+                && next.is_some_and(char::is_alphanumeric);
+            quote = match quote {
+                Some(open) if open == c => None,
+                None if !apostrophe => Some(c),
+                other => other,
+            };
+        }
+        out.push(c);
+        previous = Some(c);
+    }
+    out
+}
+
+/// Whether `s` has outer whitespace, or whitespace other than single spaces between words: the
+/// only strings the whitespace rule may change, and those [`ascii_shape`] leaves to the general path.
 fn needs_collapse(s: &str) -> bool {
     if s.is_ascii() {
         // Byte scan: ASCII whitespace is tab, LF, VT, FF, CR and space.
@@ -130,7 +206,7 @@ const SHAPE: [u8; 256] = {
 };
 
 /// One scan of `s`. `None` unless `s` is ASCII and already trimmed with single spaces between
-/// words, i.e. unless [`nfc_trim_collapse`] returns it unchanged; callers then take the general path.
+/// words, so that [`nfc_and_whitespace`] returns it unchanged; callers then take the general path.
 pub(crate) fn ascii_shape(s: &str) -> Option<AsciiShape> {
     let b = s.as_bytes();
     let bits = b.iter().fold(0u8, |acc, &c| acc | SHAPE[c as usize]);
@@ -278,27 +354,32 @@ fn is_casefoldable_ascii_word(token: &[u8]) -> bool {
     !(upper_after_first && any_lower)
 }
 
-/// Casefolds the words of a whitespace-collapsed string and leaves identifier-like tokens alone.
+/// Casefolds the words of a string and leaves identifier-like tokens, and all whitespace, alone.
 pub(crate) fn casefold_words(s: &str) -> Cow<'_, str> {
     if s.is_ascii() && !s.bytes().any(|b| b.is_ascii_uppercase()) {
         return Cow::Borrowed(s);
     }
     let needs = s
-        .split(' ')
+        .split(char::is_whitespace)
         .any(|t| is_casefoldable_word(t) && matches!(casefold(t), Cow::Owned(_)));
     if !needs {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len());
-    for (i, token) in s.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
+    let mut rest = s;
+    while !rest.is_empty() {
+        let word_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (token, tail) = rest.split_at(word_end);
         if is_casefoldable_word(token) {
             out.push_str(&casefold(token))
         } else {
             out.push_str(token)
         }
+        let space_end = tail
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(tail.len());
+        out.push_str(&tail[..space_end]);
+        rest = &tail[space_end..];
     }
     Cow::Owned(out)
 }
@@ -379,16 +460,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn collapses_and_trims_unicode_whitespace() {
-        assert_eq!(nfc_trim_collapse("  a \t b\u{3000}\u{a0}c  ").0, "a b c");
-        assert!(matches!(nfc_trim_collapse("a b c").0, Cow::Borrowed(_)));
-        assert_eq!(nfc_trim_collapse("").0, "");
-        assert_eq!(nfc_trim_collapse("   ").0, "");
+    fn one_line_text_is_trimmed_and_its_word_gaps_collapse() {
+        let rule = |s| nfc_and_whitespace(s).0.into_owned();
+        assert_eq!(rule("  a  b\u{3000}\u{a0}c  "), "a b c");
+        assert!(matches!(nfc_and_whitespace("a b c").0, Cow::Borrowed(_)));
+        assert_eq!(rule(""), "");
+        assert_eq!(rule("   "), "");
+        assert_eq!(rule("\n\n"), "");
+    }
+
+    #[test]
+    fn whitespace_that_carries_meaning_is_kept() {
+        let rule = |s| nfc_and_whitespace(s).0.into_owned();
+        // Indentation (YAML, Python), tabs (Makefiles), line structure.
+        for kept in [
+            "server:\n  port: 8080",
+            "server:\nport: 8080",
+            "all:\n\tcc -o app main.c",
+            "all:\n        cc -o app main.c",
+            "def f():\n    return 1",
+            "  indented first line\nsecond",
+            "a \tb",
+            "line one  \nline two",
+        ] {
+            assert_eq!(rule(kept), kept, "{kept:?}");
+        }
+        // Quoted literals keep their inner spaces; apostrophes inside words open no quote.
+        assert_eq!(
+            rule("SELECT *  FROM t WHERE name = 'a  b'"),
+            "SELECT * FROM t WHERE name = 'a  b'"
+        );
+        assert_eq!(rule(r#"say  "x  y"  now"#), r#"say "x  y" now"#);
+        assert_eq!(rule("don't  stop  it's  fine"), "don't stop it's fine");
+        // Between words on a line, and at the ends, spaces still go.
+        assert_eq!(
+            rule("Hi  Priya,\n\nYour  invoice\n"),
+            "Hi Priya,\n\nYour invoice"
+        );
+        assert_eq!(rule("\n\n  body\n  more  \n"), "  body\n  more");
+    }
+
+    #[test]
+    fn the_whitespace_rule_is_idempotent() {
+        for s in [
+            "\n  a",
+            "  a\n",
+            "a  'b  c' d",
+            "x\u{a0}\u{a0}y\tz",
+            "'  lead",
+            "\t a  b",
+            "a \u{2028} b",
+        ] {
+            let once = nfc_and_whitespace(s).0.into_owned();
+            assert_eq!(nfc_and_whitespace(&once).0, once, "{s:?}");
+        }
     }
 
     #[test]
     fn nfc_composes() {
-        let (s, nfc, _) = nfc_trim_collapse("Cafe\u{301}");
+        let (s, nfc, _) = nfc_and_whitespace("Cafe\u{301}");
         assert_eq!(s, "Café");
         assert!(nfc);
     }
@@ -416,6 +546,10 @@ mod tests {
         assert_eq!(
             casefold_words("Refund ORD-7A for Alice"),
             "refund ORD-7A for alice"
+        );
+        assert_eq!(
+            casefold_words("Hi Priya,\n\n\tYour ORD-7A"),
+            "hi priya,\n\n\tyour ORD-7A"
         );
         assert_eq!(casefold("STRASSE"), casefold("straße"));
     }

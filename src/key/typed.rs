@@ -10,7 +10,7 @@ use super::number::{Decimal, is_canonical_numeral};
 use super::policy::PolicyNode;
 use super::schema::{FieldMode, Format, Schema, Types};
 use super::text::{
-    ascii_shape, casefold, casefold_words, is_email, nfc_trim_collapse, write_casefolded_ascii,
+    ascii_shape, casefold, casefold_words, is_email, nfc_and_whitespace, write_casefolded_ascii,
     write_casefolded_ascii_words, write_json_string, write_shaped_json_string,
 };
 use super::timestamp::Timestamp;
@@ -51,10 +51,16 @@ impl Normalizer {
                     .and_then(|p| p.mode)
                     .or_else(|| schema.and_then(|s| s.mode));
                 let s = tape.str(string);
-                if mode == Some(FieldMode::Exact) {
-                    write_json_string(out, s);
-                } else {
-                    self.string(s, schema, policy, mode, out)?;
+                match mode {
+                    Some(FieldMode::Exact) => write_json_string(out, s),
+                    Some(FieldMode::Trim) => {
+                        let trimmed = s.trim();
+                        if trimmed.len() != s.len() {
+                            self.rules.insert(Rules::WHITESPACE);
+                        }
+                        write_json_string(out, trimmed)
+                    }
+                    _ => self.string(s, schema, policy, mode, out)?,
                 }
             }
             Token::Array { len, .. } => {
@@ -81,27 +87,24 @@ impl Normalizer {
         schema: Option<&Schema>,
         out: &mut Vec<u8>,
     ) -> Result<(), KeyError> {
-        let wants_string_only = schema.is_some_and(|s| s.types == Types::STRING);
+        let wants_string = schema
+            .is_some_and(|s| s.types.contains(Types::STRING) && !s.types.contains(Types::NUMBER));
+        if wants_string {
+            // The schema says string: the model dropped the quotes. The digits are kept as written,
+            // as the string would keep them (`-74.0060` is not `-74.006` to a string field).
+            self.rules.insert(Rules::SCHEMA_COERCION);
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+            return Ok(());
+        }
         if is_plain_integer(text) {
             // Already canonical: skip the decimal arithmetic.
-            if wants_string_only {
-                self.rules.insert(Rules::SCHEMA_COERCION);
-                out.push(b'"');
-                out.extend_from_slice(text.as_bytes());
-                out.push(b'"');
-            } else {
-                out.extend_from_slice(text.as_bytes());
-            }
+            out.extend_from_slice(text.as_bytes());
             return Ok(());
         }
         let decimal = Decimal::from_json(text)?;
-        if wants_string_only {
-            // The schema says string: the model dropped the quotes.
-            self.rules.insert(Rules::SCHEMA_COERCION);
-            out.push(b'"');
-            decimal.write_canonical(out);
-            out.push(b'"');
-        } else {
+        {
             let start = out.len();
             decimal.write_canonical(out);
             if out[start..] != *text.as_bytes() {
@@ -159,11 +162,72 @@ impl Normalizer {
         }
         out.push(b'{');
         let mut first = true;
-        for &(_, name) in order.iter() {
-            self.member(tape, name, schema, policy, &mut first, out)?;
+        match schema.filter(|s| s.fills_defaults) {
+            None => {
+                for &(_, name) in order.iter() {
+                    self.member(tape, name, schema, policy, &mut first, out)?;
+                }
+            }
+            Some(schema) => {
+                // Members and the defaults of left-out properties, merged in name order: a
+                // property left out keys as its default, as does one whose `null` means "left out".
+                let mut defaults = schema.defaults().peekable();
+                for &(_, name) in order.iter() {
+                    let present = tape.str(tape.token(name));
+                    while let Some((default_name, property, default)) =
+                        defaults.next_if(|(n, _, _)| n.as_bytes() < present.as_bytes())
+                    {
+                        self.default(default_name, property, default, policy, &mut first, out)?;
+                    }
+                    let written = self.member(tape, name, Some(schema), policy, &mut first, out)?;
+                    if let Some((default_name, property, default)) =
+                        defaults.next_if(|(n, _, _)| *n == present)
+                    {
+                        if written == Member::DroppedNull {
+                            self.default(default_name, property, default, policy, &mut first, out)?;
+                        }
+                    }
+                }
+                for (default_name, property, default) in defaults {
+                    self.default(default_name, property, default, policy, &mut first, out)?;
+                }
+            }
         }
         out.push(b'}');
         Ok(())
+    }
+
+    /// A property's default in place of a left-out member, unless the policy leaves it out.
+    fn default(
+        &mut self,
+        name: &str,
+        schema: &Schema,
+        default: &str,
+        policy: Option<&PolicyNode>,
+        first: &mut bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        let child_policy = policy.and_then(|p| p.child(name));
+        let mode = child_policy.and_then(|p| p.mode).or(schema.mode);
+        if policy.is_some_and(|p| !p.admits(child_policy)) || mode == Some(FieldMode::Ignore) {
+            return Ok(());
+        }
+        // Written by serde_json from the schema, so it parses; a default that does not is skipped
+        // rather than failing every call of the tool.
+        let Ok(tape) = json::parse_tape(default, self.depth_left) else {
+            return Ok(());
+        };
+        if tape.token(0) == Token::Null && !schema.keeps_null() {
+            return Ok(());
+        }
+        self.rules.insert(Rules::SCHEMA_DEFAULT);
+        if !*first {
+            out.push(b',');
+        }
+        *first = false;
+        write_json_string(out, name);
+        out.push(b':');
+        self.value(&tape, 0, Some(schema), child_policy, out)
     }
 
     /// One object member (its name at token `name`, its value next): dropped, ignored, or written
@@ -176,26 +240,27 @@ impl Normalizer {
         policy: Option<&PolicyNode>,
         first: &mut bool,
         out: &mut Vec<u8>,
-    ) -> Result<(), KeyError> {
+    ) -> Result<Member, KeyError> {
         let value = name + 1;
         let name_token = tape.token(name);
         let name = tape.str(name_token);
-        if tape.token(value) == Token::Null {
+        let child_schema = schema.and_then(|s| s.property(name));
+        if tape.token(value) == Token::Null && !child_schema.is_some_and(Schema::keeps_null) {
+            // `null` is "left out" unless the schema makes it a value of its own.
             self.rules.insert(Rules::NULL_DROPPED);
-            return Ok(());
+            return Ok(Member::DroppedNull);
         }
         let child_policy = policy.and_then(|p| p.child(name));
         if policy.is_some_and(|p| !p.admits(child_policy)) {
             self.rules.insert(Rules::FIELD_NOT_KEYED);
-            return Ok(());
+            return Ok(Member::NotKeyed);
         }
-        let child_schema = schema.and_then(|s| s.property(name));
         let mode = child_policy
             .and_then(|p| p.mode)
             .or_else(|| child_schema.and_then(|s| s.mode));
         if mode == Some(FieldMode::Ignore) {
             self.rules.insert(Rules::FIELD_IGNORED);
-            return Ok(());
+            return Ok(Member::NotKeyed);
         }
         if !*first {
             out.push(b',');
@@ -210,7 +275,8 @@ impl Normalizer {
             write_json_string(out, name);
             out.push(b':');
         }
-        self.value(tape, value, child_schema, child_policy, out)
+        self.value(tape, value, child_schema, child_policy, out)?;
+        Ok(Member::Written)
     }
 
     fn string(
@@ -226,7 +292,7 @@ impl Normalizer {
         let mut shape = ascii_shape(raw);
         let (s, nfc_changed, ws_changed) = match shape {
             Some(_) => (Cow::Borrowed(raw), false, false),
-            None => nfc_trim_collapse(raw),
+            None => nfc_and_whitespace(raw),
         };
         if shape.is_none() {
             shape = ascii_shape(&s);
@@ -361,10 +427,20 @@ impl Normalizer {
             self.rules.insert(rule);
         }
         // Case folding can leave a non-NFC sequence behind; compose again so the rule stays idempotent.
-        let (folded, _, _) = nfc_trim_collapse(&folded);
+        let (folded, _, _) = nfc_and_whitespace(&folded);
         write_json_string(out, &folded);
         Ok(())
     }
+}
+
+/// What became of one object member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    Written,
+    /// Its value was a `null` that means "left out".
+    DroppedNull,
+    /// The policy leaves it out of the key.
+    NotKeyed,
 }
 
 /// Objects up to this many members are sorted through an index on the stack, larger ones on the heap.

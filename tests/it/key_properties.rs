@@ -116,8 +116,16 @@ fn schema_of(fields: &[Field]) -> Value {
         };
         props.insert(f.name.clone(), s);
     }
-    props.insert("note".into(), json!({"type": ["string", "null"]}));
-    props.insert("zz_optional".into(), json!({"type": ["string", "null"]}));
+    // Optional and nullable, with `default: null`: the schema says null is "none", so a retry may
+    // write it or leave it out (without the default, null would be a value of its own).
+    props.insert(
+        "note".into(),
+        json!({"type": ["string", "null"], "default": null}),
+    );
+    props.insert(
+        "zz_optional".into(),
+        json!({"type": ["string", "null"], "default": null}),
+    );
     json!({"type": "object", "properties": props})
 }
 

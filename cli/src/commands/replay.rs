@@ -82,7 +82,8 @@ impl Summary {
     fn count(&mut self, outcome: Option<Outcome>) {
         self.invocations += 1;
         match outcome {
-            Some(Outcome::Executed) => self.executed += 1,
+            // A tool with `dedup = "off"` ran: it counts as executed.
+            Some(Outcome::Executed | Outcome::DedupOff) => self.executed += 1,
             Some(Outcome::Replayed) => self.replayed += 1,
             Some(Outcome::Waited) => self.waited += 1,
             Some(Outcome::InProgress) => self.in_progress += 1,

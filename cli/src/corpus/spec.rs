@@ -16,7 +16,9 @@ pub const TOOLS: [&str; 6] = [
 
 /// The JSON Schema a user of this tool would write for each tool: types, enums for closed sets,
 /// `format` for timestamps and addresses, and `x-dedup: casefold` on free text a model may re-case
-/// (`ignore` where the wording carries no meaning).
+/// (`ignore` where the wording carries no meaning). These tools create things, so an optional
+/// field's `null` means "none": the nullable ones say so with `"default": null` (a partial-update
+/// tool, where `null` clears a field, would leave the default out).
 pub fn schema_text(tool: &str) -> &'static str {
     match tool {
         "charge_card" => CHARGE_CARD,
@@ -39,11 +41,11 @@ const CHARGE_CARD: &str = r#"{
     "amount": {"type": "integer", "description": "Amount in minor units (cents)."},
     "currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY", "CAD"]},
     "description": {"type": "string", "description": "Shown on the invoice.", "x-dedup": "casefold"},
-    "receipt_email": {"type": ["string", "null"], "format": "email"},
+    "receipt_email": {"type": ["string", "null"], "default": null, "format": "email"},
     "capture": {"type": "boolean", "description": "Capture now (true) or only authorize (false)."},
-    "statement_descriptor": {"type": ["string", "null"], "x-dedup": "casefold"},
+    "statement_descriptor": {"type": ["string", "null"], "default": null, "x-dedup": "casefold"},
     "billing_address": {
-      "type": ["object", "null"],
+      "type": ["object", "null"], "default": null,
       "properties": {
         "line1": {"type": "string", "x-dedup": "casefold"},
         "city": {"type": "string", "x-dedup": "casefold"},
@@ -58,7 +60,7 @@ const CHARGE_CARD: &str = r#"{
       "items": {"type": "string"}
     },
     "metadata": {
-      "type": ["object", "null"],
+      "type": ["object", "null"], "default": null,
       "properties": {
         "order_id": {"type": "string"},
         "channel": {"type": "string", "enum": ["web", "app", "phone"]},
@@ -80,8 +82,8 @@ const CREATE_TICKET: &str = r#"{
     "description": {"type": "string", "x-dedup": "casefold"},
     "priority": {"type": "string", "enum": ["low", "normal", "high", "urgent"]},
     "requester_email": {"type": "string", "format": "email"},
-    "assignee": {"type": ["string", "null"], "description": "Chat user id, e.g. U02ABCDEF (case-sensitive)."},
-    "due_at": {"type": ["string", "null"], "format": "date-time"},
+    "assignee": {"type": ["string", "null"], "default": null, "description": "Chat user id, e.g. U02ABCDEF (case-sensitive)."},
+    "due_at": {"type": ["string", "null"], "default": null, "format": "date-time"},
     "location": {
       "type": "object",
       "properties": {
@@ -105,7 +107,7 @@ const SEND_EMAIL: &str = r#"{
   "type": "object",
   "properties": {
     "to": {"type": "array", "items": {"type": "string", "format": "email"}},
-    "cc": {"type": ["array", "null"], "items": {"type": "string", "format": "email"}},
+    "cc": {"type": ["array", "null"], "default": null, "items": {"type": "string", "format": "email"}},
     "subject": {"type": "string", "x-dedup": "casefold"},
     "body": {"type": "string", "x-dedup": "casefold"},
     "send_at": {"type": "string", "format": "date-time"},
@@ -140,7 +142,7 @@ const BOOK_SLOT: &str = r#"{
     "end": {"type": "string", "format": "date-time"},
     "title": {"type": "string", "x-dedup": "casefold"},
     "attendees": {
-      "type": ["array", "null"],
+      "type": ["array", "null"], "default": null,
       "items": {
         "type": "object",
         "properties": {
@@ -150,9 +152,9 @@ const BOOK_SLOT: &str = r#"{
       }
     },
     "attendee_count": {"type": "integer"},
-    "notes": {"type": ["string", "null"], "x-dedup": "casefold"},
+    "notes": {"type": ["string", "null"], "default": null, "x-dedup": "casefold"},
     "patient": {
-      "type": ["object", "null"],
+      "type": ["object", "null"], "default": null,
       "properties": {
         "name": {"type": "string", "x-dedup": "casefold"},
         "phone": {"type": "string"},
@@ -182,7 +184,7 @@ const REFUND: &str = r#"{
     "amount": {"type": "number", "description": "Amount in major units, e.g. 19.99."},
     "currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "JPY", "CAD"]},
     "reason": {"type": "string", "enum": ["duplicate", "fraudulent", "requested_by_customer", "product_not_received"]},
-    "note": {"type": ["string", "null"], "description": "Internal note; its wording does not change the refund.", "x-dedup": "ignore"},
+    "note": {"type": ["string", "null"], "default": null, "description": "Internal note; its wording does not change the refund.", "x-dedup": "ignore"},
     "notify_customer": {"type": "boolean"},
     "line_items": {
       "type": "array",
@@ -217,7 +219,7 @@ const PROVISION_VM: &str = r#"{
     "kubernetes_version": {"type": "string", "description": "Version string, e.g. 1.30."},
     "disk_gb": {"type": "integer"},
     "spot": {"type": "boolean"},
-    "max_price_per_hour": {"type": ["number", "null"]},
+    "max_price_per_hour": {"type": ["number", "null"], "default": null},
     "ports": {"type": "array", "items": {"type": "integer"}},
     "tags": {"type": "object", "additionalProperties": {"type": "string", "x-dedup": "casefold"}},
     "expires_at": {"type": "string", "format": "date-time"},
