@@ -187,11 +187,9 @@ impl Envelope {
             )
         })?;
         let schema = match &self.schema {
-            Some(s) => Some(
-                Schema::from_tool_definition(s)
-                    .map(|(_, schema)| schema)
-                    .map_err(|e| EnvelopeError::Event(format!("\"schema\": {e}")))?,
-            ),
+            Some(s) => Some(Schema::for_tool(s, &self.tool).map_err(|e| {
+                EnvelopeError::Event(format!("\"schema\" of tool {:?}: {e}", self.tool))
+            })?),
             None => None,
         };
         Ok(ToolCall {

@@ -254,6 +254,27 @@ impl Schema {
         ))
     }
 
+    /// The schema of `tool` from a definition given inline with a call: a tool definition or plain
+    /// JSON Schema (taken whatever it is named), or any container [`tool_definitions`] opens (an
+    /// OpenAPI document, an action group, a Gateway target), from which `tool`'s own is picked.
+    pub fn for_tool(definition: &Value, tool: &str) -> Result<Schema, SchemaError> {
+        if !is_container(definition) {
+            return Self::from_tool_definition(definition).map(|(_, schema)| schema);
+        }
+        let mut named = tool_definitions(definition, "schema")
+            .into_iter()
+            .filter(|d| match d {
+                Ok((name, _)) | Err((name, _)) => name == tool,
+            });
+        match named.next() {
+            Some(Ok((_, schema))) => Ok(schema),
+            Some(Err((_, e))) => Err(e),
+            None => Err(SchemaError::invalid(format!(
+                "the definitions given declare no tool named {tool:?}"
+            ))),
+        }
+    }
+
     /// A flat object schema from Bedrock's declared parameter types (`string|number|integer|boolean|array`).
     ///
     /// `number`, `integer`, `boolean` and `array` are typed as a JSON Schema would type them. `string` is
@@ -879,21 +900,38 @@ pub fn tool_definitions(container: &Value, label: &str) -> Vec<Definition> {
     found
 }
 
+/// Where the containers [`tool_definitions`] opens keep their list of definitions.
+const DEFINITION_LISTS: [&str; 5] = [
+    "/tools",
+    "/toolSchema/inlinePayload",
+    "/targetConfiguration/mcp/lambda/toolSchema/inlinePayload",
+    "/functionSchema/functions",
+    "/functions",
+];
+
+fn is_openapi_document(value: &Value) -> bool {
+    value.get("paths").is_some_and(Value::is_object)
+        && (value.get("openapi").is_some() || value.get("swagger").is_some())
+}
+
+/// Whether `value` holds definitions rather than being one.
+fn is_container(value: &Value) -> bool {
+    value.is_array()
+        || DEFINITION_LISTS
+            .iter()
+            .any(|list| value.pointer(list).is_some_and(Value::is_array))
+        || value.pointer("/apiSchema/payload").is_some()
+        || is_openapi_document(value)
+}
+
 fn collect_definitions(container: &Value, label: &str, found: &mut Vec<Definition>) {
-    let lists = [
-        "/tools",
-        "/toolSchema/inlinePayload",
-        "/targetConfiguration/mcp/lambda/toolSchema/inlinePayload",
-        "/functionSchema/functions",
-        "/functions",
-    ];
     if let Value::Array(items) = container {
         for (i, item) in items.iter().enumerate() {
             collect_definitions(item, &format!("{label}[{i}]"), found);
         }
         return;
     }
-    for list in lists {
+    for list in DEFINITION_LISTS {
         if let Some(Value::Array(items)) = container.pointer(list) {
             for (i, item) in items.iter().enumerate() {
                 collect_definitions(item, &format!("{label}{list}/{i}"), found);
@@ -914,9 +952,7 @@ fn collect_definitions(container: &Value, label: &str, found: &mut Vec<Definitio
         }
         return;
     }
-    if container.get("paths").is_some_and(Value::is_object)
-        && (container.get("openapi").is_some() || container.get("swagger").is_some())
-    {
+    if is_openapi_document(container) {
         openapi_document(container, found);
         return;
     }

@@ -4,6 +4,7 @@
 
 mod fixture;
 mod servers;
+mod shapes;
 
 mod bad_input;
 mod bedrock_declared;
@@ -17,4 +18,5 @@ mod handler_runs_once;
 mod key_golden;
 mod key_properties;
 mod peer_powertools;
+mod real_shapes;
 mod store_conformance;

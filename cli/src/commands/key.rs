@@ -2,7 +2,8 @@
 //!
 //! Input: `{"tool": str, "args": "<raw JSON text>", "run_id"?: str, "step"?: int|str, "namespace"?: str,
 //! "schema"?: <JSON Schema or provider tool definition>}`.
-//! Output: `{"key": "<32 hex>", "strategy": "<name>"}` or `{"error": "<message>"}`, in input order.
+//! Output: `{"key": "<32 hex>", "strategy": "<name>"}` (with `"dedup": "off"` for a tool whose policy
+//! turns deduplication off) or `{"error": "<message>"}`, in input order.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -131,9 +132,8 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
         serde_json::from_str(line).map_err(|e| format!("invalid input line: {e}"))?;
     let schema = match &request.schema {
         Some(definition) => Some(
-            Schema::from_tool_definition(definition)
-                .map_err(|e| e.to_string())?
-                .1,
+            Schema::for_tool(definition, &request.tool)
+                .map_err(|e| format!("schema of tool {:?}: {e}", request.tool))?,
         ),
         None => None,
     };
@@ -146,16 +146,21 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
         step: step.as_deref(),
         schema: schema.as_ref(),
     };
-    if explain {
+    let mut out = if explain {
         let e = keyer.explain(strategy, &call).map_err(|e| e.to_string())?;
-        Ok(json!({
+        json!({
             "key": e.key.to_string(),
             "strategy": strategy.name(),
             "canonical": e.canonical,
             "rules": e.rules.names().collect::<Vec<_>>(),
-        }))
+        })
     } else {
         let key = keyer.key(strategy, &call).map_err(|e| e.to_string())?;
-        Ok(json!({ "key": key.to_string(), "strategy": strategy.name() }))
+        json!({ "key": key.to_string(), "strategy": strategy.name() })
+    };
+    if !keyer.dedups(&request.tool) {
+        // The key is still derived (for logs), but the Lambda and the guard never claim it.
+        out["dedup"] = json!("off");
     }
+    Ok(out)
 }

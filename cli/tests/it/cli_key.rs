@@ -68,13 +68,13 @@ fn bad_lines_get_an_inline_error_the_rest_go_on_and_the_exit_is_non_zero() {
 #[test]
 fn strategies_explain_and_schema_in_a_provider_wrapper() {
     let call = r#"{"tool":"charge","args":"{\"currency\": \"Usd\"}","schema":{"name":"charge","input_schema":{"type":"object","properties":{"currency":{"enum":["USD"]}}}}}"#;
-    let (lines, ok) = dedup_key(&["--explain"], &format!("{call}\n"));
+    let (lines, ok) = dedup_key(&["--explain"], format!("{call}\n"));
     assert!(ok);
     assert_eq!(lines[0]["canonical"], r#"{"currency":"USD"}"#);
     assert_eq!(lines[0]["rules"], serde_json::json!(["enum-case"]));
     let mut keys = std::collections::HashSet::new();
     for strategy in ["raw", "canonical", "normalized", "scoped", "typed"] {
-        let (lines, ok) = dedup_key(&["--strategy", strategy], &format!("{call}\n"));
+        let (lines, ok) = dedup_key(&["--strategy", strategy], format!("{call}\n"));
         assert!(ok, "{strategy}");
         assert_eq!(lines[0]["strategy"], strategy);
         keys.insert(lines[0]["key"].as_str().unwrap().to_string());

@@ -5,6 +5,8 @@
 mod fixture;
 #[path = "../../../tests/it/servers.rs"]
 mod servers;
+#[path = "../../../tests/it/shapes.rs"]
+mod shapes;
 
 mod audit_replay;
 mod chaos;
@@ -12,6 +14,7 @@ mod cli_cost_audit;
 mod cli_key;
 mod events_corpus;
 mod handler_replay;
+mod real_shapes;
 mod score;
 
 /// The `dedup` binary as a newcomer runs it: from the repository root, with none of the caller's

@@ -1,0 +1,97 @@
+//! The real-shape cases through `dedup key`, with the schema inline, in a policy file and inside
+//! its platform's container: each pair keys as the case says, whichever way the schema came.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::shapes::{Expect, WAYS, cases};
+
+/// Keys `lines` with `policy` as the policy file; returns the output lines, or stderr on failure.
+fn dedup_key(policy: &Value, lines: &[Value]) -> Result<Vec<Value>, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.json");
+    std::fs::write(&path, policy.to_string()).unwrap();
+    let mut child = crate::dedup()
+        .args(["key", "--policy"])
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.stdout.is_empty() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect())
+}
+
+#[test]
+fn every_real_shape_keys_as_its_case_says_whichever_way_the_schema_comes() {
+    let cases = cases();
+    assert!(cases.len() >= 9, "the file holds the cases");
+    let mut checked = 0;
+    for case in &cases {
+        for way in WAYS {
+            let line = |args: &str| {
+                let mut l = json!({"tool": case.tool, "args": args, "run_id": "run-1", "step": 1});
+                if let Some(schema) = case.inline_schema(way) {
+                    l["schema"] = schema.clone();
+                }
+                l
+            };
+            let policy = case.policy_file(way);
+            if let Some(expected) = &case.error {
+                // Refused loudly, naming the tool: at start-up for a policy file, per line inline.
+                let message = match dedup_key(&policy, &[line("{}")]) {
+                    Ok(out) => out[0]["error"].as_str().unwrap_or_default().to_string(),
+                    Err(stderr) => stderr,
+                };
+                assert!(
+                    message.contains(expected.as_str()) && message.contains(&case.tool),
+                    "{} ({way:?}): {message}",
+                    case.id
+                );
+                continue;
+            }
+            let lines: Vec<Value> = case
+                .pairs
+                .iter()
+                .flat_map(|p| [line(&p.a), line(&p.b)])
+                .collect();
+            let out =
+                dedup_key(&policy, &lines).unwrap_or_else(|e| panic!("{} ({way:?}): {e}", case.id));
+            for (pair, keys) in case.pairs.iter().zip(out.chunks(2)) {
+                let (a, b) = (&keys[0], &keys[1]);
+                assert!(
+                    a.get("key").is_some() && b.get("key").is_some(),
+                    "{}: {a} {b}",
+                    case.id
+                );
+                let same = a["key"] == b["key"];
+                let off = a.get("dedup") == Some(&json!("off"));
+                let what = format!("{} ({way:?}): {} | {} -> {a} {b}", case.id, pair.a, pair.b);
+                match pair.expect {
+                    Expect::Same => assert!(same && !off, "{what}: {}", pair.why),
+                    Expect::Distinct => assert!(!same, "{what}: {}", pair.why),
+                    Expect::RunsEach => assert!(off, "{what}: the tool's policy turns dedup off"),
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 3 * 25, "{checked} pairs checked");
+}
