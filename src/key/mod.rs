@@ -344,12 +344,10 @@ impl Keyer {
         tool: &str,
         declared: Option<&'s Schema>,
     ) -> Option<Cow<'s, Schema>> {
-        let policy = self.policies.get(tool).and_then(|p| p.schema.as_ref());
-        match (declared, policy) {
-            (Some(declared), Some(policy)) => Some(Cow::Owned(declared.clone().overlay(policy))),
-            (Some(schema), None) | (None, Some(schema)) => Some(Cow::Borrowed(schema)),
-            (None, None) => None,
-        }
+        overlaid(
+            declared,
+            self.policies.get(tool).and_then(|p| p.schema.as_ref()),
+        )
     }
 
     /// The typed key of `call` and its strict fingerprint (keyer B), the pair every claim stores:
@@ -437,7 +435,7 @@ impl Keyer {
                 return Err(KeyError::NotAnObject);
             }
             let policy = self.policies.get(call.tool);
-            let schema = self.schema_for(call.tool, call.schema);
+            let schema = overlaid(call.schema, policy.and_then(|p| p.schema.as_ref()));
             let mut normalizer =
                 typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
             let mut out = Vec::with_capacity(call.args.len() + 16);
@@ -481,6 +479,18 @@ impl Keyer {
                 Ok(done(key, text, Rules::default()))
             }
         }
+    }
+}
+
+/// `declared` with `policy` laid over it; only when both exist is a copy made.
+fn overlaid<'s>(
+    declared: Option<&'s Schema>,
+    policy: Option<&'s Schema>,
+) -> Option<Cow<'s, Schema>> {
+    match (declared, policy) {
+        (Some(declared), Some(policy)) => Some(Cow::Owned(declared.clone().overlay(policy))),
+        (Some(schema), None) | (None, Some(schema)) => Some(Cow::Borrowed(schema)),
+        (None, None) => None,
     }
 }
 

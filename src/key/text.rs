@@ -356,8 +356,23 @@ fn is_casefoldable_ascii_word(token: &[u8]) -> bool {
 
 /// Casefolds the words of a string and leaves identifier-like tokens, and all whitespace, alone.
 pub(crate) fn casefold_words(s: &str) -> Cow<'_, str> {
-    if s.is_ascii() && !s.bytes().any(|b| b.is_ascii_uppercase()) {
-        return Cow::Borrowed(s);
+    if s.is_ascii() {
+        // ASCII case folding is lower-casing: one pass over the bytes (multi-line text comes here).
+        if !s.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Cow::Borrowed(s);
+        }
+        let mut bytes = s.as_bytes().to_vec();
+        let mut changed = false;
+        for token in bytes.split_mut(u8::is_ascii_whitespace) {
+            if token.iter().any(u8::is_ascii_uppercase) && is_casefoldable_ascii_word(token) {
+                token.make_ascii_lowercase();
+                changed = true;
+            }
+        }
+        return match changed {
+            true => Cow::Owned(String::from_utf8(bytes).expect("ASCII stays ASCII")),
+            false => Cow::Borrowed(s),
+        };
     }
     let needs = s
         .split(char::is_whitespace)
