@@ -5,12 +5,20 @@ use std::process::Stdio;
 
 use serde_json::Value;
 
-fn dedup_key(args: &[&str], input: impl AsRef<[u8]>) -> (Vec<Value>, bool) {
+/// `dedup key` with `args`, fed `input`: its output lines and whether it exited 0.
+pub fn dedup_key(args: &[&str], input: impl AsRef<[u8]>) -> (Vec<Value>, bool) {
+    let (lines, ok, _) = dedup_key_with_stderr(args, input);
+    (lines, ok)
+}
+
+/// [`dedup_key`], with what it wrote to stderr (a policy file it refused at start-up).
+pub fn dedup_key_with_stderr(args: &[&str], input: impl AsRef<[u8]>) -> (Vec<Value>, bool, String) {
     let mut child = crate::dedup()
         .arg("key")
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("dedup runs");
     child
@@ -25,7 +33,8 @@ fn dedup_key(args: &[&str], input: impl AsRef<[u8]>) -> (Vec<Value>, bool) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    (lines, out.status.success())
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (lines, out.status.success(), stderr)
 }
 
 #[test]

@@ -1,11 +1,9 @@
 //! The real-shape cases through `dedup key`, with the schema inline, in a policy file and inside
 //! its platform's container: each pair keys as the case says, whichever way the schema came.
 
-use std::io::Write;
-use std::process::Stdio;
-
 use serde_json::{Value, json};
 
+use crate::cli_key::dedup_key_with_stderr;
 use crate::shapes::{Expect, WAYS, cases};
 
 /// Keys `lines` with `policy` as the policy file; returns the output lines, or stderr on failure.
@@ -13,30 +11,12 @@ fn dedup_key(policy: &Value, lines: &[Value]) -> Result<Vec<Value>, String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.json");
     std::fs::write(&path, policy.to_string()).unwrap();
-    let mut child = crate::dedup()
-        .args(["key", "--policy"])
-        .arg(&path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    if out.stdout.is_empty() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    let (out, _, stderr) = dedup_key_with_stderr(&["--policy", path.to_str().unwrap()], input);
+    if out.is_empty() {
+        return Err(stderr);
     }
-    Ok(String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect())
+    Ok(out)
 }
 
 #[test]
