@@ -28,8 +28,8 @@ pub(crate) fn nfc_and_whitespace(s: &str) -> (Cow<'_, str>, bool, bool) {
         }
     };
     let nfc_changed = matches!(nfc, Cow::Owned(_));
-    if !needs_collapse(&nfc) {
-        // Single spaces between words only: the rule has nothing to do (the common case).
+    if !whitespace_rule_may_change(&nfc) {
+        // The common case, multi-line text included: nothing to trim and no run of spaces.
         return (nfc, nfc_changed, false);
     }
     let spaced = apply_whitespace_rule(&nfc);
@@ -37,6 +37,24 @@ pub(crate) fn nfc_and_whitespace(s: &str) -> (Cow<'_, str>, bool, bool) {
         return (nfc, nfc_changed, false);
     }
     (Cow::Owned(spaced), nfc_changed, true)
+}
+
+/// False only when [`apply_whitespace_rule`] would return `s` unchanged: for ASCII, nothing to trim
+/// at either end and no two spaces in a row (one byte scan, no allocation).
+fn whitespace_rule_may_change(s: &str) -> bool {
+    if !s.is_ascii() {
+        return needs_collapse(s);
+    }
+    let b = s.as_bytes();
+    match (b.first(), b.last()) {
+        (None, _) => false,
+        (Some(first), Some(last)) if first.is_ascii_whitespace() || last.is_ascii_whitespace() => {
+            true
+        }
+        // `is_ascii_whitespace` leaves out VT (0x0b), which `char::is_whitespace` trims.
+        (Some(&first), Some(&last)) if first == 0x0b || last == 0x0b => true,
+        _ => b.windows(2).any(|w| w == b"  "),
+    }
 }
 
 fn is_line_break(c: char) -> bool {
@@ -513,6 +531,17 @@ mod tests {
             "Hi Priya,\n\nYour invoice"
         );
         assert_eq!(rule("\n\n  body\n  more  \n"), "  body\n  more");
+    }
+
+    #[test]
+    fn the_quick_check_never_skips_a_change() {
+        for s in [
+            "a", "a b", "a\nb", " a", "a ", "a  b", "a\n\n", "\u{b}a", "a\u{b}", "x\t y", "\n a",
+            "a\u{a0}b", "'a  b'", "a \n b", "",
+        ] {
+            let changed = apply_whitespace_rule(s) != s;
+            assert!(!changed || whitespace_rule_may_change(s), "{s:?}");
+        }
     }
 
     #[test]
