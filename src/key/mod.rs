@@ -335,21 +335,6 @@ impl Keyer {
         &self.policies
     }
 
-    /// The schema `tool` is keyed under: the one its call declares, overlaid with the policy
-    /// file's schema for the tool (which wins per property where it states a type), or whichever
-    /// of the two there is.
-    /// Only a call that declares a schema while the policy has one too pays for a copy.
-    pub fn schema_for<'s>(
-        &'s self,
-        tool: &str,
-        declared: Option<&'s Schema>,
-    ) -> Option<Cow<'s, Schema>> {
-        overlaid(
-            declared,
-            self.policies.get(tool).and_then(|p| p.schema.as_ref()),
-        )
-    }
-
     /// The typed key of `call` and its strict fingerprint (keyer B), the pair every claim stores:
     /// the one keying step of the handler and the guard.
     pub fn key_and_fingerprint(&self, call: &Call<'_>) -> Result<(Key, Key), KeyError> {
@@ -482,7 +467,9 @@ impl Keyer {
     }
 }
 
-/// `declared` with `policy` laid over it; only when both exist is a copy made.
+/// The schema a call is keyed under: the one it declares with the policy file's schema for the tool
+/// laid over it (which wins per property where it states a type), or whichever of the two there is.
+/// Only a call that declares a schema while the policy has one too pays for a copy.
 fn overlaid<'s>(
     declared: Option<&'s Schema>,
     policy: Option<&'s Schema>,

@@ -388,6 +388,14 @@ impl Schema {
         self.types.contains(Types::NULL) && !self.required && !self.default_null
     }
 
+    /// This member as one that a branch without it does not require.
+    fn optional(self) -> Schema {
+        Schema {
+            required: false,
+            ..self
+        }
+    }
+
     fn admits(&self, types: Types) -> bool {
         self.types == Types::default() || self.types.contains(types)
     }
@@ -496,13 +504,7 @@ impl Schema {
                 let mut theirs = other.properties.into_iter().peekable();
                 for (name, mine) in std::mem::take(&mut self.properties) {
                     while let Some((n, s)) = theirs.next_if(|(n, _)| *n < name) {
-                        merged.push((
-                            n,
-                            Schema {
-                                required: false,
-                                ..s
-                            },
-                        ));
+                        merged.push((n, s.optional()));
                     }
                     match theirs.peek() {
                         Some((n, _)) if *n == name => {
@@ -516,24 +518,10 @@ impl Schema {
                                 },
                             ));
                         }
-                        _ => merged.push((
-                            name,
-                            Schema {
-                                required: false,
-                                ..mine
-                            },
-                        )),
+                        _ => merged.push((name, mine.optional())),
                     }
                 }
-                merged.extend(theirs.map(|(n, s)| {
-                    (
-                        n,
-                        Schema {
-                            required: false,
-                            ..s
-                        },
-                    )
-                }));
+                merged.extend(theirs.map(|(n, s)| (n, s.optional())));
                 self.properties = merged;
                 self.patterns.extend(other.patterns);
                 self.additional = match (self.additional, other.additional) {
@@ -801,27 +789,7 @@ impl<'d> Compiler<'d> {
     /// parameter by name (required where the parameter is), and every member of the request
     /// body's schema (the first media type's). Refs resolve in `self.document`.
     fn operation(&mut self, op: &'d Value) -> Result<Schema, SchemaError> {
-        let mut flat = Schema::object(Vec::new());
-        if let Some(Value::Array(parameters)) = op.get("parameters") {
-            for (i, parameter) in parameters.iter().enumerate() {
-                let at = format!("/parameters/{i}");
-                let parameter = match parameter.get("$ref").and_then(Value::as_str) {
-                    Some(reference) => self.resolve(reference).map_err(|e| e.under(&at))?,
-                    None => parameter,
-                };
-                let Some(name) = parameter.get("name").and_then(Value::as_str) else {
-                    continue;
-                };
-                let mut schema = match parameter.get("schema") {
-                    Some(s) => self
-                        .compile(s, 1)
-                        .map_err(|e| e.under(&format!("{at}/schema")))?,
-                    None => Schema::default(),
-                };
-                schema.required = parameter.get("required").and_then(Value::as_bool) == Some(true);
-                flat = flat.all_of(Schema::object(vec![(name.to_string(), schema)]));
-            }
-        }
+        let mut flat = self.parameters(op).map_err(|e| e.under("/parameters"))?;
         if let Some(body) = op.get("requestBody") {
             let body = match body.get("$ref").and_then(Value::as_str) {
                 Some(reference) => self
@@ -844,6 +812,33 @@ impl<'d> Compiler<'d> {
             }
         }
         flat.types = Types::OBJECT;
+        Ok(flat)
+    }
+
+    /// The `parameters` list of an operation or a path item, as one object schema by name.
+    fn parameters(&mut self, holder: &'d Value) -> Result<Schema, SchemaError> {
+        let mut flat = Schema::object(Vec::new());
+        let Some(Value::Array(parameters)) = holder.get("parameters") else {
+            return Ok(flat);
+        };
+        for (i, parameter) in parameters.iter().enumerate() {
+            let at = format!("/{i}");
+            let parameter = match parameter.get("$ref").and_then(Value::as_str) {
+                Some(reference) => self.resolve(reference).map_err(|e| e.under(&at))?,
+                None => parameter,
+            };
+            let Some(name) = parameter.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut schema = match parameter.get("schema") {
+                Some(s) => self
+                    .compile(s, 1)
+                    .map_err(|e| e.under(&format!("{at}/schema")))?,
+                None => Schema::default(),
+            };
+            schema.required = parameter.get("required").and_then(Value::as_bool) == Some(true);
+            flat = flat.all_of(Schema::object(vec![(name.to_string(), schema)]));
+        }
         Ok(flat)
     }
 }
@@ -979,27 +974,26 @@ fn openapi_document(document: &Value, found: &mut Vec<Definition>) {
         for method in HTTP_METHODS {
             let Some(op) = item.get(method) else { continue };
             let bedrock_name = format!("{} {path}", method.to_ascii_uppercase());
-            let mut op = op.clone();
-            // Path-level parameters apply to every operation under the path.
-            if let (Some(Value::Array(shared)), Some(obj)) =
-                (item.get("parameters"), op.as_object_mut())
-            {
-                let own = obj
-                    .entry("parameters")
-                    .or_insert_with(|| Value::Array(Vec::new()));
-                if let Value::Array(own) = own {
-                    own.extend(shared.iter().cloned());
-                }
-            }
-            let at = format!("/paths{}/{method}", pointer_step(path));
-            match Compiler::new(document).operation(&op) {
+            let at = format!("/paths{}", pointer_step(path));
+            let mut compiler = Compiler::new(document);
+            let schema = compiler
+                .operation(op)
+                .map_err(|e| e.under(&format!("{at}/{method}")))
+                .and_then(|own| {
+                    // Path-level parameters apply to every operation under the path.
+                    let shared = compiler
+                        .parameters(item)
+                        .map_err(|e| e.under(&format!("{at}/parameters")))?;
+                    Ok(own.all_of(shared))
+                });
+            match schema {
                 Ok(schema) => {
                     if let Some(id) = op.get("operationId").and_then(Value::as_str) {
                         found.push(Ok((id.to_string(), schema.clone())));
                     }
                     found.push(Ok((bedrock_name, schema)));
                 }
-                Err(e) => found.push(Err((bedrock_name, e.under(&at)))),
+                Err(e) => found.push(Err((bedrock_name, e))),
             }
         }
     }

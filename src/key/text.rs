@@ -387,9 +387,10 @@ pub(crate) fn casefold_words(s: &str) -> Cow<'_, str> {
                 changed = true;
             }
         }
-        return match changed {
-            true => Cow::Owned(String::from_utf8(bytes).expect("ASCII stays ASCII")),
-            false => Cow::Borrowed(s),
+        return if changed {
+            Cow::Owned(String::from_utf8(bytes).expect("ASCII stays ASCII"))
+        } else {
+            Cow::Borrowed(s)
         };
     }
     let needs = s

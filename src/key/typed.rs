@@ -217,9 +217,6 @@ impl Normalizer {
         let Ok(tape) = json::parse_tape(default, self.depth_left) else {
             return Ok(());
         };
-        if tape.token(0) == Token::Null && !schema.keeps_null() {
-            return Ok(());
-        }
         self.rules.insert(Rules::SCHEMA_DEFAULT);
         if !*first {
             out.push(b',');

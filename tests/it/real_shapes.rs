@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::executor::Outcome;
 use toolcall_dedup::handler::{ClientContext, Invocation};
-use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::key::{Node, PolicySet, parse_json};
 use toolcall_dedup::store::{MemoryStore, Store};
 
 use crate::fixture::{demo, event, handler, ledger};
@@ -161,32 +161,17 @@ fn survives_parsing(pair: &crate::shapes::Pair) -> bool {
     })
 }
 
-/// The number literals of a JSON text, in order.
+/// The number literals of a JSON text as written, in order.
 fn numbers_as_written(text: &str) -> Vec<String> {
-    let mut numbers = Vec::new();
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut current = String::new();
-    for c in text.chars() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
+    fn collect(node: &Node<'_>, out: &mut Vec<String>) {
+        match node {
+            Node::Number(text) => out.push(text.to_string()),
+            Node::Array(items) => items.iter().for_each(|item| collect(item, out)),
+            Node::Object(members) => members.iter().for_each(|(_, value)| collect(value, out)),
+            Node::Null | Node::Bool(_) | Node::String(_) => {}
         }
-        let starts = c.is_ascii_digit() || c == '-';
-        let continues = !current.is_empty() && matches!(c, '+' | '.' | 'e' | 'E');
-        if starts || continues {
-            current.push(c);
-            continue;
-        }
-        if !current.is_empty() {
-            numbers.push(std::mem::take(&mut current));
-        }
-        in_string = c == '"';
     }
+    let mut numbers = Vec::new();
+    collect(&parse_json(text, 64).unwrap(), &mut numbers);
     numbers
 }
