@@ -23,7 +23,7 @@ use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
-use toolcall_dedup::seam::Scoping;
+use toolcall_dedup::seam::{Scoping, Sessionless};
 use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
 
@@ -545,6 +545,7 @@ fn summary(_: &mut Criterion) {
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
         envelope_namespaces: None,
+        sessionless: Sessionless::Refuse,
     };
     type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
     let flavours: [Flavour; 3] = [

@@ -61,7 +61,7 @@ pub enum Mode {
     Off,
 }
 
-pub use crate::seam::Scope;
+pub use crate::seam::{Scope, Sessionless};
 
 /// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +104,7 @@ macro_rules! parse_enum {
 parse_enum!(StoreKind, "DEDUP_STORE", "dynamodb" => StoreKind::DynamoDb, "memory" => StoreKind::Memory);
 parse_enum!(Mode, "DEDUP_MODE", "enforce" => Mode::Enforce, "shadow" => Mode::Shadow, "off" => Mode::Off);
 parse_enum!(Scope, "DEDUP_SCOPE", "turn" => Scope::Turn, "session" => Scope::Session);
+parse_enum!(Sessionless, "DEDUP_SESSIONLESS", "pass_through" => Sessionless::PassThrough, "gateway_scope" => Sessionless::GatewayScope, "refuse" => Sessionless::Refuse);
 parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
 
 /// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
@@ -281,6 +282,8 @@ pub struct Config {
     /// The argument an AgentCore Gateway call names its run by when the Gateway sends no session
     /// id (`DEDUP_RUN_ARGUMENT`).
     pub run_argument: String,
+    /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets (default `pass_through`).
+    pub sessionless: Sessionless,
     /// `DEDUP_ROUTES`: which tool Lambda each call is sent to (empty when unset; the Lambda
     /// requires at least one route).
     pub routes: Routes,
@@ -407,6 +410,7 @@ impl Default for Config {
             scope: Scope::Turn,
             step_attribute: DEFAULT_STEP_ATTRIBUTE.into(),
             run_argument: DEFAULT_RUN_ARGUMENT.into(),
+            sessionless: Sessionless::PassThrough,
             routes: Routes::default(),
             lambda_endpoint: None,
             wait: Duration::from_millis(DEFAULT_WAIT_MS),
@@ -496,6 +500,7 @@ impl Config {
             scope: parsed(&get, Scope::VAR)?.unwrap_or(defaults.scope),
             step_attribute,
             run_argument,
+            sessionless: parsed(&get, Sessionless::VAR)?.unwrap_or(defaults.sessionless),
             routes,
             lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),
             wait: Duration::from_millis(parsed(&get, "DEDUP_WAIT_MS")?.unwrap_or(DEFAULT_WAIT_MS)),

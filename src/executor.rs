@@ -41,11 +41,13 @@ pub enum Outcome {
     ShadowReplay,
     /// The tool's policy turns deduplication off (`dedup = "off"`): it ran, unclaimed.
     DedupOff,
+    /// A Gateway call that names no run ran unclaimed (`DEDUP_SESSIONLESS=pass_through`).
+    Sessionless,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -55,6 +57,7 @@ impl Outcome {
         Outcome::BadRequest,
         Outcome::ShadowReplay,
         Outcome::DedupOff,
+        Outcome::Sessionless,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -69,6 +72,7 @@ impl Outcome {
             Outcome::BadRequest => "bad_request",
             Outcome::ShadowReplay => "shadow_replay",
             Outcome::DedupOff => "dedup_off",
+            Outcome::Sessionless => "sessionless",
         }
     }
 
@@ -77,7 +81,10 @@ impl Outcome {
     /// included), else the outcome's own name.
     pub fn caller_word(self) -> &'static str {
         match self {
-            Outcome::Executed | Outcome::ShadowReplay | Outcome::DedupOff => "executed",
+            Outcome::Executed
+            | Outcome::ShadowReplay
+            | Outcome::DedupOff
+            | Outcome::Sessionless => "executed",
             Outcome::Replayed | Outcome::Waited => "replayed",
             other => other.name(),
         }

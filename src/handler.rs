@@ -17,6 +17,7 @@
 //! |---|---|---|---|
 //! | event no entry point recognises | no | none | Lambda error (`InvalidEvent`) |
 //! | missing session / run id, bad parameter type, envelope namespace not allowed | no | none | `invalid_event` notice (Bedrock FAILURE) |
+//! | AgentCore call naming no run, `DEDUP_SESSIONLESS=pass_through` (the default) | yes, unkeyed | none | the tool's reply; a `sessionless` metric and a warning |
 //! | argument does not match its declared type | no | none | `invalid_arguments` notice (REPROMPT) |
 //! | no route for the tool | no | none | `no_route` notice (FAILURE) |
 //! | store unreachable | **no** (fail closed) | none (a claim whose answers were lost is released at the next call) | `dedup_unavailable` notice saying why |
@@ -48,12 +49,14 @@ use tokio::time::Instant;
 
 use crate::agentcore::{self, GatewayCall};
 use crate::bedrock::{ActionGroupCall, EventError};
-use crate::config::{Config, ErrorTypes, Mode, Scope};
+use crate::config::{Config, ErrorTypes, Mode, Scope, Sessionless};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::envelope;
 use crate::executor::{Executor, Finished, Keyed, Lease, Outcome, Settled, ToolRun, remaining};
 use crate::key::Keyer;
-use crate::seam::{DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, json_type, refusal};
+use crate::seam::{
+    DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, Unkeyed, json_type, refusal,
+};
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
 
@@ -262,6 +265,8 @@ pub struct DoorSettings {
     /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
     /// the claim.
     pub release_on_errors: ErrorTypes,
+    /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
+    pub sessionless: Sessionless,
 }
 
 impl DoorSettings {
@@ -273,6 +278,7 @@ impl DoorSettings {
             run_argument: config.run_argument.clone(),
             envelope_namespaces: config.envelope_namespaces.clone(),
             release_on_errors: config.release_on_errors.clone(),
+            sessionless: config.sessionless,
         }
     }
 
@@ -282,6 +288,7 @@ impl DoorSettings {
             run_argument: &self.run_argument,
             scope: self.scope,
             envelope_namespaces: self.envelope_namespaces.as_deref(),
+            sessionless: self.sessionless,
         }
     }
 }
@@ -463,7 +470,18 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                     .pass_through(door, &target, scoping, end, Outcome::Executed)
                     .await;
             }
-            Err(notice) => return self.refuse(door, notice),
+            Err(Unkeyed::Sessionless(missing)) => {
+                tracing::warn!(
+                    tool = %tool,
+                    "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through). \
+                     Send a session id or the run argument, or choose gateway_scope or refuse"
+                );
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Sessionless)
+                    .await
+                    .because("sessionless");
+            }
+            Err(Unkeyed::Refused(notice)) => return self.refuse(door, notice),
         };
         let keyer = self.executor.keyer();
         if !keyer.dedups(&call.tool) {

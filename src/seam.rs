@@ -33,8 +33,9 @@ pub trait EntryPoint {
     fn tool(&self) -> &str;
     /// `(group, tool)` for [`crate::dispatch::Dispatcher::route`].
     fn route(&self) -> (&str, &str);
-    /// The call to key, or the notice that refuses it (the adapter's own error-to-notice map).
-    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice>;
+    /// The call to key, or why there is none: the notice that refuses it (the adapter's own
+    /// error-to-notice map), or a sessionless call to pass through.
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed>;
     /// What the tool receives: what it would have received directly, plus `key` when one was
     /// derived (`None`: pass-through). A key from an earlier call never goes through.
     fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String>;
@@ -433,6 +434,40 @@ pub struct Scoping<'a> {
     pub scope: Scope,
     /// `DEDUP_ENVELOPE_NAMESPACES`: when set, an envelope naming another namespace is refused.
     pub envelope_namespaces: Option<&'a [String]>,
+    /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
+    pub sessionless: Sessionless,
+}
+
+/// What an AgentCore Gateway call that names no run (no session id, no run argument) gets
+/// (`DEDUP_SESSIONLESS`). Gateways often send none: the public samples print an empty
+/// `bedrockAgentCoreSessionId`, and newer ones send only per-request ids, which a retry does not
+/// share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sessionless {
+    /// The tool runs without dedup; each such call is a `sessionless` metric and a warning, so a
+    /// deployment never believes it is protected when it is not (the default).
+    PassThrough,
+    /// Keyed by gateway and target only: identical calls of different sessions are one call. For
+    /// tools whose repeats across sessions truly are the same call.
+    GatewayScope,
+    /// Refused as an `invalid_event` notice; the tool does not run.
+    Refuse,
+}
+
+/// Why an entry point hands the executor no call to key.
+#[derive(Debug, Clone)]
+pub enum Unkeyed {
+    /// The call is refused with this notice; nothing runs.
+    Refused(Notice),
+    /// The call names no run and [`Sessionless::PassThrough`] applies: it runs unkeyed. The text
+    /// says what was missing, for the warning.
+    Sessionless(String),
+}
+
+impl From<Notice> for Unkeyed {
+    fn from(notice: Notice) -> Unkeyed {
+        Unkeyed::Refused(notice)
+    }
 }
 
 impl Scoping<'_> {

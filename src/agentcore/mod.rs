@@ -17,11 +17,15 @@
 //! - **namespace** `<gateway id>/<target id>` (the target name stands in for a missing id);
 //! - **tool** the name without the target prefix;
 //! - **run** `bedrockAgentCoreSessionId`, else the argument named by `DEDUP_RUN_ARGUMENT`
-//!   (default `dedup_run_id`). A call with neither is refused: without a run, identical calls
-//!   of different sessions would be one call;
+//!   (default `dedup_run_id`). A call with neither is *sessionless*, and gets what
+//!   `DEDUP_SESSIONLESS` says ([`Sessionless`]): by default it runs without dedup, counted and
+//!   logged, since without a run identical calls of different sessions would be one call;
 //! - **step** the argument named by `DEDUP_STEP_ATTRIBUTE` (default `dedup_step`), else none;
 //! - **schema** the tool's entry in the policy file (`tool_definitions`: the same inline tool
 //!   definitions the Gateway target is created with).
+//!
+//! Every client-context name is also read in the lower-case spelling an older AWS tutorial
+//! documents (`bedrockagentcoreToolName`, ...): see [`context_value`].
 //!
 //! The run and step arguments are removed before the arguments are keyed and forwarded. The
 //! routed tool Lambda receives the event and client context it would have received from the
@@ -35,7 +39,8 @@ use serde_json::{Map, Value};
 
 use crate::seam::{
     DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments, Scoping,
-    ToolCall, classify_json_reply, json_type, refusal, scoped_namespace, step_value,
+    Sessionless, ToolCall, Unkeyed, classify_json_reply, json_type, refusal, scoped_namespace,
+    step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -61,7 +66,27 @@ pub use crate::seam::DEDUP_KEY_CONTEXT;
 /// The message versions this adapter reads.
 const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
 
-/// Why a Gateway call was refused. Both are answered as [`Notice`]s.
+/// The lower-case spelling of a client-context name, as an older AWS tutorial documents the
+/// names (`bedrockagentcoreToolName`); `None` for a name without one.
+fn lowercase_spelling(name: &str) -> Option<&'static str> {
+    Some(match name {
+        TOOL_NAME => "bedrockagentcoreToolName",
+        GATEWAY_ID => "bedrockagentcoreGatewayId",
+        TARGET_ID => "bedrockagentcoreTargetId",
+        MESSAGE_VERSION => "bedrockagentcoreMessageVersion",
+        SESSION_ID => "bedrockagentcoreSessionId",
+        _ => return None,
+    })
+}
+
+/// The client-context value of `name`, in either spelling (the documented camel case first).
+pub fn context_value<'a>(custom: &'a HashMap<String, String>, name: &str) -> Option<&'a String> {
+    custom
+        .get(name)
+        .or_else(|| lowercase_spelling(name).and_then(|lower| custom.get(lower)))
+}
+
+/// Why a Gateway call was refused (answered as a [`Notice`]) or runs unkeyed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GatewayError {
     /// Something only the Gateway's or the executor's configuration can fix.
@@ -70,11 +95,14 @@ pub enum GatewayError {
     /// The arguments are not an object: the model can correct them.
     #[error("invalid arguments: {0}")]
     Arguments(String),
+    /// The call names no run, and `DEDUP_SESSIONLESS=pass_through`: it runs without dedup.
+    #[error("sessionless call: {0}")]
+    Sessionless(String),
 }
 
 /// True when `custom` (the client context's custom map) comes from an AgentCore Gateway.
 pub fn is_gateway_call(custom: Option<&HashMap<String, String>>) -> bool {
-    custom.is_some_and(|c| c.contains_key(TOOL_NAME))
+    custom.is_some_and(|c| context_value(c, TOOL_NAME).is_some())
 }
 
 /// One Gateway invocation: the event (the arguments) and what the client context says.
@@ -94,13 +122,11 @@ impl<'a> GatewayCall<'a> {
         event: &'a Value,
         custom: &'a HashMap<String, String>,
     ) -> Result<GatewayCall<'a>, GatewayError> {
-        let qualified = custom
-            .get(TOOL_NAME)
+        let qualified = context_value(custom, TOOL_NAME)
             .map(|t| t.trim())
             .filter(|t| !t.is_empty())
             .ok_or_else(|| GatewayError::Event(format!("{TOOL_NAME} is empty")))?;
-        if let Some(version) = custom
-            .get(MESSAGE_VERSION)
+        if let Some(version) = context_value(custom, MESSAGE_VERSION)
             .filter(|v| !SUPPORTED_VERSIONS.contains(&v.as_str()))
         {
             return Err(GatewayError::Event(format!(
@@ -130,8 +156,7 @@ impl<'a> GatewayCall<'a> {
     }
 
     fn context(&self, name: &str) -> Option<&'a str> {
-        self.custom
-            .get(name)
+        context_value(self.custom, name)
             .map(|v| v.trim())
             .filter(|v| !v.is_empty())
     }
@@ -146,19 +171,34 @@ impl<'a> GatewayCall<'a> {
         })
     }
 
-    /// The call to key: see the module docs.
-    pub fn tool_call(&self, scope: ScopeArguments<'_>) -> Result<ToolCall, GatewayError> {
+    /// The call to key: see the module docs. `sessionless` says what a call that names no run
+    /// gets.
+    pub fn tool_call(
+        &self,
+        scope: ScopeArguments<'_>,
+        sessionless: Sessionless,
+    ) -> Result<ToolCall, GatewayError> {
         let args = self.arguments()?;
         let run_id = match self.context(SESSION_ID) {
-            Some(session) => session.to_string(),
-            None => args.get(scope.run).and_then(step_value).ok_or_else(|| {
-                GatewayError::Event(format!(
-                    "no run id: the Gateway sent no {SESSION_ID} and the arguments have no {:?}; without one, \
-                     identical calls of different sessions would be one call",
-                    scope.run
-                ))
-            })?,
+            Some(session) => Some(session.to_string()),
+            None => args.get(scope.run).and_then(step_value),
         };
+        if run_id.is_none() {
+            let missing = format!(
+                "the Gateway sent no {SESSION_ID} and the arguments have no {:?}",
+                scope.run
+            );
+            match sessionless {
+                Sessionless::PassThrough => return Err(GatewayError::Sessionless(missing)),
+                Sessionless::Refuse => {
+                    return Err(GatewayError::Event(format!(
+                        "no run id: {missing}; without one, identical calls of different sessions \
+                         would be one call (DEDUP_SESSIONLESS=refuse)"
+                    )));
+                }
+                Sessionless::GatewayScope => {}
+            }
+        }
         let step = args.get(scope.step).and_then(step_value);
         let namespace = scoped_namespace(
             ENTRY_POINT,
@@ -172,7 +212,7 @@ impl<'a> GatewayCall<'a> {
             tool: self.tool.to_string(),
             args: object_text(args, scope),
             namespace,
-            run_id: Some(run_id),
+            run_id,
             step,
             schema: None,
         })
@@ -218,9 +258,12 @@ impl EntryPoint for GatewayCall<'_> {
         GatewayCall::route(self)
     }
 
-    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
-        self.tool_call(scoping.arguments())
-            .map_err(|e| gateway_refusal(&e))
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed> {
+        self.tool_call(scoping.arguments(), scoping.sessionless)
+            .map_err(|e| match e {
+                GatewayError::Sessionless(missing) => Unkeyed::Sessionless(missing),
+                e => gateway_refusal(&e).into(),
+            })
     }
 
     fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
@@ -245,6 +288,7 @@ pub fn gateway_refusal(e: &GatewayError) -> Notice {
     match e {
         GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
         GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
+        GatewayError::Sessionless(m) => refusal(NoticeKind::InvalidEvent, m),
     }
 }
 
@@ -294,7 +338,7 @@ mod tests {
         let ctx = gateway();
         let call = GatewayCall::parse(&event, &ctx).unwrap();
         assert_eq!(call.route(), ("payments", "charge_card"));
-        let tc = call.tool_call(SCOPE).unwrap();
+        let tc = call.tool_call(SCOPE, Sessionless::Refuse).unwrap();
         assert_eq!(tc.tool, "charge_card");
         assert_eq!(tc.namespace, "agentcore:gw-1/TGT1");
         assert_eq!(tc.run_id.as_deref(), Some("s-1"));
@@ -309,18 +353,68 @@ mod tests {
         let event = json!({"a": 1, "dedup_run_id": "run-9"});
         let tc = GatewayCall::parse(&event, &ctx)
             .unwrap()
-            .tool_call(SCOPE)
+            .tool_call(SCOPE, Sessionless::Refuse)
             .unwrap();
         assert_eq!(tc.run_id.as_deref(), Some("run-9"));
         assert_eq!(tc.args, r#"{"a":1}"#);
         let event = json!({"a": 1});
         let err = GatewayCall::parse(&event, &ctx)
             .unwrap()
-            .tool_call(SCOPE)
+            .tool_call(SCOPE, Sessionless::Refuse)
             .unwrap_err();
         assert!(
             matches!(&err, GatewayError::Event(m) if m.contains("no run id")),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_sessionless_call_passes_through_or_is_scoped_by_gateway_and_target() {
+        let mut ctx = gateway();
+        ctx.remove(SESSION_ID);
+        let event = json!({"a": 1});
+        let call = GatewayCall::parse(&event, &ctx).unwrap();
+        let err = call.tool_call(SCOPE, Sessionless::PassThrough).unwrap_err();
+        assert!(matches!(&err, GatewayError::Sessionless(m) if m.contains(SESSION_ID)));
+        let scoped = call.tool_call(SCOPE, Sessionless::GatewayScope).unwrap();
+        assert_eq!(scoped.run_id, None);
+        assert_eq!(scoped.namespace, "agentcore:gw-1/TGT1");
+        // A session wins over every setting.
+        ctx.insert(SESSION_ID.into(), "s-2".into());
+        let call = GatewayCall::parse(&event, &ctx).unwrap();
+        let tc = call.tool_call(SCOPE, Sessionless::PassThrough).unwrap();
+        assert_eq!(tc.run_id.as_deref(), Some("s-2"));
+    }
+
+    #[test]
+    fn the_lower_case_client_context_names_are_read() {
+        let ctx = custom(&[
+            ("bedrockagentcoreToolName", "payments___charge_card"),
+            ("bedrockagentcoreGatewayId", "gw-9"),
+            ("bedrockagentcoreTargetId", "TGT9"),
+            ("bedrockagentcoreSessionId", "s-9"),
+        ]);
+        assert!(is_gateway_call(Some(&ctx)));
+        let event = json!({"a": 1});
+        let tc = GatewayCall::parse(&event, &ctx)
+            .unwrap()
+            .tool_call(SCOPE, Sessionless::Refuse)
+            .unwrap();
+        assert_eq!(
+            (
+                tc.tool.as_str(),
+                tc.namespace.as_str(),
+                tc.run_id.as_deref()
+            ),
+            ("charge_card", "agentcore:gw-9/TGT9", Some("s-9"))
+        );
+        let ctx = custom(&[
+            ("bedrockagentcoreToolName", "t___x"),
+            ("bedrockagentcoreMessageVersion", "2.0"),
+        ]);
+        assert!(
+            GatewayCall::parse(&event, &ctx).is_err(),
+            "the version is read in either spelling"
         );
     }
 
@@ -338,14 +432,19 @@ mod tests {
         let not_object = json!([1, 2]);
         let err = GatewayCall::parse(&not_object, &ctx)
             .unwrap()
-            .tool_call(SCOPE)
+            .tool_call(SCOPE, Sessionless::Refuse)
             .unwrap_err();
         assert!(matches!(err, GatewayError::Arguments(_)), "{err}");
         // A bare tool name (no target prefix) is accepted; the target id names the namespace.
         let ctx = custom(&[(TOOL_NAME, "charge_card"), (SESSION_ID, "s")]);
         let call = GatewayCall::parse(&event, &ctx).unwrap();
         assert_eq!(call.route(), ("", "charge_card"));
-        assert_eq!(call.tool_call(SCOPE).unwrap().namespace, "agentcore:-/");
+        assert_eq!(
+            call.tool_call(SCOPE, Sessionless::Refuse)
+                .unwrap()
+                .namespace,
+            "agentcore:-/"
+        );
     }
 
     #[test]

@@ -35,7 +35,8 @@ pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate
 
 use crate::key::Schema;
 use crate::seam::{
-    self, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, refusal as refused,
+    self, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, Unkeyed,
+    refusal as refused,
 };
 
 /// This entry point's name in every key (see [`seam::scoped_namespace`]).
@@ -115,9 +116,11 @@ impl EntryPoint for ActionGroupCall<'_> {
         (&self.envelope.reply_to.action_group, self.tool())
     }
 
-    fn call(&self, scoping: Scoping<'_>) -> Result<seam::ToolCall, Notice> {
+    fn call(&self, scoping: Scoping<'_>) -> Result<seam::ToolCall, Unkeyed> {
         call(&self.envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
-            refusal(&e).unwrap_or_else(|| refused(NoticeKind::InvalidEvent, &e.to_string()))
+            refusal(&e)
+                .unwrap_or_else(|| refused(NoticeKind::InvalidEvent, &e.to_string()))
+                .into()
         })
     }
 

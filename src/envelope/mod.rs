@@ -24,7 +24,7 @@ use serde_json::value::RawValue;
 
 use crate::seam::{
     DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, Scoping,
-    ToolCall, classify_json_reply, refusal, scoped_namespace, step_value,
+    ToolCall, Unkeyed, classify_json_reply, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -226,9 +226,9 @@ impl EntryPoint for Envelope {
         Envelope::route(self)
     }
 
-    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Notice> {
+    fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed> {
         self.tool_call(scoping.envelope_namespaces)
-            .map_err(|e| envelope_refusal(&e))
+            .map_err(|e| envelope_refusal(&e).into())
     }
 
     fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {

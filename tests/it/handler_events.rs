@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::servers;
-use dedup_cli::demo::{InProcess, StandIn};
+use dedup_cli::demo::{DemoTool, InProcess, StandIn};
 use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
@@ -752,4 +752,93 @@ async fn agentcore_and_envelope_answers_are_the_tools_reply_and_their_own_notice
         2,
         "nothing ran while the store was down"
     );
+}
+
+/// A sessionless Gateway call (no session id, no run argument) under each `DEDUP_SESSIONLESS`:
+/// the default runs it every time, counted as `sessionless` in EMF and without a store request;
+/// `gateway_scope` dedups it by gateway and target; `refuse` answers `invalid_event`.
+async fn sessionless_calls_follow_the_setting<S: Store>([first, second, third]: [S; 3]) {
+    let args = event("agentcore/sessionless-refund.json");
+    let custom = client_context("agentcore/sessionless-refund.json");
+    let (sink, lines) = Sink::memory();
+    let h = Handler::new(
+        first,
+        demo(),
+        &Config::default(),
+        Telemetry::quiet()
+            .with_sink(sink)
+            .with_emf(Some("NS".into())),
+    );
+    assert_eq!(twice(&h, &args, &custom).await, [Outcome::Sessionless; 2]);
+    assert_eq!(charges_of(&h, "refund"), 2, "pass-through runs every call");
+    assert_eq!(h.store().requests().total(), 0, "nothing was claimed");
+    let counted: u64 = lines
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["sessionless"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(counted, 2, "each sessionless call is a metric");
+
+    let config = |setting: &str| {
+        Config::from_lookup(
+            |v| (v == "DEDUP_SESSIONLESS").then(|| setting.to_string()),
+            toolcall_dedup::config::StoreKind::Memory,
+        )
+        .unwrap()
+    };
+    let h = handler(second, demo(), &config("gateway_scope"));
+    assert_eq!(
+        twice(&h, &args, &custom).await,
+        [Outcome::Executed, Outcome::Replayed]
+    );
+    assert_eq!(charges_of(&h, "refund"), 1);
+
+    let h = handler(third, demo(), &config("refuse"));
+    assert_eq!(twice(&h, &args, &custom).await, [Outcome::BadRequest; 2]);
+    assert_eq!(charges_of(&h, "refund"), 0);
+    assert_eq!(h.store().requests().total(), 0);
+}
+
+async fn twice<S: Store>(
+    h: &Handler<S, DemoTool>,
+    args: &Value,
+    custom: &Option<toolcall_dedup::handler::ClientContext>,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::new();
+    for _ in 0..2 {
+        let handled = h
+            .handle_with_context(args, &Invocation::default(), custom.as_ref())
+            .await;
+        outcomes.push(handled.outcome);
+    }
+    outcomes
+}
+
+fn charges_of<S: Store>(h: &Handler<S, DemoTool>, tool: &str) -> usize {
+    ledger(h.dispatcher())
+        .iter()
+        .filter(|e| e["tool"].as_str() == Some(tool))
+        .count()
+}
+
+#[tokio::test]
+async fn sessionless_calls_follow_the_setting_on_memory() {
+    sessionless_calls_follow_the_setting([(); 3].map(|()| MemoryStore::new())).await;
+}
+
+#[tokio::test]
+async fn sessionless_calls_follow_the_setting_on_moto() {
+    let clock = toolcall_dedup::store::ManualClock::starting_now;
+    let moto = servers::Backend::Moto;
+    sessionless_calls_follow_the_setting([
+        servers::dynamodb_store(moto, clock()).await,
+        servers::dynamodb_store(moto, clock()).await,
+        servers::dynamodb_store(moto, clock()).await,
+    ])
+    .await;
 }

@@ -82,8 +82,10 @@ impl Summary {
     fn count(&mut self, outcome: Option<Outcome>) {
         self.invocations += 1;
         match outcome {
-            // A tool with `dedup = "off"` ran: it counts as executed.
-            Some(Outcome::Executed | Outcome::DedupOff) => self.executed += 1,
+            // A tool with `dedup = "off"`, or a sessionless call, ran: it counts as executed.
+            Some(Outcome::Executed | Outcome::DedupOff | Outcome::Sessionless) => {
+                self.executed += 1
+            }
             Some(Outcome::Replayed) => self.replayed += 1,
             Some(Outcome::Waited) => self.waited += 1,
             Some(Outcome::InProgress) => self.in_progress += 1,

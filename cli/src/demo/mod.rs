@@ -175,7 +175,7 @@ impl DemoTool {
         custom: Option<&HashMap<String, String>>,
     ) -> Result<Performed, DemoError> {
         let tool = custom.and_then(|c| {
-            c.get(agentcore::TOOL_NAME)
+            agentcore::context_value(c, agentcore::TOOL_NAME)
                 .map(|t| {
                     t.split_once(agentcore::TOOL_NAME_DELIMITER)
                         .map_or(t.as_str(), |(_, tool)| tool)
@@ -185,7 +185,8 @@ impl DemoTool {
         match (tool, event.as_object()) {
             (Some(tool), Some(arguments)) => {
                 let dedup_key = custom.and_then(|c| c.get(agentcore::DEDUP_KEY_CONTEXT));
-                let session = custom.and_then(|c| c.get(agentcore::SESSION_ID));
+                let session =
+                    custom.and_then(|c| agentcore::context_value(c, agentcore::SESSION_ID));
                 let (mut receipt, declined, receipt_id) = self.record(
                     tool,
                     arguments.clone(),

@@ -27,7 +27,7 @@ use dedup_cli::corpus;
 use serde_json::Value;
 use toolcall_dedup::config::Scope;
 use toolcall_dedup::handler::Door;
-use toolcall_dedup::seam::Scoping;
+use toolcall_dedup::seam::{Scoping, Sessionless, Unkeyed};
 
 fn root() -> PathBuf {
     crate::fixture::root()
@@ -83,6 +83,8 @@ enum Expect {
     Twice,
     /// No execution: the event is refused.
     Rejected,
+    /// Every invocation executes: a sessionless Gateway call passes through without dedup.
+    Unprotected,
 }
 
 #[derive(Debug)]
@@ -192,6 +194,12 @@ fn cases() -> Vec<Case> {
                     expect: Expect::Rejected,
                     policy: hand_policy(dir),
                 }),
+            Some(dir @ "agentcore") if file_name.starts_with("sessionless-") => cases.push(Case {
+                files: vec![file.clone()],
+                repeat: 2,
+                expect: Expect::Unprotected,
+                policy: hand_policy(dir),
+            }),
             Some(dir @ ("" | "agentcore" | "envelope")) => cases.push(Case {
                 files: vec![file.clone()],
                 repeat: 2,
@@ -292,6 +300,7 @@ fn run(case: &Case, store: Store<'_>) -> Result<(), String> {
         Expect::Once => (1, invocations - 1, 0),
         Expect::Twice => (2, invocations - 2, 0),
         Expect::Rejected => (0, 0, invocations),
+        Expect::Unprotected => (invocations, 0, 0),
     };
     let got = (
         count("invocations"),
@@ -404,6 +413,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
         run_argument: "dedup_run_id",
         scope: Scope::Turn,
         envelope_namespaces: None,
+        sessionless: Sessionless::Refuse,
     };
     for file in event_files() {
         let read = EventFile::read(file.clone()).unwrap();
@@ -421,11 +431,16 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
                 assert!(expected, "{}: detected as {door:?}", name(&file));
                 door.entry_point()
                     .call(scoping)
-                    .map_err(|notice| notice.message)
+                    .map_err(|unkeyed| match unkeyed {
+                        Unkeyed::Refused(notice) => notice.message,
+                        Unkeyed::Sessionless(missing) => missing,
+                    })
             });
-        let bad = file
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("bad-"));
+        // The scoping refuses sessionless calls, so those events are refused here too.
+        let bad = file.file_name().is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("bad-") || n.starts_with("sessionless-")
+        });
         match (bad, call) {
             (false, Ok(call)) => assert!(call.args.len() > 2, "{}: no arguments", name(&file)),
             (false, Err(e)) => panic!("{}: {e}", name(&file)),

@@ -58,6 +58,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'String', default: 'dedup_run_id', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
       description: 'AgentCore Gateway calls without a session id name their run in this argument, DEDUP_RUN_ARGUMENT.',
     });
+    const sessionless = p('Sessionless', {
+      type: 'String', default: 'pass_through', allowedValues: ['pass_through', 'gateway_scope', 'refuse'],
+      description: 'DEDUP_SESSIONLESS, what an AgentCore Gateway call with neither a session id nor the run argument gets. pass_through runs it without dedup (a sessionless metric and a warning each time); gateway_scope keys it by gateway and target only; refuse answers invalid_event.',
+    });
     const waitMs = p('WaitMs', {
       type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
       description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
@@ -301,6 +305,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_SCOPE: scopeMode.valueAsString,
         DEDUP_STEP_ATTRIBUTE: stepAttribute.valueAsString,
         DEDUP_RUN_ARGUMENT: runArgument.valueAsString,
+        DEDUP_SESSIONLESS: sessionless.valueAsString,
         DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
           hasRoutes.logicalId,
           routes.valueAsString,
