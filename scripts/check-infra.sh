@@ -85,8 +85,12 @@ if "$PY" - <<'EOF'
 import glob, json, sys
 TYPES = {"string", "number", "integer", "boolean", "array"}
 bad = 0
+# The session id is optional: newer Gateways send none. Either spelling of each name is read
+# (the lower-case one is an older AWS tutorial's).
 GATEWAY_KEYS = ("bedrockAgentCoreToolName", "bedrockAgentCoreGatewayId", "bedrockAgentCoreTargetId",
-                "bedrockAgentCoreMessageVersion", "bedrockAgentCoreSessionId")
+                "bedrockAgentCoreMessageVersion")
+def either(custom, key):
+    return custom.get(key, custom.get(key.replace("AgentCore", "agentcore", 1)))
 # Every event of every entry point, the generated corpus included. Key policies and AgentCore client
 # contexts are not events (a client context is checked with its event).
 files = sorted(f for f in glob.glob("events/**/*.json", recursive=True)
@@ -107,11 +111,11 @@ for path in files:
                 custom = json.load(fh).get("custom")
         except (OSError, ValueError, AttributeError) as exc:
             custom = None; errs.append(f"client context: {exc}")
-        if not isinstance(custom, dict) or not all(isinstance(custom.get(k), str) for k in GATEWAY_KEYS):
+        if not isinstance(custom, dict) or not all(isinstance(either(custom, k), str) for k in GATEWAY_KEYS):
             errs.append("client context needs custom." + "/".join(GATEWAY_KEYS) + " (strings)")
         elif not name.startswith("bad-"):
-            if custom["bedrockAgentCoreMessageVersion"] != "1.0": errs.append("message version != 1.0")
-            if "___" not in custom["bedrockAgentCoreToolName"]: errs.append("tool name without <target>___ prefix")
+            if either(custom, "bedrockAgentCoreMessageVersion") != "1.0": errs.append("message version != 1.0")
+            if "___" not in either(custom, "bedrockAgentCoreToolName"): errs.append("tool name without <target>___ prefix")
             if not isinstance(ev, dict): errs.append("arguments not an object")
     elif path.startswith("events/envelope/"):
         if not name.startswith("bad-"):
