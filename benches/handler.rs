@@ -128,6 +128,7 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         tool: "charge_card",
         lease_until_ms: now_ms + 65_000,
         expires_at_s: expiry(now_ms),
+        owner: None,
     }
 }
 

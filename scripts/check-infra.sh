@@ -117,6 +117,16 @@ for path in files:
             if either(custom, "bedrockAgentCoreMessageVersion") != "1.0": errs.append("message version != 1.0")
             if "___" not in either(custom, "bedrockAgentCoreToolName"): errs.append("tool name without <target>___ prefix")
             if not isinstance(ev, dict): errs.append("arguments not an object")
+    elif path.startswith("events/agentcore-interceptor/"):
+        mcp = ev.get("mcp") if isinstance(ev, dict) else None
+        body = ((mcp or {}).get("gatewayRequest") or {}).get("body")
+        if ev.get("interceptorInputVersion") != "1.0": errs.append("interceptorInputVersion != 1.0")
+        elif not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
+            errs.append("mcp.gatewayRequest.body needs jsonrpc 2.0 and a method")
+        elif body["method"] == "tools/call" and "___" not in str((body.get("params") or {}).get("name")):
+            errs.append("tools/call name without <target>___ prefix")
+        elif name.endswith(".response.json") and not isinstance(mcp.get("gatewayResponse"), dict):
+            errs.append("a .response.json needs mcp.gatewayResponse")
     elif path.startswith("events/envelope/"):
         if not name.startswith("bad-"):
             if not isinstance(ev, dict) or not isinstance(ev.get("tool"), str): errs.append("needs a tool")

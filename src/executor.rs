@@ -43,11 +43,14 @@ pub enum Outcome {
     DedupOff,
     /// A Gateway call that names no run ran unclaimed (`DEDUP_SESSIONLESS=pass_through`).
     Sessionless,
+    /// A Gateway interceptor message that is not a keyed call (`tools/list`, `initialize`, our
+    /// own answers seen again at RESPONSE): passed on untouched.
+    PassedOn,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 10] = [
+    pub const ALL: [Outcome; 11] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -58,6 +61,7 @@ impl Outcome {
         Outcome::ShadowReplay,
         Outcome::DedupOff,
         Outcome::Sessionless,
+        Outcome::PassedOn,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -73,6 +77,7 @@ impl Outcome {
             Outcome::ShadowReplay => "shadow_replay",
             Outcome::DedupOff => "dedup_off",
             Outcome::Sessionless => "sessionless",
+            Outcome::PassedOn => "passed_on",
         }
     }
 
@@ -247,6 +252,40 @@ pub struct Finished<E> {
     pub rules: Vec<&'static str>,
 }
 
+/// What [`Executor::open`] ended with.
+#[derive(Debug)]
+pub enum Opened<E> {
+    /// This request holds the claim: let the side effect run.
+    Claimed,
+    /// Shadow mode: nothing was claimed for this request (`outcome` says what enforce mode would
+    /// have done); let the side effect run.
+    Unclaimed(Outcome),
+    /// The call is answered without running the side effect (replay, in progress, store down).
+    Answered(Finished<E>),
+}
+
+/// What [`Executor::finish_claimed`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishedElsewhere {
+    /// This request's claim was completed, released or kept.
+    Settled(AfterRun),
+    /// The call was already completed (a replayed answer, or an earlier owner's reply).
+    AlreadyCompleted,
+    /// No claim of this request holds the key (another request's claim, or none).
+    NoClaim,
+}
+
+/// What the claim loop ended with.
+enum Acquired<E> {
+    Owner(Started),
+    Shadow {
+        started: Started,
+        outcome: Outcome,
+        rules: Vec<&'static str>,
+    },
+    Answered(Finished<E>),
+}
+
 /// The claim a side effect runs under, and when it was sent.
 struct Started {
     token: Option<LeaseToken>,
@@ -335,6 +374,88 @@ impl<S: Store> Executor<S> {
         F: FnOnce(Duration) -> Fut,
         Fut: Future<Output = ToolRun<E>>,
     {
+        match self.acquire(call, end, lease, None).await {
+            Acquired::Owner(started) => {
+                let settled = self.execute(call, started, end, lease, side_effect).await;
+                finished(settled, Outcome::Executed, Vec::new())
+            }
+            Acquired::Shadow {
+                started,
+                outcome,
+                rules,
+            } => {
+                let settled = self.execute(call, started, end, lease, side_effect).await;
+                finished(settled, outcome, rules)
+            }
+            Acquired::Answered(done) => done,
+        }
+    }
+
+    /// Claims `call` for a side effect that runs *elsewhere*, after this invocation answers (the
+    /// Gateway interceptor door: the Gateway calls the target once the REQUEST interceptor lets the
+    /// request through). `owner` names the request, so that the invocation that sees the side
+    /// effect's reply can tell its own claim ([`Executor::finish_claimed`]).
+    pub async fn open<E>(
+        &self,
+        call: Keyed<'_>,
+        end: Instant,
+        lease: Lease,
+        owner: &str,
+    ) -> Opened<E> {
+        match self.acquire(call, end, lease, Some(owner)).await {
+            Acquired::Owner(_) => Opened::Claimed,
+            Acquired::Shadow { outcome, .. } => Opened::Unclaimed(outcome),
+            Acquired::Answered(done) => Opened::Answered(done),
+        }
+    }
+
+    /// Settles a claim [`Executor::open`] took, once its side effect's reply is seen elsewhere:
+    /// stores, releases or keeps it as [`after_run`] says, fenced by the claim's token. Only the
+    /// claim `owner` took is touched; anything else (a completed record, another request's claim,
+    /// none) is left as it is and said in the answer.
+    pub async fn finish_claimed(
+        &self,
+        call: Keyed<'_>,
+        owner: &str,
+        end: Instant,
+        run_end: RunEnd,
+        reply: &[u8],
+    ) -> Result<FinishedElsewhere, StoreError> {
+        let record = match self.bounded(end, self.store.get(call.key)).await? {
+            None => return Ok(FinishedElsewhere::NoClaim),
+            Some(record) if record.status == Status::Completed => {
+                return Ok(FinishedElsewhere::AlreadyCompleted);
+            }
+            Some(record) if record.token.owner() != Some(owner) => {
+                return Ok(FinishedElsewhere::NoClaim);
+            }
+            Some(record) => record,
+        };
+        let token = record.token;
+        let lease = Lease::Covering {
+            max_run_time: Duration::ZERO,
+        };
+        Ok(match after_run(run_end) {
+            AfterRun::Complete => {
+                self.complete(call, &token, reply, end, lease).await;
+                FinishedElsewhere::Settled(AfterRun::Complete)
+            }
+            AfterRun::Release => {
+                self.release(call.key, Some(&token)).await;
+                FinishedElsewhere::Settled(AfterRun::Release)
+            }
+            AfterRun::Keep => FinishedElsewhere::Settled(AfterRun::Keep),
+        })
+    }
+
+    /// The claim loop: the warm cache, the claim, waiting for an identical call in flight.
+    async fn acquire<E>(
+        &self,
+        call: Keyed<'_>,
+        end: Instant,
+        lease: Lease,
+        owner: Option<&str>,
+    ) -> Acquired<E> {
         let mut rules = Vec::new();
         let shadow = self.settings.mode == Mode::Shadow;
         if !shadow {
@@ -344,11 +465,11 @@ impl<S: Store> Executor<S> {
                 .and_then(|c| c.get(call.key, self.store.now_ms()))
             {
                 tracing::debug!("replayed from the warm-container cache");
-                return Finished {
+                return Acquired::Answered(Finished {
                     rules: self.meeting_rules(&hit.fingerprint, call),
                     settled: Settled::Replayed { reply: hit.result },
                     outcome: Outcome::Replayed,
-                };
+                });
             }
         }
         self.release_orphans(end).await;
@@ -356,7 +477,13 @@ impl<S: Store> Executor<S> {
         for _round in 0..MAX_CLAIM_ROUNDS {
             let claim_started = Instant::now();
             let claim = self
-                .bounded(end, self.store.claim(self.claim_request(call, end, lease)))
+                .bounded(
+                    end,
+                    self.store.claim(ClaimRequest {
+                        owner,
+                        ..self.claim_request(call, end, lease)
+                    }),
+                )
                 .await;
             if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &claim {
                 self.remember_orphan(call.key, token.clone());
@@ -364,12 +491,10 @@ impl<S: Store> Executor<S> {
             let wait_left = wait_until.saturating_duration_since(Instant::now());
             let record = match decide(claim, self.settings.mode, wait_left) {
                 NextAction::Execute { token } => {
-                    let started = Started {
+                    return Acquired::Owner(Started {
                         token: Some(token),
                         claimed_at: claim_started,
-                    };
-                    let settled = self.execute(call, started, end, lease, side_effect).await;
-                    return finished(settled, Outcome::Executed, rules);
+                    });
                 }
                 NextAction::Shadow { seen } => {
                     let outcome = match &seen {
@@ -383,29 +508,42 @@ impl<S: Store> Executor<S> {
                             Outcome::Executed
                         }
                     };
-                    let started = Started {
-                        token: None,
-                        claimed_at: claim_started,
+                    return Acquired::Shadow {
+                        started: Started {
+                            token: None,
+                            claimed_at: claim_started,
+                        },
+                        outcome,
+                        rules,
                     };
-                    let settled = self.execute(call, started, end, lease, side_effect).await;
-                    return finished(settled, outcome, rules);
                 }
                 NextAction::StoreDown(e) => {
-                    return finished(Settled::StoreDown(e), Outcome::StoreError, rules);
+                    return Acquired::Answered(finished(
+                        Settled::StoreDown(e),
+                        Outcome::StoreError,
+                        rules,
+                    ));
                 }
-                NextAction::Replay(record) => return self.replay(record, call, Outcome::Replayed),
-                NextAction::Busy(record) => return self.in_progress(&record),
+                NextAction::Replay(record) => {
+                    return Acquired::Answered(self.replay(record, call, Outcome::Replayed));
+                }
+                NextAction::Busy(record) => return Acquired::Answered(self.in_progress(&record)),
                 NextAction::Wait(record) => record,
             };
-            match self.wait(call.key, record, wait_until, end).await {
-                Waited::Completed(record) => return self.replay(record, call, Outcome::Waited),
+            let done = match self.wait(call.key, record, wait_until, end).await {
+                Waited::Completed(record) => self.replay(record, call, Outcome::Waited),
                 Waited::Claimable => continue,
-                Waited::StillRunning(record) => return self.in_progress(&record),
-                Waited::Failed(e) => {
-                    return finished(Settled::StoreDown(e), Outcome::StoreError, rules);
-                }
-            }
+                Waited::StillRunning(record) => self.in_progress(&record),
+                Waited::Failed(e) => finished(Settled::StoreDown(e), Outcome::StoreError, rules),
+            };
+            return Acquired::Answered(done);
         }
+        Acquired::Answered(self.settle_after_racing(call, end).await)
+    }
+
+    /// After every claim round lost to identical calls: what the record says now.
+    async fn settle_after_racing<E>(&self, call: Keyed<'_>, end: Instant) -> Finished<E> {
+        let rules = Vec::new();
         match self.bounded(end, self.store.get(call.key)).await {
             Ok(Some(record)) if record.status == Status::Completed => {
                 self.replay(record, call, Outcome::Waited)
@@ -444,6 +582,7 @@ impl<S: Store> Executor<S> {
             tool: call.call.tool,
             lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
             expires_at_s: self.expiry_from(now),
+            owner: None,
         }
     }
 

@@ -49,13 +49,19 @@ use tokio::time::Instant;
 
 use crate::agentcore::{self, GatewayCall};
 use crate::bedrock::{ActionGroupCall, EventError};
+use crate::config::MAX_TOOL_TIMEOUT;
 use crate::config::{Config, ErrorTypes, Mode, Scope, Sessionless};
+use crate::decide::RunEnd;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::envelope;
-use crate::executor::{Executor, Finished, Keyed, Lease, Outcome, Settled, ToolRun, remaining};
+use crate::executor::{
+    Executor, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, Settled, ToolRun,
+    remaining,
+};
+use crate::interceptor::{Interception, InterceptorError, Phase};
 use crate::key::Keyer;
 use crate::seam::{
-    DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, Unkeyed, json_type, refusal,
+    Answers, DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, Unkeyed, json_type, refusal,
 };
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
@@ -93,6 +99,9 @@ pub enum Unanswerable {
     /// Recognised as an action-group event, but without what a Bedrock response needs.
     #[error(transparent)]
     Bedrock(EventError),
+    /// Marked as a Gateway interceptor invocation, but not one this door can answer.
+    #[error(transparent)]
+    Interceptor(InterceptorError),
     /// No entry point recognises it.
     #[error(
         "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
@@ -424,6 +433,9 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         client_context: Option<&ClientContext>,
         end: Instant,
     ) -> Answered {
+        if crate::interceptor::is_interception(event) {
+            return self.intercept(event, client_context, end).await;
+        }
         match Door::detect(event, client_context) {
             Ok(Door::Bedrock(call)) => self.answer_at(&call, end).await,
             Ok(Door::AgentCore(call)) => self.answer_at(&call, end).await,
@@ -436,6 +448,143 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 answered
             }
         }
+    }
+
+    /// A Gateway interceptor invocation (see [`crate::interceptor`]): a `tools/call` is claimed
+    /// at REQUEST and settled at RESPONSE; every other message passes through.
+    async fn intercept(
+        &self,
+        event: &Value,
+        client_context: Option<&ClientContext>,
+        end: Instant,
+    ) -> Answered {
+        let interception = match Interception::parse(event, client_context) {
+            Ok(interception) => interception,
+            Err(e) => {
+                let reason = e.to_string();
+                return Answered::new(
+                    Outcome::BadRequest,
+                    Err(HandlerError::InvalidEvent(Unanswerable::Interceptor(e))),
+                )
+                .because(reason);
+            }
+        };
+        let request = interception.phase == Phase::Request;
+        let pass = |outcome: Outcome| {
+            let text = if request {
+                interception.pass_request()
+            } else {
+                interception.pass_response()
+            };
+            Answered::new(outcome, raw(text))
+        };
+        let settings = self.settings();
+        let call = match interception.tools_call() {
+            Some(Ok(call)) if settings.mode != Mode::Off => call,
+            Some(Err(notice)) if request && settings.mode != Mode::Off => {
+                return Answered::new(Outcome::BadRequest, raw(interception.refusal(&notice)))
+                    .because("invalid tools/call");
+            }
+            _ => return pass(Outcome::PassedOn),
+        };
+        let tool_call = match interception.tool_call(
+            &call,
+            &self.doors.step_attribute,
+            self.doors.sessionless,
+        ) {
+            Ok(tool_call) => tool_call,
+            Err(Unkeyed::Sessionless(missing)) => {
+                if request {
+                    tracing::warn!(
+                        tool = %call.tool,
+                        "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through)"
+                    );
+                }
+                return pass(Outcome::Sessionless)
+                    .tool(call.tool)
+                    .because("sessionless");
+            }
+            Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
+            Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
+        };
+        let keyer = self.executor.keyer();
+        if !keyer.dedups(&tool_call.tool) {
+            return pass(Outcome::DedupOff).tool(call.tool);
+        }
+        let key_call = tool_call.key_call();
+        let (key, fingerprint) = match keyer.key_and_fingerprint(&key_call) {
+            Ok((key, fingerprint)) => (key.to_string(), fingerprint.to_string()),
+            Err(e) if request && settings.mode != Mode::Shadow => {
+                let notice = refusal(NoticeKind::InvalidArguments, &e.to_string());
+                return self.refuse(&call, notice);
+            }
+            Err(_) => return pass(Outcome::PassedOn).tool(call.tool),
+        };
+        let keyed = Keyed {
+            key: &key,
+            fingerprint: &fingerprint,
+            call: &key_call,
+        };
+        let owner = interception.owner(&key);
+        let mut answered = if request {
+            // The target runs after we answer, within the Gateway's own limit on a call.
+            let lease = Lease::Covering {
+                max_run_time: MAX_TOOL_TIMEOUT,
+            };
+            match self
+                .executor
+                .open::<ToolFailure>(keyed, end, lease, &owner)
+                .await
+            {
+                Opened::Claimed => {
+                    pass(Outcome::Executed).because("claimed; the Gateway calls the target")
+                }
+                Opened::Unclaimed(outcome) => pass(outcome),
+                Opened::Answered(finished) => {
+                    self.telemetry.call(keyer, &key_call, finished.outcome);
+                    self.settle(&call, finished, &key)
+                }
+            }
+        } else {
+            let Some(reply) = interception.target_reply() else {
+                return pass(Outcome::PassedOn).tool(call.tool);
+            };
+            let (run_end, stored) = match &reply {
+                Ok((result, class)) => (RunEnd::Replied(*class), result.as_bytes()),
+                Err(outcome_unknown) => (
+                    RunEnd::Failed {
+                        outcome_unknown: *outcome_unknown,
+                    },
+                    &[][..],
+                ),
+            };
+            match self
+                .executor
+                .finish_claimed(keyed, &owner, end, run_end, stored)
+                .await
+            {
+                Ok(FinishedElsewhere::Settled(after)) => {
+                    pass(Outcome::Executed).because(format!("settled: {after:?}"))
+                }
+                Ok(FinishedElsewhere::AlreadyCompleted) => pass(Outcome::PassedOn),
+                Ok(FinishedElsewhere::NoClaim) => {
+                    tracing::warn!(
+                        "the target answered a call this request holds no claim on: passed on, not stored"
+                    );
+                    pass(Outcome::PassedOn).because("no claim of this request")
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = %e,
+                        "could not settle the call after the target ran; it stays claimed until its lease ends"
+                    );
+                    pass(Outcome::StoreError).because(format!("store: {e}"))
+                }
+            }
+        };
+        answered.key = Some(key);
+        answered.tool = Some(call.tool.to_string());
+        answered
     }
 
     /// Routes, keys and runs one call that came in by `door`.
@@ -566,12 +715,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     }
 
     /// Turns how the executor settled the call into the caller's answer.
-    fn settle(
-        &self,
-        door: &impl EntryPoint,
-        finished: Finished<ToolFailure>,
-        key: &str,
-    ) -> Answered {
+    fn settle(&self, door: &impl Answers, finished: Finished<ToolFailure>, key: &str) -> Answered {
         let Finished {
             settled,
             outcome,
@@ -627,7 +771,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     fn tool_failed(
         &self,
-        door: &impl EntryPoint,
+        door: &impl Answers,
         error: &ToolFailure,
         outcome_unknown: bool,
         key: Option<&str>,
@@ -648,7 +792,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     fn notice(
         &self,
-        door: &impl EntryPoint,
+        door: &impl Answers,
         outcome: Outcome,
         notice: Notice,
         key: Option<&str>,
@@ -656,7 +800,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         Answered::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
     }
 
-    fn refuse(&self, door: &impl EntryPoint, notice: Notice) -> Answered {
+    fn refuse(&self, door: &impl Answers, notice: Notice) -> Answered {
         tracing::debug!(message = %notice.message, "invalid event");
         let reason = match notice.kind {
             NoticeKind::InvalidArguments => "invalid arguments",
@@ -701,7 +845,7 @@ fn dedup(outcome: Outcome, key: Option<&str>) -> DedupInfo<'_> {
 
 /// The answer carrying the tool's reply (checked JSON when it was stored).
 fn reply_answer(
-    door: &impl EntryPoint,
+    door: &impl Answers,
     reply: &[u8],
     dedup: DedupInfo<'_>,
 ) -> Result<Box<RawValue>, HandlerError> {

@@ -42,6 +42,7 @@ pub mod envelope;
 pub mod executor;
 pub mod guard;
 pub mod handler;
+pub mod interceptor;
 pub mod key;
 pub mod seam;
 pub mod store;

@@ -27,10 +27,19 @@ use crate::key::{Call, Schema};
 /// a client context (AgentCore Gateway targets, the envelope's tools).
 pub const DEDUP_KEY_CONTEXT: &str = "dedupKey";
 
-/// One parsed call as its entry point sees it: everything the handler needs from a door.
-pub trait EntryPoint {
+/// How a door writes the executor's answers in its caller's format.
+pub trait Answers {
     /// The tool's name, as keyed and reported.
     fn tool(&self) -> &str;
+    /// The answer carrying the tool's reply (JSON text, executed or replayed).
+    fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String;
+    /// The executor's own answer.
+    fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> String;
+}
+
+/// One parsed call as its entry point sees it: everything the handler needs from a door that
+/// invokes the tool itself.
+pub trait EntryPoint: Answers {
     /// `(group, tool)` for [`crate::dispatch::Dispatcher::route`].
     fn route(&self) -> (&str, &str);
     /// The call to key, or why there is none: the notice that refuses it (the adapter's own
@@ -41,10 +50,6 @@ pub trait EntryPoint {
     fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String>;
     /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String>;
-    /// The answer carrying the tool's reply (JSON text, executed or replayed).
-    fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String;
-    /// The executor's own answer.
-    fn notice(&self, notice: &Notice, dedup: DedupInfo<'_>) -> String;
 }
 
 /// One tool call, format-free.

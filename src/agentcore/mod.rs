@@ -38,9 +38,9 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use crate::seam::{
-    DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments, Scoping,
-    Sessionless, ToolCall, Unkeyed, classify_json_reply, json_type, refusal, scoped_namespace,
-    step_value,
+    Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments,
+    Scoping, Sessionless, ToolCall, Unkeyed, classify_json_reply, json_type, refusal,
+    scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -250,10 +250,6 @@ impl<'a> GatewayCall<'a> {
 }
 
 impl EntryPoint for GatewayCall<'_> {
-    fn tool(&self) -> &str {
-        self.tool
-    }
-
     fn route(&self) -> (&str, &str) {
         GatewayCall::route(self)
     }
@@ -272,6 +268,12 @@ impl EntryPoint for GatewayCall<'_> {
 
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
         classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    }
+}
+
+impl Answers for GatewayCall<'_> {
+    fn tool(&self) -> &str {
+        self.tool
     }
 
     fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {

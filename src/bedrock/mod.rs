@@ -35,7 +35,7 @@ pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate
 
 use crate::key::Schema;
 use crate::seam::{
-    self, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, Unkeyed,
+    self, Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, Unkeyed,
     refusal as refused,
 };
 
@@ -108,10 +108,6 @@ impl<'a> ActionGroupCall<'a> {
 }
 
 impl EntryPoint for ActionGroupCall<'_> {
-    fn tool(&self) -> &str {
-        self.envelope.reply_to.tool()
-    }
-
     fn route(&self) -> (&str, &str) {
         (&self.envelope.reply_to.action_group, self.tool())
     }
@@ -136,6 +132,12 @@ impl EntryPoint for ActionGroupCall<'_> {
     fn classify(&self, reply: &[u8]) -> Result<seam::ReplyClass, String> {
         validate_reply(reply, &self.envelope.reply_to)
             .map_err(|r| format!("tool reply is not a Bedrock response: {r}"))
+    }
+}
+
+impl Answers for ActionGroupCall<'_> {
+    fn tool(&self) -> &str {
+        self.envelope.reply_to.tool()
     }
 
     fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {

@@ -23,8 +23,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::seam::{
-    DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, Scoping,
-    ToolCall, Unkeyed, classify_json_reply, refusal, scoped_namespace, step_value,
+    Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass,
+    Scoping, ToolCall, Unkeyed, classify_json_reply, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -218,10 +218,6 @@ impl Envelope {
 }
 
 impl EntryPoint for Envelope {
-    fn tool(&self) -> &str {
-        &self.tool
-    }
-
     fn route(&self) -> (&str, &str) {
         Envelope::route(self)
     }
@@ -237,6 +233,12 @@ impl EntryPoint for Envelope {
 
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
         classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    }
+}
+
+impl Answers for Envelope {
+    fn tool(&self) -> &str {
+        &self.tool
     }
 
     fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {

@@ -374,7 +374,7 @@ impl DynamoDbStore {
     async fn claim_inner(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         validate_claim(&req)?;
         let now = self.clock.now_ms();
-        let token = LeaseToken::random();
+        let token = LeaseToken::for_owner(req.owner);
         let item = self.claim_item(&req, &token, now);
         for _round in 0..MAX_CLAIM_ROUNDS {
             let sent = self

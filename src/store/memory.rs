@@ -156,7 +156,7 @@ impl MemoryStore {
                 });
             }
         }
-        let token = LeaseToken::random();
+        let token = LeaseToken::for_owner(req.owner);
         items.map.insert(
             req.key.to_owned(),
             Stored {
@@ -326,6 +326,7 @@ mod tests {
                 tool: "t",
                 lease_until_ms: 1_200_000,
                 expires_at_s,
+                owner: None,
             };
             assert!(matches!(
                 store.claim_now(req),

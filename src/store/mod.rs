@@ -120,6 +120,9 @@ pub struct ClaimRequest<'a> {
     /// End of the record's life, epoch seconds; the DynamoDB TTL attribute. The store never
     /// writes an expiry before the lease's last second (see [`ClaimRequest::record_expiry`]).
     pub expires_at_s: i64,
+    /// Who takes the claim, when a later invocation must recognise it (see
+    /// [`LeaseToken::for_owner`]); `None` for a plain random token.
+    pub owner: Option<&'a str>,
 }
 
 impl ClaimRequest<'_> {
@@ -273,6 +276,21 @@ impl LeaseToken {
     /// A fresh random token (UUID v4).
     pub fn random() -> Self {
         LeaseToken(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// A fresh random token, prefixed by `owner` when there is one (`<owner>.<uuid>`): the
+    /// request that took the claim can tell it later ([`LeaseToken::owner`]), while two claims of
+    /// one owner still differ.
+    pub fn for_owner(owner: Option<&str>) -> Self {
+        match owner {
+            Some(owner) => LeaseToken(format!("{owner}.{}", uuid::Uuid::new_v4())),
+            None => LeaseToken::random(),
+        }
+    }
+
+    /// The owner named by [`LeaseToken::for_owner`], if any.
+    pub fn owner(&self) -> Option<&str> {
+        self.0.rsplit_once('.').map(|(owner, _)| owner)
     }
 
     /// Wraps a token read back from somewhere else (a log, a test).
@@ -599,6 +617,7 @@ mod tests {
             tool: "t",
             lease_until_ms,
             expires_at_s,
+            owner: None,
         };
         assert_eq!(req(65_500, 200).record_expiry(), 200);
         assert_eq!(req(65_500, 1).record_expiry(), 65);

@@ -15,6 +15,7 @@ mod handler_dispatch;
 mod handler_events;
 mod handler_faults;
 mod handler_runs_once;
+mod interceptor;
 mod key_golden;
 mod key_properties;
 mod peer_powertools;

@@ -54,6 +54,7 @@ impl<S: Store + 'static> Ctx<S> {
             tool: "send_email",
             lease_until_ms: now + LEASE_MS,
             expires_at_s: now.div_euclid(1000) + TTL_S,
+            owner: None,
         }
     }
 
@@ -616,6 +617,7 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
                     tool: "t",
                     lease_until_ms,
                     expires_at_s,
+                    owner: None,
                 };
                 store.claim(req).await
             });
@@ -1118,6 +1120,7 @@ impl<S: Store> Twin<S> {
                     tool: "t",
                     lease_until_ms: now_ms + lease_ms,
                     expires_at_s: now_ms.div_euclid(1000) + ttl_s,
+                    owner: None,
                 };
                 match self.store.claim(req).await {
                     Ok(ClaimOutcome::Claimed { token }) => {

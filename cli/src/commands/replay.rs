@@ -90,6 +90,8 @@ impl Summary {
             Some(Outcome::Waited) => self.waited += 1,
             Some(Outcome::InProgress) => self.in_progress += 1,
             Some(Outcome::ShadowReplay) => self.shadow_replays += 1,
+            // An interceptor message that is not a call: nothing ran, nothing failed.
+            Some(Outcome::PassedOn) => {}
             Some(Outcome::ToolError | Outcome::StoreError | Outcome::BadRequest) | None => {
                 self.errors += 1
             }

@@ -63,7 +63,13 @@ fn event_files() -> Vec<PathBuf> {
     }
     let mut files = Vec::new();
     walk(&events_dir(), &mut files);
-    files.retain(|f| !is_policy(f) && !f.to_string_lossy().ends_with(CLIENT_CONTEXT_SUFFIX));
+    // Interceptor events come in REQUEST/RESPONSE pairs: the handler's interceptor suite runs them.
+    let interceptor = events_dir().join("agentcore-interceptor");
+    files.retain(|f| {
+        !is_policy(f)
+            && !f.to_string_lossy().ends_with(CLIENT_CONTEXT_SUFFIX)
+            && !f.starts_with(&interceptor)
+    });
     files.sort();
     files
 }

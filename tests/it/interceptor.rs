@@ -1,0 +1,208 @@
+//! The Gateway interceptor door through the real handler, on memory and on moto: a `tools/call`
+//! claimed at REQUEST and completed at RESPONSE is answered from the store for its retry (so the
+//! Gateway never calls the target again), under the retry's own JSON-RPC id; an identical call in
+//! flight gets a marked JSON-RPC error; a refused call is released and an unknown outcome kept;
+//! other messages pass through without a store request. Events: `events/agentcore-interceptor/`.
+
+use crate::fixture::{Scripted, events_dir, handler};
+use crate::servers;
+
+use serde_json::Value;
+use toolcall_dedup::config::Config;
+use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::handler::{Handled, Handler, Invocation};
+use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
+use toolcall_dedup::telemetry::Outcome;
+
+fn event(name: &str) -> Value {
+    let path = events_dir().join("agentcore-interceptor").join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
+    h.handle_with_context(ev, &Invocation::default(), None)
+        .await
+}
+
+fn answer(h: &Handled) -> Value {
+    serde_json::from_str(h.response.as_ref().expect("an answer").get()).unwrap()
+}
+
+/// The Gateway's RESPONSE invocation after a REQUEST answered for the target: the request, and
+/// our answer as the response.
+fn seen_at_response(request: &Value, answered: &Handled) -> Value {
+    let mut ev = request.clone();
+    ev["mcp"]["gatewayResponse"] = answer(answered)["mcp"]["transformedGatewayResponse"].clone();
+    ev
+}
+
+fn interceptor_handler<S: Store>(store: S) -> Handler<S, impl Dispatcher> {
+    let policy = std::fs::read_to_string(events_dir().join("agentcore/policy.json")).unwrap();
+    let config = Config {
+        policies: PolicySet::parse(&policy, false).unwrap(),
+        ..Config::default()
+    };
+    // No waiting: an identical call in flight is answered at once.
+    handler(store, Scripted::new(vec![]), &config).with_settings(|s| s.wait = Default::default())
+}
+
+async fn a_retry_pair_runs_the_target_once<S: Store>(store: S) {
+    let h = interceptor_handler(store);
+    let first_request = event("charge_card.request.json");
+    let first = send(&h, &first_request).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    let passed = answer(&first);
+    assert_eq!(passed["interceptorOutputVersion"], "1.0");
+    assert_eq!(
+        passed["mcp"]["transformedGatewayRequest"]["body"],
+        first_request["mcp"]["gatewayRequest"]["body"],
+        "a claimed call goes to the target unchanged"
+    );
+    assert!(passed["mcp"].get("transformedGatewayResponse").is_none());
+    let key = first.key.clone().unwrap();
+
+    // The identical call while the first is with the target: a marked JSON-RPC error, no target.
+    let busy_request = event("charge_card-in-flight.request.json");
+    let busy = send(&h, &busy_request).await;
+    assert_eq!(busy.outcome, Outcome::InProgress);
+    let busy_body = answer(&busy)["mcp"]["transformedGatewayResponse"]["body"].clone();
+    assert_eq!(
+        busy_body["id"], 13,
+        "the answer carries the new request's id"
+    );
+    assert_eq!(busy_body["error"]["data"]["dedup"]["status"], "in_progress");
+    let busy_seen = send(&h, &seen_at_response(&busy_request, &busy)).await;
+    assert_eq!(
+        busy_seen.outcome,
+        Outcome::PassedOn,
+        "our own answer settles nothing"
+    );
+    assert_eq!(
+        h.store().get(&key).await.unwrap().unwrap().status,
+        Status::InProgress,
+        "the first call's claim survived its twin's answer"
+    );
+
+    // The target's answer to the first call is stored.
+    let done = send(&h, &event("charge_card.response.json")).await;
+    assert_eq!(done.outcome, Outcome::Executed);
+    let target_body = event("charge_card.response.json")["mcp"]["gatewayResponse"]["body"].clone();
+    assert_eq!(
+        answer(&done)["mcp"]["transformedGatewayResponse"]["body"],
+        target_body,
+        "the response goes on unchanged"
+    );
+    assert_eq!(
+        h.store().get(&key).await.unwrap().unwrap().status,
+        Status::Completed
+    );
+
+    // The retry, rewritten by the model (`"usd"`, `4200.0`, keys reordered), is answered from the
+    // store under its own id: the Gateway does not call the target.
+    let retry_request = event("charge_card-retry.request.json");
+    let retry = send(&h, &retry_request).await;
+    assert_eq!(retry.outcome, Outcome::Replayed);
+    assert_eq!(retry.key.as_deref(), Some(key.as_str()));
+    let replayed = answer(&retry)["mcp"]["transformedGatewayResponse"].clone();
+    assert_eq!(replayed["statusCode"], 200);
+    assert_eq!(replayed["body"]["id"], 12);
+    assert_eq!(replayed["body"]["result"], target_body["result"]);
+    assert!(
+        answer(&retry)["mcp"]
+            .get("transformedGatewayRequest")
+            .is_none()
+    );
+    let retry_seen = send(&h, &seen_at_response(&retry_request, &retry)).await;
+    assert_eq!(retry_seen.outcome, Outcome::PassedOn);
+}
+
+async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim<S: Store>(store: S) {
+    let h = interceptor_handler(store);
+    let request = event("refund.request.json");
+    assert_eq!(send(&h, &request).await.outcome, Outcome::Executed);
+    let refused = send(&h, &event("refund-refused.response.json")).await;
+    assert_eq!(refused.outcome, Outcome::Executed);
+    let key = refused.key.clone().unwrap();
+    assert!(
+        h.store().get(&key).await.unwrap().is_none(),
+        "released: nothing ran"
+    );
+    // The retry runs, and this time the target's outcome is unknown: the claim is kept.
+    assert_eq!(send(&h, &request).await.outcome, Outcome::Executed);
+    send(&h, &event("refund-internal-error.response.json")).await;
+    assert_eq!(
+        h.store().get(&key).await.unwrap().unwrap().status,
+        Status::InProgress
+    );
+    assert_eq!(send(&h, &request).await.outcome, Outcome::InProgress);
+}
+
+async fn other_messages_and_sessionless_calls_pass_without_a_store_request<S: Store>(store: S) {
+    let h = interceptor_handler(store);
+    for name in [
+        "initialize.request.json",
+        "tools_list.request.json",
+        "tools_list.response.json",
+        "refund-sessionless.request.json",
+    ] {
+        let ev = event(name);
+        let handled = send(&h, &ev).await;
+        let expected = if name.starts_with("refund") {
+            Outcome::Sessionless
+        } else {
+            Outcome::PassedOn
+        };
+        assert_eq!(handled.outcome, expected, "{name}");
+        let out = answer(&handled);
+        let passed = if name.ends_with(".response.json") {
+            &out["mcp"]["transformedGatewayResponse"]["body"]
+        } else {
+            &out["mcp"]["transformedGatewayRequest"]["body"]
+        };
+        let original = if name.ends_with(".response.json") {
+            &ev["mcp"]["gatewayResponse"]["body"]
+        } else {
+            &ev["mcp"]["gatewayRequest"]["body"]
+        };
+        assert_eq!(passed, original, "{name} passes unchanged");
+    }
+    assert_eq!(h.store().requests().total(), 0);
+    // A payload marked as an interceptor's that is not one is a Lambda error, not a guess.
+    let bad = serde_json::json!({"interceptorInputVersion": "9.9", "mcp": {}});
+    assert!(send(&h, &bad).await.response.is_err());
+}
+
+#[tokio::test]
+async fn a_retry_pair_runs_the_target_once_on_memory() {
+    a_retry_pair_runs_the_target_once(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_retry_pair_runs_the_target_once_on_moto() {
+    let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
+    a_retry_pair_runs_the_target_once(store).await;
+}
+
+#[tokio::test]
+async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim_on_memory() {
+    a_refusal_releases_and_an_unknown_outcome_keeps_the_claim(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim_on_moto() {
+    let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
+    a_refusal_releases_and_an_unknown_outcome_keeps_the_claim(store).await;
+}
+
+#[tokio::test]
+async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_memory() {
+    other_messages_and_sessionless_calls_pass_without_a_store_request(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_moto() {
+    let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
+    other_messages_and_sessionless_calls_pass_without_a_store_request(store).await;
+}
