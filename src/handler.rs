@@ -487,26 +487,21 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
             _ => return pass(Outcome::PassedOn),
         };
-        let tool_call = match interception.tool_call(
-            &call,
-            &self.doors.step_attribute,
-            self.doors.sessionless,
-        ) {
-            Ok(tool_call) => tool_call,
-            Err(Unkeyed::Sessionless(missing)) => {
-                if request {
-                    tracing::warn!(
-                        tool = %call.tool,
-                        "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through)"
-                    );
+        let tool_call =
+            match interception.tool_call(&call, &self.doors.step_attribute, self.doors.sessionless)
+            {
+                Ok(tool_call) => tool_call,
+                Err(Unkeyed::Sessionless(missing)) => {
+                    if request {
+                        warn_sessionless(call.tool, &missing);
+                    }
+                    return pass(Outcome::Sessionless)
+                        .tool(call.tool)
+                        .because("sessionless");
                 }
-                return pass(Outcome::Sessionless)
-                    .tool(call.tool)
-                    .because("sessionless");
-            }
-            Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
-            Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
-        };
+                Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
+                Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
+            };
         let keyer = self.executor.keyer();
         if !keyer.dedups(&tool_call.tool) {
             return pass(Outcome::DedupOff).tool(call.tool);
@@ -620,11 +615,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                     .await;
             }
             Err(Unkeyed::Sessionless(missing)) => {
-                tracing::warn!(
-                    tool = %tool,
-                    "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through). \
-                     Send a session id or the run argument, or choose gateway_scope or refuse"
-                );
+                warn_sessionless(&tool, &missing);
                 return self
                     .pass_through(door, &target, scoping, end, Outcome::Sessionless)
                     .await
@@ -855,6 +846,16 @@ fn reply_answer(
 }
 
 /// JSON text as the Lambda's answer.
+/// Every sessionless call that runs is warned about, so that a deployment never believes it is
+/// protected when it is not.
+fn warn_sessionless(tool: &str, missing: &str) {
+    tracing::warn!(
+        tool,
+        "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through). \
+         Send a session id, or choose gateway_scope or refuse"
+    );
+}
+
 fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
     RawValue::from_string(text)
         .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))

@@ -469,6 +469,25 @@ pub enum Unkeyed {
     Sessionless(String),
 }
 
+impl Sessionless {
+    /// What a call that names no run gets: `Ok` when it is keyed by its namespace alone, else why
+    /// it is unkeyed. `missing` says what the call lacked, for the warning or the refusal.
+    pub fn unkeyed(self, missing: String) -> Result<(), Unkeyed> {
+        match self {
+            Sessionless::PassThrough => Err(Unkeyed::Sessionless(missing)),
+            Sessionless::Refuse => Err(refusal(
+                NoticeKind::InvalidEvent,
+                &format!(
+                    "no run id: {missing}; without one, identical calls of different sessions \
+                     would be one call (DEDUP_SESSIONLESS=refuse)"
+                ),
+            )
+            .into()),
+            Sessionless::GatewayScope => Ok(()),
+        }
+    }
+}
+
 impl From<Notice> for Unkeyed {
     fn from(notice: Notice) -> Unkeyed {
         Unkeyed::Refused(notice)

@@ -95,9 +95,6 @@ pub enum GatewayError {
     /// The arguments are not an object: the model can correct them.
     #[error("invalid arguments: {0}")]
     Arguments(String),
-    /// The call names no run, and `DEDUP_SESSIONLESS=pass_through`: it runs without dedup.
-    #[error("sessionless call: {0}")]
-    Sessionless(String),
 }
 
 /// True when `custom` (the client context's custom map) comes from an AgentCore Gateway.
@@ -177,8 +174,8 @@ impl<'a> GatewayCall<'a> {
         &self,
         scope: ScopeArguments<'_>,
         sessionless: Sessionless,
-    ) -> Result<ToolCall, GatewayError> {
-        let args = self.arguments()?;
+    ) -> Result<ToolCall, Unkeyed> {
+        let args = self.arguments().map_err(|e| gateway_refusal(&e))?;
         let run_id = match self.context(SESSION_ID) {
             Some(session) => Some(session.to_string()),
             None => args.get(scope.run).and_then(step_value),
@@ -188,16 +185,7 @@ impl<'a> GatewayCall<'a> {
                 "the Gateway sent no {SESSION_ID} and the arguments have no {:?}",
                 scope.run
             );
-            match sessionless {
-                Sessionless::PassThrough => return Err(GatewayError::Sessionless(missing)),
-                Sessionless::Refuse => {
-                    return Err(GatewayError::Event(format!(
-                        "no run id: {missing}; without one, identical calls of different sessions \
-                         would be one call (DEDUP_SESSIONLESS=refuse)"
-                    )));
-                }
-                Sessionless::GatewayScope => {}
-            }
+            sessionless.unkeyed(missing)?;
         }
         let step = args.get(scope.step).and_then(step_value);
         let namespace = scoped_namespace(
@@ -256,10 +244,6 @@ impl EntryPoint for GatewayCall<'_> {
 
     fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed> {
         self.tool_call(scoping.arguments(), scoping.sessionless)
-            .map_err(|e| match e {
-                GatewayError::Sessionless(missing) => Unkeyed::Sessionless(missing),
-                e => gateway_refusal(&e).into(),
-            })
     }
 
     fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
@@ -290,7 +274,6 @@ pub fn gateway_refusal(e: &GatewayError) -> Notice {
     match e {
         GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
         GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
-        GatewayError::Sessionless(m) => refusal(NoticeKind::InvalidEvent, m),
     }
 }
 
@@ -365,8 +348,8 @@ mod tests {
             .tool_call(SCOPE, Sessionless::Refuse)
             .unwrap_err();
         assert!(
-            matches!(&err, GatewayError::Event(m) if m.contains("no run id")),
-            "{err}"
+            matches!(&err, Unkeyed::Refused(n) if n.kind == NoticeKind::InvalidEvent && n.message.contains("no run id")),
+            "{err:?}"
         );
     }
 
@@ -377,7 +360,7 @@ mod tests {
         let event = json!({"a": 1});
         let call = GatewayCall::parse(&event, &ctx).unwrap();
         let err = call.tool_call(SCOPE, Sessionless::PassThrough).unwrap_err();
-        assert!(matches!(&err, GatewayError::Sessionless(m) if m.contains(SESSION_ID)));
+        assert!(matches!(&err, Unkeyed::Sessionless(m) if m.contains(SESSION_ID)));
         let scoped = call.tool_call(SCOPE, Sessionless::GatewayScope).unwrap();
         assert_eq!(scoped.run_id, None);
         assert_eq!(scoped.namespace, "agentcore:gw-1/TGT1");
@@ -436,7 +419,10 @@ mod tests {
             .unwrap()
             .tool_call(SCOPE, Sessionless::Refuse)
             .unwrap_err();
-        assert!(matches!(err, GatewayError::Arguments(_)), "{err}");
+        assert!(
+            matches!(&err, Unkeyed::Refused(n) if n.kind == NoticeKind::InvalidArguments),
+            "{err:?}"
+        );
         // A bare tool name (no target prefix) is accepted; the target id names the namespace.
         let ctx = custom(&[(TOOL_NAME, "charge_card"), (SESSION_ID, "s")]);
         let call = GatewayCall::parse(&event, &ctx).unwrap();

@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agentcore::TOOL_NAME_DELIMITER;
@@ -216,19 +216,7 @@ impl<'a> Interception<'a> {
             let missing = format!(
                 "the request has no {SESSION_HEADER} header (set passRequestHeaders on the interceptor)"
             );
-            match sessionless {
-                Sessionless::PassThrough => {
-                    return Err(crate::seam::Unkeyed::Sessionless(missing));
-                }
-                Sessionless::Refuse => {
-                    return Err(refusal(
-                        NoticeKind::InvalidEvent,
-                        &format!("no run id: {missing} (DEDUP_SESSIONLESS=refuse)"),
-                    )
-                    .into());
-                }
-                Sessionless::GatewayScope => {}
-            }
+            sessionless.unkeyed(missing)?;
         }
         Ok(ToolCall {
             tool: call.tool.to_string(),
@@ -265,9 +253,7 @@ impl<'a> Interception<'a> {
 
     /// The REQUEST answer that lets the request through unchanged (its body only).
     pub fn pass_request(&self) -> String {
-        let mut transformed = Map::new();
-        transformed.insert("body".into(), self.body.clone());
-        output("transformedGatewayRequest", Value::Object(transformed))
+        output("transformedGatewayRequest", json!({ "body": self.body }))
     }
 
     /// The refusal of a `tools/call` that cannot be read (no tool name, arguments not an object).
@@ -281,20 +267,12 @@ impl<'a> Interception<'a> {
 
     /// The RESPONSE answer that passes the target's response on unchanged.
     pub fn pass_response(&self) -> String {
-        let response = self.response.cloned().unwrap_or_default();
-        let mut transformed = Map::new();
-        transformed.insert(
-            "statusCode".into(),
-            response
-                .get("statusCode")
-                .cloned()
-                .unwrap_or(Value::from(200)),
-        );
-        transformed.insert(
-            "body".into(),
-            response.get("body").cloned().unwrap_or(Value::Null),
-        );
-        output("transformedGatewayResponse", Value::Object(transformed))
+        let member = |name| self.response.and_then(|r| r.get(name));
+        let transformed = json!({
+            "statusCode": member("statusCode").unwrap_or(&json!(200)),
+            "body": member("body").unwrap_or(&Value::Null),
+        });
+        output("transformedGatewayResponse", transformed)
     }
 
     /// The target's response as the executor settles it: `None` when it is one of our own
@@ -353,55 +331,44 @@ impl Answers for ToolsCall<'_> {
 /// The executor's own answer to the request `id`: a JSON-RPC error whose `data.dedup` marks it,
 /// so that the RESPONSE invocation passes it on instead of settling a claim with it.
 fn error_answer(id: &Value, notice: &Notice, dedup: DedupInfo<'_>) -> String {
-    {
-        let mut mark = Map::new();
-        mark.insert("outcome".into(), dedup.outcome.into());
-        mark.insert("status".into(), notice.kind.status().into());
-        if let Some(key) = dedup.key {
-            mark.insert("key".into(), key.into());
-        }
-        if let Some(ms) = notice.retry_after_ms {
-            mark.insert("retry_after_ms".into(), ms.into());
-        }
-        let mut data = Map::new();
-        data.insert("dedup".into(), Value::Object(mark));
-        let mut error = Map::new();
-        error.insert("code".into(), DEDUP_ERROR_CODE.into());
-        error.insert("message".into(), notice.message.clone().into());
-        error.insert("data".into(), Value::Object(data));
-        answer(rpc("error", id, Value::Object(error)))
+    let mut mark = json!({ "outcome": dedup.outcome, "status": notice.kind.status() });
+    if let Some(key) = dedup.key {
+        mark["key"] = key.into();
     }
+    if let Some(ms) = notice.retry_after_ms {
+        mark["retry_after_ms"] = ms.into();
+    }
+    let error = json!({
+        "code": DEDUP_ERROR_CODE,
+        "message": notice.message,
+        "data": { "dedup": mark },
+    });
+    answer(rpc("error", id, error))
 }
 
 /// A REQUEST answer the Gateway sends instead of calling the target.
 fn answer(body: Value) -> String {
-    let mut transformed = Map::new();
-    transformed.insert("statusCode".into(), Value::from(200));
-    transformed.insert("body".into(), body);
-    output("transformedGatewayResponse", Value::Object(transformed))
+    output(
+        "transformedGatewayResponse",
+        json!({ "statusCode": 200, "body": body }),
+    )
 }
 
 fn rpc(member: &str, id: &Value, value: Value) -> Value {
-    let mut body = Map::new();
-    body.insert("jsonrpc".into(), "2.0".into());
-    body.insert("id".into(), id.clone());
-    body.insert(member.into(), value);
-    Value::Object(body)
+    let mut body = json!({ "jsonrpc": "2.0", "id": id });
+    body[member] = value;
+    body
 }
 
 fn output(member: &str, value: Value) -> String {
-    let mut mcp = Map::new();
-    mcp.insert(member.into(), value);
-    let mut out = Map::new();
-    out.insert("interceptorOutputVersion".into(), "1.0".into());
-    out.insert("mcp".into(), Value::Object(mcp));
-    Value::Object(out).to_string()
+    let mut mcp = json!({});
+    mcp[member] = value;
+    json!({ "interceptorOutputVersion": "1.0", "mcp": mcp }).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn request(id: i64, session: Option<&str>) -> Value {
         let mut headers = json!({"Accept": "application/json"});
