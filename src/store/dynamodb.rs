@@ -657,6 +657,43 @@ impl DynamoDbStore {
         }
     }
 
+    async fn put_inner(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let EncodedResult { encoding, bytes } = encode_result(value, self.cfg.compress_threshold)?;
+        let mut item = self.key_value(key);
+        item.insert(attr::STATUS.into(), s(Status::Completed.as_str()));
+        item.insert(self.cfg.ttl_attribute.clone(), n(expires_at_s));
+        item.insert(attr::LEASE_UNTIL.into(), n(0));
+        item.insert(attr::LEASE_TOKEN.into(), s(LeaseToken::random().as_str()));
+        item.insert(attr::FINGERPRINT.into(), s(""));
+        item.insert(attr::TOOL.into(), s(label));
+        item.insert(attr::CREATED_AT.into(), n(self.clock.now_ms()));
+        item.insert(attr::RESULT.into(), AttributeValue::B(Blob::new(bytes)));
+        item.insert(attr::RESULT_ENCODING.into(), s(encoding.as_str()));
+        self.send("PutItem", || {
+            self.client
+                .put_item()
+                .table_name(&self.cfg.table)
+                .set_item(Some(item.clone()))
+                .send()
+        })
+        .await
+        .map(|_| ())
+        .map_err(|failed| {
+            if failed.is_item_too_large() {
+                StoreError::ResultTooLarge { bytes: value.len() }
+            } else {
+                failed.into_store_error()
+            }
+        })
+    }
+
     async fn get_inner(&self, key: &str) -> Result<Option<Record>, StoreError> {
         validate_key(key)?;
         let now = self.clock.now_ms();
@@ -755,6 +792,16 @@ impl Store for DynamoDbStore {
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.release_inner(key, token).await
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.put_inner(key, label, value, expires_at_s).await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

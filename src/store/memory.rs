@@ -256,6 +256,34 @@ impl MemoryStore {
         }
     }
 
+    fn put_now(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let encoded = encode_result(value, self.inner.compress_threshold)?;
+        self.inner.counter.record(Op::PutItem);
+        let now = self.inner.clock.now_ms();
+        self.items().map.insert(
+            key.to_owned(),
+            Stored {
+                status: Status::Completed,
+                expires_at_s,
+                lease_until_ms: 0,
+                token: LeaseToken::random(),
+                fingerprint: String::new(),
+                tool: label.to_owned(),
+                created_at_ms: now,
+                result: Some(encoded),
+                omitted_result_bytes: None,
+            },
+        );
+        Ok(())
+    }
+
     fn get_now(&self, key: &str) -> Result<Option<Record>, StoreError> {
         validate_key(key)?;
         self.inner.counter.record(Op::GetItem);
@@ -295,6 +323,16 @@ impl Store for MemoryStore {
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.release_now(key, token)
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.put_now(key, label, value, expires_at_s)
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -95,6 +95,18 @@ pub trait Store: Send + Sync + 'static {
         token: &LeaseToken,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Writes `value` as a completed record of `key` that lives until `expires_at_s`, replacing
+    /// whatever is there, without a claim. Only for records that are not calls (the tool catalog
+    /// an interceptor learns from MCP `tools/list`): a call's record is written only through a
+    /// claim. A value too large for one item is [`StoreError::ResultTooLarge`].
+    fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Reads the live record of `key`; an expired record is `None`.
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 

@@ -220,6 +220,16 @@ impl<S: Store> Store for Faulty<S> {
         self.check()?;
         self.inner.release(key, token).await
     }
+    async fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.put(key, label, value, expires_at_s).await
+    }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check()?;
         self.inner.get(key).await

@@ -500,6 +500,68 @@ async fn results_round_trip_raw_compressed_and_empty<S: Store + 'static>(cx: Ctx
     }
 }
 
+async fn put_replaces_any_record_and_reads_back_completed_until_it_expires<S: Store + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("put");
+    let now_s = cx.store.now_ms().div_euclid(1000);
+    let before = cx.counts();
+    cx.store
+        .put(&key, "catalog", b"first", now_s + 60)
+        .await
+        .unwrap();
+    assert_eq!(
+        cx.counts() - before,
+        RequestCounts {
+            put_item: 1,
+            ..Default::default()
+        }
+    );
+    let big = noise(100_000, 9);
+    cx.store
+        .put(&key, "catalog", &big, now_s + 120)
+        .await
+        .unwrap();
+    let r = cx.store.get(&key).await.unwrap().expect("put record");
+    assert_eq!(r.status, Status::Completed);
+    assert_eq!(r.tool, "catalog");
+    assert_eq!(r.expires_at_s, now_s + 120);
+    assert!(
+        r.result.as_deref() == Some(&big[..]),
+        "the second put replaces the first"
+    );
+    // A claimed record is replaced too (put is for records that are never claimed).
+    let claimed = cx.key("put-over-claim");
+    cx.claimed(&claimed).await;
+    cx.store
+        .put(&claimed, "catalog", b"v", now_s + 60)
+        .await
+        .unwrap();
+    assert_eq!(
+        completed(cx.claim(&claimed).await).result.as_deref(),
+        Some(&b"v"[..])
+    );
+    match cx
+        .store
+        .put(
+            &key,
+            "catalog",
+            &noise(MAX_STORED_RESULT_BYTES + 1, 4),
+            now_s + 60,
+        )
+        .await
+    {
+        Err(StoreError::ResultTooLarge { .. }) => {}
+        other => panic!("{:?}: expected ResultTooLarge, got {other:?}", cx.backend),
+    }
+    assert!(
+        cx.store.get(&key).await.unwrap().unwrap().result.as_deref() == Some(&big[..]),
+        "a refused put leaves the record as it was"
+    );
+    cx.clock.set_ms((now_s + 121) * 1000);
+    assert_eq!(cx.store.get(&key).await.unwrap(), None, "expired");
+}
+
 async fn release_gives_the_key_back_once<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("release");
     let token = cx.claimed(&key).await;
@@ -724,6 +786,7 @@ conformance!(
     completing_sets_the_expiry_from_completion,
     results_round_trip_raw_compressed_and_empty,
     release_gives_the_key_back_once,
+    put_replaces_any_record_and_reads_back_completed_until_it_expires,
     complete_is_idempotent_for_its_own_token_and_keeps_the_first_result,
     unknown_keys_cannot_be_settled_and_read_as_absent,
     invalid_requests_are_refused_before_any_request,

@@ -640,6 +640,16 @@ impl<S: Store> Store for NotingStore<S> {
         released
     }
 
+    async fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.put(key, label, value, expires_at_s).await
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
