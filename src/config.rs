@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::key::{PolicyError, PolicySet};
 use crate::store::DynamoDbConfig;
 
@@ -318,6 +319,18 @@ pub struct Config {
     pub look_up_timeouts: bool,
     /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
     pub allow_memory_store: bool,
+    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (their `GATEWAY_ARN`, `-` for one that sends
+    /// none, or `*` for all) whose MCP tool annotations the interceptor door acts on: a tool
+    /// listed with `readOnlyHint: true` is then never claimed. None by default, because MCP
+    /// calls annotations hints from possibly untrusted servers.
+    pub trusted_annotations: Vec<String>,
+    /// `DEDUP_CATALOG_TTL_SECONDS`: how long a catalog learned from `tools/list` lives after it
+    /// last changed or was refreshed (default [`DEFAULT_CATALOG_TTL_SECONDS`]).
+    pub catalog_ttl: Duration,
+    /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take to answer; an
+    /// interceptor claim's lease covers it, so a REQUEST whose RESPONSE never comes blocks its
+    /// key no longer than that (default and maximum: [`MAX_TOOL_TIMEOUT`]).
+    pub interceptor_timeout: Duration,
 }
 
 /// The longest a Lambda function can run (its maximum timeout): the bound of a tool whose own
@@ -424,6 +437,9 @@ impl Default for Config {
             envelope_namespaces: None,
             look_up_timeouts: true,
             allow_memory_store: false,
+            trusted_annotations: Vec::new(),
+            catalog_ttl: Duration::from_secs(DEFAULT_CATALOG_TTL_SECONDS),
+            interceptor_timeout: MAX_TOOL_TIMEOUT,
         }
     }
 }
@@ -518,6 +534,23 @@ impl Config {
             envelope_namespaces: get("DEDUP_ENVELOPE_NAMESPACES").map(|text| comma_list(&text)),
             look_up_timeouts: parsed_bool(&get, "DEDUP_LOOK_UP_TIMEOUTS")?.unwrap_or(true),
             allow_memory_store: parsed_bool(&get, "DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),
+            trusted_annotations: get("DEDUP_TRUSTED_ANNOTATIONS")
+                .map(|text| comma_list(&text))
+                .unwrap_or_default(),
+            catalog_ttl: Duration::from_secs(
+                parsed(&get, "DEDUP_CATALOG_TTL_SECONDS")?.unwrap_or(DEFAULT_CATALOG_TTL_SECONDS),
+            ),
+            interceptor_timeout: match parsed::<u64>(&get, "DEDUP_INTERCEPTOR_TIMEOUT_SECONDS")? {
+                None => defaults.interceptor_timeout,
+                Some(s) if (1..=MAX_TOOL_TIMEOUT.as_secs()).contains(&s) => Duration::from_secs(s),
+                Some(s) => {
+                    return Err(invalid(
+                        "DEDUP_INTERCEPTOR_TIMEOUT_SECONDS",
+                        &s.to_string(),
+                        format!("must be from 1 to {} seconds", MAX_TOOL_TIMEOUT.as_secs()),
+                    ));
+                }
+            },
         };
         if config.store == StoreKind::DynamoDb {
             config.dynamodb()?;

@@ -49,7 +49,7 @@ use tokio::time::Instant;
 
 use crate::agentcore::{self, GatewayCall};
 use crate::bedrock::{ActionGroupCall, EventError};
-use crate::config::MAX_TOOL_TIMEOUT;
+use crate::catalog::Catalogs;
 use crate::config::{Config, ErrorTypes, Mode, Scope, Sessionless};
 use crate::decide::RunEnd;
 use crate::dispatch::{DispatchError, Dispatcher};
@@ -255,6 +255,7 @@ pub struct Handled {
 pub struct Handler<S, D> {
     executor: Executor<S>,
     doors: DoorSettings,
+    catalogs: Catalogs,
     dispatcher: D,
     telemetry: Telemetry,
 }
@@ -276,6 +277,10 @@ pub struct DoorSettings {
     pub release_on_errors: ErrorTypes,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
     pub sessionless: Sessionless,
+    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways whose MCP tool annotations are acted on.
+    pub trusted_annotations: Vec<String>,
+    /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
+    pub interceptor_timeout: Duration,
 }
 
 impl DoorSettings {
@@ -288,7 +293,16 @@ impl DoorSettings {
             envelope_namespaces: config.envelope_namespaces.clone(),
             release_on_errors: config.release_on_errors.clone(),
             sessionless: config.sessionless,
+            trusted_annotations: config.trusted_annotations.clone(),
+            interceptor_timeout: config.interceptor_timeout,
         }
+    }
+
+    /// Whether the annotations that `gateway`'s tools are listed with are acted on.
+    pub fn trusts_annotations(&self, gateway: &str) -> bool {
+        self.trusted_annotations
+            .iter()
+            .any(|g| g == "*" || g == gateway)
     }
 
     fn scoping(&self) -> Scoping<'_> {
@@ -355,6 +369,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         Handler {
             executor: Executor::new(store, keyer, Settings::from_config(config)),
             doors: DoorSettings::from_config(config),
+            catalogs: Catalogs::new(config.catalog_ttl),
             dispatcher,
             telemetry,
         }
@@ -479,6 +494,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             Answered::new(outcome, raw(text))
         };
         let settings = self.settings();
+        if let Some(listed) = interception.listed_tools() {
+            if settings.mode != Mode::Off {
+                self.learn(&interception, listed).await;
+            }
+            return pass(Outcome::PassedOn).because("tools/list learned");
+        }
         let call = match interception.tools_call() {
             Some(Ok(call)) if settings.mode != Mode::Off => call,
             Some(Err(notice)) if request && settings.mode != Mode::Off => {
@@ -487,7 +508,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
             _ => return pass(Outcome::PassedOn),
         };
-        let tool_call =
+        let mut tool_call =
             match interception.tool_call(&call, &self.doors.step_attribute, self.doors.sessionless)
             {
                 Ok(tool_call) => tool_call,
@@ -503,6 +524,44 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
             };
         let keyer = self.executor.keyer();
+        // A policy file entry always wins over what a listing taught.
+        if keyer.policies().get(&tool_call.tool).is_none() {
+            match self
+                .catalogs
+                .lookup(self.store(), &tool_call.namespace)
+                .await
+            {
+                Ok(catalog) => {
+                    let learned = catalog.as_deref().and_then(|c| c.tool(call.tool));
+                    if let Some(learned) = learned {
+                        if learned.read_only == Some(true)
+                            && self.doors.trusts_annotations(interception.gateway())
+                        {
+                            return pass(Outcome::DedupOff)
+                                .tool(call.tool)
+                                .because("read-only (trusted annotations)");
+                        }
+                        tool_call.schema = learned.schema.clone();
+                    }
+                }
+                // Keying without the schema could give a retry another key: fail closed.
+                Err(e) if settings.mode != Mode::Shadow => {
+                    tracing::error!(error = %e, "could not read the tool catalog");
+                    return if request {
+                        self.notice(
+                            &call,
+                            Outcome::StoreError,
+                            Notice::store_unavailable(call.tool),
+                            None,
+                        )
+                    } else {
+                        pass(Outcome::StoreError)
+                    }
+                    .because(e.to_string());
+                }
+                Err(_) => {}
+            }
+        }
         if !keyer.dedups(&tool_call.tool) {
             return pass(Outcome::DedupOff).tool(call.tool);
         }
@@ -524,7 +583,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let mut answered = if request {
             // The target runs after we answer, within the Gateway's own limit on a call.
             let lease = Lease::Covering {
-                max_run_time: MAX_TOOL_TIMEOUT,
+                max_run_time: self.doors.interceptor_timeout,
             };
             match self
                 .executor
@@ -580,6 +639,27 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         answered.key = Some(key);
         answered.tool = Some(call.tool.to_string());
         answered
+    }
+
+    /// Learns each target's tools from a `tools/list` answer (see [`crate::catalog`]). A catalog
+    /// that cannot be written is only logged: the listing still reaches the client, and calls are
+    /// keyed as before.
+    async fn learn(
+        &self,
+        interception: &Interception<'_>,
+        listed: std::collections::BTreeMap<&str, serde_json::Map<String, Value>>,
+    ) {
+        for (target, tools) in listed {
+            let namespace = interception.namespace(target);
+            match self.catalogs.learn(self.store(), &namespace, &tools).await {
+                Ok(wrote) => {
+                    tracing::debug!(target, tools = tools.len(), wrote, "learned tools/list")
+                }
+                Err(e) => {
+                    tracing::warn!(target, error = %e, "could not store the learned tool catalog")
+                }
+            }
+        }
     }
 
     /// Routes, keys and runs one call that came in by `door`.

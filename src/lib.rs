@@ -35,6 +35,7 @@
 pub mod agentcore;
 pub mod aws;
 pub mod bedrock;
+pub mod catalog;
 pub mod config;
 pub mod decide;
 pub mod dispatch;

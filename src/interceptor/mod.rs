@@ -38,7 +38,7 @@
 //! Our own answers carry `data.dedup` (errors) or meet a completed record (replays), and are
 //! passed through without a write.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
@@ -194,6 +194,50 @@ impl<'a> Interception<'a> {
         })
     }
 
+    /// The gateway this invocation came through, as named in every key (`-` when unknown).
+    pub fn gateway(&self) -> &'a str {
+        self.gateway
+    }
+
+    /// The namespace of `target`'s calls (and of its learned catalog).
+    pub fn namespace(&self, target: &str) -> String {
+        scoped_namespace(ENTRY_POINT, &format!("{}/{target}", self.gateway))
+    }
+
+    /// At RESPONSE, the tools a `tools/list` answer lists, grouped by target (the tool name's
+    /// prefix) and then by tool name without it: `{"inputSchema", "annotations"}` of each. `None`
+    /// for any other message, or a listing without tools.
+    pub fn listed_tools(&self) -> Option<BTreeMap<&'a str, Map<String, Value>>> {
+        if self.phase != Phase::Response
+            || self.body.get("method").and_then(Value::as_str) != Some("tools/list")
+        {
+            return None;
+        }
+        let tools = self
+            .response?
+            .get("body")?
+            .pointer("/result/tools")?
+            .as_array()?;
+        let mut by_target: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let (target, name) = name.split_once(TOOL_NAME_DELIMITER).unwrap_or(("", name));
+            let mut entry = Map::new();
+            for member in ["inputSchema", "annotations"] {
+                if let Some(value) = tool.get(member) {
+                    entry.insert(member.into(), value.clone());
+                }
+            }
+            by_target
+                .entry(target)
+                .or_default()
+                .insert(name.to_string(), Value::Object(entry));
+        }
+        (!by_target.is_empty()).then_some(by_target)
+    }
+
     /// The `Mcp-Session-Id` header (header names are matched case-insensitively).
     pub fn session(&self) -> Option<&'a str> {
         self.headers?
@@ -221,7 +265,7 @@ impl<'a> Interception<'a> {
         Ok(ToolCall {
             tool: call.tool.to_string(),
             args: serde_json::to_string(call.arguments).unwrap_or_default(),
-            namespace: scoped_namespace(ENTRY_POINT, &format!("{}/{}", self.gateway, call.target)),
+            namespace: self.namespace(call.target),
             run_id,
             step: call
                 .meta

@@ -144,7 +144,6 @@ async fn other_messages_and_sessionless_calls_pass_without_a_store_request<S: St
     for name in [
         "initialize.request.json",
         "tools_list.request.json",
-        "tools_list.response.json",
         "refund-sessionless.request.json",
     ] {
         let ev = event(name);
@@ -172,6 +171,113 @@ async fn other_messages_and_sessionless_calls_pass_without_a_store_request<S: St
     // A payload marked as an interceptor's that is not one is a Lambda error, not a guess.
     let bad = serde_json::json!({"interceptorInputVersion": "9.9", "mcp": {}});
     assert!(send(&h, &bad).await.response.is_err());
+}
+
+/// The Gateway's RESPONSE invocation after the target answered `request` with `result`.
+fn target_answered(request: &Value, result: Value) -> Value {
+    let mut ev = request.clone();
+    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
+    ev["mcp"]["gatewayResponse"] = serde_json::json!({
+        "statusCode": 200,
+        "body": {"jsonrpc": "2.0", "id": id, "result": result},
+    });
+    ev
+}
+
+/// No policy file names the inventory tools: only the listing says what their arguments are.
+fn listening_handler<S: Store>(store: S, trusted: &[&str]) -> Handler<S, impl Dispatcher> {
+    let config = Config {
+        trusted_annotations: trusted.iter().map(|g| g.to_string()).collect(),
+        ..Config::default()
+    };
+    handler(store, Scripted::new(vec![]), &config).with_settings(|s| s.wait = Default::default())
+}
+
+async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request<S: Store>(
+    store: S,
+) {
+    let h = listening_handler(store, &["-"]);
+    let first = event("reserve_stock.request.json");
+    let retry = event("reserve_stock-retry.request.json");
+    // Before any listing nothing says `warehouse` defaults to `"main"`: the retry that spells the
+    // default out (and writes `5.0`) keys apart.
+    let unlisted = listening_handler(MemoryStore::new(), &["-"]);
+    let (a, b) = (send(&unlisted, &first).await, send(&unlisted, &retry).await);
+    assert_eq!(
+        (a.outcome, b.outcome),
+        (Outcome::Executed, Outcome::Executed)
+    );
+    assert_ne!(a.key, b.key);
+
+    let listing = event("inventory-tools_list.response.json");
+    let listed = send(&h, &listing).await;
+    assert_eq!(listed.outcome, Outcome::PassedOn);
+    assert_eq!(
+        answer(&listed)["mcp"]["transformedGatewayResponse"]["body"],
+        listing["mcp"]["gatewayResponse"]["body"],
+        "the listing reaches the client unchanged"
+    );
+
+    // Now the pair meets: the REQUEST claims, the RESPONSE stores, the retry replays.
+    let claimed = send(&h, &first).await;
+    assert_eq!(claimed.outcome, Outcome::Executed);
+    assert_ne!(claimed.key, a.key, "keyed by the learned schema");
+    let result = serde_json::json!({"content": [{"type": "text", "text": "reserved 5 of SKU-88"}]});
+    let settled = send(&h, &target_answered(&first, result.clone())).await;
+    assert_eq!(settled.outcome, Outcome::Executed);
+    let replay = send(&h, &retry).await;
+    assert_eq!(replay.outcome, Outcome::Replayed);
+    assert_eq!(replay.key, claimed.key);
+    let body = answer(&replay)["mcp"]["transformedGatewayResponse"]["body"].clone();
+    assert_eq!(
+        (body["id"].clone(), body["result"].clone()),
+        (6.into(), result)
+    );
+
+    // The listing marked get_stock read-only, and this gateway's annotations are trusted.
+    let before = h.store().requests();
+    let read = send(&h, &event("get_stock.request.json")).await;
+    assert_eq!(read.outcome, Outcome::DedupOff);
+    assert_eq!(
+        h.store().requests() - before,
+        Default::default(),
+        "no store request"
+    );
+}
+
+#[tokio::test]
+async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request_on_memory() {
+    a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request(MemoryStore::new())
+        .await;
+}
+
+#[tokio::test]
+async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request_on_moto() {
+    let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
+    a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request(store).await;
+}
+
+#[tokio::test]
+async fn another_container_reads_the_learned_catalog_and_untrusted_annotations_change_nothing() {
+    let store = MemoryStore::new();
+    let learner = listening_handler(store.clone(), &[]);
+    send(&learner, &event("inventory-tools_list.response.json")).await;
+    // A fresh container on the same table keys with the listing too, and claims the read-only
+    // tool, since nobody said this gateway's annotations can be trusted.
+    let other = listening_handler(
+        store.clone(),
+        &["arn:aws:bedrock-agentcore:us-east-1:1:gateway/other"],
+    );
+    let first = send(&other, &event("reserve_stock.request.json")).await;
+    let retry = send(&learner, &event("reserve_stock-retry.request.json")).await;
+    assert_eq!(retry.key, first.key);
+    assert_eq!(retry.outcome, Outcome::InProgress);
+    let read = send(&other, &event("get_stock.request.json")).await;
+    assert_eq!(
+        read.outcome,
+        Outcome::Executed,
+        "claimed: annotations untrusted"
+    );
 }
 
 #[tokio::test]
