@@ -563,11 +563,17 @@ impl Config {
         Config::from_env(StoreKind::DynamoDb)?.for_lambda()
     }
 
-    /// Checks what the Lambda needs beyond [`Config::from_lookup`]: routes, and no in-memory
-    /// store unless `DEDUP_ALLOW_MEMORY_STORE=true` (each container would dedup only the calls
-    /// it sees itself, so retries landing on another container would run again).
+    /// Checks what the Lambda needs beyond [`Config::from_lookup`]: no in-memory store unless
+    /// `DEDUP_ALLOW_MEMORY_STORE=true` (each container would dedup only the calls it sees itself,
+    /// so retries landing on another container would run again). Routes are optional: a
+    /// deployment that is only a Gateway interceptor calls no tool itself.
     pub fn for_lambda(self) -> Result<Config, ConfigError> {
-        self.required_routes()?;
+        if self.routes.is_empty() {
+            tracing::warn!(
+                "DEDUP_ROUTES is unset: only the Gateway interceptor door can serve calls; every \
+                 Bedrock, Lambda-target and envelope call is answered with a no-route error"
+            );
+        }
         if self.store == StoreKind::Memory {
             if !self.allow_memory_store {
                 return Err(invalid(
@@ -584,17 +590,6 @@ impl Config {
             );
         }
         Ok(self)
-    }
-
-    /// The route table, which the Lambda cannot work without.
-    pub fn required_routes(&self) -> Result<&Routes, ConfigError> {
-        if self.routes.is_empty() {
-            return Err(ConfigError::Missing {
-                var: "DEDUP_ROUTES",
-                why: "by the Lambda: a JSON object such as {\"*\":\"my-tool-function\"} naming the tool Lambda(s)",
-            });
-        }
-        Ok(&self.routes)
     }
 
     /// The DynamoDB store settings; fails when `DEDUP_TABLE_NAME` is missing or a name is invalid.
@@ -786,14 +781,9 @@ mod tests {
             config(&[], StoreKind::Memory).unwrap().store,
             StoreKind::Memory
         );
+        // An interceptor-only deployment routes nothing.
         let no_routes = config(&[("DEDUP_TABLE_NAME", "t-1")], StoreKind::DynamoDb).unwrap();
-        assert!(
-            no_routes
-                .for_lambda()
-                .unwrap_err()
-                .to_string()
-                .starts_with("DEDUP_ROUTES")
-        );
+        assert!(no_routes.for_lambda().unwrap().routes.is_empty());
     }
 
     #[test]
