@@ -57,6 +57,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "defaults": {},
     "all-on": {
         "CreateDemoAgent": "true",
+        "CreateInterceptorGateway": "true",
         "AgentArn": "arn:aws:bedrock:us-east-1:210987654321:agent/AGENT12345",
         "AgentCoreGatewayArn": "arn:aws:bedrock-agentcore:us-east-1:210987654321:gateway/demo-gateway-k3x9q2",
         "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn,"

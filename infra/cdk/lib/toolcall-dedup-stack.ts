@@ -6,6 +6,7 @@ import * as cdk from 'aws-cdk-lib';
 import { Construct } from 'constructs';
 import { Validations } from 'aws-cdk-lib';
 import * as bedrock from 'aws-cdk-lib/aws-bedrock';
+import * as agentcore from 'aws-cdk-lib/aws-bedrockagentcore';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -144,6 +145,22 @@ export class ToolcallDedupStack extends cdk.Stack {
       allowedPattern: '^$|^arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]+:[0-9]{12}:gateway/[A-Za-z0-9_-]+$',
       description: 'ARN of an AgentCore Gateway whose Lambda target is the executor. Empty = none.',
     });
+    const trustedAnnotations = p('TrustedAnnotations', {
+      type: 'String', default: '', allowedPattern: '^([A-Za-z0-9_.:/*-]+(, *[A-Za-z0-9_.:/*-]+)*)?$',
+      description: 'DEDUP_TRUSTED_ANNOTATIONS: gateways whose MCP readOnlyHint skips the claim. Empty = none.',
+    });
+    const catalogTtl = p('CatalogTtlSeconds', {
+      type: 'Number', default: 604800, minValue: 60,
+      description: 'DEDUP_CATALOG_TTL_SECONDS: life of a tool catalog learned from tools/list.',
+    });
+    const interceptorTimeout = p('InterceptorTimeoutSeconds', {
+      type: 'Number', default: 900, minValue: 1, maxValue: 900,
+      description: 'DEDUP_INTERCEPTOR_TIMEOUT_SECONDS: the longest a Gateway target may take.',
+    });
+    const createInterceptorGateway = p('CreateInterceptorGateway', {
+      type: 'String', default: 'false', allowedValues: ['true', 'false'],
+      description: 'Create an AgentCore Gateway with the executor as its REQUEST and RESPONSE interceptor.',
+    });
     const createDemoAgent = p('CreateDemoAgent', {
       type: 'String', default: 'false', allowedValues: ['true', 'false'],
       description: 'Create a demo Bedrock agent executed by DedupFunction.',
@@ -175,6 +192,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasPolicyLayer = cond('HasPolicyLayer',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(policyLayerArn.valueAsString, '')));
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
+    const interceptorOn = cond('CreateInterceptorGateway',
+      cdk.Fn.conditionEquals(createInterceptorGateway.valueAsString, 'true'));
 
     /** Give an L2 construct's resource the same logical ID as in template.yaml. */
     const sameId = (c: Construct, logicalId: string) =>
@@ -318,6 +337,9 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
         DEDUP_RELEASE_ON_ERRORS: releaseOnErrors.valueAsString,
         DEDUP_ENVELOPE_NAMESPACES: envelopeNamespaces.valueAsString,
+        DEDUP_TRUSTED_ANNOTATIONS: trustedAnnotations.valueAsString,
+        DEDUP_CATALOG_TTL_SECONDS: catalogTtl.valueAsString,
+        DEDUP_INTERCEPTOR_TIMEOUT_SECONDS: interceptorTimeout.valueAsString,
         DEDUP_LOOK_UP_TIMEOUTS: lookUpTimeouts.valueAsString,
         DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
         DEDUP_POLICY_FILE: policyFile.valueAsString,
@@ -359,6 +381,51 @@ export class ToolcallDedupStack extends cdk.Stack {
     });
     gatewayPerm.overrideLogicalId('AgentCoreGatewayInvokePermission');
     gatewayPerm.cfnOptions.condition = hasGateway;
+
+    // ---- optional gateway with the executor as its interceptor --------------------------------
+    const gatewayRole = new iam.CfnRole(this, 'InterceptorGatewayRole', {
+      description: 'Service role of the toolcall-dedup interceptor gateway',
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [{
+          Effect: 'Allow',
+          Principal: { Service: 'bedrock-agentcore.amazonaws.com' },
+          Action: 'sts:AssumeRole',
+          Condition: {
+            StringEquals: { 'aws:SourceAccount': cdk.Aws.ACCOUNT_ID },
+            ArnLike: { 'aws:SourceArn': `arn:${cdk.Aws.PARTITION}:bedrock-agentcore:${cdk.Aws.REGION}:${cdk.Aws.ACCOUNT_ID}:gateway/*` },
+          },
+        }],
+      },
+      policies: [{
+        policyName: 'invoke-interceptor',
+        policyDocument: {
+          Version: '2012-10-17',
+          Statement: [{
+            Sid: 'InvokeInterceptor',
+            Effect: 'Allow',
+            Action: 'lambda:InvokeFunction',
+            Resource: dedup.functionArn,
+          }],
+        },
+      }],
+    });
+    gatewayRole.overrideLogicalId('InterceptorGatewayRole');
+    gatewayRole.cfnOptions.condition = interceptorOn;
+    const gateway = new agentcore.CfnGateway(this, 'InterceptorGateway', {
+      name: `${cdk.Aws.STACK_NAME}-gateway`,
+      description: 'MCP gateway whose tools/call requests toolcall-dedup deduplicates',
+      protocolType: 'MCP',
+      authorizerType: 'AWS_IAM',
+      roleArn: gatewayRole.attrArn,
+      interceptorConfigurations: [{
+        interceptor: { lambda: { arn: dedup.functionArn } },
+        interceptionPoints: ['REQUEST', 'RESPONSE'],
+        inputConfiguration: { passRequestHeaders: true },
+      }],
+    });
+    gateway.overrideLogicalId('InterceptorGateway');
+    gateway.cfnOptions.condition = interceptorOn;
 
     // ---- optional demo agent ---------------------------------------------------------------
     const agentRole = new iam.CfnRole(this, 'DemoAgentRole', {
@@ -488,6 +555,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     out('DemoToolFunctionArn', demoTool.functionArn);
     out('IdempotencyTableName', table.ref);
     out('IdempotencyTableArn', table.attrArn);
+    out('InterceptorGatewayUrl', gateway.attrGatewayUrl, interceptorOn, 'MCP endpoint of the gateway the executor intercepts');
     out('DemoAgentId', agent.attrAgentId, demoAgentOn);
     out('DemoAgentArn', agent.attrAgentArn, demoAgentOn);
     out('DemoAgentAliasId', alias.attrAgentAliasId, demoAgentOn, 'Use with InvokeAgent --agent-alias-id');
