@@ -484,4 +484,72 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         !log.contains("cus_8842"),
         "argument values leaked into the executor's log"
     );
+
+    // The Gateway interceptor door. This test plays the Gateway: REQUEST to the executor; on a
+    // pass-through, the call goes to the real demo tool (as a Lambda target would get it); then
+    // RESPONSE to the executor with the tool's answer. The retry's REQUEST is answered from the
+    // store under its own JSON-RPC id, and the tool is not called again.
+    let invoke_with = |function: &str, data: &Value, context: Option<&str>| -> Value {
+        let mut cmd = Command::new(&cargo_lambda);
+        cmd.args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
+            .arg(port.to_string())
+            .args([function, "--data-ascii"])
+            .arg(data.to_string())
+            .current_dir(root);
+        if let Some(json) = context {
+            cmd.arg("--client-context-ascii").arg(json);
+        }
+        let out = run(&mut cmd, Duration::from_secs(60));
+        serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("{function}: not JSON ({e}): {out}"))
+    };
+    let gateway_context =
+        std::fs::read_to_string(root.join("events/agentcore/charge_card.client-context.json"))
+            .unwrap();
+    let call_through_gateway = |file: &str| -> Value {
+        let request = invoke(&format!("agentcore-interceptor/{file}"));
+        let Some(passed) = request["mcp"].get("transformedGatewayRequest") else {
+            return request["mcp"]["transformedGatewayResponse"]["body"].clone();
+        };
+        let mut seen = event_file(root, &format!("agentcore-interceptor/{file}"));
+        let arguments = passed["body"]["params"]["arguments"].clone();
+        let reply = invoke_with("demo-tool", &arguments, Some(gateway_context.trim()));
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": passed["body"]["id"],
+            "result": {"content": [{"type": "text", "text": reply.to_string()}], "isError": false},
+        });
+        seen["mcp"]["gatewayResponse"] = serde_json::json!({"statusCode": 200, "body": body});
+        let response = invoke_with("toolcall-dedup", &seen, None);
+        assert_eq!(
+            response["mcp"]["transformedGatewayResponse"]["body"], body,
+            "{response}"
+        );
+        body
+    };
+    let charges_before = dedup_cli::demo::read_ledger(&ledger)
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "charge")
+        .count();
+    let first = call_through_gateway("charge_card.request.json");
+    let retry = call_through_gateway("charge_card-retry.request.json");
+    assert_eq!(
+        (first["id"].clone(), retry["id"].clone()),
+        (11.into(), 12.into())
+    );
+    assert_eq!(
+        first["result"], retry["result"],
+        "the retry gets the stored result"
+    );
+    let entries = dedup_cli::demo::read_ledger(&ledger).unwrap();
+    assert_eq!(
+        entries.iter().filter(|e| e["kind"] == "charge").count(),
+        charges_before + 1,
+        "one charge for the interceptor pair: {entries:?}"
+    );
+}
+
+fn event_file(root: &Path, name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(root.join("events").join(name)).unwrap()).unwrap()
 }
