@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -506,6 +506,27 @@ impl Config {
             Some(path) => PolicySet::load(path)?,
             None => PolicySet::default(),
         };
+        if let Some((tool, ttl)) = policies
+            .iter()
+            .filter_map(|(tool, p)| p.ttl.map(|ttl| (tool, ttl)))
+            .find(|(_, ttl)| *ttl < LONGEST_LEASE)
+        {
+            let shown = policy_file
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display()
+                .to_string();
+            return Err(invalid(
+                "DEDUP_POLICY_FILE",
+                &shown,
+                format!(
+                    "tool {tool:?} has ttl_seconds {}, under {} seconds, the longest lease: its \
+                     record could expire while its call may still be running",
+                    ttl.as_secs(),
+                    LONGEST_LEASE.as_secs()
+                ),
+            ));
+        }
         let config = Config {
             store,
             table_name: get("DEDUP_TABLE_NAME"),
@@ -784,6 +805,29 @@ mod tests {
         // An interceptor-only deployment routes nothing.
         let no_routes = config(&[("DEDUP_TABLE_NAME", "t-1")], StoreKind::DynamoDb).unwrap();
         assert!(no_routes.for_lambda().unwrap().routes.is_empty());
+    }
+
+    #[test]
+    fn a_tools_ttl_seconds_must_cover_the_longest_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.json");
+        let file = path.to_str().unwrap().to_string();
+        for (ttl, ok) in [
+            (LONGEST_LEASE.as_secs(), true),
+            (LONGEST_LEASE.as_secs() - 1, false),
+        ] {
+            let text = format!(r#"{{"tools": {{"charge_card": {{"ttl_seconds": {ttl}}}}}}}"#);
+            std::fs::write(&path, text).unwrap();
+            let loaded = config(&[("DEDUP_POLICY_FILE", &file)], StoreKind::Memory);
+            match (loaded, ok) {
+                (Ok(c), true) => assert_eq!(
+                    c.policies.get("charge_card").unwrap().ttl,
+                    Some(Duration::from_secs(ttl))
+                ),
+                (Err(e), false) => assert!(e.to_string().contains("charge_card"), "{e}"),
+                (other, _) => panic!("ttl_seconds {ttl}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -581,7 +581,7 @@ impl<S: Store> Executor<S> {
             fingerprint: call.fingerprint,
             tool: call.call.tool,
             lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
-            expires_at_s: self.expiry_from(now),
+            expires_at_s: self.expiry_from(call.call.tool, now),
             owner: None,
         }
     }
@@ -589,16 +589,19 @@ impl<S: Store> Executor<S> {
     /// Moves the lease of a held claim to cover a side effect starting now.
     async fn extend(
         &self,
-        key: &str,
+        call: Keyed<'_>,
         token: &LeaseToken,
         end: Instant,
         lease: Lease,
     ) -> Result<(), StoreError> {
         let now = self.store.now_ms();
         let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
-        let extend = self
-            .store
-            .extend_lease(key, token, lease_until_ms, self.expiry_from(now));
+        let extend = self.store.extend_lease(
+            call.key,
+            token,
+            lease_until_ms,
+            self.expiry_from(call.call.tool, now),
+        );
         match lease {
             Lease::Covering { .. } => self.bounded(end, extend).await,
             Lease::Renewed { .. } => extend.await,
@@ -656,11 +659,18 @@ impl<S: Store> Executor<S> {
         }
     }
 
-    /// The expiry of a record written at `now_ms`: `DEDUP_TTL_SECONDS` later.
-    fn expiry_from(&self, now_ms: i64) -> i64 {
+    /// The expiry of a record of `tool` written at `now_ms`: the tool policy's `ttl_seconds`
+    /// later, else `DEDUP_TTL_SECONDS` later.
+    fn expiry_from(&self, tool: &str, now_ms: i64) -> i64 {
+        let ttl = self
+            .keyer
+            .policies()
+            .get(tool)
+            .and_then(|p| p.ttl)
+            .unwrap_or(self.settings.ttl);
         now_ms
             .div_euclid(1000)
-            .saturating_add(i64::try_from(self.settings.ttl.as_secs()).unwrap_or(i64::MAX))
+            .saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
     }
 
     fn wait_bound(&self, end: Instant) -> Duration {
@@ -720,7 +730,7 @@ impl<S: Store> Executor<S> {
         {
             // The lease was sized when the claim was sent; the store took long to answer, so move
             // it to cover the side effect from now.
-            match self.extend(key, token, end, lease).await {
+            match self.extend(call, token, end, lease).await {
                 Ok(()) => {}
                 Err(StoreError::LeaseLost) => {
                     tracing::warn!("the claim was lost before the side effect started");
@@ -736,7 +746,7 @@ impl<S: Store> Executor<S> {
         }
         let run = match (lease, token) {
             (Lease::Renewed { length }, Some(token)) => {
-                self.renewing(key, token, end, lease, length, side_effect(timeout))
+                self.renewing(call, token, end, lease, length, side_effect(timeout))
                     .await
             }
             _ => side_effect(timeout).await,
@@ -780,7 +790,7 @@ impl<S: Store> Executor<S> {
     /// only reported.
     async fn renewing<T>(
         &self,
-        key: &str,
+        call: Keyed<'_>,
         token: &LeaseToken,
         end: Instant,
         lease: Lease,
@@ -793,7 +803,7 @@ impl<S: Store> Executor<S> {
             tokio::select! {
                 value = &mut side_effect => return value,
                 () = tokio::time::sleep(every) => {
-                    match self.extend(key, token, end, lease).await {
+                    match self.extend(call, token, end, lease).await {
                         Ok(()) => tracing::debug!("lease renewed"),
                         Err(StoreError::LeaseLost) => tracing::error!(
                             "the side effect outlived its lease and the key was taken over"
@@ -816,7 +826,7 @@ impl<S: Store> Executor<S> {
         end: Instant,
         lease: Lease,
     ) {
-        let expires_at_s = self.expiry_from(self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.call.tool, self.store.now_ms());
         let store = Arc::clone(&self.store);
         let (key, token, result) = (call.key.to_string(), token.clone(), reply.to_vec());
         let write =

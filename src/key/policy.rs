@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -80,6 +81,7 @@ struct ToolPolicySpec {
     schema: Option<serde_json::Value>,
     #[serde(default)]
     dedup: DedupSwitch,
+    ttl_seconds: Option<u64>,
 }
 
 /// Whether a tool's identical calls are answered from one another (`dedup = "on"`, the default)
@@ -146,6 +148,9 @@ pub struct ToolPolicy {
     pub schema: Option<Schema>,
     /// Whether the tool's calls are deduplicated at all.
     pub dedup: DedupSwitch,
+    /// `ttl_seconds`: how long this tool's completed calls replay, instead of the global TTL.
+    /// The configuration refuses one shorter than the longest lease.
+    pub ttl: Option<Duration>,
 }
 
 /// Policies for every tool, by tool name.
@@ -229,6 +234,7 @@ impl PolicySet {
                     root,
                     schema,
                     dedup: spec.dedup,
+                    ttl: spec.ttl_seconds.map(Duration::from_secs),
                 },
             );
         }
@@ -245,6 +251,13 @@ impl PolicySet {
             }
         }
         Ok(Self { tools })
+    }
+
+    /// Every tool's policy, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ToolPolicy)> {
+        self.tools
+            .iter()
+            .map(|(name, policy)| (name.as_str(), policy))
     }
 
     /// The policy for `tool`, if any.
@@ -270,6 +283,7 @@ impl ToolPolicy {
             root: PolicyNode::default(),
             schema: Some(schema),
             dedup: DedupSwitch::On,
+            ttl: None,
         }
     }
 }

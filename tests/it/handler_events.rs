@@ -842,3 +842,43 @@ async fn sessionless_calls_follow_the_setting_on_moto() {
     ])
     .await;
 }
+
+/// `ttl_seconds` in a tool's policy sets how long that tool's completed calls replay, on memory
+/// and moto; the other tools keep `DEDUP_TTL_SECONDS`.
+async fn a_tools_ttl_seconds_sets_its_records_life<S: Store>(store: S) {
+    let policy = r#"{"tools": {"charge_card": {"ttl_seconds": 1000}}}"#;
+    let config = Config {
+        policies: PolicySet::parse(policy, false).unwrap(),
+        ..Config::default()
+    };
+    let h = handler(store, demo(), &config);
+    for (name, life_s) in [
+        ("fd-charge_card.json", 1_000),
+        ("fd-refund.json", config.ttl.as_secs() as i64),
+    ] {
+        let before_s = h.store().now_ms().div_euclid(1000);
+        let handled = send(&h, &event(name)).await;
+        assert_eq!(handled.outcome, Outcome::Executed, "{name}");
+        let record = h.store().get(&handled.key.unwrap()).await.unwrap().unwrap();
+        let after_s = h.store().now_ms().div_euclid(1000);
+        assert!(
+            (before_s + life_s..=after_s + life_s).contains(&record.expires_at_s),
+            "{name}: expires at {} for a life of {life_s} s",
+            record.expires_at_s
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_tools_ttl_seconds_sets_its_records_life_on_memory() {
+    a_tools_ttl_seconds_sets_its_records_life(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_tools_ttl_seconds_sets_its_records_life_on_moto() {
+    let clock = toolcall_dedup::store::ManualClock::starting_now();
+    a_tools_ttl_seconds_sets_its_records_life(
+        servers::dynamodb_store(servers::Backend::Moto, clock).await,
+    )
+    .await;
+}
