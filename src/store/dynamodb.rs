@@ -920,7 +920,10 @@ fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Class {
                 "ProvisionedThroughputExceededException"
                 | "ThrottlingException"
                 | "RequestLimitExceeded"
-                | "TransactionConflictException",
+                | "TransactionConflictException"
+                // A multi-Region strongly consistent table refused the write (not applied): the
+                // item is being written in another Region. The retry's condition decides.
+                | "ReplicatedWriteConflictException",
             ) => Class::Retry { ambiguous: false },
             _ if service.raw().status().is_server_error() => Class::Retry { ambiguous: true },
             _ => Class::Final,
