@@ -17,13 +17,13 @@
 //! schema changes between the two, inside the [`CATALOG_REFRESH`] window.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::key::Key;
 use crate::key::schema::Schema;
 use crate::store::{Store, StoreError};
 
@@ -122,12 +122,9 @@ impl TargetCatalog {
 /// target).
 pub fn catalog_key(namespace: &str) -> String {
     let digest = Sha256::digest(namespace.as_bytes());
-    let mut key = String::with_capacity(8 + 32);
-    key.push_str("catalog:");
-    for byte in &digest[..16] {
-        let _ = write!(key, "{byte:02x}");
-    }
-    key
+    let mut truncated = [0u8; 16];
+    truncated.copy_from_slice(&digest[..16]);
+    format!("catalog:{}", Key(truncated))
 }
 
 /// Why a catalog could not be read or learned.
@@ -201,7 +198,7 @@ impl Catalogs {
             None => listed.clone(),
         };
         let expires_at_s = now_s.saturating_add(ttl_s);
-        let text = Value::Object(entries.clone()).to_string();
+        let text = serde_json::to_string(&entries).unwrap_or_default();
         store
             .put(
                 &catalog_key(namespace),

@@ -233,17 +233,19 @@ fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>),
         non_empty(fields.get("function")).ok_or("\"function\" must be a non-empty string")?;
     let timeout = match fields.get("timeout_seconds") {
         None => None,
-        Some(t) => Some(
-            t.as_u64()
-                .filter(|s| (1..=MAX_TOOL_TIMEOUT.as_secs()).contains(s))
-                .map(Duration::from_secs)
-                .ok_or(format!(
-                    "\"timeout_seconds\" must be a whole number of seconds from 1 to {} (Lambda's maximum)",
-                    MAX_TOOL_TIMEOUT.as_secs()
-                ))?,
-        ),
+        Some(t) => Some(t.as_u64().and_then(lambda_timeout).ok_or(format!(
+            "\"timeout_seconds\" must be a whole number of seconds from 1 to {} (Lambda's maximum)",
+            MAX_TOOL_TIMEOUT.as_secs()
+        ))?),
     };
     Ok((target, timeout))
+}
+
+/// `seconds` as a timeout a Lambda function can have (1 s to [`MAX_TOOL_TIMEOUT`]).
+fn lambda_timeout(seconds: u64) -> Option<Duration> {
+    (1..=MAX_TOOL_TIMEOUT.as_secs())
+        .contains(&seconds)
+        .then(|| Duration::from_secs(seconds))
 }
 
 fn route_key(action_group: &str, tool: &str) -> String {
@@ -563,14 +565,13 @@ impl Config {
             ),
             interceptor_timeout: match parsed::<u64>(&get, "DEDUP_INTERCEPTOR_TIMEOUT_SECONDS")? {
                 None => defaults.interceptor_timeout,
-                Some(s) if (1..=MAX_TOOL_TIMEOUT.as_secs()).contains(&s) => Duration::from_secs(s),
-                Some(s) => {
-                    return Err(invalid(
+                Some(s) => lambda_timeout(s).ok_or_else(|| {
+                    invalid(
                         "DEDUP_INTERCEPTOR_TIMEOUT_SECONDS",
                         &s.to_string(),
                         format!("must be from 1 to {} seconds", MAX_TOOL_TIMEOUT.as_secs()),
-                    ));
-                }
+                    )
+                })?,
             },
         };
         if config.store == StoreKind::DynamoDb {

@@ -925,7 +925,6 @@ fn reply_answer(
     raw(door.result(text, dedup))
 }
 
-/// JSON text as the Lambda's answer.
 /// Every sessionless call that runs is warned about, so that a deployment never believes it is
 /// protected when it is not.
 fn warn_sessionless(tool: &str, missing: &str) {
@@ -936,6 +935,7 @@ fn warn_sessionless(tool: &str, missing: &str) {
     );
 }
 
+/// JSON text as the Lambda's answer.
 fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
     RawValue::from_string(text)
         .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))

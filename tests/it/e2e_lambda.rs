@@ -511,7 +511,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         let Some(passed) = request["mcp"].get("transformedGatewayRequest") else {
             return request["mcp"]["transformedGatewayResponse"]["body"].clone();
         };
-        let mut seen = event_file(root, &format!("agentcore-interceptor/{file}"));
+        let mut seen = crate::fixture::event(&format!("agentcore-interceptor/{file}"));
         let arguments = passed["body"]["params"]["arguments"].clone();
         let reply = invoke_with("demo-tool", &arguments, Some(gateway_context.trim()));
         let body = serde_json::json!({
@@ -548,8 +548,4 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         charges_before + 1,
         "one charge for the interceptor pair: {entries:?}"
     );
-}
-
-fn event_file(root: &Path, name: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(root.join("events").join(name)).unwrap()).unwrap()
 }
