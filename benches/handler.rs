@@ -129,6 +129,7 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         lease_until_ms: now_ms + 65_000,
         expires_at_s: expiry(now_ms),
         owner: None,
+        at_most_once: false,
     }
 }
 

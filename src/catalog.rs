@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::key::Key;
+use crate::key::{Delivery, Key};
 use crate::key::schema::Schema;
 use crate::store::{Store, StoreError};
 
@@ -49,6 +49,14 @@ pub struct LearnedTool {
 }
 
 impl LearnedTool {
+    /// What an unknown outcome allows: `at_most_once` for a tool listed as destructive
+    /// (`destructiveHint: true`) and not idempotent. Only a hint spelled out counts (MCP's
+    /// defaults would make every unannotated tool destructive). Acting on it needs no trust: it
+    /// only ever makes a call run fewer times.
+    pub fn delivery(&self) -> Delivery {
+        Delivery::default_for(self.destructive == Some(true) && self.idempotent != Some(true))
+    }
+
     /// Reads one stored entry (`{"inputSchema": ..., "annotations": ...}`).
     fn from_entry(entry: &Value) -> LearnedTool {
         let hint = |name: &str| {

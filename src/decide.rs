@@ -10,13 +10,14 @@
 //! | a reply: success | completed | the stored reply |
 //! | a reply: failed while acting (FAILURE, 5xx, `isError`) | completed | the stored reply |
 //! | a reply: input refused before acting (REPROMPT, 4xx but 409/429) | released | a new run |
-//! | a reply: not now (409, 429) | kept until the lease ends | "in progress", then a new run |
+//! | a reply: not now (409, 429) | kept until the lease ends (`at_most_once`: settled unknown) | "in progress", then a new run (`at_most_once`: "outcome unknown" until an operator settles it) |
 //! | no reply, and nothing ran (a `DedupNothingRan` error, an invoke never sent) | released | a new run |
-//! | no reply, outcome unknown (crash, timeout, lost answer, unusable reply) | kept until the lease ends | "in progress", then a new run |
+//! | no reply, outcome unknown (crash, timeout, lost answer, unusable reply) | kept until the lease ends (`at_most_once`: settled unknown) | "in progress", then a new run (`at_most_once`: "outcome unknown" until an operator settles it) |
 
 use std::time::Duration;
 
 use crate::config::Mode;
+use crate::key::Delivery;
 use crate::seam::ReplyClass;
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 
@@ -30,6 +31,9 @@ pub enum NextAction {
     },
     /// The key was completed: answer with the stored reply.
     Replay(Record),
+    /// The call's outcome is unknown and its tool is `at_most_once` (settled so, or its claim's
+    /// lease ended unsettled): answer "outcome unknown", never run it again.
+    Unknown(Record),
     /// An identical call holds the key and there is time to wait for it.
     Wait(Record),
     /// An identical call holds the key and there is no time left to wait: answer "in progress".
@@ -44,12 +48,13 @@ pub enum NextAction {
     },
 }
 
-/// Decides what a claim's outcome means. `wait_left` is what remains of the wait bound (the
-/// smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
+/// Decides what a claim's outcome means at `now_ms`. `wait_left` is what remains of the wait
+/// bound (the smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
 pub fn decide(
     claim: Result<ClaimOutcome, StoreError>,
     mode: Mode,
     wait_left: Duration,
+    now_ms: i64,
 ) -> NextAction {
     let shadow = mode == Mode::Shadow;
     match claim {
@@ -61,6 +66,11 @@ pub fn decide(
         }
         Err(_) if shadow => NextAction::Shadow { seen: None },
         Err(e) => NextAction::StoreDown(e),
+        Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record))
+            if record.is_outcome_unknown(now_ms) =>
+        {
+            NextAction::Unknown(record)
+        }
         Ok(ClaimOutcome::Completed(record)) => NextAction::Replay(record),
         Ok(ClaimOutcome::InProgress(record)) if wait_left.is_zero() => NextAction::Busy(record),
         Ok(ClaimOutcome::InProgress(record)) => NextAction::Wait(record),
@@ -88,20 +98,28 @@ pub enum AfterRun {
     Release,
     /// Leave the claim in progress until its lease ends: the side effect may have happened.
     Keep,
+    /// Settle the call as outcome unknown: the side effect may have happened, and the tool is
+    /// never re-run automatically (`at_most_once`).
+    SettleUnknown,
 }
 
-/// The after-run rule (the table in the module docs).
-pub fn after_run(end: RunEnd) -> AfterRun {
+/// The after-run rule (the table in the module docs): what a side effect's end does to its claim,
+/// under the tool's `delivery` policy.
+pub fn after_run(end: RunEnd, delivery: Delivery) -> AfterRun {
+    let unknown = match delivery {
+        Delivery::AtLeastOnce => AfterRun::Keep,
+        Delivery::AtMostOnce => AfterRun::SettleUnknown,
+    };
     match end {
         RunEnd::Replied(ReplyClass::Success | ReplyClass::Failure) => AfterRun::Complete,
         RunEnd::Replied(ReplyClass::Rejected) => AfterRun::Release,
-        RunEnd::Replied(ReplyClass::NotNow) => AfterRun::Keep,
+        RunEnd::Replied(ReplyClass::NotNow) => unknown,
         RunEnd::Failed {
             outcome_unknown: false,
         } => AfterRun::Release,
         RunEnd::Failed {
             outcome_unknown: true,
-        } => AfterRun::Keep,
+        } => unknown,
     }
 }
 
@@ -131,7 +149,17 @@ mod tests {
             ),
         ];
         for (end, expected) in table {
-            assert_eq!(after_run(end), expected, "{end:?}");
+            assert_eq!(after_run(end, Delivery::AtLeastOnce), expected, "{end:?}");
+            // At most once changes only what may have happened: it is settled, never kept.
+            let at_most_once = match expected {
+                AfterRun::Keep => AfterRun::SettleUnknown,
+                other => other,
+            };
+            assert_eq!(
+                after_run(end, Delivery::AtMostOnce),
+                at_most_once,
+                "{end:?}"
+            );
         }
     }
 
@@ -147,6 +175,8 @@ mod tests {
             created_at_ms: 0,
             result: (status == Status::Completed).then(|| b"{}".to_vec()),
             omitted_result_bytes: None,
+            outcome_unknown: false,
+            at_most_once: false,
         }
     }
 
@@ -155,19 +185,49 @@ mod tests {
     }
 
     const SOME: Duration = Duration::from_millis(100);
+    /// Before `record`'s lease ends (5 000) and its expiry (10 s).
+    const NOW: i64 = 1_000;
+
+    #[test]
+    fn an_unknown_outcome_of_an_at_most_once_call_is_answered_never_waited_for_or_run() {
+        let mut settled = record(Status::Completed);
+        settled.result = None;
+        settled.outcome_unknown = true;
+        assert!(matches!(
+            decide(Ok(ClaimOutcome::Completed(settled)), Mode::Enforce, SOME, NOW),
+            NextAction::Unknown(_)
+        ));
+        let mut held = record(Status::InProgress);
+        held.at_most_once = true;
+        // While the lease runs, the owner may still settle it: wait as for any call in flight.
+        assert!(matches!(
+            decide(Ok(ClaimOutcome::InProgress(held.clone())), Mode::Enforce, SOME, NOW),
+            NextAction::Wait(_)
+        ));
+        // Its lease ended unsettled: the owner died, and nobody may run it again.
+        assert!(matches!(
+            decide(Ok(ClaimOutcome::InProgress(held.clone())), Mode::Enforce, SOME, 5_001),
+            NextAction::Unknown(_)
+        ));
+        // Expired records are absent: a store would have let the claim through.
+        assert!(!held.is_outcome_unknown(11_000));
+        assert!(!held.is_claimable(5_001) && held.is_claimable(11_000));
+        held.at_most_once = false;
+        assert!(held.is_claimable(5_001), "at least once: taken over after the lease");
+    }
 
     #[test]
     fn enforce_mode() {
         let token = LeaseToken::new("mine");
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME),
+            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME, NOW),
             NextAction::Execute { token: t } if t == token
         ));
         assert!(matches!(
             decide(
                 Ok(ClaimOutcome::Completed(record(Status::Completed))),
                 Mode::Enforce,
-                Duration::ZERO
+                Duration::ZERO, NOW
             ),
             NextAction::Replay(_)
         ));
@@ -175,7 +235,7 @@ mod tests {
             decide(
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
-                SOME
+                SOME, NOW
             ),
             NextAction::Wait(_)
         ));
@@ -183,12 +243,12 @@ mod tests {
             decide(
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
-                Duration::ZERO
+                Duration::ZERO, NOW
             ),
             NextAction::Busy(_)
         ));
         assert!(matches!(
-            decide(Err(down()), Mode::Enforce, SOME),
+            decide(Err(down()), Mode::Enforce, SOME, NOW),
             NextAction::StoreDown(_)
         ));
     }
@@ -201,7 +261,7 @@ mod tests {
                     token: LeaseToken::new("t")
                 }),
                 Mode::Shadow,
-                SOME
+                SOME, NOW
             ),
             NextAction::Execute { .. }
         ));
@@ -211,12 +271,12 @@ mod tests {
                 Status::InProgress => ClaimOutcome::InProgress(record(status)),
             };
             assert!(matches!(
-                decide(Ok(claim), Mode::Shadow, Duration::ZERO),
+                decide(Ok(claim), Mode::Shadow, Duration::ZERO, NOW),
                 NextAction::Shadow { seen: Some(_) }
             ));
         }
         assert!(matches!(
-            decide(Err(down()), Mode::Shadow, SOME),
+            decide(Err(down()), Mode::Shadow, SOME, NOW),
             NextAction::Shadow { seen: None }
         ));
     }

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{Config, LEASE_MARGIN, Mode};
 use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
-use crate::key::{Call, Keyer, Strategy};
+use crate::key::{Call, Delivery, Keyer, Strategy};
 use crate::seam::ReplyClass;
 use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
 
@@ -46,11 +46,14 @@ pub enum Outcome {
     /// A Gateway interceptor message that is not a keyed call (`tools/list`, `initialize`, our
     /// own answers seen again at RESPONSE): passed on untouched.
     PassedOn,
+    /// An `at_most_once` call whose outcome is unknown: the tool was not run again, and the
+    /// caller is told so until an operator settles the call (`dedup settle`).
+    Unknown,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 12] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -62,6 +65,7 @@ impl Outcome {
         Outcome::DedupOff,
         Outcome::Sessionless,
         Outcome::PassedOn,
+        Outcome::Unknown,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -78,6 +82,7 @@ impl Outcome {
             Outcome::DedupOff => "dedup_off",
             Outcome::Sessionless => "sessionless",
             Outcome::PassedOn => "passed_on",
+            Outcome::Unknown => "outcome_unknown",
         }
     }
 
@@ -163,6 +168,8 @@ pub struct Keyed<'a> {
     pub fingerprint: &'a str,
     /// The key core's view of the call (to explain which rules made a repeat meet the original).
     pub call: &'a Call<'a>,
+    /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
+    pub delivery: Delivery,
 }
 
 /// How long the side effect can run, and so how its claim's lease is kept.
@@ -217,6 +224,9 @@ pub enum Settled<E> {
         /// The stored reply.
         reply: Arc<[u8]>,
     },
+    /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
+    /// unsettled): the side effect was not run again, and will not be until an operator settles it.
+    OutcomeUnknown,
     /// A completed record answered whose result was too large to store (`bytes` long): the call
     /// ran, and its result cannot be shown again.
     AlreadyRan {
@@ -435,17 +445,14 @@ impl<S: Store> Executor<S> {
         let lease = Lease::Covering {
             max_run_time: Duration::ZERO,
         };
-        Ok(match after_run(run_end) {
-            AfterRun::Complete => {
-                self.complete(call, &token, reply, end, lease).await;
-                FinishedElsewhere::Settled(AfterRun::Complete)
-            }
-            AfterRun::Release => {
-                self.release(call.key, Some(&token)).await;
-                FinishedElsewhere::Settled(AfterRun::Release)
-            }
-            AfterRun::Keep => FinishedElsewhere::Settled(AfterRun::Keep),
-        })
+        let after = after_run(run_end, call.delivery);
+        match after {
+            AfterRun::Complete => self.complete(call, &token, reply, end, lease).await,
+            AfterRun::Release => self.release(call.key, Some(&token)).await,
+            AfterRun::SettleUnknown => self.settle_unknown(call, &token, end).await,
+            AfterRun::Keep => {}
+        }
+        Ok(FinishedElsewhere::Settled(after))
     }
 
     /// The claim loop: the warm cache, the claim, waiting for an identical call in flight.
@@ -489,7 +496,8 @@ impl<S: Store> Executor<S> {
                 self.remember_orphan(call.key, token.clone());
             }
             let wait_left = wait_until.saturating_duration_since(Instant::now());
-            let record = match decide(claim, self.settings.mode, wait_left) {
+            let now_ms = self.store.now_ms();
+            let record = match decide(claim, self.settings.mode, wait_left, now_ms) {
                 NextAction::Execute { token } => {
                     return Acquired::Owner(Started {
                         token: Some(token),
@@ -527,6 +535,7 @@ impl<S: Store> Executor<S> {
                 NextAction::Replay(record) => {
                     return Acquired::Answered(self.replay(record, call, Outcome::Replayed));
                 }
+                NextAction::Unknown(_) => return Acquired::Answered(outcome_unknown()),
                 NextAction::Busy(record) => return Acquired::Answered(self.in_progress(&record)),
                 NextAction::Wait(record) => record,
             };
@@ -583,6 +592,7 @@ impl<S: Store> Executor<S> {
             lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
             expires_at_s: self.expiry_from(call.call.tool, now),
             owner: None,
+            at_most_once: call.delivery == Delivery::AtMostOnce,
         }
     }
 
@@ -683,7 +693,11 @@ impl<S: Store> Executor<S> {
     async fn wait(&self, key: &str, mut record: Record, until: Instant, end: Instant) -> Waited {
         let mut delay = FIRST_POLL;
         loop {
-            if record.is_claimable(self.store.now_ms()) {
+            let now_ms = self.store.now_ms();
+            if record.is_outcome_unknown(now_ms) {
+                return Waited::Completed(record);
+            }
+            if record.is_claimable(now_ms) {
                 return Waited::Claimable;
             }
             let now = Instant::now();
@@ -769,7 +783,7 @@ impl<S: Store> Executor<S> {
         let Some(token) = token else {
             return settled;
         };
-        match after_run(run_end) {
+        match after_run(run_end, call.delivery) {
             AfterRun::Complete => {
                 if let Settled::Executed { reply } = &settled {
                     self.complete(call, token, reply, end, lease).await;
@@ -781,6 +795,7 @@ impl<S: Store> Executor<S> {
                     "the side effect may have happened: the claim is kept until its lease ends"
                 )
             }
+            AfterRun::SettleUnknown => self.settle_unknown(call, token, end).await,
         }
         settled
     }
@@ -870,6 +885,22 @@ impl<S: Store> Executor<S> {
         }
     }
 
+    /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
+    /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
+    async fn settle_unknown(&self, call: Keyed<'_>, token: &LeaseToken, end: Instant) {
+        tracing::warn!(
+            key = call.key,
+            "the side effect may have happened and the tool is at_most_once: the call is settled \
+             as outcome unknown until an operator settles it (dedup settle)"
+        );
+        let expires_at_s = self.expiry_from(call.call.tool, self.store.now_ms());
+        let write = self.store.settle_unknown(call.key, token, expires_at_s);
+        if let Err(e) = self.bounded(end, write).await {
+            tracing::warn!(error = %e, "could not settle the call as outcome unknown; its claim, \
+                 taken at_most_once, stays unknown once its lease ends");
+        }
+    }
+
     async fn release(&self, key: &str, token: Option<&LeaseToken>) {
         let Some(token) = token else { return };
         match self.store.release(key, token).await {
@@ -881,6 +912,9 @@ impl<S: Store> Executor<S> {
     }
 
     fn replay<E>(&self, record: Record, call: Keyed<'_>, outcome: Outcome) -> Finished<E> {
+        if record.is_outcome_unknown(self.store.now_ms()) {
+            return outcome_unknown();
+        }
         let rules = self.meeting_rules(&record.fingerprint, call);
         if let Some(cache) = &self.cache {
             cache.put(&record.key, &record, self.store.now_ms());
@@ -923,6 +957,11 @@ impl<S: Store> Executor<S> {
             .map(|e| e.rules.names().collect())
             .unwrap_or_default()
     }
+}
+
+/// The answer to a repeat of an `at_most_once` call whose outcome is unknown.
+fn outcome_unknown<E>() -> Finished<E> {
+    finished(Settled::OutcomeUnknown, Outcome::Unknown, Vec::new())
 }
 
 fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) -> Finished<E> {
@@ -1031,6 +1070,8 @@ mod tests {
             created_at_ms: 0,
             result: Some(key.as_bytes().to_vec()),
             omitted_result_bytes: None,
+            outcome_unknown: false,
+            at_most_once: false,
         }
     }
 

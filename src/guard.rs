@@ -133,6 +133,13 @@ pub enum GuardError<E> {
     /// The time budget was spent before the side effect could start.
     #[error("no time left to run the side effect")]
     NoTime,
+    /// An identical call of an `at_most_once` tool may or may not have run, and is never run
+    /// again automatically: an operator settles `key` (`dedup settle`).
+    #[error("an identical call's outcome is unknown; the tool is at_most_once, so an operator settles key {key}")]
+    OutcomeUnknown {
+        /// The call's key.
+        key: String,
+    },
 }
 
 /// Builds a [`Dedup`] with settings other than the defaults.
@@ -268,6 +275,7 @@ impl<S: Store> Dedup<S> {
             key: &key,
             fingerprint: &fingerprint,
             call,
+            delivery: keyer.delivery(call.tool),
         };
         let settings = self.executor.settings();
         let end = Instant::now() + settings.default_budget;
@@ -305,6 +313,7 @@ impl<S: Store> Dedup<S> {
                 return Err(GuardError::InProgress { retry_after_ms });
             }
             Settled::AlreadyRan { bytes } => return Err(GuardError::ResultNotStored { bytes }),
+            Settled::OutcomeUnknown => return Err(GuardError::OutcomeUnknown { key }),
             Settled::StoreDown(e) => return Err(GuardError::Store(e)),
             Settled::ToolFailed { error, .. } => return Err(error),
             Settled::NoTime => return Err(GuardError::NoTime),

@@ -524,6 +524,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
             };
         let keyer = self.executor.keyer();
+        let mut delivery = keyer.delivery(&tool_call.tool);
         // A policy file entry always wins over what a listing taught.
         if keyer.policies().get(&tool_call.tool).is_none() {
             match self
@@ -542,6 +543,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                                 .because("read-only (trusted annotations)");
                         }
                         tool_call.schema = learned.schema.clone();
+                        delivery = learned.delivery();
                     }
                 }
                 // Keying without the schema could give a retry another key: fail closed.
@@ -578,6 +580,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: &key,
             fingerprint: &fingerprint,
             call: &key_call,
+            delivery,
         };
         let owner = interception.owner(&key);
         let mut answered = if request {
@@ -727,6 +730,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: &key,
             fingerprint: &fingerprint,
             call: &key_call,
+            delivery: keyer.delivery(&call.tool),
         };
         let lease = Lease::Covering {
             max_run_time: self.dispatcher.max_run_time(&target),
@@ -802,6 +806,9 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 outcome,
                 reply_answer(door, &reply, dedup(outcome, Some(key))),
             ),
+            Settled::OutcomeUnknown => self
+                .notice(door, outcome, Notice::outcome_unknown(tool, key), Some(key))
+                .because("outcome unknown (at_most_once); waits for an operator"),
             Settled::AlreadyRan { bytes } => self
                 .notice(door, outcome, Notice::already_executed(tool), Some(key))
                 .because(format!("result of {bytes} bytes was too large to store")),

@@ -173,6 +173,9 @@ pub enum NoticeKind {
     ToolFailed,
     /// The tool may have run (timeout, lost response): do not retry now.
     OutcomeUnknown,
+    /// An identical call of an `at_most_once` tool may or may not have run, and the tool is never
+    /// re-run automatically: an operator settles it.
+    SettledUnknown,
     /// Too little time was left to call the tool; it was not called.
     NoTime,
     /// The idempotency store could not be reached; the tool was not called (fail closed).
@@ -194,6 +197,7 @@ impl NoticeKind {
             NoticeKind::ToolFailed | NoticeKind::OutcomeUnknown | NoticeKind::NoTime => {
                 "tool_error"
             }
+            NoticeKind::SettledUnknown => "outcome_unknown",
             NoticeKind::StoreUnavailable => "dedup_unavailable",
             NoticeKind::InvalidArguments => "invalid_arguments",
             NoticeKind::InvalidEvent => "invalid_event",
@@ -204,7 +208,9 @@ impl NoticeKind {
     /// The HTTP status an HTTP-shaped answer carries (Bedrock OpenAPI responses).
     pub fn http_status(self) -> u16 {
         match self {
-            NoticeKind::InProgress | NoticeKind::AlreadyExecuted => 409,
+            NoticeKind::InProgress | NoticeKind::AlreadyExecuted | NoticeKind::SettledUnknown => {
+                409
+            }
             NoticeKind::ToolFailed => 502,
             NoticeKind::OutcomeUnknown => 504,
             NoticeKind::NoTime | NoticeKind::StoreUnavailable => 503,
@@ -276,6 +282,20 @@ impl Notice {
                 "An identical {tool} call made earlier in this session already ran, so this one was not \
                  executed. Its result was too large to store and cannot be shown again. Do not call it \
                  again with the same arguments; tell the user the action was already performed."
+            ),
+        )
+    }
+
+    /// An identical call of an `at_most_once` tool may or may not have taken effect; `key` names
+    /// it for the operator who settles it.
+    pub fn outcome_unknown(tool: &str, key: &str) -> Notice {
+        Notice::new(
+            NoticeKind::SettledUnknown,
+            format!(
+                "An identical {tool} call made earlier may or may not have taken effect: its outcome is \
+                 unknown, and this tool is never run again automatically, so this call was not executed. \
+                 Do not call it again with the same arguments; tell the user the outcome is being checked. \
+                 An operator settles it with: dedup settle {key}"
             ),
         )
     }

@@ -20,7 +20,7 @@ use std::str::FromStr;
 
 pub use article::write_python_json_string;
 pub use json::{Node, parse as parse_json};
-pub use policy::{DedupSwitch, PolicyError, PolicySet, ToolPolicy};
+pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
@@ -328,6 +328,14 @@ impl Keyer {
         self.policies
             .get(tool)
             .is_none_or(|p| p.dedup == DedupSwitch::On)
+    }
+
+    /// What an unknown outcome of `tool`'s calls allows, as its policy says
+    /// ([`Delivery::AtLeastOnce`] for a tool the policy file does not name).
+    pub fn delivery(&self, tool: &str) -> Delivery {
+        self.policies
+            .get(tool)
+            .map_or(Delivery::AtLeastOnce, |p| p.delivery)
     }
 
     /// The policies this keyer applies.

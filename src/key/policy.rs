@@ -82,6 +82,43 @@ struct ToolPolicySpec {
     #[serde(default)]
     dedup: DedupSwitch,
     ttl_seconds: Option<u64>,
+    /// The tool moves money, deletes or sends: an unknown outcome is never re-run by default.
+    #[serde(default)]
+    destructive: bool,
+    /// What an unknown outcome allows; `None`: as `destructive` says.
+    delivery: Option<Delivery>,
+}
+
+/// What may happen to a call whose outcome is unknown (the tool crashed, timed out or lost its
+/// answer, and may or may not have acted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// The claim is kept until its lease ends; a retry after that runs the tool again.
+    #[default]
+    AtLeastOnce,
+    /// The call is settled as outcome unknown and never re-run automatically: every repeat is
+    /// told so, naming the key, until an operator settles it (`dedup settle`).
+    AtMostOnce,
+}
+
+impl Delivery {
+    /// The policy file's spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Delivery::AtLeastOnce => "at_least_once",
+            Delivery::AtMostOnce => "at_most_once",
+        }
+    }
+
+    /// The default for a tool: `at_most_once` when it is destructive, else `at_least_once`.
+    pub const fn default_for(destructive: bool) -> Delivery {
+        if destructive {
+            Delivery::AtMostOnce
+        } else {
+            Delivery::AtLeastOnce
+        }
+    }
 }
 
 /// Whether a tool's identical calls are answered from one another (`dedup = "on"`, the default)
@@ -151,6 +188,9 @@ pub struct ToolPolicy {
     /// `ttl_seconds`: how long this tool's completed calls replay, instead of the global TTL.
     /// The configuration refuses one shorter than the longest lease.
     pub ttl: Option<Duration>,
+    /// What an unknown outcome allows: `delivery` in the policy file, else `at_most_once` for a
+    /// tool marked `destructive`, else `at_least_once`.
+    pub delivery: Delivery,
 }
 
 /// Policies for every tool, by tool name.
@@ -235,6 +275,9 @@ impl PolicySet {
                     schema,
                     dedup: spec.dedup,
                     ttl: spec.ttl_seconds.map(Duration::from_secs),
+                    delivery: spec
+                        .delivery
+                        .unwrap_or(Delivery::default_for(spec.destructive)),
                 },
             );
         }
@@ -284,6 +327,7 @@ impl ToolPolicy {
             schema: Some(schema),
             dedup: DedupSwitch::On,
             ttl: None,
+            delivery: Delivery::AtLeastOnce,
         }
     }
 }

@@ -27,6 +27,8 @@
 //! | `result` | B | the result, present once completed |
 //! | `result_encoding` | S | `raw` or `gzip` |
 //! | `result_omitted` | N | instead of `result`: the size of a result too large to store |
+//! | `outcome_unknown` | BOOL | instead of `result`: settled as outcome unknown, for an operator |
+//! | `at_most_once` | BOOL | the claim is never taken over once its lease ends |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -51,7 +53,7 @@ use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
     DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
-    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
+    Resolution, RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
     validate_claim, validate_key,
 };
 
@@ -75,8 +77,12 @@ pub mod attr {
     pub const RESULT_ENCODING: &str = "result_encoding";
     /// On a completed record without its result (too large): the result's size in bytes.
     pub const RESULT_OMITTED: &str = "result_omitted";
+    /// On a completed record settled as outcome unknown: `true` (BOOL).
+    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+    /// On a claim of an `at_most_once` tool: `true` (BOOL); never taken over.
+    pub const AT_MOST_ONCE: &str = "at_most_once";
 
-    pub(crate) const ALL: [&str; 9] = [
+    pub(crate) const ALL: [&str; 11] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -86,14 +92,16 @@ pub mod attr {
         RESULT,
         RESULT_ENCODING,
         RESULT_OMITTED,
+        OUTCOME_UNKNOWN,
+        AT_MOST_ONCE,
     ];
 }
 
 type Item = HashMap<String, AttributeValue>;
 
-/// Absent, or expired, or in progress with an ended lease.
-const CLAIM_CONDITION: &str =
-    "attribute_not_exists(#pk) OR #exp < :now_s OR (#st = :in_progress AND #lease < :now_ms)";
+/// Absent, or expired, or in progress with an ended lease (unless claimed `at_most_once`).
+const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < :now_s OR \
+     (#st = :in_progress AND #lease < :now_ms AND attribute_not_exists(#amo))";
 /// Live, in progress, and still carrying the caller's token (names and values: [`Held`]).
 const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
 
@@ -104,6 +112,16 @@ struct Held {
     values: Item,
 }
 const COMPLETE_UPDATE: &str = "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc";
+/// Settled as outcome unknown: completed, with no result to replay.
+const UNKNOWN_UPDATE: &str =
+    "SET #st = :completed, #exp = :exp, #unk = :true REMOVE #res, #enc, #omit";
+/// What an operator may settle ([`Store::resolve`]): still carrying the token read, live, and
+/// either settled as outcome unknown or in progress with its lease ended.
+const RESOLVABLE_CONDITION: &str = "#tok = :tok AND #exp >= :now_s AND \
+     ((#st = :completed AND #unk = :true) OR (#st = :in_progress AND #lease < :now_ms))";
+/// An operator's reply replaces the unknown marker.
+const RESOLVE_UPDATE: &str =
+    "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #unk, #omit";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
 /// How long a claim whose answers were lost may take to read back (and release).
@@ -350,6 +368,9 @@ impl DynamoDbStore {
         item.insert(attr::FINGERPRINT.into(), s(req.fingerprint));
         item.insert(attr::TOOL.into(), s(req.tool));
         item.insert(attr::CREATED_AT.into(), n(now_ms));
+        if req.at_most_once {
+            item.insert(attr::AT_MOST_ONCE.into(), AttributeValue::Bool(true));
+        }
         item
     }
 
@@ -388,6 +409,7 @@ impl DynamoDbStore {
                         .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
                         .expression_attribute_names("#st", attr::STATUS)
                         .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+                        .expression_attribute_names("#amo", attr::AT_MOST_ONCE)
                         .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
                         .expression_attribute_values(":now_ms", n(now))
                         .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
@@ -529,14 +551,14 @@ impl DynamoDbStore {
             {
                 // The item with its other attributes is over DynamoDB's limit: store the marker.
                 Err(failed) if failed.is_item_too_large() => {}
-                sent => return self.completed(key, token, sent, Completion::Stored).await,
+                sent => return self.completed(key, token, sent, Some(Completion::Stored)).await,
             }
         }
         let bytes = result.len();
         let sent = self
             .send_complete(key, token, Written::Omitted { bytes }, expires_at_s)
             .await;
-        self.completed(key, token, sent, Completion::ResultOmitted { bytes })
+        self.completed(key, token, sent, Some(Completion::ResultOmitted { bytes }))
             .await
     }
 
@@ -580,6 +602,11 @@ impl DynamoDbStore {
                         ":omit",
                         n(i64::try_from(bytes).unwrap_or(i64::MAX)),
                     ),
+                Written::Unknown => update
+                    .update_expression(UNKNOWN_UPDATE)
+                    .expression_attribute_names("#omit", attr::RESULT_OMITTED)
+                    .expression_attribute_names("#unk", attr::OUTCOME_UNKNOWN)
+                    .expression_attribute_values(":true", AttributeValue::Bool(true)),
             };
             update.send()
         })
@@ -587,17 +614,18 @@ impl DynamoDbStore {
         .map(|_| ())
     }
 
-    /// What a completion write ended with. A refused write is still a success when the record
-    /// is already completed under this token: a retry after a lost response, or a repeat.
+    /// What a completion write ended with (`completion`: `None` for a settlement as outcome
+    /// unknown). A refused write is still a success when the record is already settled the same
+    /// way under this token: a retry after a lost response, or a repeat.
     async fn completed(
         &self,
         key: &str,
         token: &LeaseToken,
         sent: Result<(), Failed<UpdateItemError>>,
-        completion: Completion,
+        completion: Option<Completion>,
     ) -> Result<Completion, StoreError> {
         let failed = match sent {
-            Ok(()) => return Ok(completion),
+            Ok(()) => return Ok(completion.unwrap_or(Completion::Stored)),
             Err(failed) => failed,
         };
         let now = self.clock.now_ms();
@@ -610,7 +638,12 @@ impl DynamoDbStore {
             None => self.read(key).await?,
         };
         match record {
-            Some(r) if r.status == Status::Completed && &r.token == token && !r.is_expired(now) => {
+            Some(r)
+                if r.status == Status::Completed
+                    && &r.token == token
+                    && !r.is_expired(now)
+                    && r.outcome_unknown == completion.is_none() =>
+            {
                 Ok(match r.omitted_result_bytes {
                     Some(bytes) => Completion::ResultOmitted { bytes },
                     None => Completion::Stored,
@@ -654,6 +687,110 @@ impl DynamoDbStore {
         match self.read(key).await? {
             None => Ok(()),
             Some(_) => Err(StoreError::LeaseLost),
+        }
+    }
+
+    async fn settle_unknown_inner(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let sent = self
+            .send_complete(key, token, Written::Unknown, expires_at_s)
+            .await;
+        self.completed(key, token, sent, None).await.map(|_| ())
+    }
+
+    async fn resolve_inner(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let now = self.clock.now_ms();
+        let mut held = self.held(token, now);
+        held.names.insert("#unk".into(), attr::OUTCOME_UNKNOWN.into());
+        held.names.insert("#lease".into(), attr::LEASE_UNTIL.into());
+        held.values
+            .insert(":completed".into(), s(Status::Completed.as_str()));
+        held.values.insert(":true".into(), AttributeValue::Bool(true));
+        held.values.insert(":now_ms".into(), n(now));
+        let Resolution::Complete(reply) = resolution else {
+            let sent = self
+                .send("DeleteItem", || {
+                    self.client
+                        .delete_item()
+                        .table_name(&self.cfg.table)
+                        .set_key(Some(self.key_value(key)))
+                        .condition_expression(RESOLVABLE_CONDITION)
+                        .set_expression_attribute_names(Some(held.names.clone()))
+                        .set_expression_attribute_values(Some(held.values.clone()))
+                        .send()
+                })
+                .await;
+            return match sent {
+                Ok(_) => Ok(()),
+                // An earlier attempt may have deleted the record before its response was lost.
+                Err(failed) if failed.maybe_applied_before() => match self.read(key).await? {
+                    None => Ok(()),
+                    Some(_) => Err(StoreError::LeaseLost),
+                },
+                Err(failed) => {
+                    failed.into_condition_failure(|e: &DeleteItemError| match e {
+                        DeleteItemError::ConditionalCheckFailedException(_) => Some(None),
+                        _ => None,
+                    })?;
+                    Err(StoreError::LeaseLost)
+                }
+            };
+        };
+        let EncodedResult { encoding, bytes } = encode_result(reply, self.cfg.compress_threshold)?;
+        held.names.insert("#res".into(), attr::RESULT.into());
+        held.names.insert("#enc".into(), attr::RESULT_ENCODING.into());
+        held.names.insert("#omit".into(), attr::RESULT_OMITTED.into());
+        held.values.insert(":exp".into(), n(expires_at_s));
+        held.values
+            .insert(":res".into(), AttributeValue::B(Blob::new(bytes)));
+        held.values.insert(":enc".into(), s(encoding.as_str()));
+        let sent = self
+            .send("UpdateItem", || {
+                self.client
+                    .update_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(RESOLVABLE_CONDITION)
+                    .update_expression(RESOLVE_UPDATE)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .send()
+            })
+            .await;
+        let failed = match sent {
+            Ok(_) => return Ok(()),
+            Err(failed) if failed.is_item_too_large() => {
+                return Err(StoreError::ResultTooLarge { bytes: reply.len() });
+            }
+            Err(failed) => failed,
+        };
+        failed.into_condition_failure(|e: &UpdateItemError| match e {
+            UpdateItemError::ConditionalCheckFailedException(_) => Some(None),
+            _ => None,
+        })?;
+        // Completed under this token already (a retry after a lost response): done.
+        match self.read(key).await? {
+            Some(r)
+                if r.status == Status::Completed
+                    && &r.token == token
+                    && !r.is_expired(self.clock.now_ms())
+                    && r.result.is_some() =>
+            {
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
         }
     }
 
@@ -804,6 +941,26 @@ impl Store for DynamoDbStore {
         self.put_inner(key, label, value, expires_at_s).await
     }
 
+    async fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.settle_unknown_inner(key, token, expires_at_s).await
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.resolve_inner(key, token, resolution, expires_at_s)
+            .await
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.get_inner(key).await
     }
@@ -822,6 +979,7 @@ impl Store for DynamoDbStore {
 enum Written<'a> {
     Result(&'a EncodedResult),
     Omitted { bytes: usize },
+    Unknown,
 }
 
 /// Why [`DynamoDbStore::send`] stopped without a response.
@@ -958,9 +1116,11 @@ pub fn decode_item(
         ),
         _ => None,
     };
+    let outcome_unknown = status == Status::Completed
+        && matches!(item.get(attr::OUTCOME_UNKNOWN), Some(AttributeValue::Bool(true)));
     let result = match status {
         Status::InProgress => None,
-        Status::Completed if omitted_result_bytes.is_some() => None,
+        Status::Completed if omitted_result_bytes.is_some() || outcome_unknown => None,
         Status::Completed => {
             let encoding = match item.get(attr::RESULT_ENCODING) {
                 None => ResultEncoding::Raw,
@@ -991,6 +1151,8 @@ pub fn decode_item(
         created_at_ms: get_n(item, attr::CREATED_AT)?,
         result,
         omitted_result_bytes,
+        outcome_unknown,
+        at_most_once: matches!(item.get(attr::AT_MOST_ONCE), Some(AttributeValue::Bool(true))),
     })
 }
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
-    Record, RequestCounter, RequestCounts, Status, Store, StoreError, SystemClock,
+    Record, RequestCounter, RequestCounts, Resolution, Status, Store, StoreError, SystemClock,
     expiry_covering_lease, is_expired, validate_claim, validate_key,
 };
 
@@ -47,6 +47,9 @@ struct Stored {
     result: Option<EncodedResult>,
     /// Set when completed without a result that was too large (see [`Completion`]).
     omitted_result_bytes: Option<usize>,
+    /// Set when settled as outcome unknown ([`Store::settle_unknown`]).
+    outcome_unknown: bool,
+    at_most_once: bool,
 }
 
 impl Stored {
@@ -61,7 +64,11 @@ impl Stored {
     fn decode(&self, key: &str) -> Result<Record, StoreError> {
         let result = match (&self.status, &self.result) {
             (Status::Completed, Some(r)) => Some(decode_result(r.encoding, &r.bytes)?),
-            (Status::Completed, None) if self.omitted_result_bytes.is_some() => None,
+            (Status::Completed, None)
+                if self.omitted_result_bytes.is_some() || self.outcome_unknown =>
+            {
+                None
+            }
             (Status::Completed, None) => {
                 return Err(StoreError::Corrupt(
                     "completed record without result".into(),
@@ -80,6 +87,8 @@ impl Stored {
             created_at_ms: self.created_at_ms,
             result,
             omitted_result_bytes: self.omitted_result_bytes,
+            outcome_unknown: self.outcome_unknown,
+            at_most_once: self.at_most_once,
         })
     }
 }
@@ -169,6 +178,8 @@ impl MemoryStore {
                 created_at_ms: now,
                 result: None,
                 omitted_result_bytes: None,
+                outcome_unknown: false,
+                at_most_once: req.at_most_once,
             },
         );
         items.claims += 1;
@@ -211,7 +222,12 @@ impl MemoryStore {
                 Ok(completion)
             }
             // Already completed under this token (a retried complete): keep the first result.
-            Some(s) if s.is_live(now) && s.status == Status::Completed && &s.token == token => {
+            Some(s)
+                if s.is_live(now)
+                    && s.status == Status::Completed
+                    && &s.token == token
+                    && !s.outcome_unknown =>
+            {
                 Ok(match s.omitted_result_bytes {
                     Some(bytes) => Completion::ResultOmitted { bytes },
                     None => Completion::Stored,
@@ -256,6 +272,84 @@ impl MemoryStore {
         }
     }
 
+    fn settle_unknown_now(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::UpdateItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get_mut(key) {
+            Some(s) if s.held_by(token, now) => {
+                s.status = Status::Completed;
+                s.expires_at_s = expires_at_s;
+                s.result = None;
+                s.omitted_result_bytes = None;
+                s.outcome_unknown = true;
+                Ok(())
+            }
+            // Settled so already under this token (a retried write).
+            Some(s) if s.is_live(now) && s.outcome_unknown && &s.token == token => Ok(()),
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
+    fn resolve_now(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        let encoded = match resolution {
+            Resolution::Complete(reply) => {
+                Some(encode_result(reply, self.inner.compress_threshold)?)
+            }
+            Resolution::Release => None,
+        };
+        self.inner.counter.record(match resolution {
+            Resolution::Complete(_) => Op::UpdateItem,
+            Resolution::Release => Op::DeleteItem,
+        });
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        let record = match items.map.get(key) {
+            Some(s) if &s.token == token => s.decode(key)?,
+            _ => return Err(StoreError::LeaseLost),
+        };
+        if !record.is_resolvable(now) {
+            // Completing again what this token completed (a retried write) changes nothing.
+            let completed_so = matches!(resolution, Resolution::Complete(_))
+                && !record.is_expired(now)
+                && record.status == Status::Completed
+                && record.result.is_some();
+            return if completed_so {
+                Ok(())
+            } else {
+                Err(StoreError::LeaseLost)
+            };
+        }
+        match encoded {
+            Some(encoded) => {
+                if let Some(s) = items.map.get_mut(key) {
+                    s.status = Status::Completed;
+                    s.expires_at_s = expires_at_s;
+                    s.result = Some(encoded);
+                    s.omitted_result_bytes = None;
+                    s.outcome_unknown = false;
+                }
+            }
+            None => {
+                items.map.remove(key);
+            }
+        }
+        Ok(())
+    }
+
     fn put_now(
         &self,
         key: &str,
@@ -279,6 +373,8 @@ impl MemoryStore {
                 created_at_ms: now,
                 result: Some(encoded),
                 omitted_result_bytes: None,
+                outcome_unknown: false,
+                at_most_once: false,
             },
         );
         Ok(())
@@ -335,6 +431,25 @@ impl Store for MemoryStore {
         self.put_now(key, label, value, expires_at_s)
     }
 
+    async fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.settle_unknown_now(key, token, expires_at_s)
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.resolve_now(key, token, resolution, expires_at_s)
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.get_now(key)
     }
@@ -365,6 +480,7 @@ mod tests {
                 lease_until_ms: 1_200_000,
                 expires_at_s,
                 owner: None,
+                at_most_once: false,
             };
             assert!(matches!(
                 store.claim_now(req),

@@ -8,8 +8,10 @@
 //!   absent in every condition and every read. DynamoDB's TTL deletes up to about two days late,
 //!   and local servers never delete, so nothing here waits for the sweeper.
 //! - **A claim succeeds** when there is no live record, or when the live record is `IN_PROGRESS`
-//!   and its lease has ended (`lease_until_ms < now_ms`). A caller that died mid-call therefore
-//!   blocks its key only until its lease ends. Otherwise the claim reports the live record:
+//!   and its lease has ended (`lease_until_ms < now_ms`), unless that claim was taken
+//!   `at_most_once`. A caller that died mid-call therefore blocks its key only until its lease
+//!   ends; an `at_most_once` caller's key stays blocked (outcome unknown) until an operator settles
+//!   it ([`Store::resolve`]) or it expires. Otherwise the claim reports the live record:
 //!   [`ClaimOutcome::Completed`] with its result, or [`ClaimOutcome::InProgress`].
 //! - **The lease token is the fence.** Every claim writes a fresh random [`LeaseToken`].
 //!   [`Store::complete`] and [`Store::release`] succeed only while the live record is
@@ -107,6 +109,31 @@ pub trait Store: Send + Sync + 'static {
         expires_at_s: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Settles a claim `token` still holds as *outcome unknown* (an `at_most_once` tool that
+    /// crashed, timed out or lost its answer): the record is completed without a result, so no
+    /// repeat runs the side effect again until an operator settles it ([`Store::resolve`]) or the
+    /// record expires at `expires_at_s`. Fenced and repeatable like [`Store::complete`].
+    fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// An operator's settlement of a call nobody can settle by itself: stores `resolution`'s
+    /// reply as the completed result (expiring at `expires_at_s`), or deletes the record. Only
+    /// while the live record still carries `token` and is either settled as outcome unknown or in
+    /// progress with its lease ended, so a running owner is never overwritten
+    /// ([`StoreError::LeaseLost`] otherwise). Completing again under the same token succeeds
+    /// and keeps the first reply, so a write retried after a lost answer cannot fail.
+    fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Reads the live record of `key`; an expired record is `None`.
     fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 
@@ -135,6 +162,9 @@ pub struct ClaimRequest<'a> {
     /// Who takes the claim, when a later invocation must recognise it (see
     /// [`LeaseToken::for_owner`]); `None` for a plain random token.
     pub owner: Option<&'a str>,
+    /// The tool is `at_most_once`: once the lease ends, nobody takes the claim over; the call's
+    /// outcome is unknown until an operator settles it.
+    pub at_most_once: bool,
 }
 
 impl ClaimRequest<'_> {
@@ -162,6 +192,15 @@ pub enum Completion {
         /// Size of the result that was not stored.
         bytes: usize,
     },
+}
+
+/// How an operator settles a call ([`Store::resolve`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution<'a> {
+    /// The side effect happened and this is its reply: repeats replay it.
+    Complete(&'a [u8]),
+    /// The side effect did not happen: the record goes, and a retry runs.
+    Release,
 }
 
 /// Result of [`Store::claim`].
@@ -237,9 +276,25 @@ pub struct Record {
     /// Set on a completed record stored without its result because it was too large: the
     /// result's size in bytes. The call ran; its result cannot be replayed.
     pub omitted_result_bytes: Option<usize>,
+    /// Set on a completed record settled as *outcome unknown* ([`Store::settle_unknown`]): the
+    /// side effect may or may not have happened, and nothing is replayed or re-run until an
+    /// operator settles the call.
+    pub outcome_unknown: bool,
+    /// The claim was taken `at_most_once` ([`ClaimRequest::at_most_once`]).
+    pub at_most_once: bool,
 }
 
 impl Record {
+    /// True while an operator may settle the record ([`Store::resolve`]) at `now_ms`: settled as
+    /// outcome unknown, or in progress with its lease ended.
+    pub fn is_resolvable(&self, now_ms: i64) -> bool {
+        !self.is_expired(now_ms)
+            && match self.status {
+                Status::Completed => self.outcome_unknown,
+                Status::InProgress => self.lease_ended(now_ms),
+            }
+    }
+
     /// True once the record counts as absent (`expires_at_s` before the current second).
     pub fn is_expired(&self, now_ms: i64) -> bool {
         is_expired(self.expires_at_s, now_ms)
@@ -252,7 +307,20 @@ impl Record {
 
     /// True if a claim made at `now_ms` would replace this record.
     pub fn is_claimable(&self, now_ms: i64) -> bool {
-        self.is_expired(now_ms) || (self.status == Status::InProgress && self.lease_ended(now_ms))
+        self.is_expired(now_ms)
+            || (self.status == Status::InProgress
+                && self.lease_ended(now_ms)
+                && !self.at_most_once)
+    }
+
+    /// True if the record says the call's outcome is unknown for good (until an operator
+    /// settles it): settled so, or an `at_most_once` claim whose lease ended unsettled.
+    pub fn is_outcome_unknown(&self, now_ms: i64) -> bool {
+        !self.is_expired(now_ms)
+            && match self.status {
+                Status::Completed => self.outcome_unknown,
+                Status::InProgress => self.at_most_once && self.lease_ended(now_ms),
+            }
     }
 }
 
@@ -270,6 +338,8 @@ impl fmt::Debug for Record {
             .field("created_at_ms", &self.created_at_ms)
             .field("result_bytes", &self.result.as_ref().map(Vec::len))
             .field("omitted_result_bytes", &self.omitted_result_bytes)
+            .field("outcome_unknown", &self.outcome_unknown)
+            .field("at_most_once", &self.at_most_once)
             .finish()
     }
 }
@@ -630,6 +700,7 @@ mod tests {
             lease_until_ms,
             expires_at_s,
             owner: None,
+            at_most_once: false,
         };
         assert_eq!(req(65_500, 200).record_expiry(), 200);
         assert_eq!(req(65_500, 1).record_expiry(), 65);

@@ -9,7 +9,7 @@ use toolcall_dedup::store::table::{CreateTableReport, create_table_with_client};
 
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
-    MemoryStore, Record, RequestCounts, Store, StoreError,
+    MemoryStore, Record, RequestCounts, Resolution, Store, StoreError,
 };
 
 pub const START_HINT: &str = "start the local DynamoDB servers first: \
@@ -229,6 +229,27 @@ impl<S: Store> Store for Faulty<S> {
     ) -> Result<(), StoreError> {
         self.check()?;
         self.inner.put(key, label, value, expires_at_s).await
+    }
+    async fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.settle_unknown(key, token, expires_at_s).await
+    }
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner
+            .resolve(key, token, resolution, expires_at_s)
+            .await
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check()?;

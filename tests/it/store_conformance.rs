@@ -27,7 +27,7 @@ use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
     MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, RetriesExhausted, RetryPolicy,
-    Status, Store, StoreError,
+    Resolution, Status, Store, StoreError,
 };
 
 const LEASE_MS: i64 = 30_000;
@@ -55,6 +55,7 @@ impl<S: Store + 'static> Ctx<S> {
             lease_until_ms: now + LEASE_MS,
             expires_at_s: now.div_euclid(1000) + TTL_S,
             owner: None,
+            at_most_once: false,
         }
     }
 
@@ -616,6 +617,159 @@ async fn unknown_keys_cannot_be_settled_and_read_as_absent<S: Store + 'static>(c
     );
 }
 
+async fn an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown<
+    S: Store + 'static,
+>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("amo");
+    let req = ClaimRequest {
+        at_most_once: true,
+        ..cx.req(&key)
+    };
+    let ClaimOutcome::Claimed { token } = cx.store.claim(req).await.unwrap() else {
+        panic!("expected Claimed")
+    };
+    cx.clock.set_ms(req.lease_until_ms + 1); // the owner died: its lease ended unsettled
+    let held = in_progress(cx.claim(&key).await);
+    assert_eq!(held.token, token, "{:?}: an at_most_once claim was taken over", cx.backend);
+    assert!(held.at_most_once && held.is_outcome_unknown(cx.store.now_ms()));
+    // An at_least_once claim of another key is taken over as before.
+    let other = cx.key("alo");
+    let other_req = cx.req(&other);
+    cx.claimed(&other).await;
+    cx.clock.set_ms(other_req.lease_until_ms + 1);
+    cx.claimed(&other).await;
+    // Once it expires, the key is free again.
+    cx.clock
+        .set_ms((req.record_expiry() + 1) * 1000);
+    cx.claimed(&key).await;
+}
+
+async fn settled_unknown_is_completed_without_a_result_and_only_by_its_holder<
+    S: Store + 'static,
+>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("unknown-settled");
+    let token = cx.claimed(&key).await;
+    let expires_at_s = cx.store.now_ms().div_euclid(1000) + TTL_S;
+    assert_lease_lost(
+        cx.store
+            .settle_unknown(&key, &LeaseToken::new("someone else"), expires_at_s)
+            .await,
+    );
+    cx.store
+        .settle_unknown(&key, &token, expires_at_s)
+        .await
+        .unwrap();
+    // Repeating it (a retried write) succeeds; completing it now does not.
+    cx.store
+        .settle_unknown(&key, &token, expires_at_s)
+        .await
+        .unwrap();
+    assert_lease_lost(cx.complete(&key, &token, b"late").await);
+    let r = completed(cx.claim(&key).await);
+    assert!(r.outcome_unknown, "{:?}", cx.backend);
+    assert_eq!(r.result, None);
+    assert_eq!(r.expires_at_s, expires_at_s);
+    assert!(r.is_outcome_unknown(cx.store.now_ms()) && r.is_resolvable(cx.store.now_ms()));
+    assert_eq!(cx.store.get(&key).await.unwrap(), Some(r));
+}
+
+async fn an_operator_settles_only_what_no_owner_can<S: Store + 'static>(cx: Ctx<S>) {
+    let expires_at_s = cx.store.now_ms().div_euclid(1000) + TTL_S;
+    // A running owner (its lease not ended) is never overwritten, nor deleted.
+    let running = cx.key("running");
+    let req = cx.req(&running);
+    let owner = cx.claimed(&running).await;
+    for resolution in [Resolution::Complete(b"op"), Resolution::Release] {
+        assert_lease_lost(
+            cx.store
+                .resolve(&running, &owner, resolution, expires_at_s)
+                .await,
+        );
+    }
+    // A completed call is not the operator's either: it cannot be deleted, and completing it
+    // again (what a retried write looks like) keeps the tool's own reply.
+    cx.complete(&running, &owner, b"tool's own").await.unwrap();
+    assert_lease_lost(
+        cx.store
+            .resolve(&running, &owner, Resolution::Release, expires_at_s)
+            .await,
+    );
+    cx.store
+        .resolve(&running, &owner, Resolution::Complete(b"op"), expires_at_s)
+        .await
+        .unwrap();
+    assert_eq!(
+        completed(cx.claim(&running).await).result.as_deref(),
+        Some(&b"tool's own"[..])
+    );
+
+    // Settled unknown: the operator's reply is replayed from then on.
+    let unknown = cx.key("to-complete");
+    let token = cx.claimed(&unknown).await;
+    cx.store
+        .settle_unknown(&unknown, &token, expires_at_s)
+        .await
+        .unwrap();
+    let stale = LeaseToken::new("read before someone else settled it");
+    assert_lease_lost(
+        cx.store
+            .resolve(&unknown, &stale, Resolution::Complete(b"x"), expires_at_s)
+            .await,
+    );
+    let reply = noise(20_000, 7); // compressed on the way in
+    cx.store
+        .resolve(&unknown, &token, Resolution::Complete(&reply), expires_at_s)
+        .await
+        .unwrap();
+    cx.store
+        .resolve(&unknown, &token, Resolution::Complete(b"again"), expires_at_s)
+        .await
+        .expect("completing again under the same token changes nothing");
+    let r = completed(cx.claim(&unknown).await);
+    assert!(!r.outcome_unknown);
+    assert_eq!(r.result.as_deref(), Some(&reply[..]));
+    assert_lease_lost(
+        cx.store
+            .resolve(&unknown, &token, Resolution::Release, expires_at_s)
+            .await,
+    );
+
+    // Released: a retry runs again.
+    let released = cx.key("to-release");
+    let token = cx.claimed(&released).await;
+    cx.store
+        .settle_unknown(&released, &token, expires_at_s)
+        .await
+        .unwrap();
+    cx.store
+        .resolve(&released, &token, Resolution::Release, expires_at_s)
+        .await
+        .unwrap();
+    assert_eq!(cx.store.get(&released).await.unwrap(), None);
+    cx.claimed(&released).await;
+
+    // An in-progress claim whose lease ended (its owner died) is the operator's too.
+    cx.clock.set_ms(req.lease_until_ms + 1);
+    let dead = cx.key("dead-owner");
+    let dead_req = ClaimRequest {
+        at_most_once: true,
+        ..cx.req(&dead)
+    };
+    let ClaimOutcome::Claimed { token } = cx.store.claim(dead_req).await.unwrap() else {
+        panic!("expected Claimed")
+    };
+    cx.clock.set_ms(dead_req.lease_until_ms + 1);
+    cx.store
+        .resolve(&dead, &token, Resolution::Release, expires_at_s)
+        .await
+        .unwrap();
+    cx.claimed(&dead).await;
+}
+
 async fn invalid_requests_are_refused_before_any_request<S: Store + 'static>(cx: Ctx<S>) {
     let long = "k".repeat(2049);
     let before = cx.counts();
@@ -680,6 +834,7 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
                     lease_until_ms,
                     expires_at_s,
                     owner: None,
+                    at_most_once: false,
                 };
                 store.claim(req).await
             });
@@ -791,6 +946,9 @@ conformance!(
     unknown_keys_cannot_be_settled_and_read_as_absent,
     invalid_requests_are_refused_before_any_request,
     fifty_concurrent_claims_have_exactly_one_winner,
+    an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown,
+    settled_unknown_is_completed_without_a_result_and_only_by_its_holder,
+    an_operator_settles_only_what_no_owner_can,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1184,6 +1342,7 @@ impl<S: Store> Twin<S> {
                     lease_until_ms: now_ms + lease_ms,
                     expires_at_s: now_ms.div_euclid(1000) + ttl_s,
                     owner: None,
+                    at_most_once: false,
                 };
                 match self.store.claim(req).await {
                     Ok(ClaimOutcome::Claimed { token }) => {

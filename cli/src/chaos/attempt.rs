@@ -17,7 +17,8 @@ use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Status, Store, StoreError,
+    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Resolution, Status, Store,
+    StoreError,
 };
 
 tokio::task_local! {
@@ -648,6 +649,27 @@ impl<S: Store> Store for NotingStore<S> {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.inner.put(key, label, value, expires_at_s).await
+    }
+
+    async fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.settle_unknown(key, token, expires_at_s).await
+    }
+
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .resolve(key, token, resolution, expires_at_s)
+            .await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -88,7 +88,8 @@ impl Summary {
             }
             Some(Outcome::Replayed) => self.replayed += 1,
             Some(Outcome::Waited) => self.waited += 1,
-            Some(Outcome::InProgress) => self.in_progress += 1,
+            // An at_most_once repeat answered "outcome unknown", like a call still in flight.
+            Some(Outcome::InProgress | Outcome::Unknown) => self.in_progress += 1,
             Some(Outcome::ShadowReplay) => self.shadow_replays += 1,
             // An interceptor message that is not a call: nothing ran, nothing failed.
             Some(Outcome::PassedOn) => {}
