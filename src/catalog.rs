@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::key::{Delivery, Key};
 use crate::key::schema::Schema;
+use crate::key::{Delivery, Key};
 use crate::store::{Store, StoreError};
 
 /// How long a container trusts the catalog it read or learned before reading it again.

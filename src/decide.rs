@@ -194,26 +194,44 @@ mod tests {
         settled.result = None;
         settled.outcome_unknown = true;
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Completed(settled)), Mode::Enforce, SOME, NOW),
+            decide(
+                Ok(ClaimOutcome::Completed(settled)),
+                Mode::Enforce,
+                SOME,
+                NOW
+            ),
             NextAction::Unknown(_)
         ));
         let mut held = record(Status::InProgress);
         held.at_most_once = true;
         // While the lease runs, the owner may still settle it: wait as for any call in flight.
         assert!(matches!(
-            decide(Ok(ClaimOutcome::InProgress(held.clone())), Mode::Enforce, SOME, NOW),
+            decide(
+                Ok(ClaimOutcome::InProgress(held.clone())),
+                Mode::Enforce,
+                SOME,
+                NOW
+            ),
             NextAction::Wait(_)
         ));
         // Its lease ended unsettled: the owner died, and nobody may run it again.
         assert!(matches!(
-            decide(Ok(ClaimOutcome::InProgress(held.clone())), Mode::Enforce, SOME, 5_001),
+            decide(
+                Ok(ClaimOutcome::InProgress(held.clone())),
+                Mode::Enforce,
+                SOME,
+                5_001
+            ),
             NextAction::Unknown(_)
         ));
         // Expired records are absent: a store would have let the claim through.
         assert!(!held.is_outcome_unknown(11_000));
         assert!(!held.is_claimable(5_001) && held.is_claimable(11_000));
         held.at_most_once = false;
-        assert!(held.is_claimable(5_001), "at least once: taken over after the lease");
+        assert!(
+            held.is_claimable(5_001),
+            "at least once: taken over after the lease"
+        );
     }
 
     #[test]
@@ -227,7 +245,8 @@ mod tests {
             decide(
                 Ok(ClaimOutcome::Completed(record(Status::Completed))),
                 Mode::Enforce,
-                Duration::ZERO, NOW
+                Duration::ZERO,
+                NOW
             ),
             NextAction::Replay(_)
         ));
@@ -235,7 +254,8 @@ mod tests {
             decide(
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
-                SOME, NOW
+                SOME,
+                NOW
             ),
             NextAction::Wait(_)
         ));
@@ -243,7 +263,8 @@ mod tests {
             decide(
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
-                Duration::ZERO, NOW
+                Duration::ZERO,
+                NOW
             ),
             NextAction::Busy(_)
         ));
@@ -261,7 +282,8 @@ mod tests {
                     token: LeaseToken::new("t")
                 }),
                 Mode::Shadow,
-                SOME, NOW
+                SOME,
+                NOW
             ),
             NextAction::Execute { .. }
         ));

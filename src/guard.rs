@@ -135,7 +135,9 @@ pub enum GuardError<E> {
     NoTime,
     /// An identical call of an `at_most_once` tool may or may not have run, and is never run
     /// again automatically: an operator settles `key` (`dedup settle`).
-    #[error("an identical call's outcome is unknown; the tool is at_most_once, so an operator settles key {key}")]
+    #[error(
+        "an identical call's outcome is unknown; the tool is at_most_once, so an operator settles key {key}"
+    )]
     OutcomeUnknown {
         /// The call's key.
         key: String,

@@ -52,8 +52,8 @@ use tokio::time::Instant;
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
-    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts,
-    Resolution, RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
+    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts, Resolution,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
     validate_claim, validate_key,
 };
 
@@ -551,7 +551,11 @@ impl DynamoDbStore {
             {
                 // The item with its other attributes is over DynamoDB's limit: store the marker.
                 Err(failed) if failed.is_item_too_large() => {}
-                sent => return self.completed(key, token, sent, Some(Completion::Stored)).await,
+                sent => {
+                    return self
+                        .completed(key, token, sent, Some(Completion::Stored))
+                        .await;
+                }
             }
         }
         let bytes = result.len();
@@ -713,11 +717,13 @@ impl DynamoDbStore {
         validate_key(key)?;
         let now = self.clock.now_ms();
         let mut held = self.held(token, now);
-        held.names.insert("#unk".into(), attr::OUTCOME_UNKNOWN.into());
+        held.names
+            .insert("#unk".into(), attr::OUTCOME_UNKNOWN.into());
         held.names.insert("#lease".into(), attr::LEASE_UNTIL.into());
         held.values
             .insert(":completed".into(), s(Status::Completed.as_str()));
-        held.values.insert(":true".into(), AttributeValue::Bool(true));
+        held.values
+            .insert(":true".into(), AttributeValue::Bool(true));
         held.values.insert(":now_ms".into(), n(now));
         let Resolution::Complete(reply) = resolution else {
             let sent = self
@@ -750,8 +756,10 @@ impl DynamoDbStore {
         };
         let EncodedResult { encoding, bytes } = encode_result(reply, self.cfg.compress_threshold)?;
         held.names.insert("#res".into(), attr::RESULT.into());
-        held.names.insert("#enc".into(), attr::RESULT_ENCODING.into());
-        held.names.insert("#omit".into(), attr::RESULT_OMITTED.into());
+        held.names
+            .insert("#enc".into(), attr::RESULT_ENCODING.into());
+        held.names
+            .insert("#omit".into(), attr::RESULT_OMITTED.into());
         held.values.insert(":exp".into(), n(expires_at_s));
         held.values
             .insert(":res".into(), AttributeValue::B(Blob::new(bytes)));
@@ -1117,7 +1125,10 @@ pub fn decode_item(
         _ => None,
     };
     let outcome_unknown = status == Status::Completed
-        && matches!(item.get(attr::OUTCOME_UNKNOWN), Some(AttributeValue::Bool(true)));
+        && matches!(
+            item.get(attr::OUTCOME_UNKNOWN),
+            Some(AttributeValue::Bool(true))
+        );
     let result = match status {
         Status::InProgress => None,
         Status::Completed if omitted_result_bytes.is_some() || outcome_unknown => None,
@@ -1152,7 +1163,10 @@ pub fn decode_item(
         result,
         omitted_result_bytes,
         outcome_unknown,
-        at_most_once: matches!(item.get(attr::AT_MOST_ONCE), Some(AttributeValue::Bool(true))),
+        at_most_once: matches!(
+            item.get(attr::AT_MOST_ONCE),
+            Some(AttributeValue::Bool(true))
+        ),
     })
 }
 

@@ -45,6 +45,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod codec;
 pub mod dynamodb;
 pub mod memory;
+pub mod settle;
 pub mod table;
 
 pub use codec::{
@@ -308,9 +309,7 @@ impl Record {
     /// True if a claim made at `now_ms` would replace this record.
     pub fn is_claimable(&self, now_ms: i64) -> bool {
         self.is_expired(now_ms)
-            || (self.status == Status::InProgress
-                && self.lease_ended(now_ms)
-                && !self.at_most_once)
+            || (self.status == Status::InProgress && self.lease_ended(now_ms) && !self.at_most_once)
     }
 
     /// True if the record says the call's outcome is unknown for good (until an operator

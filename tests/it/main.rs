@@ -6,6 +6,7 @@ mod fixture;
 mod servers;
 mod shapes;
 
+mod at_most_once;
 mod bad_input;
 mod bedrock_declared;
 mod e2e_lambda;

@@ -26,8 +26,8 @@ use tokio::task::JoinSet;
 use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
-    MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, RetriesExhausted, RetryPolicy,
-    Resolution, Status, Store, StoreError,
+    MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, Resolution, RetriesExhausted,
+    RetryPolicy, Status, Store, StoreError,
 };
 
 const LEASE_MS: i64 = 30_000;
@@ -632,7 +632,11 @@ async fn an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown<
     };
     cx.clock.set_ms(req.lease_until_ms + 1); // the owner died: its lease ended unsettled
     let held = in_progress(cx.claim(&key).await);
-    assert_eq!(held.token, token, "{:?}: an at_most_once claim was taken over", cx.backend);
+    assert_eq!(
+        held.token, token,
+        "{:?}: an at_most_once claim was taken over",
+        cx.backend
+    );
     assert!(held.at_most_once && held.is_outcome_unknown(cx.store.now_ms()));
     // An at_least_once claim of another key is taken over as before.
     let other = cx.key("alo");
@@ -641,8 +645,7 @@ async fn an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown<
     cx.clock.set_ms(other_req.lease_until_ms + 1);
     cx.claimed(&other).await;
     // Once it expires, the key is free again.
-    cx.clock
-        .set_ms((req.record_expiry() + 1) * 1000);
+    cx.clock.set_ms((req.record_expiry() + 1) * 1000);
     cx.claimed(&key).await;
 }
 
@@ -726,7 +729,12 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + 'static>(cx: Ctx<
         .await
         .unwrap();
     cx.store
-        .resolve(&unknown, &token, Resolution::Complete(b"again"), expires_at_s)
+        .resolve(
+            &unknown,
+            &token,
+            Resolution::Complete(b"again"),
+            expires_at_s,
+        )
         .await
         .expect("completing again under the same token changes nothing");
     let r = completed(cx.claim(&unknown).await);

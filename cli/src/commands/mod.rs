@@ -8,6 +8,7 @@ pub mod cost;
 pub mod key;
 pub mod replay;
 pub mod score;
+pub mod settle;
 pub mod table;
 
 use std::process::ExitCode;
@@ -36,6 +37,8 @@ enum Command {
     /// Manage the idempotency table on a DynamoDB endpoint.
     #[command(subcommand)]
     Table(table::TableCommand),
+    /// Settle a call whose outcome is unknown: store its reply, release it, or show it.
+    Settle(settle::SettleArgs),
     /// Score keyers A–D and ours on the replay corpus (the article's table).
     Score(score::ScoreArgs),
     /// Rebuild the replay corpus files byte for byte.
@@ -54,6 +57,7 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Cost(args) => cost::run(args),
         Command::Table(command) => table::run(command),
+        Command::Settle(args) => settle::run(args),
         Command::Score(args) => score::run(args),
         Command::Corpus(args) => corpus::run(args),
         Command::Replay(args) => replay::run(args),

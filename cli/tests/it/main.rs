@@ -16,6 +16,7 @@ mod events_corpus;
 mod handler_replay;
 mod real_shapes;
 mod score;
+mod settle;
 
 /// The `dedup` binary as a newcomer runs it: from the repository root, with none of the caller's
 /// `DEDUP_*` settings (the test servers' `DEDUP_TEST_*` endpoints stay), no ledger and no log filter.

@@ -1,0 +1,88 @@
+//! `dedup settle KEY --completed FILE | --release | --show`: an operator's word on a call whose
+//! outcome nobody else can settle (see [`toolcall_dedup::store::settle`]).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use toolcall_dedup::store::dynamodb::build_client;
+use toolcall_dedup::store::settle::{Action, describe, settle};
+use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, Store};
+
+use super::CliError;
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["completed", "release", "show"])))]
+pub struct SettleArgs {
+    /// The call's key (32 hex digits), as the `outcome_unknown` answer names it.
+    pub key: String,
+    /// The side effect happened: store this file (the reply in the caller's format, as the tool
+    /// would have answered) as the call's result; every repeat replays it.
+    #[arg(long, value_name = "FILE")]
+    pub completed: Option<PathBuf>,
+    /// The side effect did not happen: delete the record, so a retry runs the tool.
+    #[arg(long)]
+    pub release: bool,
+    /// Print the record and change nothing.
+    #[arg(long)]
+    pub show: bool,
+    /// DynamoDB endpoint, e.g. a local server (`http://127.0.0.1:8000`); AWS when absent.
+    #[arg(long, env = "DEDUP_DYNAMODB_ENDPOINT")]
+    pub endpoint: Option<String>,
+    #[arg(long, env = "DEDUP_TABLE_NAME")]
+    pub table: String,
+    #[arg(long, env = "DEDUP_KEY_ATTRIBUTE", default_value = "pk")]
+    pub key_attribute: String,
+    #[arg(long, env = "DEDUP_TTL_ATTRIBUTE", default_value = "expires_at")]
+    pub ttl_attribute: String,
+    /// How long a completed call replays, from now.
+    #[arg(long, env = "DEDUP_TTL_SECONDS", default_value_t = 86_400)]
+    pub ttl_seconds: u64,
+}
+
+/// Prints the record (`--show`) or the call-log line of the action taken; exit 1 when refused.
+pub fn run(args: SettleArgs) -> Result<ExitCode, CliError> {
+    let reply = match &args.completed {
+        Some(path) => Some(std::fs::read(path)?),
+        None => None,
+    };
+    if let Some(reply) = &reply {
+        serde_json::from_slice::<serde_json::Value>(reply).map_err(|e| {
+            CliError::Usage(format!(
+                "--completed: the reply must be JSON, in the caller's format: {e}"
+            ))
+        })?;
+    }
+    let action = match (&reply, args.release) {
+        (Some(reply), _) => Action::Complete(reply),
+        (None, true) => Action::Release,
+        (None, false) => Action::Show,
+    };
+    let config = DynamoDbConfig {
+        key_attribute: args.key_attribute,
+        ttl_attribute: args.ttl_attribute,
+        ..DynamoDbConfig::new(args.table)
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = build_client(args.endpoint.as_deref()).await;
+        let store = DynamoDbStore::new(&client, config)?;
+        let ttl = Duration::from_secs(args.ttl_seconds);
+        match settle(&store, &args.key, action, ttl).await {
+            Ok(done) if action == Action::Show => {
+                println!("{}", describe(&done.before));
+                Ok(ExitCode::SUCCESS)
+            }
+            Ok(done) => {
+                println!("{}", done.log_line(store.now_ms()));
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(refused) => {
+                eprintln!("dedup settle: {refused}");
+                Ok(ExitCode::from(1))
+            }
+        }
+    })
+}

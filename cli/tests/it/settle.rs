@@ -1,0 +1,108 @@
+//! `dedup settle` against moto: shows a record, refuses what an owner still holds or what already
+//! completed, stores an operator's reply for an outcome-unknown call, and logs the action.
+
+use std::process::Output;
+
+use serde_json::Value;
+use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, Clock, ManualClock, Store};
+
+use crate::servers::{self, Backend};
+
+fn settle(table: &str, args: &[&str]) -> Output {
+    crate::dedup()
+        .arg("settle")
+        .args(args)
+        .args(["--endpoint", &Backend::Moto.endpoint(), "--table", table])
+        .output()
+        .expect("dedup runs")
+}
+
+fn stdout_json(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[track_caller]
+fn assert_refused(out: &Output, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(says), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
+    let clock = ManualClock::starting_now();
+    let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+    let table = store.config().table.clone();
+    let key = "0123456789abcdef0123456789abcdef";
+    let now = clock.now_ms();
+    let req = ClaimRequest {
+        key,
+        fingerprint: "fp",
+        tool: "charge_card",
+        lease_until_ms: now + 60_000,
+        expires_at_s: now / 1000 + 3_600,
+        owner: None,
+        at_most_once: true,
+    };
+    let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
+        panic!("expected a claim")
+    };
+
+    // A running owner is never overwritten.
+    let reply = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(reply.path(), br#"{"charge_id": "ch_ops"}"#).unwrap();
+    let reply_path = reply.path().to_str().unwrap();
+    assert_refused(
+        &settle(&table, &[key, "--completed", reply_path]),
+        "still held by a running owner",
+    );
+    let shown = stdout_json(&settle(&table, &[key, "--show"]));
+    assert_eq!(shown["status"], "IN_PROGRESS");
+    assert_eq!(shown["at_most_once"], true);
+
+    // The owner settles it as outcome unknown; the operator stores what they found.
+    store
+        .settle_unknown(key, &token, now / 1000 + 3_600)
+        .await
+        .unwrap();
+    assert_eq!(
+        stdout_json(&settle(&table, &[key, "--show"]))["outcome_unknown"],
+        true
+    );
+    let logged = stdout_json(&settle(&table, &[key, "--completed", reply_path]));
+    assert_eq!(logged["dedup_settle"], 1);
+    assert_eq!(logged["action"], "completed");
+    assert_eq!(logged["key"], key);
+    assert_eq!(logged["tool"], "charge_card");
+    assert_eq!(logged["before"]["outcome_unknown"], true);
+    let record = store.get(key).await.unwrap().unwrap();
+    assert!(!record.outcome_unknown);
+    assert_eq!(
+        record.result.as_deref(),
+        Some(&br#"{"charge_id": "ch_ops"}"#[..])
+    );
+
+    // Done: a second settlement is refused, and so are a missing key and a reply that is not JSON.
+    assert_refused(&settle(&table, &[key, "--release"]), "already completed");
+    assert_refused(
+        &settle(&table, &["ffffffffffffffffffffffffffffffff", "--release"]),
+        "no live record",
+    );
+    std::fs::write(reply.path(), b"not json").unwrap();
+    let bad = settle(&table, &[key, "--completed", reply_path]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("must be JSON"));
+    // Exactly one action is required.
+    assert_eq!(settle(&table, &[key]).status.code(), Some(2));
+    assert_eq!(
+        settle(&table, &[key, "--show", "--release"]).status.code(),
+        Some(2)
+    );
+}

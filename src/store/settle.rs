@@ -1,0 +1,157 @@
+//! An operator's settlement of one call (`dedup settle`): read the record, then complete it with
+//! a reply or release it, fenced by the lease token just read ([`Store::resolve`]). Only a call no
+//! owner can settle any more is touched: one settled as outcome unknown (an `at_most_once` tool
+//! that crashed, timed out or lost its answer), or one whose claim's lease ended. A running owner,
+//! a completed call and a record that changed since it was read are refused, never overwritten.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Record, Resolution, Status, Store, StoreError};
+
+/// What the operator does with the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action<'a> {
+    /// Only read it.
+    Show,
+    /// The side effect happened and this is its reply (in the caller's format, as the tool would
+    /// have answered): every repeat replays it.
+    Complete(&'a [u8]),
+    /// The side effect did not happen: the record goes and a retry runs the tool.
+    Release,
+}
+
+impl Action<'_> {
+    /// The word the call log records.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Show => "show",
+            Action::Complete(_) => "completed",
+            Action::Release => "released",
+        }
+    }
+}
+
+/// Why a settlement was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum SettleError {
+    /// No live record has this key (never claimed, released, or expired).
+    #[error("no live record for key {0}")]
+    NotFound(String),
+    /// The claim's owner may still be running: its lease ends at `lease_until_ms`.
+    #[error(
+        "the call is still held by a running owner until epoch ms {lease_until_ms}; try after then"
+    )]
+    Running {
+        /// When the owner's lease ends.
+        lease_until_ms: i64,
+    },
+    /// The call completed with a reply of its own (or its result was too large to store).
+    #[error("the call already completed; there is nothing to settle")]
+    AlreadyCompleted,
+    /// The record changed between the read and the write (its owner settled it, or another
+    /// operator did): read it again.
+    #[error("the record changed since it was read; nothing was written")]
+    Changed,
+    /// The store failed.
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+/// What a settlement found and did.
+#[derive(Debug, Clone)]
+pub struct Settlement {
+    /// The record as read, before the action.
+    pub before: Record,
+    /// The action taken.
+    pub action: &'static str,
+}
+
+impl Settlement {
+    /// The call-log line of the action (no reply bytes, no arguments).
+    pub fn log_line(&self, now_ms: i64) -> Value {
+        json!({
+            "dedup_settle": 1,
+            "key": self.before.key,
+            "tool": self.before.tool,
+            "action": self.action,
+            "before": summary(&self.before),
+            "at_ms": now_ms,
+        })
+    }
+}
+
+/// Reads `key` and performs `action` on it (see the module docs). A completed record lives
+/// `ttl` from now.
+pub async fn settle<S: Store>(
+    store: &S,
+    key: &str,
+    action: Action<'_>,
+    ttl: Duration,
+) -> Result<Settlement, SettleError> {
+    let record = store
+        .get(key)
+        .await
+        .map_err(SettleError::Store)?
+        .ok_or_else(|| SettleError::NotFound(key.to_string()))?;
+    let settlement = Settlement {
+        action: action.name(),
+        before: record,
+    };
+    let resolution = match action {
+        Action::Show => return Ok(settlement),
+        Action::Complete(reply) => Resolution::Complete(reply),
+        Action::Release => Resolution::Release,
+    };
+    let now_ms = store.now_ms();
+    let before = &settlement.before;
+    if !before.is_resolvable(now_ms) {
+        return Err(match before.status {
+            Status::InProgress => SettleError::Running {
+                lease_until_ms: before.lease_until_ms,
+            },
+            Status::Completed => SettleError::AlreadyCompleted,
+        });
+    }
+    let expires_at_s = now_ms
+        .div_euclid(1000)
+        .saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
+    match store
+        .resolve(key, &before.token, resolution, expires_at_s)
+        .await
+    {
+        Ok(()) => Ok(settlement),
+        Err(StoreError::LeaseLost) => Err(SettleError::Changed),
+        Err(e) => Err(SettleError::Store(e)),
+    }
+}
+
+/// The record as an operator reads it: its state, and the stored reply as text when it is UTF-8.
+pub fn describe(record: &Record) -> Value {
+    let mut out = summary(record);
+    out["key"] = json!(record.key);
+    out["tool"] = json!(record.tool);
+    out["expires_at_s"] = json!(record.expires_at_s);
+    out["created_at_ms"] = json!(record.created_at_ms);
+    out["fingerprint"] = json!(record.fingerprint);
+    if let Some(result) = &record.result {
+        out["result"] = match std::str::from_utf8(result) {
+            Ok(text) => json!(text),
+            Err(_) => json!({"bytes": result.len(), "utf8": false}),
+        };
+    }
+    if let Some(bytes) = record.omitted_result_bytes {
+        out["result_omitted_bytes"] = json!(bytes);
+    }
+    out
+}
+
+fn summary(record: &Record) -> Value {
+    json!({
+        "status": record.status.as_str(),
+        "outcome_unknown": record.outcome_unknown,
+        "at_most_once": record.at_most_once,
+        "lease_until_ms": record.lease_until_ms,
+    })
+}
