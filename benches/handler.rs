@@ -130,6 +130,7 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         expires_at_s: expiry(now_ms),
         owner: None,
         at_most_once: false,
+        path_digests: None,
     }
 }
 
@@ -548,6 +549,7 @@ fn summary(_: &mut Criterion) {
         scope: Scope::Turn,
         envelope_namespaces: None,
         sessionless: Sessionless::Refuse,
+        caller_key_name: "idempotency_key",
     };
     type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
     let flavours: [Flavour; 3] = [

@@ -285,6 +285,9 @@ pub struct Config {
     /// The argument an AgentCore Gateway call names its run by when the Gateway sends no session
     /// id (`DEDUP_RUN_ARGUMENT`).
     pub run_argument: String,
+    /// `DEDUP_IDEMPOTENCY_KEY_NAME`: the envelope member, AgentCore argument or `_meta` member,
+    /// or Bedrock session attribute that carries a caller's own idempotency key.
+    pub idempotency_key_name: String,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets (default `pass_through`).
     pub sessionless: Sessionless,
     /// `DEDUP_ROUTES`: which tool Lambda each call is sent to (empty when unset; the Lambda
@@ -407,6 +410,8 @@ pub const DEFAULT_TTL_SECONDS: u64 = 86_400;
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
 /// Default for `DEDUP_STEP_ATTRIBUTE`.
 pub const DEFAULT_STEP_ATTRIBUTE: &str = "dedup_step";
+/// Where a caller's own idempotency key travels, unless `DEDUP_IDEMPOTENCY_KEY_NAME` says otherwise.
+pub const DEFAULT_IDEMPOTENCY_KEY_NAME: &str = "idempotency_key";
 /// Default for `DEDUP_RUN_ARGUMENT`.
 pub const DEFAULT_RUN_ARGUMENT: &str = "dedup_run_id";
 /// Default for `DEDUP_METRICS_NAMESPACE`.
@@ -425,6 +430,7 @@ impl Default for Config {
             scope: Scope::Turn,
             step_attribute: DEFAULT_STEP_ATTRIBUTE.into(),
             run_argument: DEFAULT_RUN_ARGUMENT.into(),
+            idempotency_key_name: DEFAULT_IDEMPOTENCY_KEY_NAME.into(),
             sessionless: Sessionless::PassThrough,
             routes: Routes::default(),
             lambda_endpoint: None,
@@ -503,6 +509,8 @@ impl Config {
         };
         let step_attribute = get("DEDUP_STEP_ATTRIBUTE").unwrap_or(defaults.step_attribute);
         let run_argument = get("DEDUP_RUN_ARGUMENT").unwrap_or(defaults.run_argument);
+        let idempotency_key_name =
+            get("DEDUP_IDEMPOTENCY_KEY_NAME").unwrap_or(defaults.idempotency_key_name);
         let policy_file = get("DEDUP_POLICY_FILE").map(PathBuf::from);
         let policies = match &policy_file {
             Some(path) => PolicySet::load(path)?,
@@ -539,6 +547,7 @@ impl Config {
             scope: parsed(&get, Scope::VAR)?.unwrap_or(defaults.scope),
             step_attribute,
             run_argument,
+            idempotency_key_name,
             sessionless: parsed(&get, Sessionless::VAR)?.unwrap_or(defaults.sessionless),
             routes,
             lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),

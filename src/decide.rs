@@ -31,6 +31,8 @@ pub enum NextAction {
     },
     /// The key was completed: answer with the stored reply.
     Replay(Record),
+    /// The caller's idempotency key was first used for other arguments: refuse, run nothing.
+    Mismatch(Record),
     /// The call's outcome is unknown and its tool is `at_most_once` (settled so, or its claim's
     /// lease ended unsettled): answer "outcome unknown", never run it again.
     Unknown(Record),
@@ -50,11 +52,14 @@ pub enum NextAction {
 
 /// Decides what a claim's outcome means at `now_ms`. `wait_left` is what remains of the wait
 /// bound (the smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
+/// `caller_fingerprint` is set for a call keyed by its caller's key: a record of other arguments
+/// under that key is a mismatch, whatever its state.
 pub fn decide(
     claim: Result<ClaimOutcome, StoreError>,
     mode: Mode,
     wait_left: Duration,
     now_ms: i64,
+    caller_fingerprint: Option<&str>,
 ) -> NextAction {
     let shadow = mode == Mode::Shadow;
     match claim {
@@ -66,6 +71,11 @@ pub fn decide(
         }
         Err(_) if shadow => NextAction::Shadow { seen: None },
         Err(e) => NextAction::StoreDown(e),
+        Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record))
+            if caller_fingerprint.is_some_and(|f| f != record.fingerprint) =>
+        {
+            NextAction::Mismatch(record)
+        }
         Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record))
             if record.is_outcome_unknown(now_ms) =>
         {
@@ -177,6 +187,7 @@ mod tests {
             omitted_result_bytes: None,
             outcome_unknown: false,
             at_most_once: false,
+            path_digests: None,
         }
     }
 
@@ -198,7 +209,8 @@ mod tests {
                 Ok(ClaimOutcome::Completed(settled)),
                 Mode::Enforce,
                 SOME,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Unknown(_)
         ));
@@ -210,7 +222,8 @@ mod tests {
                 Ok(ClaimOutcome::InProgress(held.clone())),
                 Mode::Enforce,
                 SOME,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Wait(_)
         ));
@@ -220,7 +233,8 @@ mod tests {
                 Ok(ClaimOutcome::InProgress(held.clone())),
                 Mode::Enforce,
                 SOME,
-                5_001
+                5_001,
+                None
             ),
             NextAction::Unknown(_)
         ));
@@ -235,10 +249,28 @@ mod tests {
     }
 
     #[test]
+    fn a_caller_key_met_with_other_arguments_is_a_mismatch_in_any_state() {
+        for status in [Status::Completed, Status::InProgress] {
+            let claim = || match status {
+                Status::Completed => ClaimOutcome::Completed(record(status)),
+                Status::InProgress => ClaimOutcome::InProgress(record(status)),
+            };
+            assert!(matches!(
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("other")),
+                NextAction::Mismatch(_)
+            ));
+            assert!(!matches!(
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("f")),
+                NextAction::Mismatch(_)
+            ));
+        }
+    }
+
+    #[test]
     fn enforce_mode() {
         let token = LeaseToken::new("mine");
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME, NOW),
+            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME, NOW, None),
             NextAction::Execute { token: t } if t == token
         ));
         assert!(matches!(
@@ -246,7 +278,8 @@ mod tests {
                 Ok(ClaimOutcome::Completed(record(Status::Completed))),
                 Mode::Enforce,
                 Duration::ZERO,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Replay(_)
         ));
@@ -255,7 +288,8 @@ mod tests {
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
                 SOME,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Wait(_)
         ));
@@ -264,12 +298,13 @@ mod tests {
                 Ok(ClaimOutcome::InProgress(record(Status::InProgress))),
                 Mode::Enforce,
                 Duration::ZERO,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Busy(_)
         ));
         assert!(matches!(
-            decide(Err(down()), Mode::Enforce, SOME, NOW),
+            decide(Err(down()), Mode::Enforce, SOME, NOW, None),
             NextAction::StoreDown(_)
         ));
     }
@@ -283,7 +318,8 @@ mod tests {
                 }),
                 Mode::Shadow,
                 SOME,
-                NOW
+                NOW,
+                None
             ),
             NextAction::Execute { .. }
         ));
@@ -293,12 +329,12 @@ mod tests {
                 Status::InProgress => ClaimOutcome::InProgress(record(status)),
             };
             assert!(matches!(
-                decide(Ok(claim), Mode::Shadow, Duration::ZERO, NOW),
+                decide(Ok(claim), Mode::Shadow, Duration::ZERO, NOW, None),
                 NextAction::Shadow { seen: Some(_) }
             ));
         }
         assert!(matches!(
-            decide(Err(down()), Mode::Shadow, SOME, NOW),
+            decide(Err(down()), Mode::Shadow, SOME, NOW, None),
             NextAction::Shadow { seen: None }
         ));
     }

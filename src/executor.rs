@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{Config, LEASE_MARGIN, Mode};
 use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
-use crate::key::{Call, Delivery, Keyer, Strategy};
+use crate::key::{Call, Delivery, Keyer, Strategy, differing_paths};
 use crate::seam::ReplyClass;
 use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
 
@@ -49,11 +49,13 @@ pub enum Outcome {
     /// An `at_most_once` call whose outcome is unknown: the tool was not run again, and the
     /// caller is told so until an operator settles the call (`dedup settle`).
     Unknown,
+    /// The caller's idempotency key was first used with other arguments: refused, nothing ran.
+    KeyReused,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 13] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -66,6 +68,7 @@ impl Outcome {
         Outcome::Sessionless,
         Outcome::PassedOn,
         Outcome::Unknown,
+        Outcome::KeyReused,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -83,6 +86,7 @@ impl Outcome {
             Outcome::Sessionless => "sessionless",
             Outcome::PassedOn => "passed_on",
             Outcome::Unknown => "outcome_unknown",
+            Outcome::KeyReused => "idempotency_key_reused",
         }
     }
 
@@ -162,14 +166,18 @@ impl Default for Settings {
 /// One call, keyed.
 #[derive(Debug, Clone, Copy)]
 pub struct Keyed<'a> {
-    /// The typed key, 32 hex digits.
+    /// The typed key, or the caller's key scoped ([`crate::key::CallerKeyed`]), 32 hex digits.
     pub key: &'a str,
-    /// The strict fingerprint (keyer B) of the arguments, stored beside the result.
+    /// The strict fingerprint (keyer B) of the arguments, stored beside the result; for a
+    /// caller-keyed call, the typed canonical form's (a repeat must match it).
     pub fingerprint: &'a str,
     /// The key core's view of the call (to explain which rules made a repeat meet the original).
     pub call: &'a Call<'a>,
     /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
     pub delivery: Delivery,
+    /// Set for a call keyed by its caller's key: its argument-leaf digests (`Some(None)` when too
+    /// many to store). A record under the key with another fingerprint is a mismatch.
+    pub caller: Option<Option<&'a str>>,
 }
 
 /// How long the side effect can run, and so how its claim's lease is kept.
@@ -227,6 +235,13 @@ pub enum Settled<E> {
     /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
     /// unsettled): the side effect was not run again, and will not be until an operator settles it.
     OutcomeUnknown,
+    /// The caller's idempotency key was first used for another tool or other arguments: nothing
+    /// ran. `paths` are the argument paths that differ (JSON Pointers, never values; `tool` when
+    /// the tool differs); `None` when they were not recorded.
+    KeyReused {
+        /// The differing paths.
+        paths: Option<Vec<String>>,
+    },
     /// A completed record answered whose result was too large to store (`bytes` long): the call
     /// ran, and its result cannot be shown again.
     AlreadyRan {
@@ -470,6 +485,8 @@ impl<S: Store> Executor<S> {
                 .cache
                 .as_ref()
                 .and_then(|c| c.get(call.key, self.store.now_ms()))
+                // A caller key met with other arguments is answered from the record, which says how.
+                .filter(|hit| call.caller.is_none() || hit.fingerprint == call.fingerprint)
             {
                 tracing::debug!("replayed from the warm-container cache");
                 return Acquired::Answered(Finished {
@@ -497,7 +514,14 @@ impl<S: Store> Executor<S> {
             }
             let wait_left = wait_until.saturating_duration_since(Instant::now());
             let now_ms = self.store.now_ms();
-            let record = match decide(claim, self.settings.mode, wait_left, now_ms) {
+            let caller_fingerprint = call.caller.map(|_| call.fingerprint);
+            let record = match decide(
+                claim,
+                self.settings.mode,
+                wait_left,
+                now_ms,
+                caller_fingerprint,
+            ) {
                 NextAction::Execute { token } => {
                     return Acquired::Owner(Started {
                         token: Some(token),
@@ -536,6 +560,9 @@ impl<S: Store> Executor<S> {
                     return Acquired::Answered(self.replay(record, call, Outcome::Replayed));
                 }
                 NextAction::Unknown(_) => return Acquired::Answered(outcome_unknown()),
+                NextAction::Mismatch(record) => {
+                    return Acquired::Answered(key_reused(&record, call));
+                }
                 NextAction::Busy(record) => return Acquired::Answered(self.in_progress(&record)),
                 NextAction::Wait(record) => record,
             };
@@ -593,6 +620,7 @@ impl<S: Store> Executor<S> {
             expires_at_s: self.expiry_from(call.call.tool, now),
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
+            path_digests: call.caller.flatten(),
         }
     }
 
@@ -912,6 +940,9 @@ impl<S: Store> Executor<S> {
     }
 
     fn replay<E>(&self, record: Record, call: Keyed<'_>, outcome: Outcome) -> Finished<E> {
+        if call.caller.is_some() && record.fingerprint != call.fingerprint {
+            return key_reused(&record, call);
+        }
         if record.is_outcome_unknown(self.store.now_ms()) {
             return outcome_unknown();
         }
@@ -957,6 +988,18 @@ impl<S: Store> Executor<S> {
             .map(|e| e.rules.names().collect())
             .unwrap_or_default()
     }
+}
+
+/// The answer to a caller key reused with another tool or other arguments: which paths differ.
+fn key_reused<E>(record: &Record, call: Keyed<'_>) -> Finished<E> {
+    let paths =
+        differing_paths(record.path_digests.as_deref(), call.caller.flatten()).map(|mut paths| {
+            if record.tool != call.call.tool {
+                paths.insert(0, "tool".to_string());
+            }
+            paths
+        });
+    finished(Settled::KeyReused { paths }, Outcome::KeyReused, Vec::new())
 }
 
 /// The answer to a repeat of an `at_most_once` call whose outcome is unknown.
@@ -1072,6 +1115,7 @@ mod tests {
             omitted_result_bytes: None,
             outcome_unknown: false,
             at_most_once: false,
+            path_digests: None,
         }
     }
 

@@ -278,6 +278,7 @@ impl<S: Store> Dedup<S> {
             fingerprint: &fingerprint,
             call,
             delivery: keyer.delivery(call.tool),
+            caller: None,
         };
         let settings = self.executor.settings();
         let end = Instant::now() + settings.default_budget;
@@ -316,6 +317,7 @@ impl<S: Store> Dedup<S> {
             }
             Settled::AlreadyRan { bytes } => return Err(GuardError::ResultNotStored { bytes }),
             Settled::OutcomeUnknown => return Err(GuardError::OutcomeUnknown { key }),
+            Settled::KeyReused { .. } => unreachable!("the guard keys by the arguments only"),
             Settled::StoreDown(e) => return Err(GuardError::Store(e)),
             Settled::ToolFailed { error, .. } => return Err(error),
             Settled::NoTime => return Err(GuardError::NoTime),

@@ -59,9 +59,10 @@ use crate::executor::{
     remaining,
 };
 use crate::interceptor::{Interception, InterceptorError, Phase};
-use crate::key::Keyer;
+use crate::key::{Call, CallerKeyError, Delivery, Keyer};
 use crate::seam::{
-    Answers, DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, Unkeyed, json_type, refusal,
+    Answers, DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, ToolCall, Unkeyed, json_type,
+    refusal,
 };
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
@@ -281,6 +282,8 @@ pub struct DoorSettings {
     pub trusted_annotations: Vec<String>,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub interceptor_timeout: Duration,
+    /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
+    pub idempotency_key_name: String,
 }
 
 impl DoorSettings {
@@ -295,6 +298,7 @@ impl DoorSettings {
             sessionless: config.sessionless,
             trusted_annotations: config.trusted_annotations.clone(),
             interceptor_timeout: config.interceptor_timeout,
+            idempotency_key_name: config.idempotency_key_name.clone(),
         }
     }
 
@@ -312,6 +316,54 @@ impl DoorSettings {
             scope: self.scope,
             envelope_namespaces: self.envelope_namespaces.as_deref(),
             sessionless: self.sessionless,
+            caller_key_name: &self.idempotency_key_name,
+        }
+    }
+}
+
+/// A call's store key and fingerprint: the caller's own key when it sent one (its arguments'
+/// typed form as the fingerprint, and their leaf digests), else the typed key.
+struct CallKey {
+    key: String,
+    fingerprint: String,
+    caller: Option<Option<String>>,
+}
+
+impl CallKey {
+    /// Keys `call` (`key_call` is its key-core view); the notice refuses what cannot be keyed.
+    fn derive(keyer: &Keyer, call: &ToolCall, key_call: &Call<'_>) -> Result<CallKey, Notice> {
+        let invalid_arguments =
+            |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
+        match &call.caller_key {
+            Some(caller_key) => match keyer.caller_keyed(key_call, caller_key) {
+                Ok(keyed) => Ok(CallKey {
+                    key: keyed.key.to_string(),
+                    fingerprint: keyed.fingerprint.to_string(),
+                    caller: Some(keyed.path_digests),
+                }),
+                Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
+                Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
+            },
+            None => {
+                let (key, fingerprint) = keyer
+                    .key_and_fingerprint(key_call)
+                    .map_err(|e| invalid_arguments(&e))?;
+                Ok(CallKey {
+                    key: key.to_string(),
+                    fingerprint: fingerprint.to_string(),
+                    caller: None,
+                })
+            }
+        }
+    }
+
+    fn keyed<'a>(&'a self, call: &'a Call<'a>, delivery: Delivery) -> Keyed<'a> {
+        Keyed {
+            key: &self.key,
+            fingerprint: &self.fingerprint,
+            call,
+            delivery,
+            caller: self.caller.as_ref().map(Option::as_deref),
         }
     }
 }
@@ -508,21 +560,24 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
             _ => return pass(Outcome::PassedOn),
         };
-        let mut tool_call =
-            match interception.tool_call(&call, &self.doors.step_attribute, self.doors.sessionless)
-            {
-                Ok(tool_call) => tool_call,
-                Err(Unkeyed::Sessionless(missing)) => {
-                    if request {
-                        warn_sessionless(call.tool, &missing);
-                    }
-                    return pass(Outcome::Sessionless)
-                        .tool(call.tool)
-                        .because("sessionless");
+        let mut tool_call = match interception.tool_call(
+            &call,
+            &self.doors.step_attribute,
+            &self.doors.idempotency_key_name,
+            self.doors.sessionless,
+        ) {
+            Ok(tool_call) => tool_call,
+            Err(Unkeyed::Sessionless(missing)) => {
+                if request {
+                    warn_sessionless(call.tool, &missing);
                 }
-                Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
-                Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
-            };
+                return pass(Outcome::Sessionless)
+                    .tool(call.tool)
+                    .because("sessionless");
+            }
+            Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
+            Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
+        };
         let keyer = self.executor.keyer();
         let mut delivery = keyer.delivery(&tool_call.tool);
         // A policy file entry always wins over what a listing taught.
@@ -568,20 +623,15 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             return pass(Outcome::DedupOff).tool(call.tool);
         }
         let key_call = tool_call.key_call();
-        let (key, fingerprint) = match keyer.key_and_fingerprint(&key_call) {
-            Ok((key, fingerprint)) => (key.to_string(), fingerprint.to_string()),
-            Err(e) if request && settings.mode != Mode::Shadow => {
-                let notice = refusal(NoticeKind::InvalidArguments, &e.to_string());
+        let call_key = match CallKey::derive(keyer, &tool_call, &key_call) {
+            Ok(call_key) => call_key,
+            Err(notice) if request && settings.mode != Mode::Shadow => {
                 return self.refuse(&call, notice);
             }
             Err(_) => return pass(Outcome::PassedOn).tool(call.tool),
         };
-        let keyed = Keyed {
-            key: &key,
-            fingerprint: &fingerprint,
-            call: &key_call,
-            delivery,
-        };
+        let keyed = call_key.keyed(&key_call, delivery);
+        let key = call_key.key.clone();
         let owner = interception.owner(&key);
         let mut answered = if request {
             // The target runs after we answer, within the Gateway's own limit on a call.
@@ -713,25 +763,18 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 .await;
         }
         let key_call = call.key_call();
-        let (key, fingerprint) = match keyer.key_and_fingerprint(&key_call) {
-            Ok((key, fingerprint)) => (key.to_string(), fingerprint.to_string()),
-            Err(e) if settings.mode == Mode::Shadow => {
-                tracing::warn!(error = %e, "shadow mode: unkeyable arguments passed through");
+        let call_key = match CallKey::derive(keyer, &call, &key_call) {
+            Ok(call_key) => call_key,
+            Err(notice) if settings.mode == Mode::Shadow => {
+                tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");
                 return self
                     .pass_through(door, &target, scoping, end, Outcome::Executed)
                     .await;
             }
-            Err(e) => {
-                let notice = refusal(NoticeKind::InvalidArguments, &e.to_string());
-                return self.refuse(door, notice);
-            }
+            Err(notice) => return self.refuse(door, notice),
         };
-        let keyed = Keyed {
-            key: &key,
-            fingerprint: &fingerprint,
-            call: &key_call,
-            delivery: keyer.delivery(&call.tool),
-        };
+        let keyed = call_key.keyed(&key_call, keyer.delivery(&call.tool));
+        let key = call_key.key.clone();
         let lease = Lease::Covering {
             max_run_time: self.dispatcher.max_run_time(&target),
         };
@@ -806,6 +849,14 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 outcome,
                 reply_answer(door, &reply, dedup(outcome, Some(key))),
             ),
+            Settled::KeyReused { paths } => self
+                .notice(
+                    door,
+                    outcome,
+                    Notice::key_reused(tool, paths.as_deref()),
+                    Some(key),
+                )
+                .because("idempotency key reused with other arguments"),
             Settled::OutcomeUnknown => self
                 .notice(door, outcome, Notice::outcome_unknown(tool, key), Some(key))
                 .because("outcome unknown (at_most_once); waits for an operator"),

@@ -70,6 +70,9 @@ pub struct ToolCall {
     /// A schema the event itself declares (Bedrock's parameter types, the envelope's `schema`).
     /// The policy file's schema for the tool is overlaid on it.
     pub schema: Option<Schema>,
+    /// The caller's own idempotency key (`DEDUP_IDEMPOTENCY_KEY_NAME`): when set, the call is
+    /// keyed by it, and a repeat with other arguments is refused ([`crate::key::CallerKeyed`]).
+    pub caller_key: Option<String>,
 }
 
 impl ToolCall {
@@ -176,6 +179,8 @@ pub enum NoticeKind {
     /// An identical call of an `at_most_once` tool may or may not have run, and the tool is never
     /// re-run automatically: an operator settles it.
     SettledUnknown,
+    /// The caller's idempotency key was first used for other arguments.
+    KeyReused,
     /// Too little time was left to call the tool; it was not called.
     NoTime,
     /// The idempotency store could not be reached; the tool was not called (fail closed).
@@ -198,6 +203,7 @@ impl NoticeKind {
                 "tool_error"
             }
             NoticeKind::SettledUnknown => "outcome_unknown",
+            NoticeKind::KeyReused => "idempotency_key_reused",
             NoticeKind::StoreUnavailable => "dedup_unavailable",
             NoticeKind::InvalidArguments => "invalid_arguments",
             NoticeKind::InvalidEvent => "invalid_event",
@@ -215,6 +221,7 @@ impl NoticeKind {
             NoticeKind::OutcomeUnknown => 504,
             NoticeKind::NoTime | NoticeKind::StoreUnavailable => 503,
             NoticeKind::InvalidArguments | NoticeKind::InvalidEvent => 400,
+            NoticeKind::KeyReused => 422,
             NoticeKind::NoRoute => 500,
         }
     }
@@ -222,7 +229,10 @@ impl NoticeKind {
     /// True when the model may correct the call or try again later (Bedrock REPROMPT); false
     /// when only the configuration can fix it (Bedrock FAILURE).
     pub fn model_can_act(self) -> bool {
-        !matches!(self, NoticeKind::InvalidEvent | NoticeKind::NoRoute)
+        !matches!(
+            self,
+            NoticeKind::InvalidEvent | NoticeKind::NoRoute | NoticeKind::KeyReused
+        )
     }
 }
 
@@ -282,6 +292,23 @@ impl Notice {
                 "An identical {tool} call made earlier in this session already ran, so this one was not \
                  executed. Its result was too large to store and cannot be shown again. Do not call it \
                  again with the same arguments; tell the user the action was already performed."
+            ),
+        )
+    }
+
+    /// The caller's idempotency key was first used for another call: `paths` are the argument
+    /// paths that differ (`None`: not recorded). Never a value.
+    pub fn key_reused(tool: &str, paths: Option<&[String]>) -> Notice {
+        let differ = match paths {
+            Some([]) | None => "The differing paths were not recorded.".to_string(),
+            Some(paths) => format!("Paths that differ: {}.", paths.join(", ")),
+        };
+        Notice::new(
+            NoticeKind::KeyReused,
+            format!(
+                "This idempotency key was first used for a call with other arguments, so this {tool} \
+                 call was not executed. {differ} Send a new key for a new call, or the original \
+                 arguments to get the original answer."
             ),
         )
     }
@@ -410,13 +437,7 @@ pub fn refusal(kind: NoticeKind, message: &str) -> Notice {
     Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
-/// Appends `s` as a JSON string literal.
-pub fn push_json_str(out: &mut String, s: &str) {
-    // serde_json's escaper; writing into a String cannot fail.
-    let mut buf = std::mem::take(out).into_bytes();
-    let _ = serde_json::to_writer(&mut buf, s);
-    *out = String::from_utf8(buf).unwrap_or_default();
-}
+pub use crate::key::push_json_str;
 
 /// The step named by a caller-supplied value: a non-blank string (trimmed) or a number.
 pub fn step_value(value: &serde_json::Value) -> Option<String> {
@@ -443,6 +464,8 @@ pub struct ScopeArguments<'a> {
     pub run: &'a str,
     /// The argument that names the step (`DEDUP_STEP_ATTRIBUTE`).
     pub step: &'a str,
+    /// The argument that carries the caller's idempotency key (`DEDUP_IDEMPOTENCY_KEY_NAME`).
+    pub caller_key: &'a str,
 }
 
 /// Which names carry the caller's run and step, the Bedrock turn scope, and the namespaces an
@@ -461,6 +484,9 @@ pub struct Scoping<'a> {
     pub envelope_namespaces: Option<&'a [String]>,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
     pub sessionless: Sessionless,
+    /// `DEDUP_IDEMPOTENCY_KEY_NAME`: the envelope member, AgentCore argument or `_meta` member, or
+    /// Bedrock session attribute that carries the caller's own idempotency key.
+    pub caller_key_name: &'a str,
 }
 
 /// What an AgentCore Gateway call that names no run (no session id, no run argument) gets
@@ -520,6 +546,7 @@ impl Scoping<'_> {
         ScopeArguments {
             run: self.run_argument,
             step: self.step_attribute,
+            caller_key: self.caller_key_name,
         }
     }
 }

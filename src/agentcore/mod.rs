@@ -180,7 +180,9 @@ impl<'a> GatewayCall<'a> {
             Some(session) => Some(session.to_string()),
             None => args.get(scope.run).and_then(step_value),
         };
-        if run_id.is_none() {
+        let caller_key = args.get(scope.caller_key).and_then(step_value);
+        // A caller's own key is the scope: such a call needs no run.
+        if run_id.is_none() && caller_key.is_none() {
             let missing = format!(
                 "the Gateway sent no {SESSION_ID} and the arguments have no {:?}",
                 scope.run
@@ -203,6 +205,7 @@ impl<'a> GatewayCall<'a> {
             run_id,
             step,
             schema: None,
+            caller_key,
         })
     }
 
@@ -298,6 +301,7 @@ mod tests {
     const SCOPE: ScopeArguments<'static> = ScopeArguments {
         run: "dedup_run_id",
         step: "dedup_step",
+        caller_key: "idempotency_key",
     };
 
     fn custom(pairs: &[(&str, &str)]) -> HashMap<String, String> {

@@ -74,6 +74,7 @@ pub fn turn_step(input_text: &str) -> String {
 pub fn call(
     envelope: &Envelope,
     step_attribute: &str,
+    caller_key_name: &str,
     scope: Scope,
 ) -> Result<seam::ToolCall, EventError> {
     let call = envelope.tool_call()?;
@@ -82,7 +83,13 @@ pub fn call(
             reply_to: Box::new(call.reply_to.clone()),
             message: e.to_string(),
         })?;
+    let caller_key = call
+        .reply_to
+        .session_attributes
+        .get(caller_key_name)
+        .and_then(seam::step_value);
     Ok(seam::ToolCall {
+        caller_key,
         step: step(&call, step_attribute, scope),
         namespace: seam::scoped_namespace(ENTRY_POINT, &call.namespace()),
         tool: call.tool().to_string(),
@@ -113,7 +120,13 @@ impl EntryPoint for ActionGroupCall<'_> {
     }
 
     fn call(&self, scoping: Scoping<'_>) -> Result<seam::ToolCall, Unkeyed> {
-        call(&self.envelope, scoping.step_attribute, scoping.scope).map_err(|e| {
+        call(
+            &self.envelope,
+            scoping.step_attribute,
+            scoping.caller_key_name,
+            scoping.scope,
+        )
+        .map_err(|e| {
             refusal(&e)
                 .unwrap_or_else(|| refused(NoticeKind::InvalidEvent, &e.to_string()))
                 .into()

@@ -6,6 +6,7 @@
 //!           "input": {"customer_id": "cus_1", "amount": 4200}   // or "args": "<JSON object text>"
 //!           "run_id": "run-42", "step": 7,                      // step optional
 //!           "namespace": "payments",                            // optional, default "envelope"
+//!           "idempotency_key": "order-7781/charge",             // optional: the caller's own key
 //!           "schema": {...}}                                    // optional JSON Schema or tool definition
 //! answer:  {"result": <the tool's reply>, "dedup": {"outcome": "executed" | "replayed", "key": "<32 hex>"}}
 //! error:   {"error": {"type": "in_progress" | "tool_error" | "dedup_unavailable" | "invalid_arguments"
@@ -16,7 +17,10 @@
 //! An answer has `result` and never `error`; an error has `error` and never `result`. The tool
 //! (routed by `DEDUP_ROUTES` as `"<namespace>/<tool>"`) receives the arguments object, exactly
 //! what a harness would have sent it, and its reply is stored and replayed byte for byte inside
-//! `result`. The run id is required: without it identical calls of different runs would be one.
+//! `result`. The run id is required, unless the caller sends its own idempotency key (the member
+//! `DEDUP_IDEMPOTENCY_KEY_NAME` names, `idempotency_key` by default): without either, identical calls
+//! of different runs would be one. With a caller key, the key is the caller's, scoped by namespace;
+//! a repeat with other arguments is refused as `idempotency_key_reused`.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -55,7 +59,6 @@ pub enum EnvelopeError {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawEnvelope {
     tool: Value,
     #[serde(default)]
@@ -70,6 +73,9 @@ struct RawEnvelope {
     namespace: Option<Value>,
     #[serde(default)]
     schema: Option<Value>,
+    /// The caller's own idempotency key, under whatever name the deployment gives it.
+    #[serde(flatten)]
+    rest: serde_json::Map<String, Value>,
 }
 
 /// A checked envelope.
@@ -84,6 +90,8 @@ pub struct Envelope {
     /// The arguments as JSON object text: `args` as sent, or `input` serialized.
     args: Result<String, EnvelopeError>,
     schema: Option<Value>,
+    /// Members beyond the fixed ones; only the caller-key member is allowed among them.
+    rest: serde_json::Map<String, Value>,
 }
 
 impl Envelope {
@@ -162,6 +170,7 @@ impl Envelope {
             step,
             args,
             schema,
+            rest: raw.rest,
         })
     }
 
@@ -171,8 +180,28 @@ impl Envelope {
     }
 
     /// The call to key. `allowed`: the namespaces the deployment lets an envelope name
-    /// (`DEDUP_ENVELOPE_NAMESPACES`; any when `None`).
-    pub fn tool_call(&self, allowed: Option<&[String]>) -> Result<ToolCall, EnvelopeError> {
+    /// (`DEDUP_ENVELOPE_NAMESPACES`; any when `None`); `caller_key_name`: the member that carries
+    /// the caller's own idempotency key.
+    pub fn tool_call(
+        &self,
+        allowed: Option<&[String]>,
+        caller_key_name: &str,
+    ) -> Result<ToolCall, EnvelopeError> {
+        if let Some(unknown) = self.rest.keys().find(|k| k.as_str() != caller_key_name) {
+            return Err(EnvelopeError::Event(format!(
+                "unknown member {unknown:?}: an envelope has tool, input or args, run_id, step, \
+                 namespace, schema and {caller_key_name}"
+            )));
+        }
+        let caller_key = match self.rest.get(caller_key_name) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(k)) if !k.trim().is_empty() => Some(k.clone()),
+            Some(_) => {
+                return Err(EnvelopeError::Event(format!(
+                    "{caller_key_name:?} must be a non-empty string"
+                )));
+            }
+        };
         if let Some(allowed) = allowed.filter(|a| !a.contains(&self.namespace)) {
             return Err(EnvelopeError::Event(format!(
                 "namespace {:?} is not one this deployment allows (DEDUP_ENVELOPE_NAMESPACES: {})",
@@ -181,11 +210,12 @@ impl Envelope {
             )));
         }
         let args = self.args.clone()?;
-        let run_id = self.run_id.clone().ok_or_else(|| {
-            EnvelopeError::Event(
-                "\"run_id\" is required: without it identical calls of different runs would be one call".into(),
-            )
-        })?;
+        if self.run_id.is_none() && caller_key.is_none() {
+            return Err(EnvelopeError::Event(format!(
+                "\"run_id\" is required (or the caller's own key as {caller_key_name:?}): without \
+                 either, identical calls of different runs would be one call"
+            )));
+        }
         let schema = match &self.schema {
             Some(s) => Some(Schema::for_tool(s, &self.tool).map_err(|e| {
                 EnvelopeError::Event(format!("\"schema\" of tool {:?}: {e}", self.tool))
@@ -196,9 +226,10 @@ impl Envelope {
             tool: self.tool.clone(),
             args,
             namespace: scoped_namespace(ENTRY_POINT, &self.namespace),
-            run_id: Some(run_id),
+            run_id: self.run_id.clone(),
             step: self.step.clone(),
             schema,
+            caller_key,
         })
     }
 
@@ -223,7 +254,7 @@ impl EntryPoint for Envelope {
     }
 
     fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed> {
-        self.tool_call(scoping.envelope_namespaces)
+        self.tool_call(scoping.envelope_namespaces, scoping.caller_key_name)
             .map_err(|e| envelope_refusal(&e).into())
     }
 
@@ -314,10 +345,13 @@ mod tests {
                                          "run_id": "r", "step": "7"}),
         )
         .unwrap();
-        let (ca, cb) = (a.tool_call(None).unwrap(), b.tool_call(None).unwrap());
+        let (ca, cb) = (
+            a.tool_call(None, "idempotency_key").unwrap(),
+            b.tool_call(None, "idempotency_key").unwrap(),
+        );
         assert_eq!(ca.namespace, format!("{ENTRY_POINT}:{DEFAULT_NAMESPACE}"));
         let allowed = ["payments".to_string()];
-        let refused = a.tool_call(Some(&allowed)).unwrap_err();
+        let refused = a.tool_call(Some(&allowed), "idempotency_key").unwrap_err();
         assert!(
             matches!(&refused, EnvelopeError::Event(m) if m.contains("DEDUP_ENVELOPE_NAMESPACES")),
             "{refused}"
@@ -327,7 +361,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            payments.tool_call(Some(&allowed)).unwrap().namespace,
+            payments
+                .tool_call(Some(&allowed), "idempotency_key")
+                .unwrap()
+                .namespace,
             "envelope:payments"
         );
         assert_eq!(
@@ -355,7 +392,11 @@ mod tests {
             ),
             (
                 json!({"tool": "t", "input": {}, "run_id": "r", "stpe": 1}),
-                "unknown field",
+                "unknown member \"stpe\"",
+            ),
+            (
+                json!({"tool": "t", "input": {}, "idempotency_key": 7}),
+                "must be a non-empty string",
             ),
             (
                 json!({"tool": "t", "input": {}, "run_id": "r", "step": [1]}),
@@ -368,14 +409,22 @@ mod tests {
         ];
         for (event, needle) in cases {
             let err = Envelope::parse(&event)
-                .and_then(|e| e.tool_call(None))
+                .and_then(|e| e.tool_call(None, "idempotency_key"))
                 .unwrap_err();
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }
+        let keyed = Envelope::parse(&json!({"tool": "t", "input": {}, "idempotency_key": "k"}))
+            .and_then(|e| e.tool_call(None, "idempotency_key"))
+            .unwrap();
+        assert_eq!(
+            (keyed.caller_key.as_deref(), keyed.run_id),
+            (Some("k"), None),
+            "a caller key stands in for the run"
+        );
         let no_run = Envelope::parse(&json!({"tool": "t", "input": {}})).unwrap();
         assert!(
             no_run
-                .tool_call(None)
+                .tool_call(None, "idempotency_key")
                 .unwrap_err()
                 .to_string()
                 .contains("run_id")
@@ -396,7 +445,7 @@ mod tests {
         ] {
             let err = Envelope::parse(&event)
                 .unwrap()
-                .tool_call(None)
+                .tool_call(None, "idempotency_key")
                 .unwrap_err();
             assert!(matches!(err, EnvelopeError::Arguments(_)), "{event}: {err}");
             assert!(err.to_string().contains(needle), "{event}: {err}");
@@ -413,7 +462,12 @@ mod tests {
                 &json!({"tool": "t", "input": {"amount": 1}, "run_id": "r", "schema": schema}),
             )
             .unwrap();
-            assert!(e.tool_call(None).unwrap().schema.is_some());
+            assert!(
+                e.tool_call(None, "idempotency_key")
+                    .unwrap()
+                    .schema
+                    .is_some()
+            );
         }
     }
 

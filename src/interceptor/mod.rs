@@ -248,15 +248,23 @@ impl<'a> Interception<'a> {
             .filter(|s| !s.is_empty())
     }
 
-    /// The call to key, or why there is none (see the module docs).
+    /// The call to key, or why there is none (see the module docs). The caller's own idempotency
+    /// key is the `_meta` member `caller_key_name` names, else that argument.
     pub fn tool_call(
         &self,
         call: &ToolsCall<'_>,
         step_attribute: &str,
+        caller_key_name: &str,
         sessionless: Sessionless,
     ) -> Result<ToolCall, crate::seam::Unkeyed> {
         let run_id = self.session().map(str::to_string);
-        if run_id.is_none() {
+        let caller_key = call
+            .meta
+            .and_then(|m| m.get(caller_key_name))
+            .or_else(|| call.arguments.get(caller_key_name))
+            .and_then(step_value);
+        // A caller's own key is the scope: such a call needs no session.
+        if run_id.is_none() && caller_key.is_none() {
             let missing = format!(
                 "the request has no {SESSION_HEADER} header (set passRequestHeaders on the interceptor)"
             );
@@ -272,6 +280,7 @@ impl<'a> Interception<'a> {
                 .and_then(|m| m.get(step_attribute))
                 .and_then(step_value),
             schema: None,
+            caller_key,
         })
     }
 
@@ -433,7 +442,7 @@ mod tests {
         let call = i.tools_call().unwrap().unwrap();
         assert_eq!((call.target, call.tool), ("payments", "charge_card"));
         let tc = i
-            .tool_call(&call, "dedup_step", Sessionless::Refuse)
+            .tool_call(&call, "dedup_step", "idempotency_key", Sessionless::Refuse)
             .unwrap();
         assert_eq!(tc.namespace, "interceptor:-/payments");
         assert_eq!(tc.run_id.as_deref(), Some("sess-1"));
@@ -539,13 +548,23 @@ mod tests {
         let i = Interception::parse(&event, None).unwrap();
         let call = i.tools_call().unwrap().unwrap();
         assert!(matches!(
-            i.tool_call(&call, "dedup_step", Sessionless::PassThrough),
+            i.tool_call(
+                &call,
+                "dedup_step",
+                "idempotency_key",
+                Sessionless::PassThrough
+            ),
             Err(crate::seam::Unkeyed::Sessionless(_))
         ));
         assert_eq!(
-            i.tool_call(&call, "dedup_step", Sessionless::GatewayScope)
-                .unwrap()
-                .run_id,
+            i.tool_call(
+                &call,
+                "dedup_step",
+                "idempotency_key",
+                Sessionless::GatewayScope
+            )
+            .unwrap()
+            .run_id,
             None
         );
     }

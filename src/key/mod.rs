@@ -6,6 +6,7 @@
 //! length-prefixed, domain-separated hash of namespace, tool, run id, step and arguments.
 
 mod article;
+mod caller;
 mod json;
 mod number;
 pub mod policy;
@@ -19,6 +20,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use article::write_python_json_string;
+pub use caller::{CallerKeyError, CallerKeyed, differing_paths};
 pub use json::{Node, parse as parse_json};
 pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
@@ -511,4 +513,12 @@ fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
     let mut key = [0u8; 16];
     key.copy_from_slice(&digest[..16]);
     Key(key)
+}
+
+/// Appends `s` as a JSON string literal.
+pub fn push_json_str(out: &mut String, s: &str) {
+    // serde_json's escaper; writing into a String cannot fail.
+    let mut buf = std::mem::take(out).into_bytes();
+    let _ = serde_json::to_writer(&mut buf, s);
+    *out = String::from_utf8(buf).unwrap_or_default();
 }

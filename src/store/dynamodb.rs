@@ -29,6 +29,7 @@
 //! | `result_omitted` | N | instead of `result`: the size of a result too large to store |
 //! | `outcome_unknown` | BOOL | instead of `result`: settled as outcome unknown, for an operator |
 //! | `at_most_once` | BOOL | the claim is never taken over once its lease ends |
+//! | `path_digests` | S | a caller-keyed call's digest per argument leaf (no values) |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -81,8 +82,10 @@ pub mod attr {
     pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
     /// On a claim of an `at_most_once` tool: `true` (BOOL); never taken over.
     pub const AT_MOST_ONCE: &str = "at_most_once";
+    /// On a claim keyed by its caller's key: a digest per argument leaf (S).
+    pub const PATH_DIGESTS: &str = "path_digests";
 
-    pub(crate) const ALL: [&str; 11] = [
+    pub(crate) const ALL: [&str; 12] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -94,6 +97,7 @@ pub mod attr {
         RESULT_OMITTED,
         OUTCOME_UNKNOWN,
         AT_MOST_ONCE,
+        PATH_DIGESTS,
     ];
 }
 
@@ -370,6 +374,9 @@ impl DynamoDbStore {
         item.insert(attr::CREATED_AT.into(), n(now_ms));
         if req.at_most_once {
             item.insert(attr::AT_MOST_ONCE.into(), AttributeValue::Bool(true));
+        }
+        if let Some(digests) = req.path_digests {
+            item.insert(attr::PATH_DIGESTS.into(), s(digests));
         }
         item
     }
@@ -1167,6 +1174,10 @@ pub fn decode_item(
             item.get(attr::AT_MOST_ONCE),
             Some(AttributeValue::Bool(true))
         ),
+        path_digests: match item.get(attr::PATH_DIGESTS) {
+            Some(AttributeValue::S(digests)) => Some(digests.clone()),
+            _ => None,
+        },
     })
 }
 

@@ -50,6 +50,7 @@ struct Stored {
     /// Set when settled as outcome unknown ([`Store::settle_unknown`]).
     outcome_unknown: bool,
     at_most_once: bool,
+    path_digests: Option<String>,
 }
 
 impl Stored {
@@ -89,6 +90,7 @@ impl Stored {
             omitted_result_bytes: self.omitted_result_bytes,
             outcome_unknown: self.outcome_unknown,
             at_most_once: self.at_most_once,
+            path_digests: self.path_digests.clone(),
         })
     }
 }
@@ -180,6 +182,7 @@ impl MemoryStore {
                 omitted_result_bytes: None,
                 outcome_unknown: false,
                 at_most_once: req.at_most_once,
+                path_digests: req.path_digests.map(str::to_owned),
             },
         );
         items.claims += 1;
@@ -375,6 +378,7 @@ impl MemoryStore {
                 omitted_result_bytes: None,
                 outcome_unknown: false,
                 at_most_once: false,
+                path_digests: None,
             },
         );
         Ok(())
@@ -481,6 +485,7 @@ mod tests {
                 expires_at_s,
                 owner: None,
                 at_most_once: false,
+                path_digests: None,
             };
             assert!(matches!(
                 store.claim_now(req),

@@ -166,6 +166,9 @@ pub struct ClaimRequest<'a> {
     /// The tool is `at_most_once`: once the lease ends, nobody takes the claim over; the call's
     /// outcome is unknown until an operator settles it.
     pub at_most_once: bool,
+    /// For a call keyed by its caller's key: a digest per argument leaf, so that a repeat with
+    /// other arguments can be told which paths differ ([`crate::key::differing_paths`]).
+    pub path_digests: Option<&'a str>,
 }
 
 impl ClaimRequest<'_> {
@@ -283,6 +286,8 @@ pub struct Record {
     pub outcome_unknown: bool,
     /// The claim was taken `at_most_once` ([`ClaimRequest::at_most_once`]).
     pub at_most_once: bool,
+    /// The claim's [`ClaimRequest::path_digests`].
+    pub path_digests: Option<String>,
 }
 
 impl Record {
@@ -339,6 +344,7 @@ impl fmt::Debug for Record {
             .field("omitted_result_bytes", &self.omitted_result_bytes)
             .field("outcome_unknown", &self.outcome_unknown)
             .field("at_most_once", &self.at_most_once)
+            .field("path_digests", &self.path_digests.as_ref().map(String::len))
             .finish()
     }
 }
@@ -700,6 +706,7 @@ mod tests {
             expires_at_s,
             owner: None,
             at_most_once: false,
+            path_digests: None,
         };
         assert_eq!(req(65_500, 200).record_expiry(), 200);
         assert_eq!(req(65_500, 1).record_expiry(), 65);

@@ -186,6 +186,7 @@ async fn an_envelope_that_copies_a_bedrock_calls_scope_is_its_own_call() {
     let bedrock_call = toolcall_dedup::bedrock::call(
         &toolcall_dedup::bedrock::Envelope::parse(&ev).unwrap(),
         "dedup_step",
+        "idempotency_key",
         Scope::Turn,
     )
     .unwrap();

@@ -56,6 +56,7 @@ impl<S: Store + 'static> Ctx<S> {
             expires_at_s: now.div_euclid(1000) + TTL_S,
             owner: None,
             at_most_once: false,
+            path_digests: None,
         }
     }
 
@@ -843,6 +844,7 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
                     expires_at_s,
                     owner: None,
                     at_most_once: false,
+                    path_digests: None,
                 };
                 store.claim(req).await
             });
@@ -1351,6 +1353,7 @@ impl<S: Store> Twin<S> {
                     expires_at_s: now_ms.div_euclid(1000) + ttl_s,
                     owner: None,
                     at_most_once: false,
+                    path_digests: None,
                 };
                 match self.store.claim(req).await {
                     Ok(ClaimOutcome::Claimed { token }) => {

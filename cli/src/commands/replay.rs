@@ -90,6 +90,8 @@ impl Summary {
             Some(Outcome::Waited) => self.waited += 1,
             // An at_most_once repeat answered "outcome unknown", like a call still in flight.
             Some(Outcome::InProgress | Outcome::Unknown) => self.in_progress += 1,
+            // A caller key reused with other arguments: refused, nothing ran.
+            Some(Outcome::KeyReused) => self.errors += 1,
             Some(Outcome::ShadowReplay) => self.shadow_replays += 1,
             // An interceptor message that is not a call: nothing ran, nothing failed.
             Some(Outcome::PassedOn) => {}

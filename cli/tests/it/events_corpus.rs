@@ -91,6 +91,9 @@ enum Expect {
     Rejected,
     /// Every invocation executes: a sessionless Gateway call passes through without dedup.
     Unprotected,
+    /// One execution, then every other invocation refused: a caller key reused with other
+    /// arguments.
+    KeyReused,
 }
 
 #[derive(Debug)]
@@ -116,7 +119,7 @@ fn hand_policy(dir: &str) -> Option<&'static str> {
 
 /// Hand-written pairs (events/README.md), with the policy each runs under; every other valid
 /// hand-written file is a single call.
-const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 8] = [
+const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 10] = [
     (
         "fd-charge_card.json",
         "fd-charge_card-retry.json",
@@ -163,6 +166,18 @@ const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 8] = [
         "envelope/charge_card-step8.json",
         "envelope/charge_card-step9.json",
         Expect::Twice,
+        None,
+    ),
+    (
+        "envelope/charge_card-key.json",
+        "envelope/charge_card-key-retry.json",
+        Expect::Once,
+        None,
+    ),
+    (
+        "envelope/charge_card-key-7782.json",
+        "envelope/charge_card-key-7782-reused.json",
+        Expect::KeyReused,
         None,
     ),
 ];
@@ -307,6 +322,7 @@ fn run(case: &Case, store: Store<'_>) -> Result<(), String> {
         Expect::Twice => (2, invocations - 2, 0),
         Expect::Rejected => (0, 0, invocations),
         Expect::Unprotected => (invocations, 0, 0),
+        Expect::KeyReused => (1, 0, invocations - 1),
     };
     let got = (
         count("invocations"),
@@ -420,6 +436,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
         scope: Scope::Turn,
         envelope_namespaces: None,
         sessionless: Sessionless::Refuse,
+        caller_key_name: "idempotency_key",
     };
     for file in event_files() {
         let read = EventFile::read(file.clone()).unwrap();

@@ -50,6 +50,7 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
         expires_at_s: now / 1000 + 3_600,
         owner: None,
         at_most_once: true,
+        path_digests: None,
     };
     let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
         panic!("expected a claim")
