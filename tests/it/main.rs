@@ -9,6 +9,7 @@ mod shapes;
 mod at_most_once;
 mod bad_input;
 mod bedrock_declared;
+mod caller_keys;
 mod e2e_lambda;
 mod fuzz_regressions;
 mod guard;
