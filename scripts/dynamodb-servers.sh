@@ -6,6 +6,7 @@
 #   scripts/dynamodb-servers.sh env       # print the export lines of the running servers again
 #   scripts/dynamodb-servers.sh stop      # stop the servers this script started
 #
+# moto also serves S3 on the same port (the results bucket of the offload tests).
 # moto is served single-threaded (tools/moto_single.py): its threaded server lets two racing
 # conditional writes both win. dynalite is atomic but ignores ReturnValuesOnConditionCheckFailure,
 # which is what exercises the store's GetItem fallback. Neither deletes TTL-expired items.
@@ -29,7 +30,7 @@ moto_ok() {
   "$1" - "$MOTO_VERSION" >/dev/null 2>&1 <<'PY'
 import sys
 import moto, werkzeug.serving
-import moto.dynamodb
+import moto.dynamodb, moto.s3
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 sys.exit(0 if moto.__version__ == sys.argv[1] else 1)
 PY
@@ -60,10 +61,10 @@ cmd_install() {
   else
     local sys_py="${DEDUP_PYTHON:-python3}"
     command -v "$sys_py" >/dev/null 2>&1 || die "python3 not found (needed for moto)"
-    log "installing moto[server,dynamodb]==$MOTO_VERSION into $DIR/venv-moto"
+    log "installing moto[server,dynamodb,s3]==$MOTO_VERSION into $DIR/venv-moto"
     "$sys_py" -m venv "$DIR/venv-moto" >&2
     "$DIR/venv-moto/bin/pip" install --quiet --disable-pip-version-check \
-      "moto[server,dynamodb]==$MOTO_VERSION" >&2
+      "moto[server,dynamodb,s3]==$MOTO_VERSION" >&2
     moto_python >/dev/null || die "moto $MOTO_VERSION still not importable after pip install"
   fi
   if dynalite_ok; then

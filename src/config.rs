@@ -295,6 +295,14 @@ pub struct Config {
     pub routes: Routes,
     /// `DEDUP_LAMBDA_ENDPOINT`: where tool Lambdas are invoked (e.g. `cargo lambda watch`).
     pub lambda_endpoint: Option<String>,
+    /// `DEDUP_RESULTS_BUCKET`: where results past DynamoDB's item limit go (else they are omitted
+    /// and repeats told the call already ran).
+    pub results_bucket: Option<String>,
+    /// `DEDUP_S3_ENDPOINT`: a local S3-compatible server for the results bucket.
+    pub s3_endpoint: Option<String>,
+    /// `DEDUP_OFFLOAD_THRESHOLD_BYTES`: with a results bucket, results longer than this go to it
+    /// even when they would fit in an item.
+    pub offload_above: Option<usize>,
     /// Upper bound on waiting for an identical in-flight call (`DEDUP_WAIT_MS`).
     pub wait: Duration,
     /// `DEDUP_MODE`: enforce, shadow or off (default enforce).
@@ -434,6 +442,9 @@ impl Default for Config {
             sessionless: Sessionless::PassThrough,
             routes: Routes::default(),
             lambda_endpoint: None,
+            results_bucket: None,
+            s3_endpoint: None,
+            offload_above: None,
             wait: Duration::from_millis(DEFAULT_WAIT_MS),
             mode: Mode::Enforce,
             log_calls: LogCalls::Off,
@@ -551,6 +562,9 @@ impl Config {
             sessionless: parsed(&get, Sessionless::VAR)?.unwrap_or(defaults.sessionless),
             routes,
             lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),
+            results_bucket: get("DEDUP_RESULTS_BUCKET"),
+            s3_endpoint: get("DEDUP_S3_ENDPOINT"),
+            offload_above: parsed(&get, "DEDUP_OFFLOAD_THRESHOLD_BYTES")?,
             wait: Duration::from_millis(parsed(&get, "DEDUP_WAIT_MS")?.unwrap_or(DEFAULT_WAIT_MS)),
             mode: parsed(&get, Mode::VAR)?.unwrap_or(defaults.mode),
             log_calls: parsed(&get, LogCalls::VAR)?.unwrap_or(defaults.log_calls),
@@ -632,6 +646,7 @@ impl Config {
         let cfg = DynamoDbConfig {
             key_attribute: self.key_attribute.clone(),
             ttl_attribute: self.ttl_attribute.clone(),
+            offload_above: self.offload_above,
             ..DynamoDbConfig::new(table.clone())
         };
         cfg.validate().map_err(|e| ConfigError::Invalid {

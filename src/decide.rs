@@ -188,6 +188,7 @@ mod tests {
             outcome_unknown: false,
             at_most_once: false,
             path_digests: None,
+            offloaded: None,
         }
     }
 

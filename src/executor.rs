@@ -890,7 +890,7 @@ impl<S: Store> Executor<S> {
             Lease::Renewed { .. } => write.await,
         };
         match written {
-            Ok(Ok(Completion::Stored)) => {
+            Ok(Ok(Completion::Stored | Completion::Offloaded { .. })) => {
                 // Warm the cache from what is in hand: no read after the write.
                 if let Some(cache) = &self.cache {
                     cache.insert(call.key, reply, call.fingerprint, expires_at_s);
@@ -1116,6 +1116,7 @@ mod tests {
             outcome_unknown: false,
             at_most_once: false,
             path_digests: None,
+            offloaded: None,
         }
     }
 

@@ -64,7 +64,7 @@ use crate::seam::{
     Answers, DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, ToolCall, Unkeyed, json_type,
     refusal,
 };
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry::{InvocationReport, Telemetry};
 
 pub use crate::executor::Settings;
@@ -875,6 +875,11 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                     Some(key),
                 )
                 .because(reason)
+            }
+            Settled::StoreDown(e @ StoreError::ResultUnavailable { .. }) => {
+                tracing::error!(error = %e, "the stored result is unavailable; the call is not run again");
+                self.notice(door, outcome, Notice::result_unavailable(tool), Some(key))
+                    .because(e.to_string())
             }
             Settled::StoreDown(e) => {
                 tracing::error!(error = ?e, "idempotency store unavailable; failing closed");

@@ -6,7 +6,7 @@ use lambda_runtime::{Error, tracing};
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::{self, LambdaDispatcher};
 use toolcall_dedup::handler::{Handler, serve};
-use toolcall_dedup::store::{DynamoDbStore, MemoryStore, dynamodb};
+use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;
 
 #[tokio::main]
@@ -33,7 +33,11 @@ async fn run() -> Result<(), Error> {
     match config.store {
         StoreKind::DynamoDb => {
             let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
-            let store = DynamoDbStore::new(&client, config.dynamodb()?)?;
+            let mut store = DynamoDbStore::new(&client, config.dynamodb()?)?;
+            if let Some(bucket) = &config.results_bucket {
+                let s3 = offload::build_client(config.s3_endpoint.as_deref()).await;
+                store = store.with_result_bucket(ResultBucket::new(s3, bucket));
+            }
             serve(Handler::new(store, dispatcher, &config, telemetry)).await
         }
         StoreKind::Memory => {

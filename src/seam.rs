@@ -181,6 +181,8 @@ pub enum NoticeKind {
     SettledUnknown,
     /// The caller's idempotency key was first used for other arguments.
     KeyReused,
+    /// An identical call ran, but its stored result (in the results bucket) is missing or altered.
+    ResultUnavailable,
     /// Too little time was left to call the tool; it was not called.
     NoTime,
     /// The idempotency store could not be reached; the tool was not called (fail closed).
@@ -204,6 +206,7 @@ impl NoticeKind {
             }
             NoticeKind::SettledUnknown => "outcome_unknown",
             NoticeKind::KeyReused => "idempotency_key_reused",
+            NoticeKind::ResultUnavailable => "result_unavailable",
             NoticeKind::StoreUnavailable => "dedup_unavailable",
             NoticeKind::InvalidArguments => "invalid_arguments",
             NoticeKind::InvalidEvent => "invalid_event",
@@ -214,9 +217,10 @@ impl NoticeKind {
     /// The HTTP status an HTTP-shaped answer carries (Bedrock OpenAPI responses).
     pub fn http_status(self) -> u16 {
         match self {
-            NoticeKind::InProgress | NoticeKind::AlreadyExecuted | NoticeKind::SettledUnknown => {
-                409
-            }
+            NoticeKind::InProgress
+            | NoticeKind::AlreadyExecuted
+            | NoticeKind::SettledUnknown
+            | NoticeKind::ResultUnavailable => 409,
             NoticeKind::ToolFailed => 502,
             NoticeKind::OutcomeUnknown => 504,
             NoticeKind::NoTime | NoticeKind::StoreUnavailable => 503,
@@ -292,6 +296,19 @@ impl Notice {
                 "An identical {tool} call made earlier in this session already ran, so this one was not \
                  executed. Its result was too large to store and cannot be shown again. Do not call it \
                  again with the same arguments; tell the user the action was already performed."
+            ),
+        )
+    }
+
+    /// An identical call ran, but its stored result cannot be read back (the object is missing or
+    /// is not the one the record describes).
+    pub fn result_unavailable(tool: &str) -> Notice {
+        Notice::new(
+            NoticeKind::ResultUnavailable,
+            format!(
+                "An identical {tool} call made earlier already ran, so this one was not executed, but \
+                 its stored result is unavailable and cannot be shown. Do not call it again with the \
+                 same arguments; tell the user the action was already performed."
             ),
         )
     }

@@ -61,12 +61,7 @@ pub fn step(call: &ToolCall, step_attribute: &str, scope: Scope) -> Option<Strin
 /// `"turn:"` + 16 hex digits of SHA-256 of the turn's input text.
 pub fn turn_step(input_text: &str) -> String {
     let digest = Sha256::digest(input_text.as_bytes());
-    let mut step = String::with_capacity(21);
-    step.push_str("turn:");
-    for b in &digest[..8] {
-        step.push_str(&format!("{b:02x}"));
-    }
-    step
+    format!("turn:{}", crate::key::hex(&digest[..8]))
 }
 
 /// The format-free call of an action-group event: the declared parameter types become its

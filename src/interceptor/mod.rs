@@ -39,7 +39,6 @@
 //! passed through without a write.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -297,11 +296,7 @@ impl<'a> Interception<'a> {
             .chain_update([0])
             .chain_update(self.id().to_string().as_bytes())
             .finalize();
-        let mut owner = String::with_capacity(24);
-        for byte in &digest[..12] {
-            let _ = write!(owner, "{byte:02x}");
-        }
-        owner
+        crate::key::hex(&digest[..12])
     }
 
     /// The REQUEST answer that lets the request through unchanged (its body only).

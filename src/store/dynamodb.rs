@@ -30,6 +30,9 @@
 //! | `outcome_unknown` | BOOL | instead of `result`: settled as outcome unknown, for an operator |
 //! | `at_most_once` | BOOL | the claim is never taken over once its lease ends |
 //! | `path_digests` | S | a caller-keyed call's digest per argument leaf (no values) |
+//! | `result_object` | S | instead of `result`: the results bucket's object holding it |
+//! | `result_sha256` | S | with `result_object`: the result's SHA-256 (hex) |
+//! | `result_bytes` | N | with `result_object`: the result's size |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -53,9 +56,9 @@ use tokio::time::Instant;
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
-    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op, Record, RequestCounter, RequestCounts, Resolution,
-    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
-    validate_claim, validate_key,
+    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Offloaded, Op, Record, RequestCounter, RequestCounts,
+    Resolution, ResultBucket, RetriesExhausted, Status, Store, StoreError, SystemClock,
+    expiry_covering_lease, validate_claim, validate_key,
 };
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
@@ -84,8 +87,14 @@ pub mod attr {
     pub const AT_MOST_ONCE: &str = "at_most_once";
     /// On a claim keyed by its caller's key: a digest per argument leaf (S).
     pub const PATH_DIGESTS: &str = "path_digests";
+    /// On a completed record whose result is in the results bucket: the object's key (S).
+    pub const RESULT_OBJECT: &str = "result_object";
+    /// With `result_object`: the result's SHA-256, hex (S).
+    pub const RESULT_SHA256: &str = "result_sha256";
+    /// With `result_object`: the result's size in bytes (N).
+    pub const RESULT_BYTES: &str = "result_bytes";
 
-    pub(crate) const ALL: [&str; 12] = [
+    pub(crate) const ALL: [&str; 15] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -98,6 +107,9 @@ pub mod attr {
         OUTCOME_UNKNOWN,
         AT_MOST_ONCE,
         PATH_DIGESTS,
+        RESULT_OBJECT,
+        RESULT_SHA256,
+        RESULT_BYTES,
     ];
 }
 
@@ -133,6 +145,9 @@ const READ_BACK_BOUND: Duration = Duration::from_secs(1);
 /// Completion without the result (too large to store): the call stays settled.
 const COMPLETE_OMITTED_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc";
+/// Completion with the result in the results bucket: the record points to it.
+const COMPLETE_OFFLOADED_UPDATE: &str = "SET #st = :completed, #exp = :exp, #obj = :obj, \
+     #sha = :sha, #size = :size REMOVE #res, #enc";
 
 /// Rounds of "conditional write failed, but the record read back is claimable" before giving up.
 /// Each round means another writer changed the record in between, so this only bounds livelock.
@@ -154,6 +169,9 @@ pub struct DynamoDbConfig {
     pub compress_threshold: usize,
     /// How long and how often a request is retried.
     pub retry: RetryPolicy,
+    /// With a results bucket: results longer than this go to it even when they would fit in an
+    /// item (`DEDUP_OFFLOAD_THRESHOLD_BYTES`). `None`: only what does not fit goes.
+    pub offload_above: Option<usize>,
 }
 
 impl DynamoDbConfig {
@@ -170,6 +188,7 @@ impl DynamoDbConfig {
             ttl_attribute: Self::DEFAULT_TTL_ATTRIBUTE.to_owned(),
             compress_threshold: DEFAULT_COMPRESS_THRESHOLD,
             retry: RetryPolicy::default(),
+            offload_above: None,
         }
     }
 
@@ -288,6 +307,8 @@ pub struct DynamoDbStore {
     cfg: Arc<DynamoDbConfig>,
     clock: Arc<dyn Clock>,
     counter: Arc<RequestCounter>,
+    /// Where results past the item limit go; without it they are omitted.
+    results: Option<ResultBucket>,
 }
 
 impl fmt::Debug for DynamoDbStore {
@@ -296,6 +317,7 @@ impl fmt::Debug for DynamoDbStore {
             .field("cfg", &self.cfg)
             .field("clock", &self.clock)
             .field("requests", &self.counter.snapshot())
+            .field("results", &self.results)
             .finish_non_exhaustive()
     }
 }
@@ -317,6 +339,7 @@ impl DynamoDbStore {
             cfg: Arc::new(cfg),
             clock: Arc::new(SystemClock),
             counter,
+            results: None,
         })
     }
 
@@ -324,6 +347,35 @@ impl DynamoDbStore {
     pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self
+    }
+
+    /// Results that do not fit in an item (or are longer than
+    /// [`DynamoDbConfig::offload_above`]) go to `bucket` instead of being omitted.
+    pub fn with_result_bucket(mut self, bucket: ResultBucket) -> Self {
+        self.results = Some(bucket);
+        self
+    }
+
+    /// Where results past the item limit go, if anywhere.
+    pub fn result_bucket(&self) -> Option<&ResultBucket> {
+        self.results.as_ref()
+    }
+
+    /// A completed record with its offloaded result read back (and checked) into `result`.
+    async fn with_result(&self, mut record: Record) -> Result<Record, StoreError> {
+        if let (Status::Completed, None, Some(offloaded)) =
+            (record.status, &record.result, &record.offloaded)
+        {
+            let bucket = self
+                .results
+                .as_ref()
+                .ok_or_else(|| StoreError::ResultUnavailable {
+                    object: offloaded.object.clone(),
+                    why: "no results bucket is configured (DEDUP_RESULTS_BUCKET)".into(),
+                })?;
+            record.result = Some(bucket.fetch(offloaded).await?);
+        }
+        Ok(record)
     }
 
     /// The table and attribute settings this store uses.
@@ -551,7 +603,14 @@ impl DynamoDbStore {
             Err(StoreError::ResultTooLarge { .. }) => None,
             Err(e) => return Err(e),
         };
-        if let Some(encoded) = &encoded {
+        let offload_now = self
+            .cfg
+            .offload_above
+            .is_some_and(|above| result.len() > above);
+        if let Some(encoded) = encoded
+            .as_ref()
+            .filter(|_| !(offload_now && self.results.is_some()))
+        {
             match self
                 .send_complete(key, token, Written::Result(encoded), expires_at_s)
                 .await
@@ -566,6 +625,16 @@ impl DynamoDbStore {
             }
         }
         let bytes = result.len();
+        if let Some(bucket) = &self.results {
+            // Written before the record points to it: a record never names a missing object.
+            let offloaded = bucket.put(key, token, result).await?;
+            let sent = self
+                .send_complete(key, token, Written::Offloaded(&offloaded), expires_at_s)
+                .await;
+            return self
+                .completed(key, token, sent, Some(Completion::Offloaded { bytes }))
+                .await;
+        }
         let sent = self
             .send_complete(key, token, Written::Omitted { bytes }, expires_at_s)
             .await;
@@ -613,6 +682,17 @@ impl DynamoDbStore {
                         ":omit",
                         n(i64::try_from(bytes).unwrap_or(i64::MAX)),
                     ),
+                Written::Offloaded(offloaded) => update
+                    .update_expression(COMPLETE_OFFLOADED_UPDATE)
+                    .expression_attribute_names("#obj", attr::RESULT_OBJECT)
+                    .expression_attribute_names("#sha", attr::RESULT_SHA256)
+                    .expression_attribute_names("#size", attr::RESULT_BYTES)
+                    .expression_attribute_values(":obj", s(&offloaded.object))
+                    .expression_attribute_values(":sha", s(&offloaded.sha256))
+                    .expression_attribute_values(
+                        ":size",
+                        n(i64::try_from(offloaded.bytes).unwrap_or(i64::MAX)),
+                    ),
                 Written::Unknown => update
                     .update_expression(UNKNOWN_UPDATE)
                     .expression_attribute_names("#omit", attr::RESULT_OMITTED)
@@ -655,9 +735,10 @@ impl DynamoDbStore {
                     && !r.is_expired(now)
                     && r.outcome_unknown == completion.is_none() =>
             {
-                Ok(match r.omitted_result_bytes {
-                    Some(bytes) => Completion::ResultOmitted { bytes },
-                    None => Completion::Stored,
+                Ok(match (r.omitted_result_bytes, &r.offloaded) {
+                    (Some(bytes), _) => Completion::ResultOmitted { bytes },
+                    (None, Some(o)) => Completion::Offloaded { bytes: o.bytes },
+                    (None, None) => Completion::Stored,
                 })
             }
             _ => Err(StoreError::LeaseLost),
@@ -918,7 +999,12 @@ impl DynamoDbStore {
 
 impl Store for DynamoDbStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.claim_inner(req).await
+        match self.claim_inner(req).await? {
+            ClaimOutcome::Completed(record) => {
+                Ok(ClaimOutcome::Completed(self.with_result(record).await?))
+            }
+            other => Ok(other),
+        }
     }
 
     async fn complete(
@@ -977,7 +1063,10 @@ impl Store for DynamoDbStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.get_inner(key).await
+        match self.get_inner(key).await? {
+            Some(record) => Ok(Some(self.with_result(record).await?)),
+            None => Ok(None),
+        }
     }
 
     fn now_ms(&self) -> i64 {
@@ -993,6 +1082,7 @@ impl Store for DynamoDbStore {
 #[derive(Clone, Copy)]
 enum Written<'a> {
     Result(&'a EncodedResult),
+    Offloaded(&'a Offloaded),
     Omitted { bytes: usize },
     Unknown,
 }
@@ -1136,9 +1226,23 @@ pub fn decode_item(
             item.get(attr::OUTCOME_UNKNOWN),
             Some(AttributeValue::Bool(true))
         );
+    let offloaded = match (status, item.get(attr::RESULT_OBJECT)) {
+        (Status::Completed, Some(_)) => Some(Offloaded {
+            object: get_s(item, attr::RESULT_OBJECT)?.to_owned(),
+            sha256: get_s(item, attr::RESULT_SHA256)?.to_owned(),
+            bytes: usize::try_from(get_n(item, attr::RESULT_BYTES)?).map_err(|_| {
+                StoreError::Corrupt(format!("attribute {:?} is negative", attr::RESULT_BYTES))
+            })?,
+        }),
+        _ => None,
+    };
     let result = match status {
         Status::InProgress => None,
-        Status::Completed if omitted_result_bytes.is_some() || outcome_unknown => None,
+        Status::Completed
+            if omitted_result_bytes.is_some() || outcome_unknown || offloaded.is_some() =>
+        {
+            None
+        }
         Status::Completed => {
             let encoding = match item.get(attr::RESULT_ENCODING) {
                 None => ResultEncoding::Raw,
@@ -1178,6 +1282,7 @@ pub fn decode_item(
             Some(AttributeValue::S(digests)) => Some(digests.clone()),
             _ => None,
         },
+        offloaded,
     })
 }
 

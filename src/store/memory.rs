@@ -91,6 +91,7 @@ impl Stored {
             outcome_unknown: self.outcome_unknown,
             at_most_once: self.at_most_once,
             path_digests: self.path_digests.clone(),
+            offloaded: None,
         })
     }
 }
@@ -219,7 +220,7 @@ impl MemoryStore {
                 s.expires_at_s = expires_at_s;
                 s.omitted_result_bytes = match completion {
                     Completion::ResultOmitted { bytes } => Some(bytes),
-                    Completion::Stored => None,
+                    Completion::Stored | Completion::Offloaded { .. } => None,
                 };
                 s.result = encoded;
                 Ok(completion)

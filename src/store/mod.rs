@@ -45,6 +45,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod codec;
 pub mod dynamodb;
 pub mod memory;
+pub mod offload;
 pub mod settle;
 pub mod table;
 
@@ -54,6 +55,7 @@ pub use codec::{
 };
 pub use dynamodb::{DynamoDbConfig, DynamoDbStore, RetryPolicy, decode_item};
 pub use memory::MemoryStore;
+pub use offload::{Offloaded, ResultBucket};
 
 /// Boxed error kept as a `source` (SDK errors, I/O errors).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -190,6 +192,12 @@ pub(crate) fn expiry_covering_lease(expires_at_s: i64, lease_until_ms: i64) -> i
 pub enum Completion {
     /// The record is completed with its result.
     Stored,
+    /// The result (`bytes` long) went to the results bucket ([`offload`]); the record points to
+    /// it, and a replay reads it back.
+    Offloaded {
+        /// Size of the result.
+        bytes: usize,
+    },
     /// The result (`bytes` long) could not fit in one item even compressed: the record is
     /// completed without it, so the call stays settled and a repeat is told it already ran.
     ResultOmitted {
@@ -288,6 +296,9 @@ pub struct Record {
     pub at_most_once: bool,
     /// The claim's [`ClaimRequest::path_digests`].
     pub path_digests: Option<String>,
+    /// Set on a completed record whose result is in the results bucket ([`offload`]). The store
+    /// reads it back into `result` before handing the record out.
+    pub offloaded: Option<Offloaded>,
 }
 
 impl Record {
@@ -345,6 +356,7 @@ impl fmt::Debug for Record {
             .field("outcome_unknown", &self.outcome_unknown)
             .field("at_most_once", &self.at_most_once)
             .field("path_digests", &self.path_digests.as_ref().map(String::len))
+            .field("offloaded", &self.offloaded)
             .finish()
     }
 }
@@ -441,6 +453,16 @@ pub enum StoreError {
         /// The last error seen.
         #[source]
         source: BoxError,
+    },
+    /// A completed record's result is in the results bucket, but the object is missing or is not
+    /// the one the record describes (its size or checksum differ). The call ran: it is never run
+    /// again for this, and the caller is told its stored result is unavailable.
+    #[error("stored result unavailable: {object}: {why}")]
+    ResultUnavailable {
+        /// The object's key.
+        object: String,
+        /// What is wrong with it.
+        why: String,
     },
     /// The request itself is invalid (empty key, key too long, ...).
     #[error("invalid store request: {0}")]

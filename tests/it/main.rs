@@ -20,6 +20,7 @@ mod handler_runs_once;
 mod interceptor;
 mod key_golden;
 mod key_properties;
+mod offload;
 mod peer_powertools;
 mod real_shapes;
 mod store_conformance;

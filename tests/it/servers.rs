@@ -123,6 +123,45 @@ pub async fn dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbSto
     .await
 }
 
+/// moto's S3, path-style on its loopback endpoint, with dummy credentials.
+pub fn s3_client() -> aws_sdk_s3::Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .endpoint_url(Backend::Moto.endpoint())
+        .region(aws_sdk_s3::config::Region::from_static("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "dedup-tests",
+        ))
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// A fresh results bucket on moto's S3.
+pub async fn result_bucket() -> toolcall_dedup::store::ResultBucket {
+    let client = s3_client();
+    let bucket = format!("dedup-results-{}", uuid::Uuid::new_v4().simple());
+    client
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto failed: {e:?}\n{START_HINT}"));
+    toolcall_dedup::store::ResultBucket::new(client, bucket)
+}
+
+/// A DynamoDB store on a fresh table of `backend` whose results past the item limit go to a fresh
+/// bucket on moto's S3.
+pub async fn dynamodb_store_offloading(backend: Backend, clock: ManualClock) -> DynamoDbStore {
+    dynamodb_store(backend, clock)
+        .await
+        .with_result_bucket(result_bucket().await)
+}
+
 pub fn memory_store(clock: ManualClock) -> MemoryStore {
     MemoryStore::new().with_clock(clock)
 }

@@ -1267,7 +1267,93 @@ macro_rules! dynamodb_only {
     };
 }
 
+/// With a results bucket, a result past the item limit goes to S3 and replays byte for byte, fenced
+/// and repeatable like any completion; an object that is missing or altered is "stored result
+/// unavailable", never a claimable key.
+async fn an_oversized_result_goes_to_the_results_bucket(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let store = servers::dynamodb_store_offloading(backend, clock.clone()).await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("offloaded");
+    let token = cx.claimed(&key).await;
+    let result = noise(MAX_STORED_RESULT_BYTES + 50_000, 9);
+    let offloaded = Completion::Offloaded {
+        bytes: result.len(),
+    };
+    assert_lease_lost(cx.complete(&key, &LeaseToken::new("stale"), &result).await);
+    assert_eq!(cx.complete(&key, &token, &result).await.unwrap(), offloaded);
+    assert_eq!(
+        cx.complete(&key, &token, b"small").await.unwrap(),
+        offloaded,
+        "a repeated complete (a lost response) reports what was stored"
+    );
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(r.result.as_deref(), Some(&result[..]), "{backend:?}");
+    let pointer = r
+        .offloaded
+        .clone()
+        .expect("the record points to the object");
+    assert_eq!(pointer.bytes, result.len());
+    assert!(
+        pointer.object.ends_with(&format!("{key}/{token}")),
+        "{pointer:?}"
+    );
+    assert_eq!(cx.store.get(&key).await.unwrap().unwrap().result, r.result);
+
+    // A small result stays in the item.
+    let small = cx.key("small");
+    let small_token = cx.claimed(&small).await;
+    assert_eq!(
+        cx.complete(&small, &small_token, b"{}").await.unwrap(),
+        Completion::Stored
+    );
+
+    // The object altered, then gone: the record stays completed, the result unavailable.
+    let s3 = servers::s3_client();
+    let bucket = cx.store.result_bucket().unwrap().bucket().to_string();
+    let mut altered = result.clone();
+    altered[100] ^= 1;
+    s3.put_object()
+        .bucket(&bucket)
+        .key(&pointer.object)
+        .body(altered.into())
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        match cx.store.claim(cx.req(&key)).await {
+            Err(StoreError::ResultUnavailable { why, .. }) => {
+                assert!(why.contains("SHA-256"), "{why}")
+            }
+            other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
+        }
+        s3.delete_object()
+            .bucket(&bucket)
+            .key(&pointer.object)
+            .send()
+            .await
+            .unwrap();
+        match cx.store.get(&key).await {
+            Err(StoreError::ResultUnavailable { why, .. }) => {
+                assert!(why.contains("missing"), "{why}")
+            }
+            other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
+        }
+        // Put it back altered for the next round's claim.
+        let mut altered = result.clone();
+        altered[7] ^= 0x40;
+        s3.put_object()
+            .bucket(&bucket)
+            .key(&pointer.object)
+            .body(altered.into())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
 dynamodb_only!(
+    an_oversized_result_goes_to_the_results_bucket,
     claim_whose_response_was_lost_is_still_ours,
     complete_whose_response_was_lost_still_succeeds,
     release_whose_response_was_lost_still_succeeds,
