@@ -548,6 +548,29 @@ impl Config {
                 ),
             ));
         }
+        // A record that outlives its result object would answer "stored result unavailable".
+        let retention_days: Option<u64> = parsed(&get, "DEDUP_RESULTS_RETENTION_DAYS")?;
+        if let Some(days) = retention_days {
+            let longest = policies
+                .iter()
+                .filter_map(|(tool, p)| {
+                    p.ttl
+                        .map(|ttl| (format!("tool {tool:?}'s ttl_seconds"), ttl))
+                })
+                .chain([("DEDUP_TTL_SECONDS".to_string(), Duration::from_secs(ttl_s))])
+                .max_by_key(|(_, ttl)| *ttl);
+            if let Some((what, ttl)) = longest.filter(|(_, ttl)| ttl.as_secs() > days * 86_400) {
+                return Err(invalid(
+                    "DEDUP_RESULTS_RETENTION_DAYS",
+                    &days.to_string(),
+                    format!(
+                        "{what} is {} seconds, longer than the results bucket keeps an object \
+                         ({days} days): raise the bucket's retention",
+                        ttl.as_secs()
+                    ),
+                ));
+            }
+        }
         let config = Config {
             store,
             table_name: get("DEDUP_TABLE_NAME"),
@@ -853,6 +876,57 @@ mod tests {
                 (other, _) => panic!("ttl_seconds {ttl}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn the_results_bucket_keeps_objects_as_long_as_records_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("policy.json");
+        let file = path.to_str().unwrap().to_string();
+        std::fs::write(&path, r#"{"tools": {"refund": {"ttl_seconds": 259200}}}"#).unwrap();
+        let two_days = [("DEDUP_RESULTS_RETENTION_DAYS", "2")];
+        assert!(
+            config(&two_days, StoreKind::Memory).is_ok(),
+            "the 1-day default fits"
+        );
+        let err = config(
+            &[
+                ("DEDUP_RESULTS_RETENTION_DAYS", "2"),
+                ("DEDUP_POLICY_FILE", &file),
+            ],
+            StoreKind::Memory,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("tool \"refund\"'s ttl_seconds"),
+            "{err}"
+        );
+        let err = config(
+            &[
+                ("DEDUP_RESULTS_RETENTION_DAYS", "2"),
+                ("DEDUP_TTL_SECONDS", "172801"),
+            ],
+            StoreKind::Memory,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("DEDUP_TTL_SECONDS is 172801"),
+            "{err}"
+        );
+        let c = config(
+            &[
+                ("DEDUP_RESULTS_RETENTION_DAYS", "3"),
+                ("DEDUP_POLICY_FILE", &file),
+                ("DEDUP_RESULTS_BUCKET", "results-bucket"),
+                ("DEDUP_OFFLOAD_THRESHOLD_BYTES", "65536"),
+            ],
+            StoreKind::Memory,
+        )
+        .unwrap();
+        assert_eq!(
+            (c.results_bucket.as_deref(), c.offload_above),
+            (Some("results-bucket"), Some(65536))
+        );
     }
 
     #[test]
