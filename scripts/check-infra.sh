@@ -133,7 +133,10 @@ for path in files:
             elif ("input" in ev) == ("args" in ev): errs.append("needs exactly one of input / args")
             elif "input" in ev and not isinstance(ev["input"], dict): errs.append("input not an object")
             elif "args" in ev and not isinstance(json.loads(ev["args"]), dict): errs.append("args not object text")
-            elif not ev.get("run_id"): errs.append("needs a run_id")
+            # run_id, or the caller's own key (default member name idempotency_key): a non-blank string.
+            elif not ev.get("run_id") and not (isinstance(ev.get("idempotency_key"), str)
+                                               and ev["idempotency_key"].strip()):
+                errs.append("needs a run_id or the caller's idempotency_key")
     elif name.startswith("bad-"):
         pass  # malformed on purpose; only has to be JSON
     elif not isinstance(ev, dict):

@@ -9,15 +9,24 @@ Fn::Select/Fn::Split and conditions are resolved, pseudo parameters get fixed
 fake values, and resources whose Condition is false are dropped. On the
 evaluated templates it checks:
 
+  * the console parameter groups (Metadata AWS::CloudFormation::Interface),
+    every parameter in exactly one;
   * the idempotency table: key schema, attribute definitions, TTL attribute,
     billing mode, SSE, PITR, deletion/replace policies;
+  * the results bucket (only when CreateResultsBucket): all its properties and
+    deletion/replace policies, and its TLS-only bucket policy; the contract
+    SSE-S3, public access blocked, bucket owner enforced, one lifecycle rule
+    expiring results/ after ResultsRetentionDays, retained;
   * every Lambda function: runtime, architectures, handler, memory, timeout,
     environment, logging config;
   * IAM: for every role, the (effect, action, resource) triples of all its
     inline and attached policies, its managed policy ARNs and trust policy;
     plus least-privilege assertions on the dedup role (exactly the 4 item
     actions on the table ARN, InvokeFunction only on routed tools and always
-    on the demo tool, GetFunctionConfiguration only when LookUpTimeouts);
+    on the demo tool, GetFunctionConfiguration only when LookUpTimeouts,
+    exactly s3:GetObject/PutObject on the bucket's results/* when
+    CreateResultsBucket and no s3 action otherwise); DEDUP_RESULTS_BUCKET is
+    the bucket or "" and DEDUP_RESULTS_RETENTION_DAYS the parameter;
   * the default route (no Routes) names the demo tool and states its Timeout;
   * Lambda permissions (principal, source account/ARN: Bedrock agents, one
     AgentCore Gateway), the Bedrock agent's action groups, parameters, the set
@@ -71,6 +80,7 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "PolicyLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:dedup-policy:3",
         "EnvelopeNamespaces": "payments,support",
         "ReleaseOnErrors": "CardInvalid",
+        "ResultsRetentionDays": "30",
     },
     # Every route states its timeout, so no GetFunctionConfiguration is granted.
     "no-lookup": {
@@ -83,6 +93,11 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "no-lookup-default-route": {
         "LookUpTimeouts": "false",
     },
+    # No results bucket: no bucket, no s3 permission, DEDUP_RESULTS_BUCKET "".
+    "no-results-bucket": {
+        "CreateResultsBucket": "false",
+        "ResultsRetentionDays": "7",
+    },
 }
 
 # Resources/parameters that only exist because of the tool that generated them.
@@ -91,6 +106,9 @@ IGNORED_RESOURCE_TYPES = {"AWS::CDK::Metadata"}
 
 DEDUP_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 TOOL_ACTIONS = {"lambda:InvokeFunction", "lambda:GetFunctionConfiguration"}
+RESULT_OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject"}
+# How the dedup role names the result objects (the evaluator renders it, e.g. "<GetAtt:ResultsBucket.Arn>/results/*").
+RESULT_OBJECTS = {"Fn::Sub": "${ResultsBucket.Arn}/results/*"}
 
 
 # --------------------------------------------------------------------------- loading
@@ -297,6 +315,11 @@ def norm_params(tpl: dict) -> dict:
     return out
 
 
+def parameter_groups(tpl: dict) -> list:
+    iface = (tpl.get("Metadata") or {}).get("AWS::CloudFormation::Interface") or {}
+    return [(g.get("Label", {}).get("default"), list(g.get("Parameters", []))) for g in iface.get("ParameterGroups", [])]
+
+
 def function_view(res: dict[str, dict], fid: str) -> dict:
     p = res[fid]["Properties"]
     return {k: p.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout",
@@ -349,6 +372,14 @@ class Report:
 def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
     rep.same("parameters (names, types, defaults, allowed values)", norm_params(sam_tpl), norm_params(cdk_tpl))
     rep.same("condition names", sorted(sam_tpl.get("Conditions", {})), sorted(cdk_tpl.get("Conditions", {})))
+    groups = parameter_groups(sam_tpl)
+    rep.same("parameter groups (Metadata AWS::CloudFormation::Interface)", groups, parameter_groups(cdk_tpl))
+    grouped = [n for _, names in groups for n in names]
+    declared = set(sam_tpl.get("Parameters", {})) - IGNORED_PARAMETERS
+    rep.expect("every parameter in exactly one parameter group",
+               sorted(grouped) == sorted(declared),
+               f"ungrouped {sorted(declared - set(grouped))}, unknown {sorted(set(grouped) - declared)}, "
+               f"repeated {sorted({n for n in grouped if grouped.count(n) > 1})}")
 
     for scen, overrides in SCENARIOS.items():
         if not rep.quiet:
@@ -380,6 +411,47 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                            sp.get("BillingMode") == "PAY_PER_REQUEST"
                            and sp.get("SSESpecification", {}).get("SSEEnabled") is True
                            and s[tid].get("DeletionPolicy") == "Retain")
+
+        # ---- results bucket and its TLS-only policy
+        bucket_on = s_ev.params.get("CreateResultsBucket") == "true"
+        rep.expect(f"[{scen}] ResultsBucket exists iff CreateResultsBucket (sam)",
+                   ("ResultsBucket" in s) == bucket_on and ("ResultsBucketPolicy" in s) == bucket_on)
+        for bid in sorted(k for k, v in s.items() if v["Type"] in ("AWS::S3::Bucket", "AWS::S3::BucketPolicy")):
+            if bid not in c:
+                continue
+            rep.same(f"[{scen}] {bid} properties", s[bid]["Properties"], c[bid]["Properties"])
+            for pol in ("DeletionPolicy", "UpdateReplacePolicy"):
+                rep.same(f"[{scen}] {bid} {pol}", s[bid].get(pol), c[bid].get(pol))
+        if "ResultsBucket" in s:
+            bp, b = s["ResultsBucket"]["Properties"], s["ResultsBucket"]
+            sse = bp.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [])
+            rep.expect(f"[{scen}] ResultsBucket: SSE-S3 (AES256), bucket key on",
+                       sse == [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}, "BucketKeyEnabled": True}],
+                       json.dumps(sse))
+            pab = bp.get("PublicAccessBlockConfiguration", {})
+            rep.expect(f"[{scen}] ResultsBucket: public access blocked (all four)",
+                       all(pab.get(k) is True for k in ("BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls",
+                                                        "RestrictPublicBuckets")), json.dumps(pab))
+            rep.expect(f"[{scen}] ResultsBucket: bucket owner enforced (no ACLs)",
+                       bp.get("OwnershipControls") == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]})
+            rules = bp.get("LifecycleConfiguration", {}).get("Rules", [])
+            want = {"Id": "ExpireResults", "Status": "Enabled", "Prefix": "results/",
+                    "ExpirationInDays": s_ev.params["ResultsRetentionDays"],
+                    "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": "1"}}
+            rep.expect(f"[{scen}] ResultsBucket: one lifecycle rule expiring results/ after ResultsRetentionDays",
+                       normalize_numbers(rules) == [want], f"{json.dumps(rules)}, want [{json.dumps(want)}]")
+            rep.expect(f"[{scen}] ResultsBucket: retained on delete and replacement",
+                       b.get("DeletionPolicy") == "Retain" and b.get("UpdateReplacePolicy") == "Retain")
+        if "ResultsBucketPolicy" in s:
+            pp = s["ResultsBucketPolicy"]["Properties"]
+            tls = [st for st in as_list(pp.get("PolicyDocument", {}).get("Statement", []))
+                   if st.get("Effect") == "Deny" and st.get("Principal") in ("*", {"AWS": "*"})
+                   and as_list(st.get("Action")) == ["s3:*"]
+                   and st.get("Condition") == {"Bool": {"aws:SecureTransport": "false"}}
+                   and sorted(as_list(st.get("Resource"))) == ["<GetAtt:ResultsBucket.Arn>",
+                                                               "<GetAtt:ResultsBucket.Arn>/*"]]
+            rep.expect(f"[{scen}] ResultsBucketPolicy: denies s3:* without TLS on the bucket and its objects",
+                       pp.get("Bucket") == "<Ref:ResultsBucket>" and len(tls) == 1, json.dumps(pp))
 
         # ---- functions
         for fid in sorted(k for k, v in s.items() if v["Type"] == "AWS::Lambda::Function"):
@@ -427,7 +499,15 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             else:
                 rep.expect(f"[{scen}] dedup role: no GetFunctionConfiguration (LookUpTimeouts=false)",
                            not reads, str(sorted(reads)))
-            other = {a for (_, a, _, _) in st if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS}
+            # Offloaded results: get and put objects under results/ only, and only with the bucket.
+            s3 = {(e, a, r, cnd) for (e, a, r, cnd) in st if a.startswith("s3:")}
+            objects = s_ev.ev(RESULT_OBJECTS) if bucket_on else None
+            want_s3 = {("Allow", a, objects, "null") for a in RESULT_OBJECT_ACTIONS} if bucket_on else set()
+            rep.expect(f"[{scen}] dedup role: " + ("exactly s3:GetObject/PutObject on results/* of the bucket"
+                                                   if bucket_on else "no s3 action (CreateResultsBucket=false)"),
+                       s3 == want_s3, f"{sorted(s3)}, want {sorted(want_s3)}")
+            other = {a for (_, a, _, _) in st
+                     if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS and a not in RESULT_OBJECT_ACTIONS}
             rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
             rep.expect(f"[{scen}] dedup role: no wildcard actions or resources",
                        not any("*" == a or a.endswith(":*") or r == "*" for (_, a, r, _) in st))
@@ -446,6 +526,18 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                               "timeout_seconds": int(r["DemoToolFunction"]["Properties"]["Timeout"])}}
                 rep.expect(f"[{scen}] {side}: default route is the demo tool with its Timeout stated",
                            route == want, f"{text!r}, want {json.dumps(want)}")
+
+        # ---- the results bucket the executor is told about
+        for side, r in (("sam", s), ("cdk", c)):
+            if "DedupFunction" not in r:
+                continue
+            env = r["DedupFunction"]["Properties"].get("Environment", {}).get("Variables", {})
+            want_env = {"DEDUP_RESULTS_BUCKET": "<Ref:ResultsBucket>" if bucket_on else "",
+                        "DEDUP_RESULTS_RETENTION_DAYS": s_ev.params["ResultsRetentionDays"]}
+            got_env = {k: env.get(k) for k in want_env}
+            rep.expect(f"[{scen}] {side}: DEDUP_RESULTS_BUCKET is " + ("the bucket" if bucket_on else '""')
+                       + ", DEDUP_RESULTS_RETENTION_DAYS the parameter",
+                       normalize_numbers(got_env) == want_env, f"{json.dumps(got_env)}, want {json.dumps(want_env)}")
 
         # ---- other IAM roles (e.g. the demo agent's)
         fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
@@ -513,9 +605,27 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
             return x.replace('"timeout_seconds":10', '"timeout_seconds":30') if isinstance(x, str) else x
         env = t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]
         env["DEDUP_ROUTES"] = walk(env["DEDUP_ROUTES"])
+    def result_objects(t):  # the dedup role's conditional ResultObjects statement
+        stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        return stmts, next(i for i, st in enumerate(stmts) if "ResultObjects" in json.dumps(st))
+    def mut_expiration(t):  # the lifecycle expiration no longer the parameter
+        t["Resources"]["ResultsBucket"]["Properties"]["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"] = 7
+    def mut_s3_resource(t):  # result objects anywhere in the bucket
+        stmts, i = result_objects(t)
+        stmts[i]["Fn::If"][1]["Resource"] = {"Fn::Join": ["", [{"Fn::GetAtt": ["ResultsBucket", "Arn"]}, "/*"]]}
+    def mut_s3_unconditional(t):  # the s3 statement kept without the bucket
+        stmts, i = result_objects(t)
+        stmts[i] = stmts[i]["Fn::If"][1]
+    def mut_tls(t): del t["Resources"]["ResultsBucketPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Condition"]
+    def mut_results_env(t):  # the bucket variable set without the bucket
+        t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_RESULTS_BUCKET"] = {"Ref": "ResultsBucket"}
+    def mut_groups(t):  # a parameter moved to another console group
+        groups = t["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+        groups[0]["Parameters"].append(groups[1]["Parameters"].pop())
     mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
                  mut_cache, mut_layer, mut_ledger, mut_gateway, mut_lookup_env, mut_namespaces, mut_min_ttl,
-                 mut_lookup_iam, mut_invoke_iam, mut_route_timeout]
+                 mut_lookup_iam, mut_invoke_iam, mut_route_timeout, mut_expiration, mut_s3_resource,
+                 mut_s3_unconditional, mut_tls, mut_results_env, mut_groups]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)
@@ -524,7 +634,7 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
         compare(sam_tpl, tpl, rep)
         status = "caught" if rep.failures else "MISSED"
         bad += not rep.failures
-        print(f"  self-test {mut.__name__:17s} {status} ({len(rep.failures)} failing checks)")
+        print(f"  self-test {mut.__name__:20s} {status} ({len(rep.failures)} failing checks)")
     return 1 if bad else 0
 
 

@@ -550,7 +550,8 @@ impl Config {
         }
         // A record that outlives its result object would answer "stored result unavailable".
         let retention_days: Option<u64> = parsed(&get, "DEDUP_RESULTS_RETENTION_DAYS")?;
-        if let Some(days) = retention_days {
+        // Only a deployment that offloads keeps objects (a stack without a bucket still sets it).
+        if let Some(days) = retention_days.filter(|_| get("DEDUP_RESULTS_BUCKET").is_some()) {
             let longest = policies
                 .iter()
                 .filter_map(|(tool, p)| {
@@ -884,31 +885,24 @@ mod tests {
         let path = dir.path().join("policy.json");
         let file = path.to_str().unwrap().to_string();
         std::fs::write(&path, r#"{"tools": {"refund": {"ttl_seconds": 259200}}}"#).unwrap();
-        let two_days = [("DEDUP_RESULTS_RETENTION_DAYS", "2")];
+        let bucket = ("DEDUP_RESULTS_BUCKET", "results-bucket");
+        let two_days = ("DEDUP_RESULTS_RETENTION_DAYS", "2");
+        let policy = ("DEDUP_POLICY_FILE", file.as_str());
         assert!(
-            config(&two_days, StoreKind::Memory).is_ok(),
+            config(&[two_days, bucket], StoreKind::Memory).is_ok(),
             "the 1-day default fits"
         );
-        let err = config(
-            &[
-                ("DEDUP_RESULTS_RETENTION_DAYS", "2"),
-                ("DEDUP_POLICY_FILE", &file),
-            ],
-            StoreKind::Memory,
-        )
-        .unwrap_err();
+        assert!(
+            config(&[two_days, policy], StoreKind::Memory).is_ok(),
+            "without a bucket nothing is offloaded, so nothing can outlive its object"
+        );
+        let err = config(&[two_days, policy, bucket], StoreKind::Memory).unwrap_err();
         assert!(
             err.to_string().contains("tool \"refund\"'s ttl_seconds"),
             "{err}"
         );
-        let err = config(
-            &[
-                ("DEDUP_RESULTS_RETENTION_DAYS", "2"),
-                ("DEDUP_TTL_SECONDS", "172801"),
-            ],
-            StoreKind::Memory,
-        )
-        .unwrap_err();
+        let long_ttl = ("DEDUP_TTL_SECONDS", "172801");
+        let err = config(&[two_days, long_ttl, bucket], StoreKind::Memory).unwrap_err();
         assert!(
             err.to_string().contains("DEDUP_TTL_SECONDS is 172801"),
             "{err}"
@@ -916,8 +910,8 @@ mod tests {
         let c = config(
             &[
                 ("DEDUP_RESULTS_RETENTION_DAYS", "3"),
-                ("DEDUP_POLICY_FILE", &file),
-                ("DEDUP_RESULTS_BUCKET", "results-bucket"),
+                policy,
+                bucket,
                 ("DEDUP_OFFLOAD_THRESHOLD_BYTES", "65536"),
             ],
             StoreKind::Memory,

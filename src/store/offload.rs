@@ -111,6 +111,10 @@ impl ResultBucket {
             .await
             .map_err(|e| match e.as_service_error() {
                 Some(s) if s.is_no_such_key() => unavailable("the object is missing".into()),
+                // Without s3:ListBucket, S3 answers a missing object with 403, not 404.
+                _ if e.raw_response().is_some_and(|r| r.status().as_u16() == 403) => {
+                    unavailable("the object is missing or not readable (403)".into())
+                }
                 _ => StoreError::Unavailable(Box::new(e)),
             })?;
         let body = out

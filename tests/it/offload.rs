@@ -3,7 +3,7 @@
 //! result unavailable", and the tool is never run again.
 
 use toolcall_dedup::config::Config;
-use toolcall_dedup::store::{ManualClock, Store};
+use toolcall_dedup::store::ManualClock;
 use toolcall_dedup::telemetry::Outcome;
 
 use crate::fixture::*;

@@ -11,6 +11,7 @@ import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
+import * as s3 from 'aws-cdk-lib/aws-s3';
 import { RustFunction } from 'cargo-lambda-cdk';
 
 /** Cargo manifest of the crate that holds both binaries (repo root). */
@@ -19,9 +20,28 @@ const MANIFEST = path.resolve(__dirname, '..', '..', '..', 'Cargo.toml');
 /** The demo tool's Timeout (s), also stated in the default route (template.yaml: the same 10). */
 const DEMO_TOOL_TIMEOUT_S = 10;
 
+/** Console parameter groups (template.yaml: Metadata AWS::CloudFormation::Interface, the same). */
+const PARAMETER_GROUPS: [string, string[]][] = [
+  ['Idempotency table', ['KeyAttribute', 'TtlAttribute', 'TtlSeconds', 'PointInTimeRecovery']],
+  ['Results bucket', ['CreateResultsBucket', 'ResultsRetentionDays']],
+  ['Dedup behaviour', ['Mode', 'ScopeMode', 'StepAttribute', 'RunArgument', 'Sessionless', 'WaitMs',
+    'ReleaseOnErrors', 'EnvelopeNamespaces', 'LocalCacheItems', 'PolicyFile', 'PolicyLayerArn']],
+  ['Routing (which tool Lambdas the executor may call)', ['Routes', 'ExtraToolFunctionArns', 'LookUpTimeouts']],
+  ['Observability', ['LogLevel', 'LogCalls', 'MetricsNamespace', 'LogRetentionDays']],
+  ['Function sizing', ['FunctionMemorySize', 'FunctionTimeout']],
+  ['Bedrock agent wiring', ['AgentArn', 'CreateDemoAgent', 'DemoAgentFoundationModel']],
+  ['AgentCore Gateway wiring', ['AgentCoreGatewayArn', 'CreateInterceptorGateway', 'TrustedAnnotations',
+    'CatalogTtlSeconds', 'InterceptorTimeoutSeconds']],
+];
+
 export class ToolcallDedupStack extends cdk.Stack {
   constructor(scope: Construct, id: string, props?: cdk.StackProps) {
     super(scope, id, props);
+    this.templateOptions.metadata = {
+      'AWS::CloudFormation::Interface': {
+        ParameterGroups: PARAMETER_GROUPS.map(([label, names]) => ({ Label: { default: label }, Parameters: names })),
+      },
+    };
 
     // ---- parameters (mirror template.yaml) --------------------------------
     const p = (name: string, props: cdk.CfnParameterProps) => new cdk.CfnParameter(this, name, props);
@@ -42,6 +62,16 @@ export class ToolcallDedupStack extends cdk.Stack {
     const pitr = p('PointInTimeRecovery', {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
       description: 'Enable DynamoDB point-in-time recovery on the idempotency table.',
+    });
+    const createResultsBucket = p('CreateResultsBucket', {
+      type: 'String', default: 'true', allowedValues: ['true', 'false'],
+      description: 'Create the results bucket (DEDUP_RESULTS_BUCKET) for tool replies past DynamoDB\'s 400 KB item '
+        + 'limit. "false" = such replies are not stored: repeats are told the call already ran instead of getting the reply.',
+    });
+    const resultsRetentionDays = p('ResultsRetentionDays', {
+      type: 'Number', default: 2, minValue: 1, maxValue: 3650,
+      description: 'Lifecycle expiration (days) of the result objects, DEDUP_RESULTS_RETENTION_DAYS. Must cover '
+        + 'TtlSeconds and every policy ttl_seconds: the function checks this at start-up and refuses to start otherwise.',
     });
     const mode = p('Mode', {
       type: 'String', default: 'enforce', allowedValues: ['enforce', 'shadow', 'off'],
@@ -194,6 +224,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
     const interceptorOn = cond('CreateInterceptorGateway',
       cdk.Fn.conditionEquals(createInterceptorGateway.valueAsString, 'true'));
+    const resultsOn = cond('CreateResultsBucket', cdk.Fn.conditionEquals(createResultsBucket.valueAsString, 'true'));
 
     /** Give an L2 construct's resource the same logical ID as in template.yaml. */
     const sameId = (c: Construct, logicalId: string) =>
@@ -219,6 +250,53 @@ export class ToolcallDedupStack extends cdk.Stack {
     });
     table.overrideLogicalId('IdempotencyTable');
     retain(table);
+
+    // ---- results bucket (replies past the DynamoDB item limit) ---------------------
+    // L1 like the table: the expiration comes from a parameter, the bucket from a
+    // condition. The executor writes results/<key>/<lease token> and reads it back;
+    // the lifecycle rule expires the objects (the function checks it covers every TTL).
+    const bucket = new s3.CfnBucket(this, 'ResultsBucket', {
+      // SSE-S3: no kms:* permission needed (BucketKeyEnabled only takes effect with SSE-KMS).
+      bucketEncryption: {
+        serverSideEncryptionConfiguration: [{
+          serverSideEncryptionByDefault: { sseAlgorithm: 'AES256' },
+          bucketKeyEnabled: true,
+        }],
+      },
+      publicAccessBlockConfiguration: {
+        blockPublicAcls: true, blockPublicPolicy: true, ignorePublicAcls: true, restrictPublicBuckets: true,
+      },
+      ownershipControls: { rules: [{ objectOwnership: 'BucketOwnerEnforced' }] },
+      lifecycleConfiguration: {
+        rules: [{
+          id: 'ExpireResults',
+          status: 'Enabled',
+          prefix: 'results/',
+          expirationInDays: resultsRetentionDays.valueAsNumber,
+          abortIncompleteMultipartUpload: { daysAfterInitiation: 1 },
+        }],
+      },
+      tags: [{ key: 'app', value: 'toolcall-dedup' }],
+    });
+    bucket.overrideLogicalId('ResultsBucket');
+    bucket.cfnOptions.condition = resultsOn;
+    retain(bucket);
+    const bucketPolicy = new s3.CfnBucketPolicy(this, 'ResultsBucketPolicy', {
+      bucket: bucket.ref,
+      policyDocument: {
+        Version: '2012-10-17',
+        Statement: [{
+          Sid: 'DenyInsecureTransport',
+          Effect: 'Deny',
+          Principal: '*',
+          Action: 's3:*',
+          Resource: [bucket.attrArn, `${bucket.attrArn}/*`],
+          Condition: { Bool: { 'aws:SecureTransport': 'false' } },
+        }],
+      },
+    });
+    bucketPolicy.overrideLogicalId('ResultsBucketPolicy');
+    bucketPolicy.cfnOptions.condition = resultsOn;
 
     // ---- roles (same shape as the ones SAM generates) -------------------------------
     const basicExecution = iam.ManagedPolicy.fromAwsManagedPolicyName('service-role/AWSLambdaBasicExecutionRole');
@@ -297,6 +375,12 @@ export class ToolcallDedupStack extends cdk.Stack {
         Sid: 'ReadRoutedToolTimeouts', Effect: 'Allow', Action: 'lambda:GetFunctionConfiguration',
         Resource: extraToolArns.valueAsList,
       }],
+      // Offloaded results: write and read objects under results/ only (no list,
+      // no delete: the lifecycle rule expires them).
+      [resultsOn, {
+        Sid: 'ResultObjects', Effect: 'Allow', Action: ['s3:GetObject', 's3:PutObject'],
+        Resource: `${bucket.attrArn}/results/*`,
+      }],
     ];
     conditionalStatements.forEach(([condition, statement], i) =>
       (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
@@ -343,6 +427,9 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_LOOK_UP_TIMEOUTS: lookUpTimeouts.valueAsString,
         DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
         DEDUP_POLICY_FILE: policyFile.valueAsString,
+        // Empty = no offload: a reply past the item limit is not stored.
+        DEDUP_RESULTS_BUCKET: cdk.Token.asString(cdk.Fn.conditionIf(resultsOn.logicalId, bucket.ref, '')),
+        DEDUP_RESULTS_RETENTION_DAYS: resultsRetentionDays.valueAsString,
       },
     });
     sameId(dedup, 'DedupFunction');
@@ -555,6 +642,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     out('DemoToolFunctionArn', demoTool.functionArn);
     out('IdempotencyTableName', table.ref);
     out('IdempotencyTableArn', table.attrArn);
+    out('ResultsBucketName', bucket.ref, resultsOn, 'Bucket holding replies past the DynamoDB item limit (DEDUP_RESULTS_BUCKET)');
     out('InterceptorGatewayUrl', gateway.attrGatewayUrl, interceptorOn, 'MCP endpoint of the gateway the executor intercepts');
     out('DemoAgentId', agent.attrAgentId, demoAgentOn);
     out('DemoAgentArn', agent.attrAgentArn, demoAgentOn);
