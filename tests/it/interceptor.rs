@@ -245,6 +245,60 @@ async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_requ
     );
 }
 
+/// A tool listed as destructive (and not idempotent) is `at_most_once` with no policy file: the
+/// target's unknown outcome is settled as such, and every retry REQUEST is answered
+/// `outcome_unknown` (naming the key) without reaching the target. Acting on the hint needs no
+/// trust: it only ever makes a call run fewer times.
+async fn a_destructive_listing_makes_an_unknown_outcome_final<S: Store>(store: S) {
+    let h = listening_handler(store, &[]);
+    let mut listing = event("inventory-tools_list.response.json");
+    listing["mcp"]["gatewayResponse"]["body"]["result"]["tools"][0]["annotations"] =
+        serde_json::json!({"destructiveHint": true});
+    send(&h, &listing).await;
+    let request = event("reserve_stock.request.json");
+    let claimed = send(&h, &request).await;
+    assert_eq!(claimed.outcome, Outcome::Executed);
+    let key = claimed.key.clone().unwrap();
+    let mut failed = request.clone();
+    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
+    failed["mcp"]["gatewayResponse"] = serde_json::json!({
+        "statusCode": 200,
+        "body": {"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "Internal error"}},
+    });
+    send(&h, &failed).await;
+    let record = h.store().get(&key).await.unwrap().unwrap();
+    assert!(record.outcome_unknown && record.at_most_once, "{record:?}");
+    for retry in [
+        "reserve_stock.request.json",
+        "reserve_stock-retry.request.json",
+    ] {
+        let answered = send(&h, &event(retry)).await;
+        assert_eq!(answered.outcome, Outcome::Unknown, "{retry}");
+        let out = answer(&answered);
+        assert!(
+            out["mcp"].get("transformedGatewayRequest").is_none(),
+            "{retry}: the target is not called"
+        );
+        let error = &out["mcp"]["transformedGatewayResponse"]["body"]["error"];
+        assert_eq!(
+            error["data"]["dedup"]["status"], "outcome_unknown",
+            "{error}"
+        );
+        assert_eq!(error["data"]["dedup"]["key"], key.as_str());
+    }
+}
+
+#[tokio::test]
+async fn a_destructive_listing_makes_an_unknown_outcome_final_on_memory() {
+    a_destructive_listing_makes_an_unknown_outcome_final(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn a_destructive_listing_makes_an_unknown_outcome_final_on_moto() {
+    let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
+    a_destructive_listing_makes_an_unknown_outcome_final(store).await;
+}
+
 #[tokio::test]
 async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request_on_memory() {
     a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request(MemoryStore::new())
