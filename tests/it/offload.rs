@@ -34,30 +34,11 @@ async fn a_one_megabyte_reply_replays_from_s3_and_its_checksum_catches_an_altere
         "byte for byte"
     );
 
-    let s3 = servers::s3_client();
     let bucket = h.store().result_bucket().unwrap().bucket().to_string();
-    let mut altered = s3
-        .get_object()
-        .bucket(&bucket)
-        .key(&pointer.object)
-        .send()
-        .await
-        .unwrap()
-        .body
-        .collect()
-        .await
-        .unwrap()
-        .into_bytes()
-        .to_vec();
+    let mut altered = servers::s3_get(&bucket, &pointer.object).await;
     let at = altered.len() / 2;
     altered[at] = if altered[at] == b'a' { b'b' } else { b'a' };
-    s3.put_object()
-        .bucket(&bucket)
-        .key(&pointer.object)
-        .body(altered.into())
-        .send()
-        .await
-        .unwrap();
+    servers::s3_put(&bucket, &pointer.object, altered).await;
     for round in ["altered", "missing"] {
         let answered = send(&h, &event("fd-charge_card-retry.json")).await;
         assert_eq!(answered.outcome, Outcome::StoreError, "{round}");
@@ -68,12 +49,7 @@ async fn a_one_megabyte_reply_replays_from_s3_and_its_checksum_catches_an_altere
             body["message"].as_str().unwrap().contains("already ran"),
             "{body}"
         );
-        s3.delete_object()
-            .bucket(&bucket)
-            .key(&pointer.object)
-            .send()
-            .await
-            .unwrap();
+        servers::s3_delete(&bucket, &pointer.object).await;
     }
     assert_eq!(h.dispatcher().invokes(), 1, "never run again");
     assert_eq!(charges(&h.dispatcher().demo), 1);

@@ -154,6 +154,41 @@ pub async fn result_bucket() -> toolcall_dedup::store::ResultBucket {
     toolcall_dedup::store::ResultBucket::new(client, bucket)
 }
 
+/// Writes `body` as `object` of `bucket` on moto's S3 (a test altering what the store wrote).
+pub async fn s3_put(bucket: &str, object: &str, body: Vec<u8>) {
+    s3_client()
+        .put_object()
+        .bucket(bucket)
+        .key(object)
+        .body(body.into())
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Deletes `object` of `bucket` on moto's S3.
+pub async fn s3_delete(bucket: &str, object: &str) {
+    s3_client()
+        .delete_object()
+        .bucket(bucket)
+        .key(object)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Reads `object` of `bucket` on moto's S3.
+pub async fn s3_get(bucket: &str, object: &str) -> Vec<u8> {
+    let out = s3_client()
+        .get_object()
+        .bucket(bucket)
+        .key(object)
+        .send()
+        .await
+        .unwrap();
+    out.body.collect().await.unwrap().into_bytes().to_vec()
+}
+
 /// A DynamoDB store on a fresh table of `backend` whose results past the item limit go to a fresh
 /// bucket on moto's S3.
 pub async fn dynamodb_store_offloading(backend: Backend, clock: ManualClock) -> DynamoDbStore {

@@ -1309,46 +1309,18 @@ async fn an_oversized_result_goes_to_the_results_bucket(backend: Backend) {
     );
 
     // The object altered, then gone: the record stays completed, the result unavailable.
-    let s3 = servers::s3_client();
     let bucket = cx.store.result_bucket().unwrap().bucket().to_string();
     let mut altered = result.clone();
     altered[100] ^= 1;
-    s3.put_object()
-        .bucket(&bucket)
-        .key(&pointer.object)
-        .body(altered.into())
-        .send()
-        .await
-        .unwrap();
-    for _ in 0..2 {
-        match cx.store.claim(cx.req(&key)).await {
-            Err(StoreError::ResultUnavailable { why, .. }) => {
-                assert!(why.contains("SHA-256"), "{why}")
-            }
-            other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
-        }
-        s3.delete_object()
-            .bucket(&bucket)
-            .key(&pointer.object)
-            .send()
-            .await
-            .unwrap();
-        match cx.store.get(&key).await {
-            Err(StoreError::ResultUnavailable { why, .. }) => {
-                assert!(why.contains("missing"), "{why}")
-            }
-            other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
-        }
-        // Put it back altered for the next round's claim.
-        let mut altered = result.clone();
-        altered[7] ^= 0x40;
-        s3.put_object()
-            .bucket(&bucket)
-            .key(&pointer.object)
-            .body(altered.into())
-            .send()
-            .await
-            .unwrap();
+    servers::s3_put(&bucket, &pointer.object, altered).await;
+    match cx.store.claim(cx.req(&key)).await {
+        Err(StoreError::ResultUnavailable { why, .. }) => assert!(why.contains("SHA-256"), "{why}"),
+        other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
+    }
+    servers::s3_delete(&bucket, &pointer.object).await;
+    match cx.store.get(&key).await {
+        Err(StoreError::ResultUnavailable { why, .. }) => assert!(why.contains("missing"), "{why}"),
+        other => panic!("{backend:?}: expected ResultUnavailable, got {other:?}"),
     }
 }
 

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use toolcall_dedup::store::dynamodb::build_client;
 use toolcall_dedup::store::settle::{Action, describe, settle};
-use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, Store};
+use toolcall_dedup::store::{DynamoDbStore, Store};
 
 use super::CliError;
+use super::table::TableArgs;
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["completed", "release", "show"])))]
@@ -26,15 +27,8 @@ pub struct SettleArgs {
     /// Print the record and change nothing.
     #[arg(long)]
     pub show: bool,
-    /// DynamoDB endpoint, e.g. a local server (`http://127.0.0.1:8000`); AWS when absent.
-    #[arg(long, env = "DEDUP_DYNAMODB_ENDPOINT")]
-    pub endpoint: Option<String>,
-    #[arg(long, env = "DEDUP_TABLE_NAME")]
-    pub table: String,
-    #[arg(long, env = "DEDUP_KEY_ATTRIBUTE", default_value = "pk")]
-    pub key_attribute: String,
-    #[arg(long, env = "DEDUP_TTL_ATTRIBUTE", default_value = "expires_at")]
-    pub ttl_attribute: String,
+    #[command(flatten)]
+    pub table: TableArgs,
     /// How long a completed call replays, from now.
     #[arg(long, env = "DEDUP_TTL_SECONDS", default_value_t = 86_400)]
     pub ttl_seconds: u64,
@@ -58,17 +52,12 @@ pub fn run(args: SettleArgs) -> Result<ExitCode, CliError> {
         (None, true) => Action::Release,
         (None, false) => Action::Show,
     };
-    let config = DynamoDbConfig {
-        key_attribute: args.key_attribute,
-        ttl_attribute: args.ttl_attribute,
-        ..DynamoDbConfig::new(args.table)
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client = build_client(args.endpoint.as_deref()).await;
-        let store = DynamoDbStore::new(&client, config)?;
+        let client = build_client(args.table.endpoint.as_deref()).await;
+        let store = DynamoDbStore::new(&client, args.table.config())?;
         let ttl = Duration::from_secs(args.ttl_seconds);
         match settle(&store, &args.key, action, ttl).await {
             Ok(done) if action == Action::Show => {

@@ -10,8 +10,10 @@ pub enum TableCommand {
     Create(TableCreateArgs),
 }
 
+/// The idempotency table on a DynamoDB endpoint, as every table command names it (the Lambda's
+/// variables are the defaults).
 #[derive(Debug, clap::Args)]
-pub struct TableCreateArgs {
+pub struct TableArgs {
     /// DynamoDB endpoint, e.g. a local server (`http://127.0.0.1:8000`); AWS when absent.
     #[arg(long, env = "DEDUP_DYNAMODB_ENDPOINT")]
     pub endpoint: Option<String>,
@@ -23,17 +25,32 @@ pub struct TableCreateArgs {
     pub ttl_attribute: String,
 }
 
+impl TableArgs {
+    /// The store settings these arguments name.
+    pub fn config(&self) -> DynamoDbConfig {
+        DynamoDbConfig {
+            key_attribute: self.key_attribute.clone(),
+            ttl_attribute: self.ttl_attribute.clone(),
+            ..DynamoDbConfig::new(self.table.clone())
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TableCreateArgs {
+    #[command(flatten)]
+    pub table: TableArgs,
+}
+
 pub fn run(command: TableCommand) -> Result<std::process::ExitCode, super::CliError> {
     let TableCommand::Create(args) = command;
-    let config = DynamoDbConfig {
-        key_attribute: args.key_attribute,
-        ttl_attribute: args.ttl_attribute,
-        ..DynamoDbConfig::new(args.table)
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(create_table(args.endpoint.as_deref(), &config))?;
+    let report = runtime.block_on(create_table(
+        args.table.endpoint.as_deref(),
+        &args.table.config(),
+    ))?;
     println!("{report}");
     Ok(std::process::ExitCode::SUCCESS)
 }
