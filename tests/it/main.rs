@@ -22,5 +22,6 @@ mod key_golden;
 mod key_properties;
 mod offload;
 mod peer_powertools;
+mod protocol_model;
 mod real_shapes;
 mod store_conformance;

@@ -1,0 +1,600 @@
+//! The claim / lease / fence protocol, model-checked with stateright.
+//!
+//! N callers retry one call against one key. Every transition asks the product: a claim's fate is
+//! the store rule `Record::is_claimable` (and `ClaimRequest::record_expiry` for what a claim
+//! writes), what a caller does with it is `decide::decide`, and what a side effect's end does to
+//! the claim is `decide::after_run`. The model only holds the state (one record, the callers, a
+//! clock) and the store's fence (a write applies while the record is live, in progress and carries
+//! the writer's token), so the model and the product cannot drift.
+//!
+//! Modelled: callers with clocks skewed by up to one tick; a tool that runs up to its timeout,
+//! crashes after its effect, times out, refuses its input, says "not now", or answers late; a
+//! claim that applied but whose answer was lost (released at the caller's next call, fenced); a
+//! completion that never lands; an invocation killed mid-call; leases ending, takeovers, records
+//! expiring and still present; `at_least_once` and `at_most_once` tools.
+//!
+//! Invariants:
+//! - **at most once**: a second effect happens only after a takeover the protocol allows (the
+//!   earlier owner can no longer act, and either its record expired or its lease ended under
+//!   `at_least_once`);
+//! - **replies**: every reply a caller gets is one an effect produced, and without an allowed
+//!   takeover they are all the same;
+//! - **no claim held past its lease**: an in-progress record whose lease ended (plus the skew) is
+//!   claimable, or says outcome unknown (`at_most_once`);
+//! - **fence**: a stored result was produced by the owner whose token the record carries.
+//!
+//! Two fixed bugs come back behind [`Bug`] and the checker must find each with a trace:
+//! a claim whose TTL is shorter than its lease, and a crash-type error that releases the claim.
+//!
+//! `DEDUP_MODEL_CALLERS` (default 2), `DEDUP_MODEL_TICKS` (default 7) and
+//! `DEDUP_MODEL_ATTEMPTS` (default 2) size the run; docs/testing.md records a larger one.
+
+use std::time::Duration;
+
+use stateright::{Checker, Model, Property};
+use toolcall_dedup::config::Mode;
+use toolcall_dedup::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
+use toolcall_dedup::key::Delivery;
+use toolcall_dedup::seam::ReplyClass;
+use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError};
+
+/// One tick of the model clock, in the product's milliseconds (expiry is per second).
+const TICK_MS: i64 = 1_000;
+
+/// A fixed bug re-introduced at the model's boundary with the product, to show the checker finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Bug {
+    /// A claim writes `expires_at = now + ttl` with a TTL shorter than its lease, instead of
+    /// `ClaimRequest::record_expiry` (the record turns absent while its owner still runs).
+    TtlShorterThanLease,
+    /// A crash-type error (outcome unknown) releases the claim instead of keeping it.
+    CrashReleases,
+}
+
+#[derive(Debug, Clone)]
+struct Protocol {
+    callers: usize,
+    ticks: u8,
+    attempts: u8,
+    /// The tool's own timeout, in ticks: its effect happens within it.
+    run_ticks: u8,
+    /// The lease margin over the tool's timeout (covers the skew).
+    margin_ticks: u8,
+    /// Record life from completion.
+    ttl_ticks: u8,
+    delivery: Delivery,
+    bug: Option<Bug>,
+}
+
+/// The one record, as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Stored {
+    status: Status,
+    token: u8,
+    lease_until_ms: i64,
+    expires_at_s: i64,
+    /// The effect whose reply is stored.
+    result: Option<u8>,
+    outcome_unknown: bool,
+    at_most_once: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Phase {
+    /// About to send a claim (again).
+    Ready,
+    /// Holds the claim `token` since tick `started`; `effect` once the tool acted.
+    Running {
+        token: u8,
+        started: u8,
+        effect: Option<u8>,
+    },
+    /// Answered: a reply (the effect that produced it) or a refusal.
+    Replied(u8),
+    Refused,
+    /// The invocation was killed mid-call: it writes nothing more, but the tool it invoked may
+    /// still act within its timeout.
+    Dead {
+        token: u8,
+        started: u8,
+        effect: Option<u8>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Caller {
+    phase: Phase,
+    attempts_left: u8,
+    /// Ticks this caller's clock runs ahead.
+    skew: u8,
+    /// A claim written while every answer to it was lost: released (fenced) at the next claim.
+    orphan: Option<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct State {
+    tick: u8,
+    record: Option<Stored>,
+    callers: Vec<Caller>,
+    /// Effects that happened, in order; the value is the claim token they ran under.
+    effects: Vec<u8>,
+    next_token: u8,
+    /// A takeover the protocol allows happened (see the module docs).
+    rerun_allowed: bool,
+}
+
+/// How a running side effect ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Ending {
+    /// The tool answered success; the completion is written.
+    Replied,
+    /// The tool answered, but the completion write never lands (store down, container gone).
+    CompletionLost,
+    /// Crashed after its effect (`Unhandled`, `Runtime.ExitError`).
+    CrashAfterEffect,
+    /// No answer in time: the effect may or may not have happened.
+    TimedOut,
+    /// The tool proved nothing ran (`DedupNothingRan`).
+    NothingRan,
+    /// Refused its input before acting (REPROMPT, HTTP 4xx).
+    Rejected,
+    /// "Not now" (HTTP 409/429): it may have acted first.
+    NotNow,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Action {
+    Tick,
+    Claim(usize),
+    /// A claim that applies, but every answer to it is lost.
+    ClaimAnswerLost(usize),
+    Effect(usize),
+    Finish(usize, Ending),
+    Kill(usize),
+}
+
+impl Protocol {
+    fn now_ms(&self, state: &State, caller: usize) -> i64 {
+        i64::from(state.tick + state.callers[caller].skew) * TICK_MS
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::from(self.run_ticks + self.margin_ticks) * TICK_MS
+    }
+
+    fn product_record(stored: &Stored) -> Record {
+        Record {
+            key: "k".into(),
+            status: stored.status,
+            expires_at_s: stored.expires_at_s,
+            lease_until_ms: stored.lease_until_ms,
+            token: LeaseToken::new(stored.token.to_string()),
+            fingerprint: "f".into(),
+            tool: "charge_card".into(),
+            created_at_ms: 0,
+            result: stored.result.map(|effect| vec![effect]),
+            omitted_result_bytes: None,
+            outcome_unknown: stored.outcome_unknown,
+            at_most_once: stored.at_most_once,
+            path_digests: None,
+            offloaded: None,
+        }
+    }
+
+    /// The store's fence: live, in progress, and carrying `token`.
+    fn held_by(record: &Option<Stored>, token: u8, now_ms: i64) -> bool {
+        record.as_ref().is_some_and(|r| {
+            r.status == Status::InProgress
+                && r.token == token
+                && !Self::product_record(r).is_expired(now_ms)
+        })
+    }
+
+    /// Whether the caller holding `token` can no longer act (its effect window is over, or it
+    /// stopped); a caller of another token never could.
+    fn owner_cannot_act(&self, state: &State, token: u8) -> bool {
+        state.callers.iter().all(|c| match &c.phase {
+            Phase::Running {
+                token: t, started, ..
+            } if *t == token => state.tick > started + self.run_ticks,
+            Phase::Dead {
+                token: t, started, ..
+            } if *t == token => state.tick > started + self.run_ticks,
+            _ => true,
+        })
+    }
+
+    /// The store's conditional claim at `now_ms`, as the product rules it.
+    fn claim(&self, state: &mut State, caller: usize) -> ClaimOutcome {
+        let now_ms = self.now_ms(state, caller);
+        if let Some(existing) = &state.record {
+            let record = Self::product_record(existing);
+            if !record.is_claimable(now_ms) {
+                return match record.status {
+                    Status::Completed => ClaimOutcome::Completed(record),
+                    Status::InProgress => ClaimOutcome::InProgress(record),
+                };
+            }
+            let expired = record.is_expired(now_ms);
+            let allowed = expired
+                || (record.status == Status::InProgress && self.delivery == Delivery::AtLeastOnce);
+            if allowed && self.owner_cannot_act(state, existing.token) {
+                state.rerun_allowed = true;
+            }
+        }
+        let token = state.next_token;
+        state.next_token += 1;
+        let now_s = now_ms.div_euclid(1000);
+        let request = ClaimRequest {
+            key: "k",
+            fingerprint: "f",
+            tool: "charge_card",
+            lease_until_ms: now_ms + self.lease_ms(),
+            expires_at_s: now_s + i64::from(self.ttl_ticks),
+            owner: None,
+            at_most_once: self.delivery == Delivery::AtMostOnce,
+            path_digests: None,
+        };
+        let expires_at_s = match self.bug {
+            Some(Bug::TtlShorterThanLease) => request.expires_at_s,
+            _ => request.record_expiry(),
+        };
+        state.record = Some(Stored {
+            status: Status::InProgress,
+            token,
+            lease_until_ms: request.lease_until_ms,
+            expires_at_s,
+            result: None,
+            outcome_unknown: false,
+            at_most_once: request.at_most_once,
+        });
+        ClaimOutcome::Claimed {
+            token: LeaseToken::new(token.to_string()),
+        }
+    }
+
+    /// The product's after-run rule, with [`Bug::CrashReleases`] at the boundary.
+    fn after(&self, end: RunEnd) -> AfterRun {
+        match (self.bug, end, after_run(end, self.delivery)) {
+            (
+                Some(Bug::CrashReleases),
+                RunEnd::Failed {
+                    outcome_unknown: true,
+                },
+                _,
+            ) => AfterRun::Release,
+            (_, _, after) => after,
+        }
+    }
+
+    fn refuse_or_retry(caller: &mut Caller) {
+        caller.phase = if caller.attempts_left > 0 {
+            Phase::Ready
+        } else {
+            Phase::Refused
+        };
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        // Every assignment of skews (0 or 1 tick) to the callers; the first caller's clock is true.
+        (0..1u32 << (self.callers - 1))
+            .map(|mask| State {
+                tick: 0,
+                record: None,
+                callers: (0..self.callers)
+                    .map(|i| Caller {
+                        phase: Phase::Ready,
+                        attempts_left: self.attempts,
+                        skew: u8::from(i > 0 && mask & (1 << (i - 1)) != 0),
+                        orphan: None,
+                    })
+                    .collect(),
+                effects: Vec::new(),
+                next_token: 1,
+                rerun_allowed: false,
+            })
+            .collect()
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        if state.tick < self.ticks {
+            actions.push(Action::Tick);
+        }
+        for (i, caller) in state.callers.iter().enumerate() {
+            match &caller.phase {
+                Phase::Ready => {
+                    actions.push(Action::Claim(i));
+                    actions.push(Action::ClaimAnswerLost(i));
+                }
+                Phase::Running {
+                    started, effect, ..
+                } => {
+                    if effect.is_none() && state.tick <= started + self.run_ticks {
+                        actions.push(Action::Effect(i));
+                    }
+                    let endings: &[Ending] = match effect {
+                        Some(_) => &[
+                            Ending::Replied,
+                            Ending::CompletionLost,
+                            Ending::CrashAfterEffect,
+                            Ending::TimedOut,
+                            Ending::NotNow,
+                        ],
+                        None => &[
+                            Ending::TimedOut,
+                            Ending::NothingRan,
+                            Ending::Rejected,
+                            Ending::NotNow,
+                        ],
+                    };
+                    actions.extend(endings.iter().map(|e| Action::Finish(i, *e)));
+                    actions.push(Action::Kill(i));
+                }
+                Phase::Dead {
+                    started, effect, ..
+                } => {
+                    if effect.is_none() && state.tick <= started + self.run_ticks {
+                        actions.push(Action::Effect(i));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        match action {
+            Action::Tick => state.tick += 1,
+            Action::Claim(i) | Action::ClaimAnswerLost(i) => {
+                let now_ms = self.now_ms(&state, i);
+                // The executor first releases a claim whose answers were lost, fenced.
+                if let Some(orphan) = state.callers[i].orphan.take() {
+                    if Self::held_by(&state.record, orphan, now_ms) {
+                        state.record = None;
+                    }
+                }
+                let outcome = self.claim(&mut state, i);
+                let claim = match (&action, outcome) {
+                    (Action::ClaimAnswerLost(_), ClaimOutcome::Claimed { token }) => {
+                        state.callers[i].orphan = token.as_str().parse().ok();
+                        Err(StoreError::ClaimUnconfirmed {
+                            token,
+                            source: "every answer was lost".into(),
+                        })
+                    }
+                    (Action::ClaimAnswerLost(_), _) => return None,
+                    (_, outcome) => Ok(outcome),
+                };
+                let caller = &mut state.callers[i];
+                caller.attempts_left = caller.attempts_left.saturating_sub(1);
+                // No waiting in the model: an identical call in flight is answered "busy", and
+                // the caller retries while it has attempts left.
+                match decide(claim, Mode::Enforce, Duration::ZERO, now_ms, None) {
+                    NextAction::Execute { token } => {
+                        caller.phase = Phase::Running {
+                            token: token.as_str().parse().unwrap(),
+                            started: state.tick,
+                            effect: None,
+                        }
+                    }
+                    NextAction::Replay(record) => {
+                        caller.phase = match record.result.as_deref() {
+                            Some([effect]) => Phase::Replied(*effect),
+                            _ => Phase::Refused,
+                        }
+                    }
+                    NextAction::Unknown(_) | NextAction::Mismatch(_) => {
+                        caller.phase = Phase::Refused
+                    }
+                    NextAction::Busy(_) | NextAction::Wait(_) | NextAction::StoreDown(_) => {
+                        Self::refuse_or_retry(caller)
+                    }
+                    NextAction::Shadow { .. } => unreachable!("enforce mode"),
+                }
+            }
+            Action::Effect(i) => {
+                let (Phase::Running { token, effect, .. } | Phase::Dead { token, effect, .. }) =
+                    &mut state.callers[i].phase
+                else {
+                    return None;
+                };
+                state.effects.push(*token);
+                *effect = Some(u8::try_from(state.effects.len()).unwrap());
+            }
+            Action::Kill(i) => {
+                let Phase::Running {
+                    token,
+                    started,
+                    effect,
+                } = state.callers[i].phase
+                else {
+                    return None;
+                };
+                state.callers[i].phase = Phase::Dead {
+                    token,
+                    started,
+                    effect,
+                };
+            }
+            Action::Finish(i, ending) => {
+                let Phase::Running { token, effect, .. } = state.callers[i].phase.clone() else {
+                    return None;
+                };
+                let now_ms = self.now_ms(&state, i);
+                let end = match ending {
+                    Ending::Replied | Ending::CompletionLost => {
+                        RunEnd::Replied(ReplyClass::Success)
+                    }
+                    Ending::CrashAfterEffect | Ending::TimedOut => RunEnd::Failed {
+                        outcome_unknown: true,
+                    },
+                    Ending::NothingRan => RunEnd::Failed {
+                        outcome_unknown: false,
+                    },
+                    Ending::Rejected => RunEnd::Replied(ReplyClass::Rejected),
+                    Ending::NotNow => RunEnd::Replied(ReplyClass::NotNow),
+                };
+                let held = Self::held_by(&state.record, token, now_ms);
+                let life_s = now_ms.div_euclid(1000) + i64::from(self.ttl_ticks);
+                match self.after(end) {
+                    AfterRun::Complete if held && ending != Ending::CompletionLost => {
+                        let record = state.record.as_mut().unwrap();
+                        record.status = Status::Completed;
+                        record.result = effect;
+                        record.expires_at_s = life_s;
+                    }
+                    AfterRun::Release if held => state.record = None,
+                    AfterRun::SettleUnknown if held => {
+                        let record = state.record.as_mut().unwrap();
+                        record.status = Status::Completed;
+                        record.outcome_unknown = true;
+                        record.expires_at_s = life_s;
+                    }
+                    _ => {}
+                }
+                let caller = &mut state.callers[i];
+                match (end, effect) {
+                    // The executor answers with the tool's reply whatever became of the write.
+                    (RunEnd::Replied(ReplyClass::Success), Some(effect)) => {
+                        caller.phase = Phase::Replied(effect)
+                    }
+                    _ => Self::refuse_or_retry(caller),
+                }
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("at most once", |_, s: &State| {
+                s.effects.len() <= 1 || s.rerun_allowed
+            }),
+            Property::always("replies come from effects", |_, s: &State| {
+                let replies: Vec<u8> = s
+                    .callers
+                    .iter()
+                    .filter_map(|c| match c.phase {
+                        Phase::Replied(e) => Some(e),
+                        _ => None,
+                    })
+                    .collect();
+                replies.iter().all(|e| usize::from(*e) <= s.effects.len())
+                    && (s.rerun_allowed || replies.windows(2).all(|w| w[0] == w[1]))
+            }),
+            Property::always("no claim held past its lease", |_, s: &State| {
+                let Some(stored) = &s.record else { return true };
+                let record = Protocol::product_record(stored);
+                // By every clock (the slowest is the true one), a lease that ended leaves a record
+                // a retry can claim, or one that says the outcome is unknown: never stuck.
+                let now_ms = i64::from(s.tick) * TICK_MS;
+                record.status != Status::InProgress
+                    || !record.lease_ended(now_ms)
+                    || record.is_claimable(now_ms)
+                    || record.is_outcome_unknown(now_ms)
+            }),
+            Property::always("a stored result is its owner's", |_, s: &State| {
+                match &s.record {
+                    Some(Stored {
+                        result: Some(effect),
+                        token,
+                        ..
+                    }) => s.effects[usize::from(*effect) - 1] == *token,
+                    _ => true,
+                }
+            }),
+        ]
+    }
+}
+
+fn size(var: &str, default: u8) -> u8 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn protocol(delivery: Delivery, bug: Option<Bug>) -> Protocol {
+    Protocol {
+        callers: usize::from(size("DEDUP_MODEL_CALLERS", 2)),
+        ticks: size("DEDUP_MODEL_TICKS", 7),
+        attempts: size("DEDUP_MODEL_ATTEMPTS", 2),
+        run_ticks: 2,
+        margin_ticks: 1,
+        // Shorter than the lease on purpose: only `record_expiry` keeps a claim alive while its
+        // owner may run, and completed records expire within the run.
+        ttl_ticks: 1,
+        delivery,
+        bug,
+    }
+}
+
+/// The counterexample for `property`, one step a line, cut at the first state that breaks it,
+/// with what that state holds.
+fn trace(model: Protocol, property: &'static str) -> Option<String> {
+    let condition = model.property(property).condition;
+    let checker = model.clone().checker().spawn_bfs().join();
+    let steps = checker.discovery(property)?.into_vec();
+    let mut lines = vec![format!("counterexample to {property:?}:")];
+    for (n, (state, action)) in steps.iter().enumerate() {
+        if !condition(&model, state) {
+            lines.push(format!(
+                "  broken at tick {}: effects ran under claims {:?}; record {:?}",
+                state.tick, state.effects, state.record
+            ));
+            break;
+        }
+        if let Some(action) = action {
+            lines.push(format!("  {:>2}. {action:?}", n + 1));
+        }
+    }
+    Some(lines.join("\n"))
+}
+
+#[test]
+fn the_protocol_keeps_every_invariant_for_both_deliveries() {
+    for delivery in [Delivery::AtLeastOnce, Delivery::AtMostOnce] {
+        let checker = protocol(delivery, None).checker().spawn_bfs().join();
+        eprintln!(
+            "{delivery:?}: {} unique states, no discovery expected",
+            checker.unique_state_count()
+        );
+        assert!(
+            checker.unique_state_count() > 1_000,
+            "the model explored too little"
+        );
+        checker.assert_properties();
+    }
+}
+
+#[test]
+fn a_ttl_shorter_than_the_lease_is_found_with_a_trace() {
+    let found = trace(
+        protocol(Delivery::AtLeastOnce, Some(Bug::TtlShorterThanLease)),
+        "at most once",
+    )
+    .expect("the checker must find the re-introduced TTL bug");
+    eprintln!("{found}");
+    assert!(found.contains("broken at"), "{found}");
+}
+
+#[test]
+fn a_crash_that_releases_the_claim_is_found_with_a_trace() {
+    let found = trace(
+        protocol(Delivery::AtLeastOnce, Some(Bug::CrashReleases)),
+        "at most once",
+    )
+    .expect("the checker must find the re-introduced release-on-crash bug");
+    eprintln!("{found}");
+    assert!(found.contains("broken at"), "{found}");
+    assert!(
+        found.contains("CrashAfterEffect") || found.contains("TimedOut"),
+        "released after an unknown outcome: {found}"
+    );
+}
