@@ -337,10 +337,8 @@ impl Model for Protocol {
                 }
                 Phase::Dead {
                     started, effect, ..
-                } => {
-                    if effect.is_none() && state.tick <= started + self.run_ticks {
-                        actions.push(Action::Effect(i));
-                    }
+                } if effect.is_none() && state.tick <= started + self.run_ticks => {
+                    actions.push(Action::Effect(i));
                 }
                 _ => {}
             }
