@@ -134,6 +134,7 @@ fn table(report: &Report) -> String {
         "FM: adversarial",
         "Adversarial retries caught",
         "µs/key",
+        "× B (spread)",
     ];
     let rows: Vec<Vec<String>> = report
         .keyers
@@ -147,6 +148,12 @@ fn table(report: &Report) -> String {
                 ratio(k.fm_adversarial, k.adversarial_distinct_total),
                 percent(k.adversarial_caught, k.adversarial_same_total),
                 format!("{:.2}", k.us_per_key),
+                format!(
+                    "{:.2} ({:.2}–{:.2})",
+                    k.ratio_to_canonical.median,
+                    k.ratio_to_canonical.low,
+                    k.ratio_to_canonical.high
+                ),
             ]
         })
         .collect();
@@ -160,7 +167,8 @@ fn table(report: &Report) -> String {
     let _ = writeln!(
         out,
         "\nµs/key: median of {} runs of {} derivations each, cycling through the {} calls of the \
-         retry and distinct pairs. Whole harness: {:.2} s wall clock.",
+         retry and distinct pairs; the keyers take turns within each run, and × B is the median (and \
+         range) of the per-run ratios to keyer B. Whole harness: {:.2} s wall clock.",
         report.runs,
         report.iterations,
         report.timed_calls,
@@ -313,6 +321,23 @@ fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> J {
         ),
         ("errors".into(), num(k.errors)),
         ("us_per_key".into(), J::Num(format!("{:.4}", k.us_per_key))),
+        (
+            "ratio_to_canonical".into(),
+            J::Obj(vec![
+                (
+                    "median".into(),
+                    J::Num(format!("{:.4}", k.ratio_to_canonical.median)),
+                ),
+                (
+                    "low".into(),
+                    J::Num(format!("{:.4}", k.ratio_to_canonical.low)),
+                ),
+                (
+                    "high".into(),
+                    J::Num(format!("{:.4}", k.ratio_to_canonical.high)),
+                ),
+            ]),
+        ),
         ("schemas".into(), J::Bool(report.schemas)),
         ("runs".into(), num(report.runs)),
         ("iterations".into(), num(report.iterations)),

@@ -75,7 +75,33 @@ pub struct KeyerScore {
     /// Calls the keyer refused with an error (a pair with an error never counts as merged).
     pub errors: usize,
     pub us_per_key: f64,
+    /// This keyer's µs/key over keyer B's (canonical JSON), run by run: the figure to read on a
+    /// loaded machine, since both were timed within the same run.
+    pub ratio_to_canonical: Spread,
     pub by_class: Vec<ClassScore>,
+}
+
+/// The median of per-run ratios, with their lowest and highest.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Spread {
+    /// The median, lowest and highest of `samples` (zeros when there are none).
+    pub fn of(mut samples: Vec<f64>) -> Spread {
+        if samples.is_empty() {
+            return Spread::default();
+        }
+        samples.sort_by(f64::total_cmp);
+        Spread {
+            median: samples[samples.len() / 2],
+            low: samples[0],
+            high: samples[samples.len() - 1],
+        }
+    }
 }
 
 impl KeyerScore {
@@ -228,7 +254,6 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
         .map(|strategy| {
             let mut row = tally(corpus, &calls, &keyer, strategy);
             row.label = label(strategy, options.schemas.is_some());
-            row.us_per_key = time(&keyer, strategy, &timed, options.runs, options.iterations);
             row
         })
         .collect();
@@ -245,14 +270,28 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
     let mut row = tally(corpus, &bedrock_calls, &keyer, Strategy::Typed);
     row.bedrock = true;
     row.label = BEDROCK_LABEL.into();
-    row.us_per_key = time(
-        &keyer,
-        Strategy::Typed,
-        &bedrock_timed,
-        options.runs,
-        options.iterations,
-    );
     keyers.push(row);
+    // Every row's timing in one interleaved loop: a load change hits them all alike.
+    let entries: Vec<(Strategy, &[Call<'_>])> = Strategy::ALL
+        .into_iter()
+        .map(|strategy| (strategy, &timed[..]))
+        .chain([(Strategy::Typed, &bedrock_timed[..])])
+        .collect();
+    let samples = time_interleaved(&keyer, &entries, options.runs, options.iterations);
+    let canonical = Strategy::ALL
+        .iter()
+        .position(|s| *s == Strategy::Canonical)
+        .expect("keyer B is timed");
+    for (row, runs) in keyers.iter_mut().zip(&samples) {
+        row.us_per_key = Spread::of(runs.clone()).median;
+        row.ratio_to_canonical = Spread::of(
+            runs.iter()
+                .zip(&samples[canonical])
+                .filter(|(_, b)| **b > 0.0)
+                .map(|(k, b)| k / b)
+                .collect(),
+        );
+    }
     Report {
         keyers,
         schemas: options.schemas.is_some(),
@@ -296,6 +335,7 @@ fn tally(
         adversarial_same_total: 0,
         errors: 0,
         us_per_key: 0.0,
+        ratio_to_canonical: Spread::default(),
         by_class: Vec::new(),
     };
     for (pair, (a, b)) in corpus.pairs.iter().zip(calls) {
@@ -350,26 +390,32 @@ fn tally(
     row
 }
 
-/// Median over `runs` of the mean µs per derivation across `iterations` derivations.
-fn time(
+/// The mean µs per derivation of each entry (a strategy and the calls it cycles through) in each of
+/// `runs` rounds, `[entry][run]`. A round times every entry in turn, starting one entry later each
+/// round, so the keyers share the machine's load and no keyer always goes first.
+fn time_interleaved(
     keyer: &Keyer,
-    strategy: Strategy,
-    calls: &[Call<'_>],
+    entries: &[(Strategy, &[Call<'_>])],
     runs: usize,
     iterations: usize,
-) -> f64 {
-    if calls.is_empty() || runs == 0 || iterations == 0 {
-        return 0.0;
+) -> Vec<Vec<f64>> {
+    let mut samples = vec![Vec::with_capacity(runs); entries.len()];
+    if iterations == 0 {
+        return samples;
     }
-    let mut samples: Vec<f64> = (0..runs)
-        .map(|_| {
+    for run in 0..runs {
+        for turn in 0..entries.len() {
+            let e = (run + turn) % entries.len();
+            let (strategy, calls) = entries[e];
+            if calls.is_empty() {
+                continue;
+            }
             let start = Instant::now();
             for i in 0..iterations {
                 let _ = black_box(keyer.key(strategy, black_box(&calls[i % calls.len()])));
             }
-            start.elapsed().as_secs_f64() * 1e6 / iterations as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+            samples[e].push(start.elapsed().as_secs_f64() * 1e6 / iterations as f64);
+        }
+    }
+    samples
 }
