@@ -175,9 +175,17 @@ pub struct Keyed<'a> {
     pub call: &'a Call<'a>,
     /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
     pub delivery: Delivery,
-    /// Set for a call keyed by its caller's key: its argument-leaf digests (`Some(None)` when too
-    /// many to store). A record under the key with another fingerprint is a mismatch.
-    pub caller: Option<Option<&'a str>>,
+    /// Set for a call keyed by its caller's key: a record under the key with another fingerprint
+    /// is a mismatch.
+    pub caller: Option<CallerKey<'a>>,
+}
+
+/// What a call keyed by its caller's own key carries beside its key.
+#[derive(Debug, Clone, Copy)]
+pub struct CallerKey<'a> {
+    /// The arguments' leaf digests ([`crate::key::CallerKeyed::path_digests`]), stored with the
+    /// claim so that a mismatch can name its paths; `None` when too many to store.
+    pub path_digests: Option<&'a str>,
 }
 
 /// How long the side effect can run, and so how its claim's lease is kept.
@@ -620,7 +628,7 @@ impl<S: Store> Executor<S> {
             expires_at_s: self.expiry_from(call.call.tool, now),
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
-            path_digests: call.caller.flatten(),
+            path_digests: call.caller.and_then(|c| c.path_digests),
         }
     }
 
@@ -992,13 +1000,16 @@ impl<S: Store> Executor<S> {
 
 /// The answer to a caller key reused with another tool or other arguments: which paths differ.
 fn key_reused<E>(record: &Record, call: Keyed<'_>) -> Finished<E> {
-    let paths =
-        differing_paths(record.path_digests.as_deref(), call.caller.flatten()).map(|mut paths| {
-            if record.tool != call.call.tool {
-                paths.insert(0, "tool".to_string());
-            }
-            paths
-        });
+    let paths = differing_paths(
+        record.path_digests.as_deref(),
+        call.caller.and_then(|c| c.path_digests),
+    )
+    .map(|mut paths| {
+        if record.tool != call.call.tool {
+            paths.insert(0, "tool".to_string());
+        }
+        paths
+    });
     finished(Settled::KeyReused { paths }, Outcome::KeyReused, Vec::new())
 }
 

@@ -55,8 +55,8 @@ use crate::decide::RunEnd;
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::envelope;
 use crate::executor::{
-    Executor, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, Settled, ToolRun,
-    remaining,
+    CallerKey, Executor, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, Settled,
+    ToolRun, remaining,
 };
 use crate::interceptor::{Interception, InterceptorError, Phase};
 use crate::key::{Call, CallerKeyError, Delivery, Keyer};
@@ -326,6 +326,7 @@ impl DoorSettings {
 struct CallKey {
     key: String,
     fingerprint: String,
+    /// For a caller-keyed call: its leaf digests (`None` inside: too many to store).
     caller: Option<Option<String>>,
 }
 
@@ -363,7 +364,9 @@ impl CallKey {
             fingerprint: &self.fingerprint,
             call,
             delivery,
-            caller: self.caller.as_ref().map(Option::as_deref),
+            caller: self.caller.as_ref().map(|digests| CallerKey {
+                path_digests: digests.as_deref(),
+            }),
         }
     }
 }
