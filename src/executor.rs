@@ -684,7 +684,10 @@ impl<S: Store> Executor<S> {
     }
 
     /// Releases the claims written while their answers were lost (fenced: a claim someone else
-    /// took over since is left alone). One that cannot be released yet is kept for next time.
+    /// took over since is left alone). One that cannot be released yet is kept for next time,
+    /// whatever the error: a refusal now (an expired credential, a throttled table, a garbled
+    /// answer) says nothing about the next call, and a forgotten claim blocks its key until its
+    /// lease ends.
     async fn release_orphans(&self, end: Instant) {
         let pending: Vec<(LeaseToken, String)> = {
             let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
@@ -697,9 +700,9 @@ impl<S: Store> Executor<S> {
             match self.bounded(end, self.store.release(&key, &token)).await {
                 Ok(()) => tracing::info!("released a claim whose answers were lost"),
                 Err(StoreError::LeaseLost) => {}
-                Err(e) if e.is_retryable() => self.remember_orphan(&key, token),
                 Err(e) => {
-                    tracing::warn!(error = %e, "could not release a claim whose answers were lost")
+                    tracing::warn!(error = %e, "could not release a claim whose answers were lost; trying again at the next call");
+                    self.remember_orphan(&key, token)
                 }
             }
         }

@@ -1178,6 +1178,9 @@ fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Class {
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Class::Retry { ambiguous: true },
         SdkError::DispatchFailure(d) if d.is_user() => Class::Final,
         SdkError::DispatchFailure(_) => Class::Retry { ambiguous: true },
+        // An answer with no error code is one the SDK could not read (a garbled or cut-off body): the
+        // request may have applied, as for a broken response.
+        SdkError::ServiceError(_) if err.code().is_none() => Class::Retry { ambiguous: true },
         SdkError::ServiceError(service) => match err.code() {
             Some(
                 "ProvisionedThroughputExceededException"
@@ -1475,6 +1478,23 @@ mod tests {
             classify(&service_error(400, "ConditionalCheckFailedException", "m")),
             Class::Final
         );
+    }
+
+    #[test]
+    fn an_answer_without_an_error_code_may_have_applied() {
+        // What the SDK makes of a body it cannot read, whatever the status.
+        for status in [200, 400, 500] {
+            let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
+            let unreadable = SdkError::service_error(
+                GetItemError::generic(ErrorMetadata::builder().build()),
+                raw,
+            );
+            assert_eq!(
+                classify(&unreadable),
+                Class::Retry { ambiguous: true },
+                "{status}"
+            );
+        }
     }
 
     #[test]

@@ -71,6 +71,12 @@ pub enum ToolFault {
     /// release it, or hand its token back ([`StoreError::ClaimUnconfirmed`]) for the executor to
     /// release at its next call. The tool is never called.
     ClaimAnswersLost,
+    /// Store path: the tool runs as usual; the first UpdateItem of its completion is answered
+    /// HTTP 400 `ValidationException` "Item size has exceeded the maximum allowed size" without
+    /// forwarding (as for a result over DynamoDB's 400 KB item limit), so the store writes the
+    /// `result_omitted` marker instead: the call stays settled, and repeats are told it already
+    /// ran, without its result.
+    ItemTooLarge,
 }
 
 /// How long the [`ToolFault::SlowClaim`] tool may run (its own timeout), and so what the lease
@@ -96,7 +102,7 @@ const CLAIM_LOST_FOR: Duration =
     Duration::from_millis(super::STORE_DEADLINE.as_millis() as u64 + 300);
 
 impl ToolFault {
-    pub const ALL: [ToolFault; 13] = [
+    pub const ALL: [ToolFault; 14] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
         ToolFault::TypedErrorAfterEffect,
@@ -110,6 +116,7 @@ impl ToolFault {
         ToolFault::SlowClaim,
         ToolFault::SlowCompletionNearDeadline,
         ToolFault::ClaimAnswersLost,
+        ToolFault::ItemTooLarge,
     ];
 
     /// The fault called `name` (see [`ToolFault::name`]).
@@ -132,7 +139,14 @@ impl ToolFault {
             ToolFault::SlowClaim => "store_slow_claim",
             ToolFault::SlowCompletionNearDeadline => "store_slow_completion_near_deadline",
             ToolFault::ClaimAnswersLost => "store_claim_answers_lost",
+            ToolFault::ItemTooLarge => "store_item_too_large",
         }
+    }
+
+    /// Counted by the fault proxy when it hits (its name is a [`super::proxy::StoreFault`]'s),
+    /// not by the soak when the tool is reached.
+    pub fn counted_by_proxy(self) -> bool {
+        self == ToolFault::ItemTooLarge
     }
 }
 
@@ -140,6 +154,8 @@ impl ToolFault {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Completion {
     Stored,
+    /// Stored without its result (too large for an item): the `result_omitted` marker.
+    ResultOmitted,
     LeaseLost,
     Failed,
 }
@@ -193,6 +209,45 @@ pub struct Notes {
     /// For a handed-back claim still pending: when another claim on the same key was handed back
     /// (store time).
     pub later_unconfirmed_on_key: Vec<i64>,
+    /// The size of the result the completion stored (or tried to).
+    pub result_bytes: Option<usize>,
+    /// For [`Completion::ResultOmitted`]: the size the store said it omitted.
+    pub omitted_bytes: Option<usize>,
+    /// The last claim that failed: the kind of its error ([`error_kind`]).
+    pub claim_error: Option<&'static str>,
+    /// A completion that failed: the kind of its error.
+    pub completion_error: Option<&'static str>,
+    /// A claim that failed with a final error (`rejected`, `config`) and that a later claim on the
+    /// key found written, held under a token no claim was told it holds: the kind of that error.
+    pub claim_written_though_failed: Option<&'static str>,
+}
+
+/// A store error with its sources (`a: b: c`), so that a note names the service's error code.
+pub fn error_chain(e: &StoreError) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A short name of a store error's kind, for the counts.
+pub fn error_kind(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::LeaseLost => "lease_lost",
+        StoreError::ResultTooLarge { .. } => "result_too_large",
+        StoreError::Unavailable(_) => "unavailable",
+        StoreError::Corrupt(_) => "corrupt",
+        StoreError::Config { .. } => "config",
+        StoreError::ClaimUnconfirmed { .. } => "claim_unconfirmed",
+        StoreError::ResultUnavailable { .. } => "result_unavailable",
+        StoreError::InvalidRequest(_) => "invalid_request",
+        StoreError::Rejected(_) => "rejected",
+        _ => "other",
+    }
 }
 
 /// One invocation: its planned tool fault, a kill switch, and notes.
@@ -252,9 +307,10 @@ impl ChaosTool {
         // A tool takes a little time, so that identical calls overlap.
         tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
         match attempt.fault {
-            ToolFault::None | ToolFault::PauseBeforeComplete | ToolFault::ClaimAnswersLost => {
-                self.effect(target, &payload)
-            }
+            ToolFault::None
+            | ToolFault::PauseBeforeComplete
+            | ToolFault::ClaimAnswersLost
+            | ToolFault::ItemTooLarge => self.effect(target, &payload),
             ToolFault::SlowClaim => {
                 // A tool Lambda with a timeout of its own: the invoker's client gives up at its
                 // timeout (the outcome is unknown), the function goes on and does its side effect
@@ -384,7 +440,16 @@ pub struct NotingStore<S> {
     keyed: Option<Arc<KeyedFaults>>,
     /// Claims whose answers were lost and whose token the store handed back, until released.
     handed_back: Mutex<HashMap<LeaseToken, (String, Arc<Attempt>)>>,
+    /// Claims that failed with a final error, per key: the lease each asked for, the error's kind,
+    /// and the invocation (to note it if a later claim finds that claim written).
+    failed_finally: Mutex<HashMap<String, Vec<FailedClaim>>>,
+    /// The tokens of every claim the store reported made.
+    claimed: Mutex<std::collections::HashSet<LeaseToken>>,
 }
+
+/// A claim that failed with a final error: the lease it asked for, the error's kind, its
+/// invocation.
+type FailedClaim = (i64, &'static str, Arc<Attempt>);
 
 /// A paused completion resumes at the latest this long after its lease ended.
 const MAX_PAUSE_PAST_LEASE: Duration = Duration::from_secs(3);
@@ -397,6 +462,36 @@ impl<S: Store> NotingStore<S> {
             holders: Mutex::new(HashMap::new()),
             keyed: None,
             handed_back: Mutex::new(HashMap::new()),
+            failed_finally: Mutex::new(HashMap::new()),
+            claimed: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    /// A claim on `key` found `held` in progress: if it is a claim that was reported failed with
+    /// a final error (the same lease, a token no claim was told it holds), note that it was
+    /// written.
+    fn written_though_failed(&self, key: &str, held: &Record) {
+        if self
+            .claimed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&held.token)
+        {
+            return;
+        }
+        let mut failed = self
+            .failed_finally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(claims) = failed.get_mut(key) else {
+            return;
+        };
+        if let Some(i) = claims
+            .iter()
+            .position(|(lease, _, _)| *lease == held.lease_until_ms)
+        {
+            let (_, kind, attempt) = claims.swap_remove(i);
+            attempt.note(|n| n.claim_written_though_failed = Some(kind));
         }
     }
 
@@ -507,6 +602,21 @@ impl<S: Store> Store for NotingStore<S> {
         if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &outcome {
             self.unconfirmed_on(key, token);
         }
+        if let (Err(e), Some(attempt)) = (&outcome, current()) {
+            let kind = error_kind(e);
+            attempt.note(|n| n.claim_error = Some(kind));
+            if matches!(e, StoreError::Rejected(_) | StoreError::Config { .. }) {
+                self.failed_finally
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(key.to_string())
+                    .or_default()
+                    .push((lease_until, kind, attempt));
+            }
+        }
+        if let Ok(ClaimOutcome::InProgress(held)) = &outcome {
+            self.written_though_failed(key, held);
+        }
         if let Err(e) = &outcome {
             if armed && current().is_some_and(|a| a.fault == ToolFault::ClaimAnswersLost) {
                 let in_flight = self
@@ -520,6 +630,10 @@ impl<S: Store> Store for NotingStore<S> {
             }
         }
         if let Ok(ClaimOutcome::Claimed { token }) = &outcome {
+            self.claimed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(token.clone());
             if let Some(attempt) = current() {
                 attempt.note(|n| {
                     n.claimed_at_ms = Some(sent_at);
@@ -572,19 +686,40 @@ impl<S: Store> Store for NotingStore<S> {
             let rest = super::STORE_DEADLINE.saturating_sub(SLOW_COMPLETION_LOST_FOR);
             keyed.arm("UpdateItem", key, SLOW_COMPLETION_LOST_FOR, rest, slow);
         }
+        if let (Some(keyed), Some(_)) = (
+            &self.keyed,
+            attempt
+                .as_ref()
+                .filter(|a| a.fault == ToolFault::ItemTooLarge),
+        ) {
+            // Only the first write (the one with the result): the marker that follows goes
+            // through.
+            keyed.arm_first(
+                "UpdateItem",
+                key,
+                super::STORE_DEADLINE,
+                KeyedFault::ItemTooLarge,
+            );
+        }
         let sent_at = self.inner.now_ms();
         let outcome = self.inner.complete(key, token, result, expires_at_s).await;
         let returned_at = self.inner.now_ms();
         if let Some(attempt) = attempt {
-            let completion = match &outcome {
-                Ok(_) => Completion::Stored,
-                Err(StoreError::LeaseLost) => Completion::LeaseLost,
-                Err(_) => Completion::Failed,
+            let (completion, omitted) = match &outcome {
+                Ok(toolcall_dedup::store::Completion::ResultOmitted { bytes }) => {
+                    (Completion::ResultOmitted, Some(*bytes))
+                }
+                Ok(_) => (Completion::Stored, None),
+                Err(StoreError::LeaseLost) => (Completion::LeaseLost, None),
+                Err(_) => (Completion::Failed, None),
             };
             attempt.note(|n| {
                 n.completion = Some(completion);
                 n.completed_at_ms = Some(sent_at);
                 n.completion_returned_at_ms = Some(returned_at);
+                n.result_bytes = Some(result.len());
+                n.omitted_bytes = omitted;
+                n.completion_error = outcome.as_ref().err().map(error_kind);
             });
         }
         outcome
@@ -626,7 +761,7 @@ impl<S: Store> Store for NotingStore<S> {
             .map(|(_, a)| a.clone());
         if let (Some(attempt), Err(e)) = (handed_back, &released) {
             let at = self.inner.now_ms();
-            attempt.note(|n| n.orphan_releases.push(format!("{at}: {e}")));
+            attempt.note(|n| n.orphan_releases.push(format!("{at}: {}", error_chain(e))));
         }
         if matches!(released, Ok(()) | Err(StoreError::LeaseLost)) {
             let handed_back = self

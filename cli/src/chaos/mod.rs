@@ -4,10 +4,14 @@
 //!
 //! - **Store path**: a [`proxy::FaultProxy`] sits between the store and the server and drops
 //!   connections (before and after forwarding), delays answers past the SDK attempt timeout,
-//!   answers with DynamoDB's throttling errors, and has outage windows (every connection cut and
-//!   refused). The server process itself is paused (`SIGSTOP`, then `SIGCONT`) in other windows.
-//!   It is paused rather than restarted because moto keeps its tables in memory: a restart would
-//!   lose the table, which no real DynamoDB outage does.
+//!   answers with DynamoDB's throttling, write-conflict, 5xx and 408 errors (5xx also in place of
+//!   an answer to a request it forwarded), garbles or stalls answers, and has windows: outages
+//!   (every connection cut and refused), refusals (the listening socket closed: connects refused),
+//!   and access-or-table errors (every request answered `ResourceNotFoundException`,
+//!   `AccessDeniedException` or `ExpiredTokenException`). The server process itself is paused
+//!   (`SIGSTOP`, then `SIGCONT`) in other windows. It is paused rather than restarted because moto
+//!   keeps its tables in memory: a restart would lose the table, which no real DynamoDB outage
+//!   does. Every class is named in [`FaultClass`]; the report's `faults` has a count for each.
 //! - **Tool path**: the tool raises before its effect, crashes after it, hangs past its timeout,
 //!   or ignores its timeout until the Lambda deadline kills the invocation; invocations are killed
 //!   (their future dropped) while the tool runs or right after its effect, so that later
@@ -42,7 +46,7 @@ use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 use attempt::{ATTEMPT, Attempt, ChaosTool, NotingStore, ToolFault};
 use oracle::{Observed, Verdict};
-use proxy::{FaultProxy, RequestFaults};
+use proxy::{AccessError, FaultProxy, RequestFaults, StoreFault};
 
 /// Time each invocation has before its Lambda deadline.
 pub const BUDGET: Duration = Duration::from_millis(3000);
@@ -78,9 +82,101 @@ pub const STORE_FAULTS: RequestFaults = RequestFaults {
     throttle_provisioned: 15,
     throttle_rate: 10,
     deliver_late: 15,
+    server_error: 16,
+    throttle_request_limit: 8,
+    write_conflict: 10,
+    request_timeout: 5,
+    garbled: 8,
+    stalled: 8,
     delay_by: Duration::from_millis(600),
     late_by: Duration::from_millis(4000),
+    stall_for: Duration::from_millis(700),
 };
+
+/// A fault class, by the name the report's `faults` counts it under and `--without` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultClass {
+    /// Planned per invocation (the tool's faults, and the store-path faults armed for one key).
+    Tool(ToolFault),
+    /// Drawn by the fault proxy per request.
+    Request(StoreFault),
+    /// Outage windows (`store_outage_windows`; their cuts count as `store_outage_refused`).
+    Outages,
+    /// Server pauses (`SIGSTOP`/`SIGCONT`).
+    Pauses,
+    /// Access-or-table-error windows (`store_access_or_table_error` counts the requests answered).
+    AccessErrors,
+    /// Windows in which the proxy does not listen (`store_connect_refused` counts the windows).
+    Refusals,
+}
+
+impl FaultClass {
+    /// Every class the soak injects.
+    pub fn all() -> Vec<FaultClass> {
+        let tool = ToolFault::ALL
+            .into_iter()
+            .filter(|t| *t != ToolFault::None)
+            .map(FaultClass::Tool);
+        let request = StoreFault::ALL
+            .into_iter()
+            .filter(|f| f.is_per_request())
+            .map(FaultClass::Request);
+        let windows = [
+            FaultClass::Outages,
+            FaultClass::Pauses,
+            FaultClass::AccessErrors,
+            FaultClass::Refusals,
+        ];
+        tool.chain(request).chain(windows).collect()
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::Tool(t) => t.name(),
+            FaultClass::Request(f) => f.name(),
+            FaultClass::Outages => "store_outage_windows",
+            FaultClass::Pauses => "server_pauses",
+            FaultClass::AccessErrors => StoreFault::AccessOrTableError.name(),
+            FaultClass::Refusals => "store_connect_refused",
+        }
+    }
+
+    /// The class called `name` (`store_outage_refused` names the outages too).
+    pub fn from_name(name: &str) -> Option<FaultClass> {
+        if name == StoreFault::OutageRefused.name() {
+            return Some(FaultClass::Outages);
+        }
+        FaultClass::all().into_iter().find(|c| c.name() == name)
+    }
+}
+
+/// Every key of the report's `faults`: each class, and the proxy's own counts (connections cut in
+/// outages, keyed answers held or dropped).
+pub fn fault_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = FaultClass::all()
+        .into_iter()
+        .map(FaultClass::name)
+        .collect();
+    names.extend(StoreFault::ALL.into_iter().map(StoreFault::name));
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Failure classes of the fault model (docs/testing.md, "Fault model from the AWS contracts")
+/// that no class injects yet: a black-holed connect, a stall past the stalled-stream grace, an
+/// item too large for a claim, and the `Invoke` path through a real dispatcher.
+pub const FAULTS_NOT_INJECTED: [&str; 9] = [
+    "store_connect_blackholed",
+    "store_stalled_past_grace",
+    "store_item_too_large_on_claim",
+    "tool_invoke_throttled",
+    "tool_invoke_refused",
+    "tool_invoke_prestart_unknown",
+    "tool_invoke_5xx",
+    "tool_sandbox_timedout",
+    "tool_invoke_connection_lost",
+];
 
 /// One soak against one server.
 #[derive(Debug, Clone)]
@@ -98,8 +194,8 @@ pub struct SoakConfig {
     pub rate: f64,
     /// `events/` (its `corpus/` holds the corpus events and `policy.json`).
     pub events_dir: PathBuf,
-    /// Tool faults left out of the plan.
-    pub excluded: Vec<ToolFault>,
+    /// Fault classes left out.
+    pub excluded: Vec<FaultClass>,
     /// Where the ledger file goes.
     pub ledger_dir: PathBuf,
 }
@@ -111,7 +207,13 @@ pub struct SoakReport {
     pub servers: Vec<String>,
     pub invocations: u64,
     pub distinct_calls: u64,
+    /// Every fault class (and the proxy's own counts), 0 when not drawn or left out.
     pub faults: BTreeMap<String, u64>,
+    /// The forms of the classes that have several, as `class.form` (e.g.
+    /// `store_server_error.503_after_forward`), and what the windows cut.
+    pub fault_variants: BTreeMap<String, u64>,
+    /// Failure classes of the fault model no class injects yet.
+    pub faults_not_injected: Vec<String>,
     /// What the store-path faults led to: leases moved, lost claims released (by the store or,
     /// handed back, by the executor), slow completions stored and how close to the deadline.
     pub store_paths: BTreeMap<String, u64>,
@@ -153,6 +255,14 @@ impl SoakReport {
         for (k, v) in other.faults {
             *self.faults.entry(k).or_default() += v;
         }
+        for (k, v) in other.fault_variants {
+            *self.fault_variants.entry(k).or_default() += v;
+        }
+        for name in other.faults_not_injected {
+            if !self.faults_not_injected.contains(&name) {
+                self.faults_not_injected.push(name);
+            }
+        }
         for (k, v) in other.store_paths {
             *self.store_paths.entry(k).or_default() += v;
         }
@@ -190,6 +300,7 @@ impl SoakReport {
         let mut s = format!(
             "chaos soak, seed {} on {}: {} invocations of {} distinct calls in {:.1} s\n\
              faults: {}\n\
+             fault forms: {}\n\
              store paths: {}\n\
              answers: {}\n\
              side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended); \
@@ -202,6 +313,11 @@ impl SoakReport {
             self.distinct_calls,
             self.duration_ms as f64 / 1000.0,
             faults.join(", "),
+            self.fault_variants
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.store_paths
                 .iter()
                 .map(|(k, v)| format!("{k}={v}"))
@@ -292,7 +408,32 @@ pub async fn corpus_events(
 pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     let started = Instant::now();
     let (corpus, policies) = corpus_events(&cfg.events_dir).await?;
-    let plan = plan::build(cfg.seed, cfg.invocations, cfg.rate, &corpus, &cfg.excluded);
+    let excluded_tool: Vec<ToolFault> = cfg
+        .excluded
+        .iter()
+        .filter_map(|c| match c {
+            FaultClass::Tool(t) => Some(*t),
+            _ => None,
+        })
+        .collect();
+    let mut plan = plan::build(cfg.seed, cfg.invocations, cfg.rate, &corpus, &excluded_tool);
+    let without = |class: FaultClass| cfg.excluded.contains(&class);
+    if without(FaultClass::Outages) {
+        plan.outages.clear();
+    }
+    if without(FaultClass::Pauses) {
+        plan.pauses.clear();
+    }
+    if without(FaultClass::AccessErrors) {
+        plan.access_errors.clear();
+    }
+    if without(FaultClass::Refusals) {
+        plan.refusals.clear();
+    }
+    let store_faults = cfg.excluded.iter().fold(STORE_FAULTS, |f, c| match c {
+        FaultClass::Request(fault) => f.without(*fault),
+        _ => f,
+    });
 
     let proxy = FaultProxy::start(&cfg.endpoint, cfg.seed).await?;
     let client = sdk_client(proxy.url());
@@ -336,12 +477,16 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     );
 
     // The run, with the fault windows alongside.
-    proxy.set_faults(STORE_FAULTS);
+    proxy.set_faults(store_faults);
     let run_start = Instant::now();
     let windows = tokio::spawn(fault_windows(
         run_start,
-        plan.outages.clone(),
-        plan.pauses.clone(),
+        Windows {
+            outages: plan.outages.clone(),
+            pauses: plan.pauses.clone(),
+            access_errors: plan.access_errors.clone(),
+            refusals: plan.refusals.clone(),
+        },
         cfg.server_pid,
         ProxySwitch(Arc::new(proxy)),
     ));
@@ -369,12 +514,18 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         });
     }
     let mut observed: Vec<Observed> = Vec::with_capacity(plan.sends.len());
-    let mut faults: BTreeMap<String, u64> = BTreeMap::new();
+    let mut faults: BTreeMap<String, u64> = fault_names()
+        .into_iter()
+        .map(|n| (n.to_string(), 0))
+        .collect();
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
     while let Some(joined) = tasks.join_next().await {
         let (fault, o) =
             joined.map_err(|e| ChaosError::Setup(format!("an invocation panicked: {e}")))?;
-        if fault != ToolFault::None && (o.notes.invoked || o.notes.lost_claim.is_some()) {
+        if fault != ToolFault::None
+            && !fault.counted_by_proxy()
+            && (o.notes.invoked || o.notes.lost_claim.is_some())
+        {
             *faults.entry(fault.name().into()).or_default() += 1;
         }
         let outcome = o
@@ -395,13 +546,20 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         .map_err(|e| ChaosError::Setup(format!("the fault windows panicked: {e}")))?;
     proxy.set_faults(RequestFaults::NONE);
     proxy.set_outage(false);
+    proxy.set_refusing(false);
+    proxy.set_access_error(None);
     for (fault, n) in proxy.counts() {
         faults.insert(fault.name().into(), n);
     }
-    faults.insert("store_outage_windows".into(), plan.outages.len() as u64);
+    faults.insert(FaultClass::Outages.name().into(), plan.outages.len() as u64);
     if cfg.server_pid.is_some() {
-        faults.insert("server_pauses".into(), plan.pauses.len() as u64);
+        faults.insert(FaultClass::Pauses.name().into(), plan.pauses.len() as u64);
     }
+    faults.insert(
+        FaultClass::Refusals.name().into(),
+        plan.refusals.len() as u64,
+    );
+    let fault_variants = proxy.variants();
 
     // Settle: every lease asked for has ended (plus a margin); then one fault-free send per call.
     let last_lease = observed
@@ -455,6 +613,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     }
     let mut store_paths = store_paths(&observed);
     store_paths.insert("slow_claim_probes".into(), slow_claim_probes);
+    store_paths.insert("results_omitted".into(), verdict.results_omitted);
+    store_paths.insert("already_ran_answers".into(), verdict.already_ran_answers);
     let stray: usize = by_session.values().map(Vec::len).sum();
     if stray > 0 {
         verdict.double_executions += stray as u64;
@@ -472,6 +632,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             .filter(|o| matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited)))
             .count() as u64,
         faults,
+        fault_variants,
+        faults_not_injected: FAULTS_NOT_INJECTED.iter().map(|s| s.to_string()).collect(),
         store_paths,
         outcomes,
         executed: verdict.executed,
@@ -496,6 +658,33 @@ fn store_paths(observed: &[Observed]) -> BTreeMap<String, u64> {
     let mut closest_ms = i64::MAX;
     for o in observed {
         let fault = o.attempt.fault;
+        // Failing closed: a store error answered, the tool not called (by the kind of the claim's
+        // error; `other`: no claim error noted, e.g. a read while waiting failed, or the claim was
+        // cut at the deadline).
+        if o.outcome == Some(Outcome::StoreError) {
+            if o.notes.invoked {
+                count("store_error_answer_after_tool_called");
+            } else {
+                count(&format!(
+                    "failed_closed.{}",
+                    o.notes.claim_error.unwrap_or("other")
+                ));
+            }
+        }
+        if let Some(kind) = o.notes.completion_error {
+            count(&format!("completion_failed.{kind}"));
+        }
+        if let Some(kind) = o.notes.claim_written_though_failed {
+            count(&format!("claim_failed_but_written.{kind}"));
+        }
+        if fault == ToolFault::ItemTooLarge && o.notes.invoked {
+            count(match o.notes.completion {
+                Some(attempt::Completion::ResultOmitted) => "item_too_large_result_omitted",
+                Some(attempt::Completion::Stored) => "item_too_large_stored_with_result",
+                Some(_) => "item_too_large_completion_refused_or_failed",
+                None => "item_too_large_completion_not_sent",
+            });
+        }
         if fault == ToolFault::SlowClaim && o.notes.invoked {
             count(if o.notes.lease_extended {
                 "slow_claim_lease_extended"
@@ -660,16 +849,23 @@ fn signal(pid: u32, sig: &str) {
     }
 }
 
-async fn fault_windows(
-    start: Instant,
+/// The planned windows: (start from the run's start, length).
+struct Windows {
     outages: Vec<(Duration, Duration)>,
     pauses: Vec<(Duration, Duration)>,
+    access_errors: Vec<(Duration, Duration, AccessError)>,
+    refusals: Vec<(Duration, Duration)>,
+}
+
+async fn fault_windows(
+    start: Instant,
+    windows: Windows,
     pid: Option<u32>,
     switch: ProxySwitch,
 ) -> ProxySwitch {
     let proxy = switch.0.clone();
     let outage = async {
-        for (at, length) in outages {
+        for (at, length) in windows.outages {
             tokio::time::sleep_until(start + at).await;
             proxy.set_outage(true);
             tokio::time::sleep(length).await;
@@ -678,13 +874,29 @@ async fn fault_windows(
     };
     let pause = async {
         let Some(pid) = pid else { return };
-        for (at, length) in pauses {
+        for (at, length) in windows.pauses {
             tokio::time::sleep_until(start + at).await;
             let _paused = Paused::start(pid);
             tokio::time::sleep(length).await;
         }
     };
-    tokio::join!(outage, pause);
+    let access = async {
+        for (at, length, error) in windows.access_errors {
+            tokio::time::sleep_until(start + at).await;
+            proxy.set_access_error(Some(error));
+            tokio::time::sleep(length).await;
+            proxy.set_access_error(None);
+        }
+    };
+    let refuse = async {
+        for (at, length) in windows.refusals {
+            tokio::time::sleep_until(start + at).await;
+            proxy.set_refusing(true);
+            tokio::time::sleep(length).await;
+            proxy.set_refusing(false);
+        }
+    };
+    tokio::join!(outage, pause, access, refuse);
     switch
 }
 

@@ -12,7 +12,13 @@
 //!   equals the call's stored result byte for byte; and no completion sent within its own lease
 //!   is refused (that would mean someone overwrote or deleted the record under its holder).
 //!   Otherwise it is a **lost result**. A completion refused after its own lease ended is the
-//!   fence working, counted apart.
+//!   fence working, counted apart. A result too large for an item is not stored by design: the
+//!   record is completed with the `result_omitted` marker instead. That is not a lost result when
+//!   the record's marker names exactly the size of the result the completion was given, the
+//!   completion said so (`ResultOmitted`), and every replayed answer is the "already ran, result
+//!   too large to store" notice; anything else about such a record is a lost result. A store
+//!   error answered before the tool ran (failing closed) is neither: it is counted in the
+//!   answers (`store_error`) and by cause in `store_paths`.
 //! - **Claims**: after the run settles (every lease plus a margin has passed) no record may still
 //!   block its key, and a last, fault-free send of every call must be answered, not told "in
 //!   progress". Otherwise it is a **stuck claim**.
@@ -54,11 +60,18 @@ pub struct Verdict {
     pub unexecuted_before_settle: u64,
     /// Calls whose invocations derived different keys (the sends of one call must meet).
     pub key_splits: u64,
+    /// Completions stored without their result (too large), the record saying so.
+    pub results_omitted: u64,
+    /// Replayed answers of such a record: "already ran", without the result.
+    pub already_ran_answers: u64,
     pub findings: Vec<String>,
 }
 
 /// Lease ends are compared with claim times read from the same clock a few microseconds apart.
 const CLOCK_SLACK_MS: i64 = 5;
+/// In the answer to a repeat of a call whose result was too large to store
+/// (`Notice::already_executed`).
+const ALREADY_RAN: &str = "Its result was too large to store";
 const MAX_FINDINGS: usize = 40;
 
 impl Verdict {
@@ -161,14 +174,43 @@ pub fn check_call(
     }
 
     // Results.
-    let stored = record
-        .filter(|r| r.status == Status::Completed)
-        .and_then(|r| r.result.as_deref());
+    let completed = record.filter(|r| r.status == Status::Completed);
+    let stored = completed.and_then(|r| r.result.as_deref());
+    let omitted = completed.and_then(|r| r.omitted_result_bytes);
     for o in observed {
         let replayed = matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited));
         let executed_and_stored =
             o.outcome == Some(Outcome::Executed) && o.notes.completion == Some(Completion::Stored);
-        if o.notes.completion == Some(Completion::LeaseLost) {
+        if o.notes.completion == Some(Completion::ResultOmitted) {
+            // Not stored by design: the record must say so, with this result's size.
+            let told = o.notes.omitted_bytes;
+            if omitted.is_some() && omitted == o.notes.result_bytes && told == omitted {
+                verdict.results_omitted += 1;
+            } else {
+                verdict.lost_results += 1;
+                verdict.finding(format!(
+                    "{session}: a completion reported its result omitted ({told:?} bytes; the \
+                     result had {:?}), but the record's marker says {omitted:?} ({})",
+                    o.notes.result_bytes,
+                    describe_notes(o)
+                ));
+            }
+        } else if replayed && omitted.is_some() {
+            let notice = o
+                .response
+                .as_deref()
+                .is_some_and(|r| r.contains(ALREADY_RAN));
+            if notice {
+                verdict.already_ran_answers += 1;
+            } else {
+                verdict.lost_results += 1;
+                verdict.finding(format!(
+                    "{session}: a {:?} answer of a call stored without its result is not the \
+                     \"already ran\" notice: {:?}",
+                    o.outcome, o.response
+                ));
+            }
+        } else if o.notes.completion == Some(Completion::LeaseLost) {
             let late = match (o.notes.completed_at_ms, o.notes.lease_until_ms) {
                 (Some(sent), Some(lease)) => sent > lease,
                 _ => false,
@@ -236,7 +278,10 @@ pub fn check_call(
 
 /// The executor could not know whether this execution happened or could not record it.
 fn outcome_unknown(o: &Observed) -> bool {
-    o.notes.completion != Some(Completion::Stored)
+    !matches!(
+        o.notes.completion,
+        Some(Completion::Stored | Completion::ResultOmitted)
+    )
 }
 
 fn describe_notes(o: &Observed) -> String {

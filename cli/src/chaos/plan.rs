@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::attempt::ToolFault;
+use super::proxy::AccessError;
 
 /// One distinct call: its own session, so the ledger tells calls apart without the keyer.
 #[derive(Debug, Clone)]
@@ -38,11 +39,15 @@ pub struct Plan {
     /// Store outages and server pauses: (start, length).
     pub outages: Vec<(Duration, Duration)>,
     pub pauses: Vec<(Duration, Duration)>,
+    /// Windows in which every store request is answered with one access or table error.
+    pub access_errors: Vec<(Duration, Duration, AccessError)>,
+    /// Windows in which the fault proxy does not listen (connects refused).
+    pub refusals: Vec<(Duration, Duration)>,
 }
 
 /// Per mille of invocations that carry each planned fault (the tool's, or a store-path fault
 /// armed for that invocation's key).
-pub const TOOL_FAULTS: [(ToolFault, u32); 12] = [
+pub const TOOL_FAULTS: [(ToolFault, u32); 13] = [
     (ToolFault::ErrorBeforeEffect, 35),
     (ToolFault::TypedErrorAfterEffect, 20),
     (ToolFault::FourXxAfterRun, 20),
@@ -57,6 +62,8 @@ pub const TOOL_FAULTS: [(ToolFault, u32); 12] = [
     (ToolFault::SlowClaim, 50),
     (ToolFault::SlowCompletionNearDeadline, 20),
     (ToolFault::ClaimAnswersLost, 10),
+    // Acts only on the completion of the invocation that runs the tool (most sends replay).
+    (ToolFault::ItemTooLarge, 30),
 ];
 
 /// Sends of one call that are not part of its opening burst spread over this long (a few leases).
@@ -65,6 +72,9 @@ const SPREAD: Duration = Duration::from_secs(10);
 const BURST: Duration = Duration::from_millis(100);
 /// One store outage and one server pause per this much planned run time (at least one each).
 const OUTAGE_EVERY: Duration = Duration::from_secs(8);
+/// One access-or-table-error window and one connect-refused window per this much planned run
+/// time (at least one each).
+const RARE_WINDOW_EVERY: Duration = Duration::from_secs(16);
 
 /// Builds the plan. `corpus` holds `(file name, event)` of executable events; `rate` is the
 /// planned invocations per second; `excluded` tool faults are never drawn.
@@ -115,30 +125,71 @@ pub fn build(
         });
     }
     sends.sort_by_key(|s| s.at);
-    let windows = |rng: &mut fastrand::Rng| {
-        let n = (span.as_secs_f64() / OUTAGE_EVERY.as_secs_f64())
-            .ceil()
-            .max(1.0) as usize;
+    let windows = |rng: &mut fastrand::Rng, every: Duration, millis: std::ops::Range<u64>| {
+        let n = (span.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as usize;
         let mut w: Vec<_> = (0..n)
             .map(|_| {
                 (
                     span.mul_f64(rng.f64()),
-                    Duration::from_millis(rng.u64(300..2500)),
+                    Duration::from_millis(rng.u64(millis.clone())),
                 )
             })
             .collect();
         w.sort();
         w
     };
-    let outages = windows(&mut rng);
-    let pauses = windows(&mut rng);
+    let outages = windows(&mut rng, OUTAGE_EVERY, 300..2500);
+    let pauses = windows(&mut rng, OUTAGE_EVERY, 300..2500);
+    // Clear of the outages (which close every connection before a request is read) and of each
+    // other, so that each window's own failure is what the store sees.
+    let mut taken = outages.clone();
+    // Short: a table or a permission back within a second or two.
+    let mut access_errors = Vec::new();
+    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 150..1200) {
+        let at = clear_of(&mut rng, span, &taken, at, length);
+        taken.push((at, length));
+        let error = AccessError::ALL[rng.usize(..AccessError::ALL.len())];
+        access_errors.push((at, length, error));
+    }
+    access_errors.sort();
+    let mut refusals = Vec::new();
+    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 300..2000) {
+        let at = clear_of(&mut rng, span, &taken, at, length);
+        taken.push((at, length));
+        refusals.push((at, length));
+    }
+    refusals.sort();
     Plan {
         calls,
         sends,
         span,
         outages,
         pauses,
+        access_errors,
+        refusals,
     }
+}
+
+/// A start for a window of `length` that overlaps none of `taken` (with a margin), drawn again
+/// from `at` a few times; the last draw when none is clear (a short span).
+fn clear_of(
+    rng: &mut fastrand::Rng,
+    span: Duration,
+    taken: &[(Duration, Duration)],
+    mut at: Duration,
+    length: Duration,
+) -> Duration {
+    const MARGIN: Duration = Duration::from_millis(300);
+    for _ in 0..50 {
+        let overlaps = taken
+            .iter()
+            .any(|&(t, l)| at < t + l + MARGIN && t < at + length + MARGIN);
+        if !overlaps {
+            break;
+        }
+        at = span.mul_f64(rng.f64());
+    }
+    at
 }
 
 fn draw_fault(rng: &mut fastrand::Rng, excluded: &[ToolFault]) -> ToolFault {

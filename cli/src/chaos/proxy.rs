@@ -11,16 +11,42 @@
 //!   delivered anyway, later, after the retry (a stale write arriving out of order: only the lease
 //!   token's fence keeps it from touching a record someone else now holds);
 //! - **throttle**: the proxy itself answers HTTP 400 with the body DynamoDB sends for
-//!   `ProvisionedThroughputExceededException` or `ThrottlingException` (never forwarded).
+//!   `ProvisionedThroughputExceededException`, `ThrottlingException` or `RequestLimitExceeded`
+//!   (never forwarded);
+//! - **server error**: HTTP 500 `InternalServerError` or 503 `ServiceUnavailable`, either instead
+//!   of forwarding (not applied) or in place of the server's answer after forwarding (applied);
+//!   DynamoDB documents that a write answered 500 may have succeeded or failed;
+//! - **write conflict**: a PutItem, UpdateItem or DeleteItem answered HTTP 400
+//!   `TransactionConflictException` or `ReplicatedWriteConflictException` without forwarding
+//!   (documented as not applied; a GetItem is forwarded untouched);
+//! - **request timeout**: HTTP 408 `RequestTimeoutException` without forwarding;
+//! - **garbled answer**: forwarded, then the answer's body is cut short of its `Content-Length`
+//!   and the connection closed, or replaced by a body that is not JSON (its first half);
+//! - **stalled body**: forwarded, then the answer's head and half its body are sent and the rest
+//!   never comes: the connection stalls past the SDK's attempt timeout, then closes.
 //!
 //! Besides these random faults, [`KeyedFaults`] hits the requests of one operation on one key for a
 //! while (armed by the soak's store wrapper for an invocation's planned store fault): every answer
-//! is forwarded and then **held** (past the attempt timeout, or just slow) or **dropped**.
+//! is forwarded and then **held** (past the attempt timeout, or just slow) or **dropped**; or the
+//! first matching request is answered HTTP 400 `ValidationException` "Item size has exceeded the
+//! maximum allowed size" without forwarding (**item too large**).
 //!
-//! [`FaultProxy::set_outage`] turns the server "off" as a client sees a crashed process: every open
-//! connection is cut and new ones are closed at once, until the outage ends.
+//! Windows, switched on and off by the soak:
+//!
+//! - [`FaultProxy::set_outage`] turns the server "off" as a client sees a crashed process: every
+//!   open connection is cut and new ones are accepted and closed at once, until the outage ends.
+//! - [`FaultProxy::set_refusing`] closes the proxy's listening socket (every open connection cut),
+//!   so that a connect is refused by the kernel (`ECONNREFUSED`: the connect-phase dispatch
+//!   failure, nothing sent), and listens again on the same port when the window ends.
+//! - [`FaultProxy::set_access_error`] answers every request with HTTP 400
+//!   `ResourceNotFoundException`, `AccessDeniedException` or `ExpiredTokenException` without
+//!   forwarding (a table deleted or not `ACTIVE`, a role's permission removed, expired
+//!   credentials). Its start cuts every open connection, so that a request in flight then (a write
+//!   that may apply, unanswered) is retried into the window: the final error after an ambiguous
+//!   attempt.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,10 +65,21 @@ pub struct RequestFaults {
     pub throttle_provisioned: u32,
     pub throttle_rate: u32,
     pub deliver_late: u32,
+    /// 500 or 503, before or after forwarding (a quarter each).
+    pub server_error: u32,
+    pub throttle_request_limit: u32,
+    /// Drawn for every operation; a GetItem it falls on is forwarded untouched (not counted).
+    pub write_conflict: u32,
+    pub request_timeout: u32,
+    /// Cut short or not JSON (half each).
+    pub garbled: u32,
+    pub stalled: u32,
     /// How long a delayed answer is held (past the SDK attempt timeout).
     pub delay_by: Duration,
     /// A late request is delivered after a random time below this.
     pub late_by: Duration,
+    /// How long a stalled body is held (past the SDK attempt timeout) before the connection closes.
+    pub stall_for: Duration,
 }
 
 impl RequestFaults {
@@ -53,12 +90,50 @@ impl RequestFaults {
         throttle_provisioned: 0,
         throttle_rate: 0,
         deliver_late: 0,
+        server_error: 0,
+        throttle_request_limit: 0,
+        write_conflict: 0,
+        request_timeout: 0,
+        garbled: 0,
+        stalled: 0,
         delay_by: Duration::ZERO,
         late_by: Duration::ZERO,
+        stall_for: Duration::ZERO,
     };
+
+    /// These faults without `fault` (never drawn; the others keep their rolls).
+    pub fn without(mut self, fault: StoreFault) -> RequestFaults {
+        if let Some(per_mille) = self.per_mille_mut(fault) {
+            *per_mille = 0;
+        }
+        self
+    }
+
+    /// The per mille of a fault drawn per request; `None` for the others.
+    fn per_mille_mut(&mut self, fault: StoreFault) -> Option<&mut u32> {
+        Some(match fault {
+            StoreFault::DropBeforeForward => &mut self.drop_before,
+            StoreFault::DropAfterForward => &mut self.drop_after,
+            StoreFault::DelayPastTimeout => &mut self.delay,
+            StoreFault::ThrottleProvisioned => &mut self.throttle_provisioned,
+            StoreFault::ThrottleRate => &mut self.throttle_rate,
+            StoreFault::DeliverLate => &mut self.deliver_late,
+            StoreFault::ServerError => &mut self.server_error,
+            StoreFault::ThrottleRequestLimit => &mut self.throttle_request_limit,
+            StoreFault::WriteConflict => &mut self.write_conflict,
+            StoreFault::RequestTimeout => &mut self.request_timeout,
+            StoreFault::ResponseGarbled => &mut self.garbled,
+            StoreFault::BodyStalled => &mut self.stalled,
+            StoreFault::OutageRefused
+            | StoreFault::KeyedAnswerHeld
+            | StoreFault::KeyedAnswerDropped
+            | StoreFault::AccessOrTableError
+            | StoreFault::ItemTooLarge => return None,
+        })
+    }
 }
 
-/// A per-request fault, as counted in the report.
+/// A fault the proxy injects, as counted in the report (the key of the summary's `faults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StoreFault {
     DropBeforeForward,
@@ -73,9 +148,47 @@ pub enum StoreFault {
     KeyedAnswerHeld,
     /// A request hit by an armed [`KeyedFault::Drop`]: forwarded, its answer dropped.
     KeyedAnswerDropped,
+    /// HTTP 500 `InternalServerError` / 503 `ServiceUnavailable`, before or after forwarding.
+    ServerError,
+    /// HTTP 400 `RequestLimitExceeded`, not forwarded.
+    ThrottleRequestLimit,
+    /// HTTP 400 `TransactionConflictException` / `ReplicatedWriteConflictException` on a write,
+    /// not forwarded.
+    WriteConflict,
+    /// HTTP 408 `RequestTimeoutException`, not forwarded.
+    RequestTimeout,
+    /// A request answered in an access-or-table-error window, not forwarded.
+    AccessOrTableError,
+    /// A request hit by an armed [`KeyedFault::ItemTooLarge`]: HTTP 400 `ValidationException`
+    /// "Item size has exceeded the maximum allowed size", not forwarded.
+    ItemTooLarge,
+    /// Forwarded; the answer's body cut short of its `Content-Length`, or not JSON.
+    ResponseGarbled,
+    /// Forwarded; the answer's body stalled past the attempt timeout.
+    BodyStalled,
 }
 
 impl StoreFault {
+    pub const ALL: [StoreFault; 17] = [
+        StoreFault::DropBeforeForward,
+        StoreFault::DropAfterForward,
+        StoreFault::DelayPastTimeout,
+        StoreFault::ThrottleProvisioned,
+        StoreFault::ThrottleRate,
+        StoreFault::DeliverLate,
+        StoreFault::OutageRefused,
+        StoreFault::KeyedAnswerHeld,
+        StoreFault::KeyedAnswerDropped,
+        StoreFault::ServerError,
+        StoreFault::ThrottleRequestLimit,
+        StoreFault::WriteConflict,
+        StoreFault::RequestTimeout,
+        StoreFault::AccessOrTableError,
+        StoreFault::ItemTooLarge,
+        StoreFault::ResponseGarbled,
+        StoreFault::BodyStalled,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             StoreFault::DropBeforeForward => "store_drop_before_forward",
@@ -87,14 +200,135 @@ impl StoreFault {
             StoreFault::OutageRefused => "store_outage_refused",
             StoreFault::KeyedAnswerHeld => "store_keyed_answer_held",
             StoreFault::KeyedAnswerDropped => "store_keyed_answer_dropped",
+            StoreFault::ServerError => "store_server_error",
+            StoreFault::ThrottleRequestLimit => "store_throttle_request_limit",
+            StoreFault::WriteConflict => "store_write_conflict",
+            StoreFault::RequestTimeout => "store_request_timeout_408",
+            StoreFault::AccessOrTableError => "store_access_or_table_error",
+            StoreFault::ItemTooLarge => "store_item_too_large",
+            StoreFault::ResponseGarbled => "store_response_garbled",
+            StoreFault::BodyStalled => "store_body_stalled",
         }
+    }
+
+    /// Drawn per request from [`RequestFaults`] (so `--without` can leave it out there).
+    pub fn is_per_request(self) -> bool {
+        let mut faults = RequestFaults::NONE;
+        faults.per_mille_mut(self).is_some()
     }
 }
 
-/// The body DynamoDB sends with HTTP 400 when a table's provisioned throughput is exceeded.
-pub const PROVISIONED_THROUGHPUT_BODY: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."}"#;
-/// The body DynamoDB sends with HTTP 400 when the account's request rate is throttled.
-pub const THROTTLING_BODY: &str = r#"{"__type":"com.amazon.coral.availability#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#;
+/// An answer the proxy writes itself: status, reason phrase, body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Canned {
+    pub status: u16,
+    pub reason: &'static str,
+    pub body: &'static str,
+}
+
+impl Canned {
+    const fn bad_request(body: &'static str) -> Canned {
+        Canned {
+            status: 400,
+            reason: "Bad Request",
+            body,
+        }
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        format!(
+            "HTTP/1.1 {} {}\r\nx-amzn-RequestId: chaos-proxy\r\n\
+             Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n{}",
+            self.status,
+            self.reason,
+            self.body.len(),
+            self.body
+        )
+        .into_bytes()
+    }
+}
+
+/// The answer DynamoDB sends when a table's provisioned throughput is exceeded.
+pub const PROVISIONED_THROUGHPUT: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded. Consider increasing your provisioning level with the UpdateTable API."}"#,
+);
+/// The answer DynamoDB sends when the account's request rate is throttled.
+pub const THROTTLING: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazon.coral.availability#ThrottlingException","message":"Rate of requests exceeds the allowed throughput."}"#,
+);
+/// The answer DynamoDB sends when the account's throughput limit is exceeded.
+pub const REQUEST_LIMIT_EXCEEDED: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#RequestLimitExceeded","message":"Throughput exceeds the current throughput limit for your account. Please contact AWS Support at https://aws.amazon.com/support request a limit increase"}"#,
+);
+/// A write refused because a transaction is in progress on the item (not applied).
+pub const TRANSACTION_CONFLICT: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}"#,
+);
+/// A write to a multi-Region strongly consistent table refused because the item is being written
+/// in another Region (not applied).
+pub const REPLICATED_WRITE_CONFLICT: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ReplicatedWriteConflictException","message":"The item is being modified by a request in another Region"}"#,
+);
+pub const INTERNAL_SERVER_ERROR: Canned = Canned {
+    status: 500,
+    reason: "Internal Server Error",
+    body: r#"{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}"#,
+};
+pub const SERVICE_UNAVAILABLE: Canned = Canned {
+    status: 503,
+    reason: "Service Unavailable",
+    body: r#"{"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"The service is currently unavailable or busy."}"#,
+};
+pub const REQUEST_TIMEOUT: Canned = Canned {
+    status: 408,
+    reason: "Request Timeout",
+    body: r#"{"__type":"com.amazon.coral.service#RequestTimeoutException","message":"Request timed out"}"#,
+};
+/// A write whose item would exceed 400 KB (not applied).
+pub const ITEM_TOO_LARGE: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"Item size has exceeded the maximum allowed size"}"#,
+);
+pub const RESOURCE_NOT_FOUND: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazonaws.dynamodb.v20120810#ResourceNotFoundException","message":"Requested resource not found"}"#,
+);
+pub const ACCESS_DENIED: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazon.coral.service#AccessDeniedException","message":"User: arn:aws:sts::000000000000:assumed-role/dedup-chaos/dedup is not authorized to perform this action on resource: arn:aws:dynamodb:us-east-1:000000000000:table/dedup-chaos because no identity-based policy allows it"}"#,
+);
+pub const EXPIRED_TOKEN: Canned = Canned::bad_request(
+    r#"{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"The security token included in the request is expired"}"#,
+);
+
+/// What every request gets during an access-or-table-error window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AccessError {
+    ResourceNotFound,
+    AccessDenied,
+    ExpiredToken,
+}
+
+impl AccessError {
+    pub const ALL: [AccessError; 3] = [
+        AccessError::ResourceNotFound,
+        AccessError::AccessDenied,
+        AccessError::ExpiredToken,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AccessError::ResourceNotFound => "ResourceNotFoundException",
+            AccessError::AccessDenied => "AccessDeniedException",
+            AccessError::ExpiredToken => "ExpiredTokenException",
+        }
+    }
+
+    fn answer(self) -> Canned {
+        match self {
+            AccessError::ResourceNotFound => RESOURCE_NOT_FOUND,
+            AccessError::AccessDenied => ACCESS_DENIED,
+            AccessError::ExpiredToken => EXPIRED_TOKEN,
+        }
+    }
+}
 
 /// What an armed rule does to a matching request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +337,8 @@ pub enum KeyedFault {
     Hold(Duration),
     /// Forwarded; the answer is dropped and the connection closed (the write happened).
     Drop,
+    /// Not forwarded; answered [`ITEM_TOO_LARGE`] (the write did not happen).
+    ItemTooLarge,
 }
 
 #[derive(Debug)]
@@ -114,6 +350,8 @@ struct KeyedRule {
     from: Instant,
     until: Instant,
     fault: KeyedFault,
+    /// How many more requests it may hit (`None`: any number).
+    hits_left: Option<u32>,
     /// The body of the first request the rule hit.
     first_body: Option<Vec<u8>>,
     /// Requests it hit that are forwarded and not answered by the server yet.
@@ -136,6 +374,29 @@ impl KeyedFaults {
         length: Duration,
         fault: KeyedFault,
     ) {
+        self.push(operation, key, after, length, fault, None);
+    }
+
+    /// Hits the first `operation` request on `key` that arrives within `length` from now.
+    pub fn arm_first(
+        &self,
+        operation: &'static str,
+        key: &str,
+        length: Duration,
+        fault: KeyedFault,
+    ) {
+        self.push(operation, key, Duration::ZERO, length, fault, Some(1));
+    }
+
+    fn push(
+        &self,
+        operation: &'static str,
+        key: &str,
+        after: Duration,
+        length: Duration,
+        fault: KeyedFault,
+        hits_left: Option<u32>,
+    ) {
         let now = Instant::now();
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         rules.retain(|r| r.until > now);
@@ -145,6 +406,7 @@ impl KeyedFaults {
             from: now + after,
             until: now + after + length,
             fault,
+            hits_left,
             first_body: None,
             in_flight: Arc::default(),
         });
@@ -154,6 +416,7 @@ impl KeyedFaults {
     fn matching(
         &self,
         request: &[u8],
+        target: &str,
     ) -> Option<(KeyedFault, Arc<std::sync::atomic::AtomicUsize>)> {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         if rules.is_empty() {
@@ -161,17 +424,16 @@ impl KeyedFaults {
         }
         let now = Instant::now();
         let text = String::from_utf8_lossy(request);
-        let target = text
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("x-amz-target")
-                    .then(|| value.trim().rsplit('.').next().unwrap_or("").to_string())
-            })
-            .unwrap_or_default();
         let rule = rules.iter_mut().find(|r| {
-            r.from <= now && now < r.until && r.operation == target && text.contains(&r.key)
+            r.from <= now
+                && now < r.until
+                && r.hits_left != Some(0)
+                && r.operation == target
+                && text.contains(&r.key)
         })?;
+        if let Some(left) = &mut rule.hits_left {
+            *left -= 1;
+        }
         if rule.first_body.is_none() {
             let body = find(request, b"\r\n\r\n").map_or(&[][..], |i| &request[i + 4..]);
             rule.first_body = Some(body.to_vec());
@@ -204,13 +466,26 @@ impl KeyedFaults {
     }
 }
 
+/// Why open connections were cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Outage,
+    AccessWindow,
+    Refusing,
+    Shutdown,
+}
+
 struct Shared {
     upstream: String,
     faults: Mutex<(RequestFaults, fastrand::Rng)>,
     outage: AtomicBool,
-    /// Bumped at each outage start; connections watch it and close.
-    cut: watch::Sender<u32>,
+    /// The error every request gets, in an access-or-table-error window.
+    access_error: Mutex<Option<AccessError>>,
+    /// Bumped at each cut (outage, access window or refusal start); connections watch it and close.
+    cut: watch::Sender<(u32, Cut)>,
     counts: Mutex<BTreeMap<StoreFault, u64>>,
+    /// Counts by `class.variant` (which status, which error, before or after forwarding, ...).
+    variants: Mutex<BTreeMap<String, u64>>,
     keyed: Arc<KeyedFaults>,
 }
 
@@ -224,10 +499,44 @@ impl Shared {
             .or_default() += 1;
     }
 
-    fn draw(&self) -> (Option<StoreFault>, RequestFaults) {
+    fn count_variant(&self, fault: StoreFault, variant: &str) {
+        self.count_named(&format!("{}.{variant}", fault.name()));
+    }
+
+    fn count_named(&self, name: &str) {
+        *self
+            .variants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(name.to_string())
+            .or_default() += 1;
+    }
+
+    /// An open connection closed by a cut.
+    fn count_cut(&self, cut: Cut) {
+        match cut {
+            Cut::Outage => self.count(StoreFault::OutageRefused),
+            Cut::AccessWindow => {
+                self.count_variant(StoreFault::AccessOrTableError, "in_flight_cut")
+            }
+            Cut::Refusing => self.count_named("store_connect_refused.open_connections_cut"),
+            Cut::Shutdown => {}
+        }
+    }
+
+    fn cut(&self, why: Cut) {
+        self.cut.send_modify(|(n, cut)| {
+            *n += 1;
+            *cut = why;
+        });
+    }
+
+    /// The random fault for one request, and a roll that picks its variant.
+    fn draw(&self) -> (Option<StoreFault>, u32, RequestFaults) {
         let mut guard = self.faults.lock().unwrap_or_else(|p| p.into_inner());
         let (f, rng) = &mut *guard;
         let roll = rng.u32(0..1000);
+        let variant = rng.u32(0..4);
         let table = [
             (f.drop_before, StoreFault::DropBeforeForward),
             (f.drop_after, StoreFault::DropAfterForward),
@@ -235,15 +544,21 @@ impl Shared {
             (f.throttle_provisioned, StoreFault::ThrottleProvisioned),
             (f.throttle_rate, StoreFault::ThrottleRate),
             (f.deliver_late, StoreFault::DeliverLate),
+            (f.server_error, StoreFault::ServerError),
+            (f.throttle_request_limit, StoreFault::ThrottleRequestLimit),
+            (f.write_conflict, StoreFault::WriteConflict),
+            (f.request_timeout, StoreFault::RequestTimeout),
+            (f.garbled, StoreFault::ResponseGarbled),
+            (f.stalled, StoreFault::BodyStalled),
         ];
         let mut acc = 0;
         for (per_mille, fault) in table {
             acc += per_mille;
             if roll < acc {
-                return (Some(fault), *f);
+                return (Some(fault), variant, *f);
             }
         }
-        (None, *f)
+        (None, variant, *f)
     }
 }
 
@@ -251,21 +566,23 @@ impl Shared {
 pub struct FaultProxy {
     url: String,
     shared: Arc<Shared>,
+    refusing: watch::Sender<bool>,
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.accept.abort();
-        self.shared.cut.send_modify(|n| *n += 1);
+        self.shared.cut(Cut::Shutdown);
     }
 }
 
 impl FaultProxy {
     /// Listens on a free loopback port in front of `upstream` (`http://host:port`).
     pub async fn start(upstream: &str, seed: u64) -> std::io::Result<FaultProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let listener = listen().await?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
         let shared = Arc::new(Shared {
             upstream: upstream
                 .trim_start_matches("http://")
@@ -273,26 +590,18 @@ impl FaultProxy {
                 .to_string(),
             faults: Mutex::new((RequestFaults::NONE, fastrand::Rng::with_seed(seed))),
             outage: AtomicBool::new(false),
-            cut: watch::channel(0).0,
+            access_error: Mutex::new(None),
+            cut: watch::channel((0, Cut::Shutdown)).0,
             counts: Mutex::new(BTreeMap::new()),
+            variants: Mutex::new(BTreeMap::new()),
             keyed: Arc::default(),
         });
-        let accept = tokio::spawn({
-            let shared = shared.clone();
-            async move {
-                while let Ok((inbound, _)) = listener.accept().await {
-                    if shared.outage.load(Ordering::SeqCst) {
-                        shared.count(StoreFault::OutageRefused);
-                        drop(inbound);
-                        continue;
-                    }
-                    tokio::spawn(serve(shared.clone(), inbound));
-                }
-            }
-        });
+        let (refusing, refusals) = watch::channel(false);
+        let accept = tokio::spawn(accept_loop(shared.clone(), listener, addr, refusals));
         Ok(FaultProxy {
             url,
             shared,
+            refusing,
             accept,
         })
     }
@@ -319,7 +628,34 @@ impl FaultProxy {
     pub fn set_outage(&self, on: bool) {
         self.shared.outage.store(on, Ordering::SeqCst);
         if on {
-            self.shared.cut.send_modify(|n| *n += 1);
+            self.shared.cut(Cut::Outage);
+        }
+    }
+
+    /// Starts (closing the listening socket and cutting every open connection) or ends a window in
+    /// which connects are refused.
+    pub fn set_refusing(&self, on: bool) {
+        if on {
+            self.shared.cut(Cut::Refusing);
+        }
+        self.refusing.send_replace(on);
+    }
+
+    /// Starts (cutting every open connection) or ends an access-or-table-error window.
+    pub fn set_access_error(&self, error: Option<AccessError>) {
+        *self
+            .shared
+            .access_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = error;
+        if let Some(error) = error {
+            self.shared
+                .count_variant(StoreFault::AccessOrTableError, "windows");
+            self.shared.count_variant(
+                StoreFault::AccessOrTableError,
+                &format!("windows_{}", error.name()),
+            );
+            self.shared.cut(Cut::AccessWindow);
         }
     }
 
@@ -331,10 +667,193 @@ impl FaultProxy {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+
+    /// Faults injected so far by `class.variant`.
+    pub fn variants(&self) -> BTreeMap<String, u64> {
+        self.shared
+            .variants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
-/// One client connection: request by request until either side closes, a fault closes it, or an
-/// outage cuts it.
+/// Ports below the kernel's ephemeral range (32768-60999 on Linux), where no outgoing connection
+/// takes the proxy's port while its listener is closed, and a connect to it cannot connect to itself.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A listener on a free loopback port (outside the ephemeral range when one is free).
+async fn listen() -> std::io::Result<TcpListener> {
+    for _ in 0..100 {
+        let port = fastrand::u16(PORTS);
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
+            return Ok(listener);
+        }
+    }
+    TcpListener::bind("127.0.0.1:0").await
+}
+
+/// Accepts connections; while refusing, the listening socket is closed (connects are refused by
+/// the kernel), and opened again on the same address after.
+async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    addr: SocketAddr,
+    mut refusing: watch::Receiver<bool>,
+) {
+    let mut listener = Some(listener);
+    loop {
+        if *refusing.borrow_and_update() {
+            listener = None;
+            if refusing.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let Some(open) = &listener else {
+            listener = Some(relisten(addr).await);
+            continue;
+        };
+        tokio::select! {
+            accepted = open.accept() => {
+                let Ok((inbound, _)) = accepted else { return };
+                if shared.outage.load(Ordering::SeqCst) {
+                    shared.count(StoreFault::OutageRefused);
+                    drop(inbound);
+                    continue;
+                }
+                tokio::spawn(serve(shared.clone(), inbound));
+            }
+            changed = refusing.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Listens on `addr` again, retrying while the port is still taken (a closing connection).
+async fn relisten(addr: SocketAddr) -> TcpListener {
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return listener,
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "the fault proxy cannot listen again yet");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// What the proxy does with one request.
+enum Action {
+    /// Close the connection without forwarding.
+    Close,
+    /// Close the connection, and deliver the request later.
+    Late,
+    /// Answer without forwarding.
+    Answer(Canned),
+    /// Forward, then treat the answer so.
+    Forward(After),
+}
+
+/// What happens to a forwarded request's answer.
+enum After {
+    Pass,
+    /// Thrown away, the connection closed.
+    Drop,
+    /// Held this long, then passed on.
+    Hold(Duration),
+    /// Replaced by this answer.
+    Replace(Canned),
+    /// Head and half the body sent, then the connection closed.
+    CutShort,
+    /// The body replaced by its first half (not JSON), `Content-Length` to match.
+    NotJson,
+    /// Head and half the body sent; the connection stalls this long, then closes.
+    Stall(Duration),
+}
+
+/// The action for a request hit by `fault` (`variant` picks among its forms) and the name of the
+/// form, for the counts.
+fn action(
+    fault: Option<StoreFault>,
+    variant: u32,
+    faults: &RequestFaults,
+) -> (Action, Option<&'static str>) {
+    let Some(fault) = fault else {
+        return (Action::Forward(After::Pass), None);
+    };
+    match fault {
+        StoreFault::DropBeforeForward => (Action::Close, None),
+        StoreFault::DeliverLate => (Action::Late, None),
+        StoreFault::DropAfterForward | StoreFault::KeyedAnswerDropped => {
+            (Action::Forward(After::Drop), None)
+        }
+        StoreFault::DelayPastTimeout | StoreFault::KeyedAnswerHeld => {
+            (Action::Forward(After::Hold(faults.delay_by)), None)
+        }
+        StoreFault::ThrottleProvisioned => (Action::Answer(PROVISIONED_THROUGHPUT), None),
+        StoreFault::ThrottleRate => (Action::Answer(THROTTLING), None),
+        StoreFault::ThrottleRequestLimit => (Action::Answer(REQUEST_LIMIT_EXCEEDED), None),
+        StoreFault::ServerError => match variant % 4 {
+            0 => (
+                Action::Answer(INTERNAL_SERVER_ERROR),
+                Some("500_before_forward"),
+            ),
+            1 => (
+                Action::Answer(SERVICE_UNAVAILABLE),
+                Some("503_before_forward"),
+            ),
+            2 => (
+                Action::Forward(After::Replace(INTERNAL_SERVER_ERROR)),
+                Some("500_after_forward"),
+            ),
+            _ => (
+                Action::Forward(After::Replace(SERVICE_UNAVAILABLE)),
+                Some("503_after_forward"),
+            ),
+        },
+        StoreFault::WriteConflict => match variant % 2 {
+            0 => (
+                Action::Answer(TRANSACTION_CONFLICT),
+                Some("TransactionConflictException"),
+            ),
+            _ => (
+                Action::Answer(REPLICATED_WRITE_CONFLICT),
+                Some("ReplicatedWriteConflictException"),
+            ),
+        },
+        StoreFault::RequestTimeout => (Action::Answer(REQUEST_TIMEOUT), None),
+        StoreFault::ItemTooLarge => (Action::Answer(ITEM_TOO_LARGE), None),
+        StoreFault::ResponseGarbled => match variant % 2 {
+            0 => (Action::Forward(After::CutShort), Some("body_cut_short")),
+            _ => (Action::Forward(After::NotJson), Some("body_not_json")),
+        },
+        StoreFault::BodyStalled => (Action::Forward(After::Stall(faults.stall_for)), None),
+        // Not drawn per request.
+        StoreFault::OutageRefused | StoreFault::AccessOrTableError => {
+            (Action::Forward(After::Pass), None)
+        }
+    }
+}
+
+/// The `X-Amz-Target` operation of a request (`PutItem`, ...).
+fn target(request: &[u8]) -> String {
+    let head_end = find(request, b"\r\n\r\n").unwrap_or(request.len());
+    String::from_utf8_lossy(&request[..head_end])
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("x-amz-target")
+                .then(|| value.trim().rsplit('.').next().unwrap_or("").to_string())
+        })
+        .unwrap_or_default()
+}
+
+fn is_write(target: &str) -> bool {
+    matches!(target, "PutItem" | "UpdateItem" | "DeleteItem")
+}
+
+/// One client connection: request by request until either side closes, a fault closes it, or a
+/// cut (outage, refusal, access window) closes it.
 async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
     let mut cut = shared.cut.subscribe();
     cut.mark_unchanged();
@@ -342,32 +861,57 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
     loop {
         let request = tokio::select! {
             r = read_message(&mut inbound, &mut buffer, Message::Request) => r,
-            _ = cut.changed() => { shared.count(StoreFault::OutageRefused); return; }
+            _ = cut.changed() => { shared.count_cut(cut.borrow().1); return; }
         };
         let Ok(Some(request)) = request else { return };
+        let target = target(&request);
+        let access_error = *shared
+            .access_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(error) = access_error {
+            shared.count(StoreFault::AccessOrTableError);
+            shared.count_variant(StoreFault::AccessOrTableError, error.name());
+            if inbound.write_all(&error.answer().bytes()).await.is_err() {
+                return;
+            }
+            continue;
+        }
         // An armed rule takes the place of the random draw.
-        let keyed = shared.keyed.matching(&request);
+        let keyed = shared.keyed.matching(&request, &target);
         let (keyed, in_flight) = match keyed {
             Some((fault, in_flight)) => (Some(fault), Some(InFlight(in_flight))),
             None => (None, None),
         };
-        let (fault, faults) = match keyed {
+        let (fault, variant, faults) = match keyed {
             Some(KeyedFault::Hold(by)) => (
                 Some(StoreFault::KeyedAnswerHeld),
+                0,
                 RequestFaults {
                     delay_by: by,
                     ..RequestFaults::NONE
                 },
             ),
-            Some(KeyedFault::Drop) => (Some(StoreFault::KeyedAnswerDropped), RequestFaults::NONE),
+            Some(KeyedFault::Drop) => {
+                (Some(StoreFault::KeyedAnswerDropped), 0, RequestFaults::NONE)
+            }
+            Some(KeyedFault::ItemTooLarge) => {
+                (Some(StoreFault::ItemTooLarge), 0, RequestFaults::NONE)
+            }
             None => shared.draw(),
         };
+        // A write conflict is a write's answer: a read it falls on goes through.
+        let fault = fault.filter(|f| *f != StoreFault::WriteConflict || is_write(&target));
+        let (action, form) = action(fault, variant, &faults);
         if let Some(fault) = fault {
             shared.count(fault);
+            if let Some(form) = form {
+                shared.count_variant(fault, form);
+            }
         }
-        let body = match fault {
-            Some(StoreFault::DropBeforeForward) => return,
-            Some(StoreFault::DeliverLate) => {
+        let after = match action {
+            Action::Close => return,
+            Action::Late => {
                 let late_by = faults.late_by.mul_f64(fastrand::f64());
                 let upstream = shared.upstream.clone();
                 tokio::spawn(async move {
@@ -381,21 +925,15 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
                 });
                 return;
             }
-            Some(StoreFault::ThrottleProvisioned) => Some(PROVISIONED_THROUGHPUT_BODY),
-            Some(StoreFault::ThrottleRate) => Some(THROTTLING_BODY),
-            _ => None,
-        };
-        if let Some(body) = body {
-            let answer = format!(
-                "HTTP/1.1 400 Bad Request\r\nx-amzn-RequestId: chaos-proxy\r\n\
-                 Content-Type: application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if inbound.write_all(answer.as_bytes()).await.is_err() {
-                return;
+            Action::Answer(canned) => {
+                drop(in_flight);
+                if inbound.write_all(&canned.bytes()).await.is_err() {
+                    return;
+                }
+                continue;
             }
-            continue;
-        }
+            Action::Forward(after) => after,
+        };
         let forwarded = async {
             let mut outbound = TcpStream::connect(&shared.upstream).await.ok()?;
             outbound.write_all(&request).await.ok()?;
@@ -406,19 +944,64 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
         };
         let response = tokio::select! {
             r = forwarded => r,
-            _ = cut.changed() => { shared.count(StoreFault::OutageRefused); return; }
+            _ = cut.changed() => { shared.count_cut(cut.borrow().1); return; }
         };
         drop(in_flight);
         let Some(response) = response else { return };
-        match fault {
-            Some(StoreFault::DropAfterForward | StoreFault::KeyedAnswerDropped) => return,
-            Some(StoreFault::DelayPastTimeout | StoreFault::KeyedAnswerHeld) => {
+        let (head, body) = split(&response);
+        match after {
+            After::Pass => {}
+            After::Drop => return,
+            After::Hold(by) => {
                 tokio::select! {
-                    _ = tokio::time::sleep(faults.delay_by) => {}
+                    _ = tokio::time::sleep(by) => {}
                     _ = cut.changed() => return,
                 }
             }
-            _ => {}
+            After::Replace(canned) => {
+                if inbound.write_all(&canned.bytes()).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            After::CutShort => {
+                // An empty body is declared one byte long, so that something is still missing.
+                let head = if body.is_empty() {
+                    with_content_length(head, 1)
+                } else {
+                    head.to_vec()
+                };
+                let _ = inbound.write_all(&head).await;
+                let _ = inbound.write_all(&body[..body.len() / 2]).await;
+                return;
+            }
+            After::NotJson => {
+                let half = &body[..body.len() / 2];
+                let garbled: &[u8] = if half.is_empty() { b"<" } else { half };
+                let mut answer = with_content_length(head, garbled.len());
+                answer.extend_from_slice(garbled);
+                if inbound.write_all(&answer).await.is_err() || closes(&response) {
+                    return;
+                }
+                continue;
+            }
+            After::Stall(by) => {
+                let head = if body.is_empty() {
+                    with_content_length(head, 1)
+                } else {
+                    head.to_vec()
+                };
+                if inbound.write_all(&head).await.is_ok()
+                    && inbound.write_all(&body[..body.len() / 2]).await.is_ok()
+                {
+                    let _ = inbound.flush().await;
+                    tokio::select! {
+                        _ = tokio::time::sleep(by) => {}
+                        _ = cut.changed() => {}
+                    }
+                }
+                return;
+            }
         }
         if inbound.write_all(&response).await.is_err() {
             return;
@@ -428,6 +1011,30 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             return;
         }
     }
+}
+
+/// A message's head (through the blank line) and body.
+fn split(message: &[u8]) -> (&[u8], &[u8]) {
+    let head_end = find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 4);
+    message.split_at(head_end)
+}
+
+/// `head` with its `Content-Length` set to `length` (added when it has none).
+fn with_content_length(head: &[u8], length: usize) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut lines: Vec<String> = text
+        .trim_end_matches("\r\n")
+        .split("\r\n")
+        .filter(|l| {
+            !l.split_once(':')
+                .is_some_and(|(name, _)| name.trim().eq_ignore_ascii_case("content-length"))
+        })
+        .map(str::to_string)
+        .collect();
+    lines.push(format!("Content-Length: {length}"));
+    let mut out = lines.join("\r\n").into_bytes();
+    out.extend_from_slice(b"\r\n\r\n");
+    out
 }
 
 /// Counts a keyed request as in flight until dropped (answered, or its connection gone).
@@ -505,4 +1112,114 @@ fn closes(response: &[u8]) -> bool {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake server: answers every request on a connection with `answer`.
+    async fn upstream(answer: &'static [u8]) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    while let Ok(Some(_)) =
+                        read_message(&mut stream, &mut buffer, Message::Request).await
+                    {
+                        if stream.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+    const REQUEST: &[u8] = b"POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.PutItem\r\n\
+        Content-Length: 2\r\n\r\n{}";
+
+    /// Sends one request through the proxy; the raw answer (one message, or what came before the
+    /// connection closed).
+    async fn send(proxy: &FaultProxy) -> std::io::Result<Vec<u8>> {
+        let addr = proxy.url().trim_start_matches("http://").to_string();
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(REQUEST).await?;
+        let mut buffer = Vec::new();
+        let read = read_message(&mut stream, &mut buffer, Message::Response);
+        match tokio::time::timeout(Duration::from_secs(2), read).await {
+            Ok(Ok(Some(answer))) => Ok(answer),
+            Ok(Ok(None)) | Ok(Err(_)) | Err(_) => Ok(buffer),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refusal_window_refuses_connects_then_the_proxy_listens_again() {
+        let proxy = FaultProxy::start(&upstream(OK).await, 1).await.unwrap();
+        assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
+        proxy.set_refusing(true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let refused = send(&proxy).await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        proxy.set_refusing(false);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
+    }
+
+    #[tokio::test]
+    async fn an_access_window_answers_its_error_without_forwarding() {
+        let proxy = FaultProxy::start(&upstream(OK).await, 1).await.unwrap();
+        proxy.set_access_error(Some(AccessError::ExpiredToken));
+        let answer = String::from_utf8(send(&proxy).await.unwrap()).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+        assert!(answer.contains("#ExpiredTokenException"), "{answer}");
+        proxy.set_access_error(None);
+        assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
+        assert_eq!(proxy.counts()[&StoreFault::AccessOrTableError], 1);
+    }
+
+    #[tokio::test]
+    async fn every_form_of_a_garbled_or_server_error_answer_is_what_it_says() {
+        let proxy = FaultProxy::start(&upstream(OK).await, 7).await.unwrap();
+        proxy.set_faults(RequestFaults {
+            garbled: 500,
+            server_error: 500,
+            ..RequestFaults::NONE
+        });
+        for _ in 0..40 {
+            let before = proxy.variants();
+            let answer = send(&proxy).await.unwrap();
+            let after = proxy.variants();
+            let form = after
+                .iter()
+                .find(|(k, v)| before.get(*k) != Some(v))
+                .map(|(k, _)| k.clone())
+                .unwrap();
+            let (head, body) = split(&answer);
+            let head = String::from_utf8_lossy(head).to_string();
+            match form.as_str() {
+                "store_response_garbled.body_cut_short" => {
+                    assert!(head.contains("Content-Length: 2"), "{head}");
+                    assert_eq!(body, b"{");
+                }
+                "store_response_garbled.body_not_json" => {
+                    assert!(head.contains("Content-Length: 1"), "{head}");
+                    assert_eq!(body, b"{");
+                }
+                f if f.starts_with("store_server_error.500") => {
+                    assert!(head.starts_with("HTTP/1.1 500 "), "{head}");
+                }
+                f if f.starts_with("store_server_error.503") => {
+                    assert!(head.starts_with("HTTP/1.1 503 "), "{head}");
+                }
+                other => panic!("unexpected form {other}"),
+            }
+        }
+        let forms = proxy.variants();
+        assert_eq!(forms.len(), 6, "every form drawn: {forms:?}");
+    }
 }

@@ -2,15 +2,14 @@
 //!
 //! `scripts/chaos` installs and starts the servers, passes their endpoints and processes through
 //! the `DEDUP_TEST_*` variables, and stops them after. The summary goes to stdout; its last line
-//! is one JSON object; the exit code is 1 when the oracle found a double execution, a lost result
-//! or a stuck claim.
+//! is one JSON object (with `--json`, the only line: the summary goes to stderr); the exit code is
+//! 1 when the oracle found a double execution, a lost result or a stuck claim.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CliError;
-use crate::chaos::attempt::ToolFault;
-use crate::chaos::{SoakConfig, SoakReport, soak};
+use crate::chaos::{FaultClass, SoakConfig, SoakReport, soak};
 
 #[derive(Debug, clap::Args)]
 pub struct ChaosArgs {
@@ -40,9 +39,13 @@ pub struct ChaosArgs {
     /// The events directory (its corpus/ is sent).
     #[arg(long, default_value = "events")]
     pub events: PathBuf,
-    /// Leave a tool fault out (repeatable), e.g. `tool_crash_after_effect`.
+    /// Leave a fault class out (repeatable), by its name in the summary's `faults`, e.g.
+    /// `tool_crash_after_effect`, `store_server_error`, `store_connect_refused`.
     #[arg(long, value_name = "FAULT")]
     pub without: Vec<String>,
+    /// Print only the JSON summary on stdout (the human summary goes to stderr).
+    #[arg(long)]
+    pub json: bool,
     /// Where the ledgers go [default: the temp directory].
     #[arg(long)]
     pub ledger_dir: Option<PathBuf>,
@@ -53,8 +56,16 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
         .without
         .iter()
         .map(|name| {
-            ToolFault::from_name(name)
-                .ok_or_else(|| CliError::Usage(format!("unknown fault {name:?}")))
+            FaultClass::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = FaultClass::all()
+                    .into_iter()
+                    .map(FaultClass::name)
+                    .collect();
+                CliError::Usage(format!(
+                    "unknown fault {name:?} (known: {})",
+                    known.join(", ")
+                ))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let servers: &[&str] = match args.server.as_str() {
@@ -94,7 +105,11 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
         let report = runtime
             .block_on(soak(cfg))
             .map_err(|e| CliError::Usage(format!("chaos soak on {}: {e}", cfg.server)))?;
-        print!("{}", report.summary());
+        if args.json {
+            eprint!("{}", report.summary());
+        } else {
+            print!("{}", report.summary());
+        }
         total = Some(match total {
             Some(t) => t.merge(report),
             None => report,

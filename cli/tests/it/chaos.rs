@@ -8,21 +8,20 @@
 
 use crate::servers;
 
-use dedup_cli::chaos::attempt::ToolFault;
-use dedup_cli::chaos::{SoakConfig, soak};
+use dedup_cli::chaos::{FaultClass, SoakConfig, fault_names, soak};
 use servers::Backend;
 
 /// The seed of the CI soak: fixed, so a failure reproduces with `scripts/chaos --seed 14`.
 const SEED: u64 = 14;
 const INVOCATIONS: usize = 1500;
 
-fn excluded() -> Vec<ToolFault> {
+fn excluded() -> Vec<FaultClass> {
     let names = std::env::var("DEDUP_CHAOS_WITHOUT").unwrap_or_default();
     names
         .split(',')
         .map(str::trim)
         .filter(|n| !n.is_empty())
-        .map(|n| ToolFault::from_name(n).unwrap_or_else(|| panic!("unknown fault {n:?}")))
+        .map(|n| FaultClass::from_name(n).unwrap_or_else(|| panic!("unknown fault {n:?}")))
         .collect()
 }
 
@@ -44,7 +43,15 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
     println!("{}", report.summary());
     assert_eq!(report.invocations, INVOCATIONS as u64);
     assert!(report.distinct_calls >= 100, "hundreds of distinct calls");
+    // Every class is in the summary, drawn or not.
+    for name in fault_names() {
+        assert!(
+            report.faults.contains_key(name),
+            "{name} is missing from the summary's faults"
+        );
+    }
     let injected = |kind: &str| report.faults.get(kind).copied().unwrap_or(0);
+    let excluded: Vec<&str> = excluded().into_iter().map(FaultClass::name).collect();
     for kind in [
         "store_drop_before_forward",
         "store_drop_after_forward",
@@ -59,7 +66,19 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "store_slow_claim",
         "store_slow_completion_near_deadline",
         "store_claim_answers_lost",
+        "store_server_error",
+        "store_throttle_request_limit",
+        "store_write_conflict",
+        "store_request_timeout_408",
+        "store_access_or_table_error",
+        "store_item_too_large",
+        "store_response_garbled",
+        "store_body_stalled",
+        "store_connect_refused",
     ] {
+        if excluded.contains(&kind) {
+            continue;
+        }
         assert!(injected(kind) > 0, "no {kind} fault was injected");
     }
     assert!(
