@@ -1102,6 +1102,14 @@ mod tests {
     use crate::store::MemoryStore;
 
     #[test]
+    fn an_outcome_shows_as_its_metric_name() {
+        for outcome in Outcome::ALL {
+            assert_eq!(outcome.to_string(), outcome.name());
+        }
+        assert_eq!(Outcome::KeyReused.to_string(), "idempotency_key_reused");
+    }
+
+    #[test]
     fn every_handed_back_token_of_one_key_is_kept_for_release() {
         let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
         executor.remember_orphan("k", LeaseToken::new("written"));
