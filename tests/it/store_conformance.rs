@@ -679,6 +679,12 @@ async fn settled_unknown_is_completed_without_a_result_and_only_by_its_holder<
     assert_eq!(r.expires_at_s, expires_at_s);
     assert!(r.is_outcome_unknown(cx.store.now_ms()) && r.is_resolvable(cx.store.now_ms()));
     assert_eq!(cx.store.get(&key).await.unwrap(), Some(r));
+    // A call its holder completed is never turned into an unknown one afterwards.
+    let done = cx.key("completed-then-unknown");
+    let token = cx.claimed(&done).await;
+    cx.complete(&done, &token, b"ok").await.unwrap();
+    assert_lease_lost(cx.store.settle_unknown(&done, &token, expires_at_s).await);
+    assert!(!completed(cx.claim(&done).await).outcome_unknown);
 }
 
 async fn an_operator_settles_only_what_no_owner_can<S: Store + 'static>(cx: Ctx<S>) {
