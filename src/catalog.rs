@@ -129,10 +129,10 @@ impl TargetCatalog {
 /// The record key of the catalog of `namespace` (the calls' namespace: entry point, gateway and
 /// target).
 pub fn catalog_key(namespace: &str) -> String {
-    let digest = Sha256::digest(namespace.as_bytes());
-    let mut truncated = [0u8; 16];
-    truncated.copy_from_slice(&digest[..16]);
-    format!("catalog:{}", Key(truncated))
+    format!(
+        "catalog:{}",
+        Key::from_digest(&Sha256::digest(namespace.as_bytes()))
+    )
 }
 
 /// Why a catalog could not be read or learned.

@@ -301,10 +301,7 @@ pub(crate) fn h(parts: &[&[u8]]) -> Key {
     for part in parts {
         hasher.update(part);
     }
-    let digest = hasher.finalize();
-    let mut key = [0u8; 16];
-    key.copy_from_slice(&digest[..16]);
-    Key(key)
+    Key::from_digest(&hasher.finalize())
 }
 
 /// A: `_h(tool + "|" + raw)`.

@@ -180,10 +180,7 @@ fn hash(tag: &[u8], fields: &[&str]) -> Key {
         hasher.update((field.len() as u64).to_be_bytes());
         hasher.update(field.as_bytes());
     }
-    let digest = hasher.finalize();
-    let mut key = [0u8; 16];
-    key.copy_from_slice(&digest[..16]);
-    Key(key)
+    Key::from_digest(&hasher.finalize())
 }
 
 #[cfg(test)]

@@ -134,6 +134,15 @@ impl fmt::Display for Key {
     }
 }
 
+impl Key {
+    /// The first 16 bytes of a SHA-256 digest (32 bytes).
+    pub fn from_digest(digest: &[u8]) -> Key {
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&digest[..16]);
+        Key(key)
+    }
+}
+
 /// `bytes` as lowercase hex, two digits a byte.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -517,10 +526,7 @@ fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
     }
     hasher.update((canonical_args.len() as u64).to_be_bytes());
     hasher.update(canonical_args);
-    let digest = hasher.finalize();
-    let mut key = [0u8; 16];
-    key.copy_from_slice(&digest[..16]);
-    Key(key)
+    Key::from_digest(&hasher.finalize())
 }
 
 /// Appends `s` as a JSON string literal.
