@@ -66,6 +66,20 @@ pub const TOOL_FAULTS: [(ToolFault, u32); 13] = [
     (ToolFault::ItemTooLarge, 30),
 ];
 
+/// Calls set aside per planned fault, so that every fault acts in every run whatever the timing:
+/// such a call's first send carries the fault and starts alone, clear of the store's fault
+/// windows, so it is the one that claims the key; [`COVERAGE_RETRIES`] plain sends follow it.
+/// (Drawn faults land mostly on sends that replay, and a short run may draw a fault only onto
+/// sends that never reach the tool.)
+const COVERAGE_CALLS: usize = 2;
+const COVERAGE_RETRIES: usize = 2;
+/// Coverage calls are planned only in runs at least this many times their sends.
+const COVERAGE_AT_MOST: usize = 10;
+/// A coverage call's first send starts at least this long before any fault window opens (and
+/// after one closes): its claim and the tool's start.
+const COVERAGE_CLEAR: Duration = Duration::from_secs(1);
+/// A coverage call's retries start this long after its first send at the earliest.
+const COVERAGE_RETRY_AFTER: Duration = Duration::from_millis(300);
 /// Sends of one call that are not part of its opening burst spread over this long (a few leases).
 const SPREAD: Duration = Duration::from_secs(10);
 /// A burst: the sends land within this window, racing for the claim.
@@ -87,12 +101,23 @@ pub fn build(
 ) -> Plan {
     let mut rng = fastrand::Rng::with_seed(seed);
     let span = Duration::from_secs_f64(invocations as f64 / rate.max(1.0));
+    let covered: Vec<ToolFault> = TOOL_FAULTS
+        .iter()
+        .map(|&(fault, _)| fault)
+        .filter(|f| !excluded.contains(f))
+        .collect();
+    let coverage_sends = covered.len() * COVERAGE_CALLS * (1 + COVERAGE_RETRIES);
+    let (covered, drawn_sends) = if invocations >= COVERAGE_AT_MOST * coverage_sends {
+        (covered, invocations - coverage_sends)
+    } else {
+        (Vec::new(), invocations)
+    };
     let mut order: Vec<usize> = (0..corpus.len()).collect();
     rng.shuffle(&mut order);
     let mut calls = Vec::new();
     let mut sends = Vec::new();
     let mut next_corpus = 0;
-    while sends.len() < invocations {
+    while sends.len() < drawn_sends {
         let id = calls.len();
         let session_id = format!("chaos-{seed}-{id}");
         let (source, mut event) = if !order.is_empty() && rng.u32(0..10) < 7 {
@@ -104,7 +129,7 @@ pub fn build(
         };
         event["sessionId"] = json!(session_id);
         let center = span.mul_f64(rng.f64());
-        let copies = rng.usize(1..=20).min(invocations - sends.len());
+        let copies = rng.usize(1..=20).min(drawn_sends - sends.len());
         for _ in 0..copies {
             let offset = if rng.u32(0..10) < 4 {
                 BURST.mul_f64(rng.f64())
@@ -124,7 +149,6 @@ pub fn build(
             event,
         });
     }
-    sends.sort_by_key(|s| s.at);
     let windows = |rng: &mut fastrand::Rng, every: Duration, millis: std::ops::Range<u64>| {
         let n = (span.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as usize;
         let mut w: Vec<_> = (0..n)
@@ -159,6 +183,38 @@ pub fn build(
         refusals.push((at, length));
     }
     refusals.sort();
+    // Coverage sends claim where no window (server pauses included) is open.
+    let quiet: Vec<_> = taken.iter().chain(&pauses).copied().collect();
+    for fault in covered {
+        for _ in 0..COVERAGE_CALLS {
+            let id = calls.len();
+            let session_id = format!("chaos-{seed}-{id}");
+            let mut event = generated(&mut rng);
+            event["sessionId"] = json!(session_id);
+            let first_try = span.mul_f64(rng.f64());
+            let at = clear_of(&mut rng, span, &quiet, first_try, COVERAGE_CLEAR);
+            sends.push(Send {
+                call: id,
+                at,
+                fault,
+                event: shuffled(&event, &mut rng),
+            });
+            for _ in 0..COVERAGE_RETRIES {
+                sends.push(Send {
+                    call: id,
+                    at: at + COVERAGE_RETRY_AFTER + SPREAD.mul_f64(rng.f64()),
+                    fault: ToolFault::None,
+                    event: shuffled(&event, &mut rng),
+                });
+            }
+            calls.push(Call {
+                session_id,
+                source: "generated".to_string(),
+                event,
+            });
+        }
+    }
+    sends.sort_by_key(|s| s.at);
     Plan {
         calls,
         sends,
@@ -283,4 +339,54 @@ fn generated(rng: &mut fastrand::Rng) -> Value {
         "sessionAttributes": {},
         "promptSessionAttributes": {}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first_sends(plan: &Plan) -> Vec<&Send> {
+        let mut first: Vec<Option<&Send>> = vec![None; plan.calls.len()];
+        for send in &plan.sends {
+            first[send.call].get_or_insert(send);
+        }
+        first.into_iter().flatten().collect()
+    }
+
+    #[test]
+    fn every_fault_opens_calls_of_its_own_clear_of_the_windows() {
+        let plan = build(14, 1500, 100.0, &[], &[ToolFault::CrashAfterEffect]);
+        assert_eq!(plan.sends.len(), 1500);
+        let windows: Vec<_> = plan
+            .outages
+            .iter()
+            .chain(&plan.pauses)
+            .chain(&plan.refusals)
+            .copied()
+            .chain(plan.access_errors.iter().map(|&(at, len, _)| (at, len)))
+            .collect();
+        for &(fault, _) in &TOOL_FAULTS {
+            let opened = first_sends(&plan)
+                .into_iter()
+                .filter(|s| s.fault == fault)
+                .filter(|s| {
+                    windows
+                        .iter()
+                        .all(|&(at, len)| s.at + COVERAGE_CLEAR <= at || at + len <= s.at)
+                })
+                .count();
+            if fault == ToolFault::CrashAfterEffect {
+                assert_eq!(opened, 0, "an excluded fault is never planned");
+            } else {
+                assert!(opened >= COVERAGE_CALLS, "{fault:?} opens {opened} calls");
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_run_is_all_drawn() {
+        let plan = build(14, 50, 100.0, &[], &[]);
+        assert_eq!(plan.sends.len(), 50);
+        assert!(plan.sends.windows(2).all(|w| w[0].at <= w[1].at));
+    }
 }
