@@ -17,8 +17,8 @@ use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, LeaseToken, Record, RequestCounts, Resolution, Status, Store,
-    StoreError,
+    ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RequestCounts, Resolution, Status,
+    Store, StoreError, SystemClock,
 };
 
 tokio::task_local! {
@@ -184,7 +184,8 @@ pub enum LostClaim {
 /// Notes on one invocation.
 #[derive(Debug, Default, Clone)]
 pub struct Notes {
-    /// Store time when the successful claim was sent, and the lease it asked for.
+    /// The store time the successful claim's condition was written with (the store's first clock
+    /// reading in the claim, noted by [`NotingClock`]), and the lease it asked for.
     pub claimed_at_ms: Option<i64>,
     pub lease_until_ms: Option<i64>,
     /// The tool was called.
@@ -198,7 +199,7 @@ pub struct Notes {
     pub lease_extended: bool,
     /// For [`ToolFault::ClaimAnswersLost`]: the claim failed, and what became of it.
     pub lost_claim: Option<LostClaim>,
-    /// For [`ToolFault::SlowCompletionNearDeadline`]: store time when the completion returned.
+    /// Store time when the completion returned.
     pub completion_returned_at_ms: Option<i64>,
     /// A store-path fault was armed for this invocation.
     pub armed: bool,
@@ -209,6 +210,8 @@ pub struct Notes {
     /// For a handed-back claim still pending: when another claim on the same key was handed back
     /// (store time).
     pub later_unconfirmed_on_key: Vec<i64>,
+    /// A claim is under way: the next store clock reading is its time ([`NotingClock`]).
+    pub claiming: Option<Option<i64>>,
     /// The size of the result the completion stored (or tried to).
     pub result_bytes: Option<usize>,
     /// For [`Completion::ResultOmitted`]: the size the store said it omitted.
@@ -275,6 +278,26 @@ impl Attempt {
 
 fn current() -> Option<Arc<Attempt>> {
     ATTEMPT.try_with(Arc::clone).ok()
+}
+
+/// The store's clock in a soak: the system clock, which also notes, for the invocation whose
+/// claim is under way ([`Notes::claiming`]), the first reading the store takes in it: the time
+/// the claim's condition is written with.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NotingClock;
+
+impl Clock for NotingClock {
+    fn now_ms(&self) -> i64 {
+        let now = SystemClock.now_ms();
+        if let Some(attempt) = current() {
+            attempt.note(|n| {
+                if let Some(at @ None) = n.claiming.as_mut() {
+                    *at = Some(now);
+                }
+            });
+        }
+        now
+    }
 }
 
 /// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
@@ -598,7 +621,15 @@ impl<S: Store> Store for NotingStore<S> {
         let sent_at = self.inner.now_ms();
         let (key, lease_until) = (req.key, req.lease_until_ms);
         let armed = current().is_some_and(|a| self.arm_claim(key, &a));
+        if let Some(attempt) = current() {
+            attempt.note(|n| n.claiming = Some(None));
+        }
         let outcome = self.inner.claim(req).await;
+        // On a starved machine the store may read its clock well after `sent_at`: the claim's
+        // condition compared leases with that later time, so the oracle must too.
+        let claimed_at = current()
+            .and_then(|a| a.note(|n| n.claiming.take().flatten()))
+            .unwrap_or(sent_at);
         if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &outcome {
             self.unconfirmed_on(key, token);
         }
@@ -636,7 +667,7 @@ impl<S: Store> Store for NotingStore<S> {
                 .insert(token.clone());
             if let Some(attempt) = current() {
                 attempt.note(|n| {
-                    n.claimed_at_ms = Some(sent_at);
+                    n.claimed_at_ms = Some(claimed_at);
                     n.lease_until_ms = Some(lease_until);
                 });
                 self.holders

@@ -44,7 +44,7 @@ use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
-use attempt::{ATTEMPT, Attempt, ChaosTool, NotingStore, ToolFault};
+use attempt::{ATTEMPT, Attempt, ChaosTool, NotingClock, NotingStore, ToolFault};
 use oracle::{Observed, Verdict};
 use proxy::{AccessError, FaultProxy, RequestFaults, StoreFault};
 
@@ -448,7 +448,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         ..DynamoDbConfig::new(table)
     };
     create_table_with_client(&client, &store_cfg).await?;
-    let store = DynamoDbStore::new(&client, store_cfg)?;
+    let store = DynamoDbStore::new(&client, store_cfg)?.with_clock(NotingClock);
 
     let ledger_path = cfg
         .ledger_dir

@@ -9,10 +9,10 @@
 //!   that is the documented at-least-once window of an unrecorded outcome. Any other further
 //!   entry is a **double execution**.
 //! - **Results**: every replayed answer, and every executed answer whose completion was stored,
-//!   equals the call's stored result byte for byte; and no completion sent within its own lease
-//!   is refused (that would mean someone overwrote or deleted the record under its holder).
-//!   Otherwise it is a **lost result**. A completion refused after its own lease ended is the
-//!   fence working, counted apart. A result too large for an item is not stored by design: the
+//!   equals the call's stored result byte for byte; and no completion is refused before its own
+//!   lease ended (that would mean someone overwrote or deleted the record under its holder).
+//!   Otherwise it is a **lost result**. A completion refused after its own lease ended (sent
+//!   late, or sent in time and retried past it) is the fence working, counted apart. A result too large for an item is not stored by design: the
 //!   record is completed with the `result_omitted` marker instead. That is not a lost result when
 //!   the record's marker names exactly the size of the result the completion was given, the
 //!   completion said so (`ResultOmitted`), and every replayed answer is the "already ran, result
@@ -211,8 +211,10 @@ pub fn check_call(
                 ));
             }
         } else if o.notes.completion == Some(Completion::LeaseLost) {
-            let late = match (o.notes.completed_at_ms, o.notes.lease_until_ms) {
-                (Some(sent), Some(lease)) => sent > lease,
+            // The fence checks the token, not the lease: a completion sent within its lease whose
+            // retries outlast it may meet a takeover, which the lease allowed.
+            let late = match (o.notes.completion_returned_at_ms, o.notes.lease_until_ms) {
+                (Some(refused), Some(lease)) => refused > lease,
                 _ => false,
             };
             if late {
@@ -220,7 +222,7 @@ pub fn check_call(
             } else {
                 verdict.lost_results += 1;
                 verdict.finding(format!(
-                    "{session}: a completion sent within its lease was refused: the record was \
+                    "{session}: a completion was refused within its lease: the record was \
                      overwritten or deleted under its holder, and its result is lost ({})",
                     describe_notes(o)
                 ));
@@ -286,10 +288,12 @@ fn outcome_unknown(o: &Observed) -> bool {
 
 fn describe_notes(o: &Observed) -> String {
     format!(
-        "claimed_at={:?} lease_until={:?} completed_at={:?} outcome={:?} completion={:?}",
+        "claimed_at={:?} lease_until={:?} completed_at={:?} completion_returned_at={:?} \
+         outcome={:?} completion={:?}",
         o.notes.claimed_at_ms,
         o.notes.lease_until_ms,
         o.notes.completed_at_ms,
+        o.notes.completion_returned_at_ms,
         o.outcome,
         o.notes.completion
     )

@@ -934,19 +934,24 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             }
             Action::Forward(after) => after,
         };
-        let forwarded = async {
-            let mut outbound = TcpStream::connect(&shared.upstream).await.ok()?;
+        // Its own task, so that cutting the caller's connection does not unsend the request:
+        // the server may have it, and applies it whenever it gets to it (a paused server on
+        // resuming). It counts as in flight until the server answers.
+        let upstream = shared.upstream.clone();
+        let mut forwarded = tokio::spawn(async move {
+            let mut outbound = TcpStream::connect(&upstream).await.ok()?;
             outbound.write_all(&request).await.ok()?;
-            read_message(&mut outbound, &mut Vec::new(), Message::Response)
+            let response = read_message(&mut outbound, &mut Vec::new(), Message::Response)
                 .await
                 .ok()
-                .flatten()
-        };
+                .flatten();
+            drop(in_flight);
+            response
+        });
         let response = tokio::select! {
-            r = forwarded => r,
+            r = &mut forwarded => r.ok().flatten(),
             _ = cut.changed() => { shared.count_cut(cut.borrow().1); return; }
         };
-        drop(in_flight);
         let Some(response) = response else { return };
         let (head, body) = split(&response);
         match after {
