@@ -23,6 +23,8 @@
 //! like a Lambda `FunctionError` (`Unhandled`), `result_bytes` adds that much random text to the
 //! reply body.
 
+#![recursion_limit = "256"]
+
 #[path = "../benches/support/cpu.rs"]
 #[allow(dead_code)]
 mod cpu;
@@ -203,7 +205,8 @@ async fn handle(
     })
 }
 
-#[tokio::main]
+// One thread, as the Lambda: one invocation at a time needs no cross-thread wake-ups.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::key::{PolicyError, PolicySet};
-use crate::store::DynamoDbConfig;
+use crate::store::{ClaimBudget, DynamoDbConfig};
 
 /// Errors in the environment, each naming the variable at fault.
 #[derive(Debug, thiserror::Error)]
@@ -305,6 +305,9 @@ pub struct Config {
     pub offload_above: Option<usize>,
     /// Upper bound on waiting for an identical in-flight call (`DEDUP_WAIT_MS`).
     pub wait: Duration,
+    /// `DEDUP_CLAIM_BUDGET_MS` and `DEDUP_STORE_BREAKER_MS`: how soon a claim fails closed on a
+    /// store that does not answer, and how long later claims then fail at once.
+    pub claim: ClaimBudget,
     /// `DEDUP_MODE`: enforce, shadow or off (default enforce).
     pub mode: Mode,
     /// `DEDUP_LOG_CALLS`: the tool-call line for `dedup audit` (default off).
@@ -446,6 +449,7 @@ impl Default for Config {
             s3_endpoint: None,
             offload_above: None,
             wait: Duration::from_millis(DEFAULT_WAIT_MS),
+            claim: ClaimBudget::default(),
             mode: Mode::Enforce,
             log_calls: LogCalls::Off,
             metrics_namespace: DEFAULT_METRICS_NAMESPACE.into(),
@@ -590,6 +594,7 @@ impl Config {
             s3_endpoint: get("DEDUP_S3_ENDPOINT"),
             offload_above: parsed(&get, "DEDUP_OFFLOAD_THRESHOLD_BYTES")?,
             wait: Duration::from_millis(parsed(&get, "DEDUP_WAIT_MS")?.unwrap_or(DEFAULT_WAIT_MS)),
+            claim: claim_budget(&get)?,
             mode: parsed(&get, Mode::VAR)?.unwrap_or(defaults.mode),
             log_calls: parsed(&get, LogCalls::VAR)?.unwrap_or(defaults.log_calls),
             metrics_namespace: get("DEDUP_METRICS_NAMESPACE").unwrap_or(defaults.metrics_namespace),
@@ -671,6 +676,7 @@ impl Config {
             key_attribute: self.key_attribute.clone(),
             ttl_attribute: self.ttl_attribute.clone(),
             offload_above: self.offload_above,
+            claim: self.claim,
             ..DynamoDbConfig::new(table.clone())
         };
         cfg.validate().map_err(|e| ConfigError::Invalid {
@@ -680,6 +686,26 @@ impl Config {
         })?;
         Ok(cfg)
     }
+}
+
+/// `DEDUP_CLAIM_BUDGET_MS` (at least 10 ms: one fast attempt and a retry) and
+/// `DEDUP_STORE_BREAKER_MS` (0: no breaker).
+fn claim_budget(get: &impl Fn(&'static str) -> Option<String>) -> Result<ClaimBudget, ConfigError> {
+    const VAR: &str = "DEDUP_CLAIM_BUDGET_MS";
+    let within = match parsed::<u64>(get, VAR)? {
+        Some(ms) if ms < 10 => {
+            return Err(invalid(
+                VAR,
+                &ms.to_string(),
+                "must be at least 10 (milliseconds)",
+            ));
+        }
+        Some(ms) => Duration::from_millis(ms),
+        None => ClaimBudget::DEFAULT_WITHIN,
+    };
+    let breaker = parsed::<u64>(get, "DEDUP_STORE_BREAKER_MS")?
+        .map_or(ClaimBudget::DEFAULT_BREAKER_OPEN_FOR, Duration::from_millis);
+    Ok(ClaimBudget::within(within, breaker))
 }
 
 fn invalid(var: &'static str, value: &str, reason: impl Into<String>) -> ConfigError {

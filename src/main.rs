@@ -9,7 +9,9 @@ use toolcall_dedup::handler::{Handler, serve};
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;
 
-#[tokio::main]
+// One thread: Lambda hands a container one invocation at a time, and a multi-threaded runtime
+// only adds cross-thread wake-ups to every store request (docs/performance.md).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     // Also what makes the runtime report errors to CloudWatch.
     tracing::init_default_subscriber();

@@ -140,8 +140,6 @@ const RESOLVE_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #unk, #omit";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
-/// How long a claim whose answers were lost may take to read back (and release).
-const READ_BACK_BOUND: Duration = Duration::from_secs(1);
 /// Completion without the result (too large to store): the call stays settled.
 const COMPLETE_OMITTED_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc";
@@ -172,6 +170,87 @@ pub struct DynamoDbConfig {
     /// With a results bucket: results longer than this go to it even when they would fit in an
     /// item (`DEDUP_OFFLOAD_THRESHOLD_BYTES`). `None`: only what does not fit goes.
     pub offload_above: Option<usize>,
+    /// How long a claim may keep its caller waiting on a store that does not answer, and the
+    /// breaker after it.
+    pub claim: ClaimBudget,
+}
+
+/// A claim fails closed within a budget (`DEDUP_CLAIM_BUDGET_MS`), and after one has, later claims
+/// of the container fail at once for a while (`DEDUP_STORE_BREAKER_MS`), then one probes the store.
+/// Only claims are bounded so tightly: nothing has run yet, and failing closed loses nothing. A
+/// completion, a release or a settlement keeps [`RetryPolicy::deadline`]: it carries a side effect's
+/// outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimBudget {
+    /// The claim's write and its retries (two thirds of the budget): enough to ride out one
+    /// throttle (one fast refusal, a backoff of at most 25 ms, a second attempt).
+    pub write_within: Duration,
+    /// The read-back of a claim write whose every answer was lost (the rest of the budget). Past
+    /// it, the claim's token is handed back to the executor, which releases it at its next call.
+    pub read_back_within: Duration,
+    /// After a claim ran out of its budget, later claims fail at once for this long; the first
+    /// one after it probes the store. Zero: no breaker.
+    pub breaker_open_for: Duration,
+}
+
+impl ClaimBudget {
+    /// The whole budget unless configured: about what boto3's default retries take to give up
+    /// against a store answering 500 (Powertools, docs/performance.md).
+    pub const DEFAULT_WITHIN: Duration = Duration::from_millis(150);
+    /// How long the breaker stays open unless configured.
+    pub const DEFAULT_BREAKER_OPEN_FOR: Duration = Duration::from_secs(2);
+
+    /// A budget of `within` in all, split between the write and the read-back.
+    pub fn within(within: Duration, breaker_open_for: Duration) -> Self {
+        let write_within = within * 2 / 3;
+        ClaimBudget {
+            write_within,
+            read_back_within: within - write_within,
+            breaker_open_for,
+        }
+    }
+}
+
+impl Default for ClaimBudget {
+    fn default() -> Self {
+        ClaimBudget::within(Self::DEFAULT_WITHIN, Self::DEFAULT_BREAKER_OPEN_FOR)
+    }
+}
+
+/// Open after a claim found the store unavailable, until `open_until`; shared by the clones of a
+/// store (one container).
+#[derive(Debug, Default)]
+struct Breaker {
+    open_until: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Breaker {
+    /// How much longer claims are refused without asking the store.
+    fn open_for(&self) -> Option<Duration> {
+        let until = (*self.open_until.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let left = until.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Opens on a claim that ran out of retries or time, closes on any answer the store gave.
+    fn note(&self, claimed: &Result<ClaimOutcome, StoreError>, open_for: Duration) {
+        let unreachable = match claimed {
+            Err(StoreError::ClaimUnconfirmed { .. }) => true,
+            Err(StoreError::Unavailable(source)) => source.is::<RetriesExhausted>(),
+            Err(_) => false,
+            Ok(_) => false,
+        };
+        let mut open_until = self.open_until.lock().unwrap_or_else(|p| p.into_inner());
+        *open_until = (unreachable && !open_for.is_zero()).then(|| Instant::now() + open_for);
+    }
+}
+
+/// Source of [`StoreError::Unavailable`] for a claim refused by the open breaker.
+#[derive(Debug, thiserror::Error)]
+#[error("the store was unavailable to a recent claim; claims fail at once for {left:?} more")]
+pub struct BreakerOpen {
+    /// Until the next claim probes the store.
+    pub left: Duration,
 }
 
 impl DynamoDbConfig {
@@ -189,6 +268,7 @@ impl DynamoDbConfig {
             compress_threshold: DEFAULT_COMPRESS_THRESHOLD,
             retry: RetryPolicy::default(),
             offload_above: None,
+            claim: ClaimBudget::default(),
         }
     }
 
@@ -309,6 +389,7 @@ pub struct DynamoDbStore {
     counter: Arc<RequestCounter>,
     /// Where results past the item limit go; without it they are omitted.
     results: Option<ResultBucket>,
+    breaker: Arc<Breaker>,
 }
 
 impl fmt::Debug for DynamoDbStore {
@@ -340,6 +421,7 @@ impl DynamoDbStore {
             clock: Arc::new(SystemClock),
             counter,
             results: None,
+            breaker: Arc::default(),
         })
     }
 
@@ -456,9 +538,10 @@ impl DynamoDbStore {
         let now = self.clock.now_ms();
         let token = LeaseToken::for_owner(req.owner);
         let item = self.claim_item(&req, &token, now);
+        let write_deadline = Instant::now() + self.cfg.claim.write_within;
         for _round in 0..MAX_CLAIM_ROUNDS {
             let sent = self
-                .send("PutItem", || {
+                .send_until("PutItem", write_deadline, || {
                     self.client
                         .put_item()
                         .table_name(&self.cfg.table)
@@ -524,7 +607,8 @@ impl DynamoDbStore {
         token: LeaseToken,
         error: StoreError,
     ) -> StoreError {
-        let read_back = tokio::time::timeout(READ_BACK_BOUND, self.read(key)).await;
+        let bound = self.cfg.claim.read_back_within;
+        let read_back = tokio::time::timeout(bound, self.read(key)).await;
         let ours = match read_back {
             Ok(Ok(Some(r))) => r.token == token && r.status == Status::InProgress,
             Ok(Ok(None)) => false,
@@ -538,7 +622,7 @@ impl DynamoDbStore {
         if !ours {
             return error;
         }
-        match tokio::time::timeout(READ_BACK_BOUND, self.release_inner(key, &token)).await {
+        match tokio::time::timeout(bound, self.release_inner(key, &token)).await {
             Ok(Ok(()) | Err(StoreError::LeaseLost)) => {
                 tracing::warn!("a claim whose answers were lost was read back and released");
                 error
@@ -934,9 +1018,21 @@ impl DynamoDbStore {
     }
 
     /// Sends one request with retries; see [`RetryPolicy`].
-    async fn send<T, E, F, Fut>(
+    async fn send<T, E, F, Fut>(&self, operation: &'static str, attempt: F) -> Result<T, Failed<E>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let deadline = Instant::now() + self.cfg.retry.deadline;
+        self.send_until(operation, deadline, attempt).await
+    }
+
+    /// [`DynamoDbStore::send`], giving up at `deadline` (or the policy's, if sooner).
+    async fn send_until<T, E, F, Fut>(
         &self,
         operation: &'static str,
+        deadline: Instant,
         mut attempt: F,
     ) -> Result<T, Failed<E>>
     where
@@ -946,37 +1042,33 @@ impl DynamoDbStore {
     {
         let policy = &self.cfg.retry;
         let start = Instant::now();
-        let deadline = start + policy.deadline;
+        let deadline = deadline.min(start + policy.deadline);
         let mut attempts = 0u32;
         let mut maybe_applied = false;
         loop {
             attempts += 1;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let (ambiguous, last): (bool, BoxError) = match tokio::time::timeout(
-                policy.attempt_timeout.min(remaining),
-                attempt(),
-            )
-            .await
-            {
-                Ok(Ok(value)) => return Ok(value),
-                Ok(Err(err)) => match classify(&err) {
-                    Class::Final => {
-                        return Err(Failed::Service {
-                            err,
-                            maybe_applied_before: maybe_applied,
-                        });
-                    }
-                    Class::Retry { ambiguous } => (ambiguous, Box::new(err)),
-                },
-                Err(_) => (
-                    true,
-                    format!(
-                        "attempt timed out after {:?}",
-                        policy.attempt_timeout.min(remaining)
-                    )
-                    .into(),
-                ),
+            // The first attempt always gets its whole timeout: a deadline shorter than one
+            // attempt (a claim's budget) must not fail a store that is only slow to connect.
+            let bound = if attempts == 1 {
+                policy.attempt_timeout
+            } else {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                policy.attempt_timeout.min(remaining)
             };
+            let (ambiguous, last): (bool, BoxError) =
+                match tokio::time::timeout(bound, attempt()).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(err)) => match classify(&err) {
+                        Class::Final => {
+                            return Err(Failed::Service {
+                                err,
+                                maybe_applied_before: maybe_applied,
+                            });
+                        }
+                        Class::Retry { ambiguous } => (ambiguous, Box::new(err)),
+                    },
+                    Err(_) => (true, format!("attempt timed out after {bound:?}").into()),
+                };
             maybe_applied |= ambiguous;
             let backoff = policy.backoff(attempts);
             if Instant::now() + backoff >= deadline {
@@ -999,7 +1091,12 @@ impl DynamoDbStore {
 
 impl Store for DynamoDbStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        match self.claim_inner(req).await? {
+        if let Some(left) = self.breaker.open_for() {
+            return Err(StoreError::Unavailable(Box::new(BreakerOpen { left })));
+        }
+        let claimed = self.claim_inner(req).await;
+        self.breaker.note(&claimed, self.cfg.claim.breaker_open_for);
+        match claimed? {
             ClaimOutcome::Completed(record) => {
                 Ok(ClaimOutcome::Completed(self.with_result(record).await?))
             }
@@ -1326,6 +1423,65 @@ mod tests {
 
     fn cfg() -> DynamoDbConfig {
         DynamoDbConfig::new("dedup")
+    }
+
+    #[tokio::test]
+    async fn the_breaker_opens_only_when_the_store_did_not_answer_and_closes_on_an_answer() {
+        let open_for = Duration::from_millis(100);
+        let exhausted = || {
+            StoreError::Unavailable(Box::new(RetriesExhausted {
+                operation: "PutItem",
+                attempts: 3,
+                elapsed: Duration::from_millis(100),
+                last: "503".into(),
+            }))
+        };
+        let breaker = Breaker::default();
+        // Answers that say the store is there keep it closed.
+        for answered in [
+            Err(StoreError::Unavailable(Box::new(ClaimContended {
+                key: "k".into(),
+                rounds: 3,
+            }))),
+            Err(StoreError::Config {
+                message: "no table".into(),
+                source: None,
+            }),
+            Err(StoreError::LeaseLost),
+        ] {
+            breaker.note(&answered, open_for);
+            assert_eq!(breaker.open_for(), None, "{answered:?}");
+        }
+        breaker.note(&Err(exhausted()), open_for);
+        assert!(breaker.open_for().is_some_and(|left| left <= open_for));
+        tokio::time::sleep(open_for).await;
+        assert_eq!(breaker.open_for(), None, "the next claim probes");
+        let unconfirmed = StoreError::ClaimUnconfirmed {
+            token: LeaseToken::new("t"),
+            source: Box::new(exhausted()),
+        };
+        breaker.note(&Err(unconfirmed), open_for);
+        assert!(
+            breaker.open_for().is_some(),
+            "a probe that fails reopens it"
+        );
+        breaker.note(
+            &Ok(ClaimOutcome::Claimed {
+                token: LeaseToken::new("t"),
+            }),
+            open_for,
+        );
+        assert_eq!(breaker.open_for(), None, "an answer closes it");
+        breaker.note(&Err(exhausted()), Duration::ZERO);
+        assert_eq!(breaker.open_for(), None, "a zero breaker never opens");
+    }
+
+    #[test]
+    fn the_claim_budget_is_split_between_the_write_and_the_read_back() {
+        let budget = ClaimBudget::default();
+        assert_eq!(budget.write_within, Duration::from_millis(100));
+        assert_eq!(budget.read_back_within, Duration::from_millis(50));
+        assert_eq!(budget.breaker_open_for, Duration::from_secs(2));
     }
 
     fn completed_item() -> HashMap<String, AttributeValue> {

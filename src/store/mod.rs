@@ -53,7 +53,7 @@ pub use codec::{
     DEFAULT_COMPRESS_THRESHOLD, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_RESULT_BYTES,
     MAX_STORED_RESULT_BYTES, ResultEncoding, decode_result,
 };
-pub use dynamodb::{DynamoDbConfig, DynamoDbStore, RetryPolicy, decode_item};
+pub use dynamodb::{ClaimBudget, DynamoDbConfig, DynamoDbStore, RetryPolicy, decode_item};
 pub use memory::MemoryStore;
 pub use offload::{Offloaded, ResultBucket};
 

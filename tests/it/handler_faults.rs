@@ -355,7 +355,7 @@ async fn the_dynamodb_store_stopping_mid_run_means_no_tool_call() {
             attempt_timeout: Duration::from_millis(1000),
             ..RetryPolicy::default()
         },
-        ..DynamoDbConfig::new(servers::unique_table())
+        ..servers::config()
     };
     servers::create_table(&client, &cfg, Backend::Moto).await;
     let store = DynamoDbStore::new(&client, cfg).unwrap();

@@ -8,8 +8,8 @@ use std::time::Duration;
 use toolcall_dedup::store::table::{CreateTableReport, create_table_with_client};
 
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
-    MemoryStore, Record, RequestCounts, Resolution, Store, StoreError,
+    ClaimBudget, ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken,
+    ManualClock, MemoryStore, Record, RequestCounts, Resolution, RetryPolicy, Store, StoreError,
 };
 
 pub const START_HINT: &str = "start the local DynamoDB servers first: \
@@ -114,13 +114,17 @@ pub async fn dynamodb_store_with(
 }
 
 pub async fn dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbStore {
-    dynamodb_store_with(
-        backend,
-        clock,
-        DynamoDbConfig::new(unique_table()),
-        Vec::new(),
-    )
-    .await
+    dynamodb_store_with(backend, clock, config(), Vec::new()).await
+}
+
+/// A store configuration on a fresh table, whose claims are as patient as its other requests and
+/// have no breaker: a loaded machine's local server can be slower than the claim budget, which
+/// has tests of its own (`store_conformance`, "claim budget").
+pub fn config() -> DynamoDbConfig {
+    DynamoDbConfig {
+        claim: ClaimBudget::within(RetryPolicy::default().deadline, Duration::ZERO),
+        ..DynamoDbConfig::new(unique_table())
+    }
 }
 
 /// moto's S3, path-style on its loopback endpoint, with dummy credentials.

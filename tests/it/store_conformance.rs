@@ -23,9 +23,10 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use servers::Backend;
 use tokio::task::JoinSet;
+use toolcall_dedup::store::dynamodb::BreakerOpen;
 use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
+    ClaimBudget, ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
     MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, Resolution, RetriesExhausted,
     RetryPolicy, Status, Store, StoreError,
 };
@@ -1051,7 +1052,7 @@ async fn faulty_store(
     servers::dynamodb_store_with(
         backend,
         clock,
-        DynamoDbConfig::new(servers::unique_table()),
+        servers::config(),
         vec![servers::with_interceptor(fault)],
     )
     .await
@@ -1140,9 +1141,79 @@ async fn throttled_requests_are_retried(backend: Backend) {
     );
 }
 
+/// The product's claim budget, not the tests' patient one, with this breaker.
+async fn budgeted_store(
+    backend: Backend,
+    clock: ManualClock,
+    breaker_open_for: Duration,
+    faults: Vec<Fault>,
+) -> toolcall_dedup::store::DynamoDbStore {
+    let cfg = DynamoDbConfig {
+        claim: ClaimBudget::within(ClaimBudget::DEFAULT_WITHIN, breaker_open_for),
+        ..servers::config()
+    };
+    let interceptors = faults.into_iter().map(servers::with_interceptor).collect();
+    servers::dynamodb_store_with(backend, clock, cfg, interceptors).await
+}
+
+async fn a_claim_rides_out_one_throttle_within_its_budget(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let fault = Fault::new("PutItem", FaultKind::Throttle, 1);
+    let store = budgeted_store(backend, clock.clone(), Duration::ZERO, vec![fault]).await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("throttled-once");
+    cx.claimed(&key).await;
+    assert_eq!(
+        cx.counts().put_item,
+        2,
+        "one throttled attempt, then the claim"
+    );
+}
+
+async fn a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe(
+    backend: Backend,
+) {
+    let clock = ManualClock::starting_now();
+    let open_for = Duration::from_millis(300);
+    // Every write and read answer is lost: the claim may have applied and cannot be read back.
+    let faults = vec![
+        Fault::new("PutItem", FaultKind::LoseResponse, u32::MAX),
+        Fault::new("GetItem", FaultKind::LoseResponse, u32::MAX),
+    ];
+    let store = budgeted_store(backend, clock.clone(), open_for, faults).await;
+    let cx = ctx(store, clock, backend);
+    let (first, second) = (cx.key("outage-1"), cx.key("outage-2"));
+    let started = std::time::Instant::now();
+    match cx.store.claim(cx.req(&first)).await {
+        Err(StoreError::ClaimUnconfirmed { .. }) => {}
+        other => panic!("{backend:?}: expected ClaimUnconfirmed, got {other:?}"),
+    }
+    // Well inside the store's 5 s deadline: the budget, not the deadline, ended it.
+    assert!(
+        started.elapsed() < RetryPolicy::default().attempt_timeout,
+        "{:?}",
+        started.elapsed()
+    );
+    let sent = cx.counts();
+    assert!(sent.put_item >= 2, "retried within the budget: {sent:?}");
+    // The breaker is open: the next claim fails at once, without a request.
+    match cx.store.claim(cx.req(&second)).await {
+        Err(StoreError::Unavailable(source)) => assert!(source.is::<BreakerOpen>(), "{source}"),
+        other => panic!("{backend:?}: expected the open breaker, got {other:?}"),
+    }
+    assert_eq!(cx.counts(), sent, "no request while the breaker is open");
+    // Once it has been open long enough, a claim asks the store again.
+    tokio::time::sleep(open_for).await;
+    assert!(cx.store.claim(cx.req(&second)).await.is_err());
+    assert!(
+        cx.counts().put_item > sent.put_item,
+        "the probe reached the store"
+    );
+}
+
 async fn store_gives_up_with_unavailable_at_its_deadline(backend: Backend) {
     let clock = ManualClock::starting_now();
-    let mut cfg = DynamoDbConfig::new(servers::unique_table());
+    let mut cfg = servers::config();
     cfg.retry = RetryPolicy {
         deadline: Duration::from_millis(300),
         ..RetryPolicy::default()
@@ -1172,7 +1243,7 @@ async fn store_gives_up_with_unavailable_at_its_deadline(backend: Backend) {
 
 async fn table_create_is_idempotent_and_reports_ttl(backend: Backend) {
     let client = servers::client(&backend.endpoint(), Vec::new());
-    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let cfg = servers::config();
     let first = create_table_with_client(&client, &cfg).await.unwrap();
     let second = create_table_with_client(&client, &cfg).await.unwrap();
     assert!(first.created);
@@ -1213,7 +1284,7 @@ async fn custom_attribute_names_are_used(backend: Backend) {
     let cfg = DynamoDbConfig {
         key_attribute: "id".into(),
         ttl_attribute: "ttl".into(),
-        ..DynamoDbConfig::new(servers::unique_table())
+        ..servers::config()
     };
     let store = servers::dynamodb_store_with(backend, clock.clone(), cfg.clone(), Vec::new()).await;
     let cx = ctx(store, clock, backend);
@@ -1336,6 +1407,8 @@ dynamodb_only!(
     complete_whose_response_was_lost_still_succeeds,
     release_whose_response_was_lost_still_succeeds,
     throttled_requests_are_retried,
+    a_claim_rides_out_one_throttle_within_its_budget,
+    a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
     store_gives_up_with_unavailable_at_its_deadline,
     table_create_is_idempotent_and_reports_ttl,
     custom_attribute_names_are_used,
@@ -1345,7 +1418,7 @@ dynamodb_only!(
 /// `build_client`, with dummy credentials when none are configured.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_create_through_an_endpoint_url() {
-    let cfg = DynamoDbConfig::new(servers::unique_table());
+    let cfg = servers::config();
     let report = toolcall_dedup::store::table::create_table(Some(&Backend::Moto.endpoint()), &cfg)
         .await
         .unwrap();

@@ -170,8 +170,9 @@ pub enum LostClaim {
     /// write of it was in flight when the store answered.
     LeftHeld,
     /// The store said so while a write of the claim was still in flight (forwarded, not yet
-    /// answered by the server: it may apply after the store's read-back), and a read right after
-    /// found the claim holding the key. Left to its lease.
+    /// answered by the server), or one was answered while the store read back and released (it
+    /// may have applied after the read), and a read right after found the claim holding the key.
+    /// Left to its lease.
     AppliedAfterReadBack,
     /// The store said so; the read after could not be made.
     Unchecked,
@@ -555,7 +556,17 @@ impl<S: Store> NotingStore<S> {
 
     /// After a claim whose answers were all lost: the store either handed the token back, or
     /// said it released the claim (or that it was never written), which a read checks.
-    async fn check_lost_claim(&self, key: &str, error: &StoreError, in_flight: usize) -> LostClaim {
+    async fn check_lost_claim(
+        &self,
+        key: &str,
+        error: &StoreError,
+        (in_flight, last_done): (usize, Option<tokio::time::Instant>),
+        returned_at: tokio::time::Instant,
+    ) -> LostClaim {
+        // The store's read-back and its release each take at most `READ_BACK_WITHIN`: a write the
+        // server applied in that time may have landed after the read.
+        let during_read_back =
+            last_done.is_some_and(|done| done + super::READ_BACK_WITHIN * 2 >= returned_at);
         if let StoreError::ClaimUnconfirmed { token, .. } = error {
             if let Some(attempt) = current() {
                 self.handed_back
@@ -580,7 +591,7 @@ impl<S: Store> NotingStore<S> {
         };
         match self.inner.get(key).await {
             Ok(Some(r)) if r.status == Status::InProgress && r.token.as_str() == written => {
-                if in_flight > 0 {
+                if in_flight > 0 || during_read_back {
                     LostClaim::AppliedAfterReadBack
                 } else {
                     LostClaim::LeftHeld
@@ -625,6 +636,7 @@ impl<S: Store> Store for NotingStore<S> {
             attempt.note(|n| n.claiming = Some(None));
         }
         let outcome = self.inner.claim(req).await;
+        let returned_at = tokio::time::Instant::now();
         // On a starved machine the store may read its clock well after `sent_at`: the claim's
         // condition compared leases with that later time, so the oracle must too.
         let claimed_at = current()
@@ -653,8 +665,8 @@ impl<S: Store> Store for NotingStore<S> {
                 let in_flight = self
                     .keyed
                     .as_ref()
-                    .map_or(0, |k| k.in_flight("PutItem", key));
-                let lost = self.check_lost_claim(key, e, in_flight).await;
+                    .map_or((0, None), |k| k.in_flight("PutItem", key));
+                let lost = self.check_lost_claim(key, e, in_flight, returned_at).await;
                 if let Some(attempt) = current() {
                     attempt.note(|n| n.lost_claim = Some(lost));
                 }

@@ -41,7 +41,9 @@ use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::table::create_table_with_client;
-use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store};
+use toolcall_dedup::store::{
+    ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store,
+};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 use attempt::{ATTEMPT, Attempt, ChaosTool, NotingClock, NotingStore, ToolFault};
@@ -61,6 +63,8 @@ pub const LEASE_MARGIN: Duration = Duration::from_millis(500);
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(400);
 /// ...until this much time has passed since the call.
 pub const STORE_DEADLINE: Duration = Duration::from_millis(1200);
+/// How long the store may take to read back a claim whose every answer was lost.
+pub const READ_BACK_WITHIN: Duration = Duration::from_secs(1);
 /// A [`ToolFault::SlowClaim`] invocation is followed by a fault-free repeat this long after the
 /// lease sized at its claim would have ended (before its late side effect).
 const SLOW_CLAIM_PROBE_AFTER: Duration = Duration::from_millis(100);
@@ -444,6 +448,13 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             attempt_timeout: ATTEMPT_TIMEOUT,
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_millis(200),
+        },
+        // The fault classes are timed against the store's deadline; claims get it too, and no
+        // breaker turns a window's failures into refusals of calls that never reached the store.
+        claim: ClaimBudget {
+            write_within: STORE_DEADLINE,
+            read_back_within: READ_BACK_WITHIN,
+            breaker_open_for: Duration::ZERO,
         },
         ..DynamoDbConfig::new(table)
     };

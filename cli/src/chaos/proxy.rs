@@ -354,8 +354,16 @@ struct KeyedRule {
     hits_left: Option<u32>,
     /// The body of the first request the rule hit.
     first_body: Option<Vec<u8>>,
-    /// Requests it hit that are forwarded and not answered by the server yet.
-    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Its requests on their way to the server.
+    in_flight: Arc<Flight>,
+}
+
+/// A rule's requests that are forwarded and not answered by the server yet, and when the last one
+/// was (or its connection to the server ended).
+#[derive(Debug, Default)]
+pub struct Flight {
+    count: std::sync::atomic::AtomicUsize,
+    last_done: Mutex<Option<Instant>>,
 }
 
 /// Rules that hit one operation on one key for a while; shared by the proxy and whoever arms them.
@@ -413,11 +421,7 @@ impl KeyedFaults {
     }
 
     /// The fault of the first live rule that `request` (head and body) matches.
-    fn matching(
-        &self,
-        request: &[u8],
-        target: &str,
-    ) -> Option<(KeyedFault, Arc<std::sync::atomic::AtomicUsize>)> {
+    fn matching(&self, request: &[u8], target: &str) -> Option<(KeyedFault, Arc<Flight>)> {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         if rules.is_empty() {
             return None;
@@ -438,20 +442,29 @@ impl KeyedFaults {
             let body = find(request, b"\r\n\r\n").map_or(&[][..], |i| &request[i + 4..]);
             rule.first_body = Some(body.to_vec());
         }
-        rule.in_flight.fetch_add(1, Ordering::SeqCst);
+        rule.in_flight.count.fetch_add(1, Ordering::SeqCst);
         Some((rule.fault, rule.in_flight.clone()))
     }
 
-    /// Requests a rule armed for `operation` on `key` forwarded that the server has not answered
-    /// yet (a write that may still apply).
-    pub fn in_flight(&self, operation: &str, key: &str) -> usize {
+    /// Requests rules armed for `operation` on `key` forwarded that the server has not answered
+    /// yet (writes that may still apply), and when the server last answered one.
+    pub fn in_flight(&self, operation: &str, key: &str) -> (usize, Option<Instant>) {
         let quoted = format!("\"{key}\"");
         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         rules
             .iter()
             .filter(|r| r.operation == operation && r.key == quoted)
-            .map(|r| r.in_flight.load(Ordering::SeqCst))
-            .sum()
+            .fold((0, None), |(count, last), r| {
+                let done = *r
+                    .in_flight
+                    .last_done
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                (
+                    count + r.in_flight.count.load(Ordering::SeqCst),
+                    last.max(done),
+                )
+            })
     }
 
     /// The body of the first request that a rule armed for `operation` on `key` hit.
@@ -1043,11 +1056,12 @@ fn with_content_length(head: &[u8], length: usize) -> Vec<u8> {
 }
 
 /// Counts a keyed request as in flight until dropped (answered, or its connection gone).
-struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+struct InFlight(Arc<Flight>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        *self.0.last_done.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.0.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
