@@ -3,8 +3,8 @@
 //! requests at its proxy between invocations. `scripts/peer/powertools_worker.py` speaks the same
 //! protocol for Powertools.
 //!
-//! Configuration is the Lambda's own (`DEDUP_*` variables, `DEMO_LEDGER`); the table is created
-//! at start. Requests on stdin, one per line:
+//! Configuration is the Lambda's own (`DEDUP_*` variables, `DEMO_LEDGER`); the orchestrator creates
+//! the table, so that a start does what the Lambda's does (`scripts/peer/run.py` times cold starts). Requests on stdin, one per line:
 //!
 //! `{"id": 1, "event": {...}, "remaining_ms": 60000, "fault": {"delay_ms": 0, "raise": false, "result_bytes": 0}}`
 //!
@@ -42,7 +42,6 @@ use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::seam::Forward;
-use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
 
@@ -218,7 +217,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_env(StoreKind::DynamoDb)?;
     let cfg = config.dynamodb()?;
     let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
-    create_table_with_client(&client, &cfg).await?;
     let store = DynamoDbStore::new(&client, cfg)?;
     let tool = InProcess::new(FaultyDemoTool(DemoTool::from_env()));
     let handler = Arc::new(Handler::new(store, tool, &config, Telemetry::quiet()));

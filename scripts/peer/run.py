@@ -10,6 +10,7 @@ Systems (each a worker process speaking the JSON-lines protocol of `powertools_w
 What it records (`kind`):
   meta        versions and settings of this run
   pair        a corpus pair sent to a clean table: how many times the ledger says the tool ran
+  cold_start  a fresh worker process: from its start to its first answer, and its peak RSS
   timing      one invocation: first sight of an event, or its exact repeat; handler and tool time
               (in the worker's process) and the requests the proxy counted during it
   behaviour   one scripted scenario (in-progress duplicate, tool raises, stale owner, large result,
@@ -122,11 +123,11 @@ class Run:
         delta = {op: after[op] - before.get(op, 0) for op in after if after[op] != before.get(op, 0)}
         return result, delta
 
-    def create_powertools_table(self, name: str) -> None:
+    def create_table(self, name: str, key: str, ttl: str) -> None:
         self.ddb.create_table(TableName=name, BillingMode="PAY_PER_REQUEST",
-                              AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
-                              KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}])
-        self.ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expiration"})
+                              AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+                              KeySchema=[{"AttributeName": key, "KeyType": "HASH"}])
+        self.ddb.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl})
 
     def items(self, table: str) -> list[dict]:
         items = self.ddb.scan(TableName=table, ConsistentRead=True)["Items"]
@@ -146,26 +147,63 @@ def load(path: str) -> dict:
         return json.load(f)
 
 
-def start_workers(args, run: Run) -> dict:
+def worker_specs(args, run: Run) -> dict:
+    """Per system: (argv, env, ledger, table), with Powertools' tables created."""
     env = dict(os.environ, AWS_ENDPOINT_URL_DYNAMODB=args.proxy, AWS_LAMBDA_FUNCTION_NAME="peer-powertools")
-    workers = {}
+    specs = {}
     for name, key in (("powertools", None), ("powertools_parameters", "parameters")):
         table = f"peer-{name.replace('_', '-')}"
-        run.create_powertools_table(table)
+        run.create_table(table, "id", "expiration")
         ledger = os.path.join(args.workdir, f"{name}.ledger.jsonl")
         argv = [sys.executable, os.path.join(os.path.dirname(__file__), "powertools_worker.py"),
                 "--table", table, "--ledger", ledger, "--policy", args.policy]
         if key:
             argv += ["--event-key", key]
-        workers[name] = Worker(name, argv, env, ledger, table)
+        specs[name] = (argv, env, ledger, table)
     ledger = os.path.join(args.workdir, "toolcall_dedup.ledger.jsonl")
     ours_env = dict(env, DEDUP_STORE="dynamodb", DEDUP_DYNAMODB_ENDPOINT=args.proxy, DEDUP_TABLE_NAME="peer-toolcall-dedup",
                     DEDUP_POLICY_FILE=args.policy, DEMO_LEDGER=ledger)
-    workers["toolcall_dedup"] = Worker("toolcall_dedup", [args.driver], ours_env, ledger, "peer-toolcall-dedup")
+    run.create_table("peer-toolcall-dedup", "pk", "expires_at")  # `dedup table create`'s layout
+    specs["toolcall_dedup"] = ([args.driver], ours_env, ledger, "peer-toolcall-dedup")
+    return specs
+
+
+def start_workers(specs: dict) -> dict:
+    workers = {name: Worker(name, *spec) for name, spec in specs.items()}
     for worker in workers.values():
         if os.path.exists(worker.ledger):
             os.remove(worker.ledger)
     return workers
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident set so far (VmHWM), in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def measure_cold_start(run: Run, specs: dict, event: dict, times: int) -> None:
+    """Each system's process started fresh `times` times: from the start to its first answer (a
+    first sight on a clean table), and its peak RSS then. Python pays for the interpreter and its
+    imports (the resolver, the idempotency utility, boto3); ours for the binary's start, its
+    configuration and its clients. Both tables exist already, as in a deployed stack."""
+    for i in range(times):
+        for name in rotated(i):
+            if name == "powertools_parameters":
+                continue  # the same process as `powertools`
+            argv, env, ledger, table = specs[name]
+            started = time.monotonic()
+            worker = Worker(name, argv, env, ledger, table)
+            answer = worker.invoke(event)
+            first_answer_ms = round((time.monotonic() - started) * 1000, 1)
+            rss = peak_rss_mb(worker.proc.pid)
+            worker.close()
+            run.reset(worker)
+            run.record({"kind": "cold_start", "system": name, "first_answer_ms": first_answer_ms,
+                        "rss_mb": rss, "outcome": answer.get("outcome"), "error": answer.get("error")})
 
 
 def rotated(i: int) -> list[str]:
@@ -304,6 +342,7 @@ def main() -> None:
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--cold-starts", type=int, default=10, help="fresh processes per system")
     parser.add_argument("--build", default="", help="how the driver was built (recorded)")
     parser.add_argument("--skip-behaviours", action="store_true")
     args = parser.parse_args()
@@ -317,7 +356,10 @@ def main() -> None:
                 "aws_lambda_powertools": metadata.version("aws-lambda-powertools"),
                 "boto3": metadata.version("boto3"), "moto": metadata.version("moto"), "driver_build": args.build,
                 "pairs": len(pairs), "takeover": TAKEOVER, "large_result_bytes": LARGE_RESULT_BYTES})
-    workers = start_workers(args, run)
+    specs = worker_specs(args, run)
+    print("peer-powertools: cold starts", file=sys.stderr)
+    measure_cold_start(run, specs, load(os.path.join(args.events, BEHAVIOUR_EVENT)), args.cold_starts)
+    workers = start_workers(specs)
     try:
         print("peer-powertools: corpus pairs", file=sys.stderr)
         measure_pairs(run, workers, pairs)

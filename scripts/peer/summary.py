@@ -2,7 +2,12 @@
 Markdown table, and with --json one object as the last stdout line:
 
   {"systems": {"powertools": M, "toolcall_dedup": M},
-   "overhead_ratio_first_sight": r, "overhead_ratio_repeat": r}
+   "overhead_ratio_first_sight": r, "overhead_ratio_repeat": r,
+   "cold_start": {"powertools": {"first_answer_ms": x, "rss_mb": y}, "toolcall_dedup": {...}},
+   "outage": {"powertools": {"fail_closed_ms": x, "requests": n}, "toolcall_dedup": {...}}}
+
+(`cold_start`: medians over fresh processes, when the run made them; `outage`: the store-outage
+scenario, when the run had the behaviours.)
 
 M = {retries_caught, retries_total, false_merges, distinct_total, requests_first_sight,
      requests_repeat, overhead_us_first_sight, overhead_us_repeat}; ratios are toolcall-dedup's
@@ -61,6 +66,22 @@ def metrics(records: list[dict], system: str) -> dict:
         "latency_us_first_sight": overhead("first_sight", "us"),
         "latency_us_repeat": overhead("repeat", "us"),
     }
+
+
+def cold_start(records: list[dict], system: str) -> dict | None:
+    rows = [r for r in records if r["kind"] == "cold_start" and r["system"] == system]
+    if not rows:
+        return None
+    return {"first_answer_ms": round(statistics.median(r["first_answer_ms"] for r in rows), 1),
+            "rss_mb": round(statistics.median(r["rss_mb"] for r in rows), 1), "starts": len(rows)}
+
+
+def outage(records: list[dict], system: str) -> dict | None:
+    rec = next((r for r in records if r["kind"] == "behaviour" and r["system"] == system
+                and r["scenario"] == "outage"), None)
+    if rec is None:
+        return None
+    return {"fail_closed_ms": rec["steps"][0]["elapsed_ms"], "requests": sum(rec.get("requests", {}).values())}
 
 
 def request_mix(records: list[dict], system: str, phase: str) -> str:
@@ -190,6 +211,17 @@ def summarize(records: list[dict]) -> tuple[str, dict]:
         + [f"{m[s]['latency_us_first_sight']:.0f}" for s in SYSTEMS],
         ["latency, repeat"] + [f"{m[s]['latency_us_repeat']:.0f}" for s in SYSTEMS],
     ]
+    starts = {s: cold_start(records, s) for s in SYSTEMS}
+    if starts["toolcall_dedup"] and starts["powertools"]:
+        def start_cell(s: str) -> str:
+            c = starts[s] or starts["powertools"]  # one Powertools process serves both columns
+            return f"{c['first_answer_ms']:.0f} ms, {c['rss_mb']:g} MB"
+        rows.append(["cold start: process start to first answer, and peak RSS (median of "
+                     f"{starts['toolcall_dedup']['starts']} fresh processes)"]
+                    + [start_cell(s) for s in SYSTEMS[:2]]
+                    + [start_cell("toolcall_dedup") + " ("
+                       + f"{ratio(starts['toolcall_dedup']['first_answer_ms'], starts['powertools']['first_answer_ms']):g}"
+                       + "× Powertools' time)"])
     behaviour = {(r["system"], r["scenario"]): r for r in records if r["kind"] == "behaviour"}
     for scenario, title in BEHAVIOURS:
         cells = [behaviour_cell(scenario, behaviour[(s, scenario)]) if (s, scenario) in behaviour else "—"
@@ -206,6 +238,10 @@ def summarize(records: list[dict]) -> tuple[str, dict]:
         "overhead_ratio_first_sight": first,
         "overhead_ratio_repeat": repeat,
     }
+    for key, measure in (("cold_start", cold_start), ("outage", outage)):
+        found = {name: measure(records, name) for name in ("powertools", "toolcall_dedup")}
+        if all(found.values()):
+            summary[key] = found
     return "\n".join(lines), summary
 
 

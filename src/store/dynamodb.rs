@@ -41,6 +41,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -404,8 +405,11 @@ impl fmt::Debug for DynamoDbStore {
 }
 
 impl DynamoDbStore {
-    /// Wraps `client`'s configuration with a request counter and with the SDK's retries off (the
-    /// store retries itself, see the module docs). Interceptors already on `client` are kept.
+    /// Wraps `client`'s configuration with a request counter, with the SDK's retries off (the
+    /// store retries itself, see the module docs) and without stalled-stream protection (every
+    /// attempt is bounded by [`RetryPolicy::attempt_timeout`], which ends a stalled answer before
+    /// the protection's 5 s grace would, so it only cost a timed body wrapper per request).
+    /// Interceptors already on `client` are kept.
     pub fn new(client: &Client, cfg: DynamoDbConfig) -> Result<Self, StoreError> {
         cfg.validate()?;
         let counter = Arc::new(RequestCounter::default());
@@ -413,6 +417,7 @@ impl DynamoDbStore {
             .config()
             .to_builder()
             .retry_config(RetryConfig::disabled())
+            .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
             .interceptor(CountRequests(counter.clone()))
             .build();
         Ok(DynamoDbStore {

@@ -117,12 +117,32 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
     assert_eq!(
         keys,
         [
+            "outage",
             "overhead_ratio_first_sight",
             "overhead_ratio_repeat",
             "systems"
         ]
     );
     let records = records();
+    for system in ["powertools", "toolcall_dedup"] {
+        let outage = records
+            .iter()
+            .find(|r| {
+                r["kind"] == "behaviour" && r["system"] == system && r["scenario"] == "outage"
+            })
+            .expect("the outage scenario");
+        assert_eq!(
+            last["outage"][system]["fail_closed_ms"],
+            outage["steps"][0]["elapsed_ms"]
+        );
+        let requests: u64 = outage["requests"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(last["outage"][system]["requests"], requests);
+    }
     for system in ["powertools", "toolcall_dedup"] {
         let got = last["systems"][system].as_object().unwrap();
         let want = expected(&records, system);
