@@ -118,16 +118,15 @@ pub fn build(
     let mut sends = Vec::new();
     let mut next_corpus = 0;
     while sends.len() < drawn_sends {
-        let id = calls.len();
-        let session_id = format!("chaos-{seed}-{id}");
-        let (source, mut event) = if !order.is_empty() && rng.u32(0..10) < 7 {
+        let (source, event) = if !order.is_empty() && rng.u32(0..10) < 7 {
             let (name, event) = &corpus[order[next_corpus % order.len()]];
             next_corpus += 1;
             (name.clone(), event.clone())
         } else {
             ("generated".to_string(), generated(&mut rng))
         };
-        event["sessionId"] = json!(session_id);
+        let id = push_call(&mut calls, seed, source, event);
+        let event = &calls[id].event;
         let center = span.mul_f64(rng.f64());
         let copies = rng.usize(1..=20).min(drawn_sends - sends.len());
         for _ in 0..copies {
@@ -140,14 +139,9 @@ pub fn build(
                 call: id,
                 at: center + offset,
                 fault: draw_fault(&mut rng, excluded),
-                event: shuffled(&event, &mut rng),
+                event: shuffled(event, &mut rng),
             });
         }
-        calls.push(Call {
-            session_id,
-            source,
-            event,
-        });
     }
     let windows = |rng: &mut fastrand::Rng, every: Duration, millis: std::ops::Range<u64>| {
         let n = (span.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as usize;
@@ -187,31 +181,25 @@ pub fn build(
     let quiet: Vec<_> = taken.iter().chain(&pauses).copied().collect();
     for fault in covered {
         for _ in 0..COVERAGE_CALLS {
-            let id = calls.len();
-            let session_id = format!("chaos-{seed}-{id}");
-            let mut event = generated(&mut rng);
-            event["sessionId"] = json!(session_id);
+            let generated = generated(&mut rng);
+            let id = push_call(&mut calls, seed, "generated".to_string(), generated);
+            let event = &calls[id].event;
             let first_try = span.mul_f64(rng.f64());
             let at = clear_of(&mut rng, span, &quiet, first_try, COVERAGE_CLEAR);
             sends.push(Send {
                 call: id,
                 at,
                 fault,
-                event: shuffled(&event, &mut rng),
+                event: shuffled(event, &mut rng),
             });
             for _ in 0..COVERAGE_RETRIES {
                 sends.push(Send {
                     call: id,
                     at: at + COVERAGE_RETRY_AFTER + SPREAD.mul_f64(rng.f64()),
                     fault: ToolFault::None,
-                    event: shuffled(&event, &mut rng),
+                    event: shuffled(event, &mut rng),
                 });
             }
-            calls.push(Call {
-                session_id,
-                source: "generated".to_string(),
-                event,
-            });
         }
     }
     sends.sort_by_key(|s| s.at);
@@ -224,6 +212,20 @@ pub fn build(
         access_errors,
         refusals,
     }
+}
+
+/// Adds a call with its own session (`chaos-<seed>-<index>`, written into the event), and returns
+/// its index.
+fn push_call(calls: &mut Vec<Call>, seed: u64, source: String, mut event: Value) -> usize {
+    let id = calls.len();
+    let session_id = format!("chaos-{seed}-{id}");
+    event["sessionId"] = json!(session_id);
+    calls.push(Call {
+        session_id,
+        source,
+        event,
+    });
+    id
 }
 
 /// A start for a window of `length` that overlaps none of `taken` (with a margin), drawn again
