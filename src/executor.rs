@@ -327,6 +327,8 @@ struct Started {
 
 /// Rounds of claim → wait → claim again before answering "in progress".
 const MAX_CLAIM_ROUNDS: u32 = 3;
+/// Moves of a lease answered too slowly before the call is refused (see `cover_late_start`).
+const MAX_LEASE_MOVES: u32 = 3;
 const FIRST_POLL: Duration = Duration::from_millis(25);
 const MAX_POLL: Duration = Duration::from_millis(500);
 
@@ -773,29 +775,20 @@ impl<S: Store> Executor<S> {
         let key = call.key;
         let token = started.token.as_ref();
         let kept_back = self.settings.completion_reserve + self.settings.reply_margin;
+        if remaining(end).saturating_sub(kept_back).is_zero() {
+            self.release(key, token).await;
+            return Settled::NoTime;
+        }
+        if let Some(token) = token {
+            if let Err(settled) = self.cover_late_start(call, token, &started, end, lease).await {
+                return settled;
+            }
+        }
+        // Sized after the lease was moved: the time the extensions took is the tool's no more.
         let timeout = remaining(end).saturating_sub(kept_back);
         if timeout.is_zero() {
             self.release(key, token).await;
             return Settled::NoTime;
-        }
-        if let Some(token) =
-            token.filter(|_| started.claimed_at.elapsed() > self.settings.slow_claim)
-        {
-            // The lease was sized when the claim was sent; the store took long to answer, so move
-            // it to cover the side effect from now.
-            match self.extend(call, token, end, lease).await {
-                Ok(()) => {}
-                Err(StoreError::LeaseLost) => {
-                    tracing::warn!("the claim was lost before the side effect started");
-                    return Settled::InProgress {
-                        retry_after_ms: None,
-                    };
-                }
-                Err(e) => {
-                    self.release(key, Some(token)).await;
-                    return Settled::StoreDown(e);
-                }
-            }
         }
         let run = match (lease, token) {
             (Lease::Renewed { length }, Some(token)) => {
@@ -837,6 +830,48 @@ impl<S: Store> Executor<S> {
             AfterRun::SettleUnknown => self.settle_unknown(call, token, end).await,
         }
         settled
+    }
+
+    /// Makes the lease cover a side effect starting now. A lease is sized when its write is sent,
+    /// so a write the store answered slowly (more than `slow_claim` later) leaves the side effect
+    /// starting late against it: the lease is moved again from now, until a move is answered in
+    /// time. A store that never answers in time gets the claim released and the call refused
+    /// without running the tool, since no lease could be shown to cover it.
+    async fn cover_late_start<E>(
+        &self,
+        call: Keyed<'_>,
+        token: &LeaseToken,
+        started: &Started,
+        end: Instant,
+        lease: Lease,
+    ) -> Result<(), Settled<E>> {
+        let mut sent = started.claimed_at;
+        let mut moves = 0;
+        while sent.elapsed() > self.settings.slow_claim {
+            if moves == MAX_LEASE_MOVES {
+                tracing::warn!("the store moved the lease too slowly to cover the side effect");
+                self.release(call.key, Some(token)).await;
+                return Err(Settled::StoreDown(StoreError::Unavailable(
+                    "the store answered too slowly for a lease to cover the tool".into(),
+                )));
+            }
+            moves += 1;
+            sent = Instant::now();
+            match self.extend(call, token, end, lease).await {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost) => {
+                    tracing::warn!("the claim was lost before the side effect started");
+                    return Err(Settled::InProgress {
+                        retry_after_ms: None,
+                    });
+                }
+                Err(e) => {
+                    self.release(call.key, Some(token)).await;
+                    return Err(Settled::StoreDown(e));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `side_effect` while renewing the claim's lease every third of `length`. A renewal the

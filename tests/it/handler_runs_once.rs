@@ -111,6 +111,76 @@ async fn a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late<S: St
 on_memory_and_moto!(a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late:
     on_memory_a_slow_claim_moves_the_lease, on_moto_a_slow_claim_moves_the_lease);
 
+async fn a_lease_move_answered_late_is_made_again_before_the_tool_starts<S: Store>(
+    mut store: Faulty<S>,
+    clock: ManualClock,
+) {
+    // Found by the 100,000-invocation soak on moto (chaos-100-6973): the claim was slow, and so
+    // was the write that moved its lease. Here the move takes 6 s of store time, more than the
+    // lease margin (5 s): a lease moved once ends at claim + 4 + 10 + 5 = 19 s, and the tool,
+    // started at claim + 10 s with a 10 s timeout of its own, may act until claim + 20 s.
+    store.clock = Some(clock.clone());
+    store.claim_delay = Duration::from_millis(600);
+    store.claim_clock = Duration::from_secs(4);
+    store.extend_clock = Duration::from_secs(6);
+    store.slow_extensions.store(1, Ordering::SeqCst);
+    let gate = Arc::new(Notify::new());
+    let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
+        .with_max_run_time(Duration::from_secs(10));
+    let h = Arc::new(handler(store, tool, &Config::default()).with_settings(|s| {
+        s.default_budget = Duration::from_secs(3);
+        s.completion_reserve = Duration::from_millis(100);
+        s.reply_margin = Duration::from_millis(50);
+        s.wait = Duration::ZERO;
+    }));
+    let claimed_at = h.store().now_ms();
+    let first = spawn_send(&h, &event("fd-charge_card.json"));
+    wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
+    // Past the lease moved once, inside the one moved again when the tool started.
+    clock.set_ms(claimed_at + 19_500);
+    let retry = send(&h, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(
+        retry.outcome,
+        Outcome::InProgress,
+        "the key was taken over while its tool still ran"
+    );
+    gate.notify_one();
+    assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
+    assert_eq!(h.dispatcher().invokes(), 1);
+    assert_eq!(charges(&h.dispatcher().demo), 1);
+}
+
+on_memory_and_moto!(a_lease_move_answered_late_is_made_again_before_the_tool_starts:
+    on_memory_a_late_lease_move_is_made_again, on_moto_a_late_lease_move_is_made_again);
+
+async fn a_store_too_slow_to_move_the_lease_refuses_without_running_the_tool<S: Store>(
+    mut store: Faulty<S>,
+    clock: ManualClock,
+) {
+    // Every move of the lease is answered late: no lease can be shown to cover the tool.
+    store.clock = Some(clock.clone());
+    store.claim_delay = Duration::from_millis(600);
+    store.slow_extensions.store(u32::MAX, Ordering::SeqCst);
+    let tool = Scripted::new(vec![Act::Run]).with_max_run_time(Duration::from_secs(10));
+    let h = handler(store, tool, &Config::default()).with_settings(|s| {
+        s.default_budget = Duration::from_secs(10);
+        s.completion_reserve = Duration::from_millis(100);
+        s.reply_margin = Duration::from_millis(50);
+        s.wait = Duration::ZERO;
+    });
+    let refused = send(&h, &event("fd-charge_card.json")).await;
+    assert_eq!(refused.outcome, Outcome::StoreError);
+    assert_eq!(h.dispatcher().invokes(), 0, "the tool ran without a lease covering it");
+    let key = refused.key.as_deref().expect("the call was keyed");
+    assert!(
+        h.store().get(key).await.unwrap().is_none(),
+        "the claim was left behind"
+    );
+}
+
+on_memory_and_moto!(a_store_too_slow_to_move_the_lease_refuses_without_running_the_tool:
+    on_memory_a_store_too_slow_to_move_the_lease, on_moto_a_store_too_slow_to_move_the_lease);
+
 // ---------------------------------------------------------------------------------------------
 // 4. The completion finishes before the deadline
 

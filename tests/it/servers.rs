@@ -218,6 +218,10 @@ pub struct Faulty<S> {
     pub complete_delay: Duration,
     /// This many claims are applied but answered as if every answer was lost.
     pub lose_claim_answers: std::sync::atomic::AtomicU32,
+    /// This many lease moves are applied, then answered `claim_delay` later (real time) with the
+    /// manual clock moved by `extend_clock`.
+    pub slow_extensions: std::sync::atomic::AtomicU32,
+    pub extend_clock: Duration,
 }
 
 impl<S: Store> Faulty<S> {
@@ -230,6 +234,8 @@ impl<S: Store> Faulty<S> {
             claim_clock: Duration::ZERO,
             complete_delay: Duration::ZERO,
             lose_claim_answers: std::sync::atomic::AtomicU32::new(0),
+            slow_extensions: std::sync::atomic::AtomicU32::new(0),
+            extend_clock: Duration::ZERO,
         }
     }
 }
@@ -290,9 +296,25 @@ impl<S: Store> Store for Faulty<S> {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.check()?;
-        self.inner
+        let moved = self
+            .inner
             .extend_lease(key, token, lease_until_ms, expires_at_s)
-            .await
+            .await;
+        let slow = self
+            .slow_extensions
+            .fetch_update(
+                std::sync::atomic::Ordering::SeqCst,
+                std::sync::atomic::Ordering::SeqCst,
+                |n| n.checked_sub(1),
+            )
+            .is_ok();
+        if slow {
+            tokio::time::sleep(self.claim_delay).await;
+            if let Some(clock) = &self.clock {
+                clock.advance(self.extend_clock);
+            }
+        }
+        moved
     }
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.check()?;
