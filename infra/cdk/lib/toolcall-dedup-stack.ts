@@ -25,7 +25,7 @@ const PARAMETER_GROUPS: [string, string[]][] = [
   ['Idempotency table', ['KeyAttribute', 'TtlAttribute', 'TtlSeconds', 'PointInTimeRecovery']],
   ['Results bucket', ['CreateResultsBucket', 'ResultsRetentionDays']],
   ['Dedup behaviour', ['Mode', 'ScopeMode', 'StepAttribute', 'RunArgument', 'Sessionless', 'WaitMs',
-    'ReleaseOnErrors', 'EnvelopeNamespaces', 'LocalCacheItems', 'PolicyFile', 'PolicyLayerArn']],
+    'ClaimBudgetMs', 'StoreBreakerMs', 'ReleaseOnErrors', 'EnvelopeNamespaces', 'LocalCacheItems', 'PolicyFile', 'PolicyLayerArn']],
   ['Routing (which tool Lambdas the executor may call)', ['Routes', 'ExtraToolFunctionArns', 'LookUpTimeouts']],
   ['Observability', ['LogLevel', 'LogCalls', 'MetricsNamespace', 'LogRetentionDays']],
   ['Function sizing', ['FunctionMemorySize', 'FunctionTimeout']],
@@ -96,6 +96,16 @@ export class ToolcallDedupStack extends cdk.Stack {
     const waitMs = p('WaitMs', {
       type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
       description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
+    });
+    const claimBudgetMs = p('ClaimBudgetMs', {
+      type: 'Number', default: 150, minValue: 10, maxValue: 60000,
+      description: 'DEDUP_CLAIM_BUDGET_MS: how soon a claim fails closed on a store that errors, throttles or refuses '
+        + '(a slow first attempt still gets its 2 s).',
+    });
+    const storeBreakerMs = p('StoreBreakerMs', {
+      type: 'Number', default: 2000, minValue: 0, maxValue: 600000,
+      description: 'DEDUP_STORE_BREAKER_MS: after a claim ran out of its budget, later claims in the container fail '
+        + 'closed at once for this long, then one probes the store; 0 = off.',
     });
     const releaseOnErrors = p('ReleaseOnErrors', {
       type: 'String', default: '', allowedPattern: '^[A-Za-z0-9_.,: -]*$',
@@ -416,6 +426,8 @@ export class ToolcallDedupStack extends cdk.Stack {
           cdk.Fn.join('', ['{"*":{"function":"', demoTool.functionName, `","timeout_seconds":${DEMO_TOOL_TIMEOUT_S}}}`]),
         )),
         DEDUP_WAIT_MS: waitMs.valueAsString,
+        DEDUP_CLAIM_BUDGET_MS: claimBudgetMs.valueAsString,
+        DEDUP_STORE_BREAKER_MS: storeBreakerMs.valueAsString,
         DEDUP_MODE: mode.valueAsString,
         DEDUP_LOG_CALLS: logCalls.valueAsString,
         DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
