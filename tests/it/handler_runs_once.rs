@@ -170,6 +170,8 @@ async fn a_store_too_slow_to_move_the_lease_refuses_without_running_the_tool<S: 
     });
     let refused = send(&h, &event("fd-charge_card.json")).await;
     assert_eq!(refused.outcome, Outcome::StoreError);
+    let moves = u32::MAX - h.store().slow_extensions.load(Ordering::SeqCst);
+    assert_eq!(moves, 3, "the lease was moved {moves} times before giving up");
     assert_eq!(h.dispatcher().invokes(), 0, "the tool ran without a lease covering it");
     let key = refused.key.as_deref().expect("the call was keyed");
     assert!(
