@@ -780,7 +780,10 @@ impl<S: Store> Executor<S> {
             return Settled::NoTime;
         }
         if let Some(token) = token {
-            if let Err(settled) = self.cover_late_start(call, token, &started, end, lease).await {
+            if let Err(settled) = self
+                .cover_late_start(call, token, &started, end, lease)
+                .await
+            {
                 return settled;
             }
         }

@@ -73,39 +73,13 @@ fn wall_ms() -> i64 {
 // 3. The lease covers the tool from when it is invoked
 
 async fn a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late<S: Store>(
-    mut store: Faulty<S>,
+    store: Faulty<S>,
     clock: ManualClock,
 ) {
     // The claim takes 4 s of store time (retries); the tool's own timeout is 10 s. A lease sized
     // when the claim was sent ends at claim + 15 s; the tool may run until claim + 14 s plus its
-    // late start.
-    store.clock = Some(clock.clone());
-    store.claim_delay = Duration::from_millis(600);
-    store.claim_clock = Duration::from_secs(4);
-    let gate = Arc::new(Notify::new());
-    let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
-        .with_max_run_time(Duration::from_secs(10));
-    let h = Arc::new(handler(store, tool, &Config::default()).with_settings(|s| {
-        s.default_budget = Duration::from_secs(3);
-        s.completion_reserve = Duration::from_millis(100);
-        s.reply_margin = Duration::from_millis(50);
-        s.wait = Duration::ZERO;
-    }));
-    let claimed_at = h.store().now_ms();
-    let first = spawn_send(&h, &event("fd-charge_card.json"));
-    wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
-    // 16 s after the claim was sent: past a lease sized then, inside the moved one.
-    clock.set_ms(claimed_at + 16_000);
-    let retry = send(&h, &event("fd-charge_card-retry.json")).await;
-    assert_eq!(
-        retry.outcome,
-        Outcome::InProgress,
-        "the key was taken over while its tool still ran"
-    );
-    gate.notify_one();
-    assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
-    assert_eq!(h.dispatcher().invokes(), 1);
-    assert_eq!(charges(&h.dispatcher().demo), 1);
+    // late start. 16 s after the claim: past a lease sized then, inside the moved one.
+    a_tool_that_starts_late_keeps_its_key(store, clock, 16_000).await
 }
 
 on_memory_and_moto!(a_slow_claim_moves_the_lease_so_it_covers_a_tool_that_starts_late:
@@ -118,12 +92,27 @@ async fn a_lease_move_answered_late_is_made_again_before_the_tool_starts<S: Stor
     // Found by the 100,000-invocation soak on moto (chaos-100-6973): the claim was slow, and so
     // was the write that moved its lease. Here the move takes 6 s of store time, more than the
     // lease margin (5 s): a lease moved once ends at claim + 4 + 10 + 5 = 19 s, and the tool,
-    // started at claim + 10 s with a 10 s timeout of its own, may act until claim + 20 s.
+    // started at claim + 10 s with a 10 s timeout of its own, may act until claim + 20 s. 19.5 s
+    // after the claim: past the lease moved once, inside the one moved again when the tool started.
+    store.extend_clock = Duration::from_secs(6);
+    store.slow_extensions.store(1, Ordering::SeqCst);
+    a_tool_that_starts_late_keeps_its_key(store, clock, 19_500).await
+}
+
+on_memory_and_moto!(a_lease_move_answered_late_is_made_again_before_the_tool_starts:
+    on_memory_a_late_lease_move_is_made_again, on_moto_a_late_lease_move_is_made_again);
+
+/// A claim that takes 4 s of store time (600 ms real), then a tool with a 10 s timeout of its own
+/// that hangs: a retry `retry_after_ms` after the claim was sent must find the call in progress,
+/// and the tool runs once.
+async fn a_tool_that_starts_late_keeps_its_key<S: Store>(
+    mut store: Faulty<S>,
+    clock: ManualClock,
+    retry_after_ms: i64,
+) {
     store.clock = Some(clock.clone());
     store.claim_delay = Duration::from_millis(600);
     store.claim_clock = Duration::from_secs(4);
-    store.extend_clock = Duration::from_secs(6);
-    store.slow_extensions.store(1, Ordering::SeqCst);
     let gate = Arc::new(Notify::new());
     let tool = Scripted::new(vec![Act::HangAfter(gate.clone())])
         .with_max_run_time(Duration::from_secs(10));
@@ -136,8 +125,7 @@ async fn a_lease_move_answered_late_is_made_again_before_the_tool_starts<S: Stor
     let claimed_at = h.store().now_ms();
     let first = spawn_send(&h, &event("fd-charge_card.json"));
     wait_for("the tool to start", || h.dispatcher().invokes() == 1).await;
-    // Past the lease moved once, inside the one moved again when the tool started.
-    clock.set_ms(claimed_at + 19_500);
+    clock.set_ms(claimed_at + retry_after_ms);
     let retry = send(&h, &event("fd-charge_card-retry.json")).await;
     assert_eq!(
         retry.outcome,
@@ -149,9 +137,6 @@ async fn a_lease_move_answered_late_is_made_again_before_the_tool_starts<S: Stor
     assert_eq!(h.dispatcher().invokes(), 1);
     assert_eq!(charges(&h.dispatcher().demo), 1);
 }
-
-on_memory_and_moto!(a_lease_move_answered_late_is_made_again_before_the_tool_starts:
-    on_memory_a_late_lease_move_is_made_again, on_moto_a_late_lease_move_is_made_again);
 
 async fn a_store_too_slow_to_move_the_lease_refuses_without_running_the_tool<S: Store>(
     mut store: Faulty<S>,
@@ -171,8 +156,15 @@ async fn a_store_too_slow_to_move_the_lease_refuses_without_running_the_tool<S: 
     let refused = send(&h, &event("fd-charge_card.json")).await;
     assert_eq!(refused.outcome, Outcome::StoreError);
     let moves = u32::MAX - h.store().slow_extensions.load(Ordering::SeqCst);
-    assert_eq!(moves, 3, "the lease was moved {moves} times before giving up");
-    assert_eq!(h.dispatcher().invokes(), 0, "the tool ran without a lease covering it");
+    assert_eq!(
+        moves, 3,
+        "the lease was moved {moves} times before giving up"
+    );
+    assert_eq!(
+        h.dispatcher().invokes(),
+        0,
+        "the tool ran without a lease covering it"
+    );
     let key = refused.key.as_deref().expect("the call was keyed");
     assert!(
         h.store().get(key).await.unwrap().is_none(),
