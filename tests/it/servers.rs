@@ -240,6 +240,16 @@ impl<S: Store> Faulty<S> {
     }
 }
 
+/// Counts one down from `left`, if any is left: whether this one is among the scripted ones.
+fn take_one(left: &std::sync::atomic::AtomicU32) -> bool {
+    left.fetch_update(
+        std::sync::atomic::Ordering::SeqCst,
+        std::sync::atomic::Ordering::SeqCst,
+        |n| n.checked_sub(1),
+    )
+    .is_ok()
+}
+
 impl<S: Store> Faulty<S> {
     fn check(&self) -> Result<(), StoreError> {
         if self.down.load(std::sync::atomic::Ordering::SeqCst) {
@@ -259,16 +269,7 @@ impl<S: Store> Store for Faulty<S> {
             clock.advance(self.claim_clock);
         }
         match outcome {
-            Ok(ClaimOutcome::Claimed { token })
-                if self
-                    .lose_claim_answers
-                    .fetch_update(
-                        std::sync::atomic::Ordering::SeqCst,
-                        std::sync::atomic::Ordering::SeqCst,
-                        |n| n.checked_sub(1),
-                    )
-                    .is_ok() =>
-            {
+            Ok(ClaimOutcome::Claimed { token }) if take_one(&self.lose_claim_answers) => {
                 Err(StoreError::ClaimUnconfirmed {
                     token,
                     source: "every answer to the claim was lost".into(),
@@ -300,15 +301,7 @@ impl<S: Store> Store for Faulty<S> {
             .inner
             .extend_lease(key, token, lease_until_ms, expires_at_s)
             .await;
-        let slow = self
-            .slow_extensions
-            .fetch_update(
-                std::sync::atomic::Ordering::SeqCst,
-                std::sync::atomic::Ordering::SeqCst,
-                |n| n.checked_sub(1),
-            )
-            .is_ok();
-        if slow {
+        if take_one(&self.slow_extensions) {
             tokio::time::sleep(self.claim_delay).await;
             if let Some(clock) = &self.clock {
                 clock.advance(self.extend_clock);
