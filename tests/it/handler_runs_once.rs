@@ -430,9 +430,13 @@ async fn a_claim_whose_answers_were_lost_is_released_for_the_retry() {
 async fn on_moto_a_claim_whose_answers_were_all_lost_is_released_for_the_retry() {
     let clock = ManualClock::starting_now();
     let direct = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
-    let proxy = FaultProxy::start(&Backend::Moto.endpoint(), 18)
-        .await
-        .unwrap();
+    let proxy = FaultProxy::start(
+        &Backend::Moto.endpoint(),
+        18,
+        DynamoDbConfig::DEFAULT_KEY_ATTRIBUTE,
+    )
+    .await
+    .unwrap();
     let cfg = DynamoDbConfig {
         retry: RetryPolicy {
             deadline: Duration::from_millis(800),

@@ -189,6 +189,8 @@ pub struct Notes {
     /// reading in the claim, noted by [`NotingClock`]), and the lease it asked for.
     pub claimed_at_ms: Option<i64>,
     pub lease_until_ms: Option<i64>,
+    /// The token of that claim.
+    pub token: Option<String>,
     /// The tool was called.
     pub invoked: bool,
     /// The receipt the tool wrote, and when.
@@ -681,6 +683,7 @@ impl<S: Store> Store for NotingStore<S> {
                 attempt.note(|n| {
                     n.claimed_at_ms = Some(claimed_at);
                     n.lease_until_ms = Some(lease_until);
+                    n.token = Some(token.as_str().to_string());
                 });
                 self.holders
                     .lock()

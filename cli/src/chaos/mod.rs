@@ -439,8 +439,6 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         _ => f,
     });
 
-    let proxy = FaultProxy::start(&cfg.endpoint, cfg.seed).await?;
-    let client = sdk_client(proxy.url());
     let table = format!("dedup-chaos-{}-{}", cfg.seed, uuid::Uuid::new_v4().simple());
     let store_cfg = DynamoDbConfig {
         retry: RetryPolicy {
@@ -458,6 +456,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         },
         ..DynamoDbConfig::new(table)
     };
+    let proxy = FaultProxy::start(&cfg.endpoint, cfg.seed, &store_cfg.key_attribute).await?;
+    let client = sdk_client(proxy.url());
     create_table_with_client(&client, &store_cfg).await?;
     let store = DynamoDbStore::new(&client, store_cfg)?.with_clock(NotingClock);
 
@@ -601,6 +601,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         by_call[o.call].push(o);
     }
     let mut verdict = Verdict::default();
+    let writes = proxy.writes();
     for (id, call) in plan.calls.iter().enumerate() {
         let mut invocations = std::mem::take(&mut by_call[id]);
         let settle_index = invocations.len();
@@ -620,6 +621,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             &invocations,
             settle_index,
             record.as_ref(),
+            &key.as_deref().map(|k| writes.of(k)).unwrap_or_default(),
         );
     }
     let mut store_paths = store_paths(&observed);

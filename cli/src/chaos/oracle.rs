@@ -7,7 +7,11 @@
 //!   (the tool crashed or the invocation was killed after the effect, or the completion write
 //!   failed) *and* the further execution claimed the key after that execution's lease had ended:
 //!   that is the documented at-least-once window of an unrecorded outcome. Any other further
-//!   entry is a **double execution**.
+//!   entry is a **double execution**. A claim takes the key when its write applies: no earlier
+//!   than the proxy sent the write the server applied ([`super::proxy::WriteLog`]), and no earlier than the
+//!   clock reading its condition was written with. A claim held or retried for a while applies
+//!   well after that reading, and may then find the key free because the lease it saw ended
+//!   meanwhile and a later holder released it.
 //! - **Results**: every replayed answer, and every executed answer whose completion was stored,
 //!   equals the call's stored result byte for byte; and no completion is refused before its own
 //!   lease ended (that would mean someone overwrote or deleted the record under its holder).
@@ -28,6 +32,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::attempt::{Attempt, Completion, LostClaim, Notes};
+use super::proxy::WriteSeen;
 use toolcall_dedup::store::{Record, Status};
 use toolcall_dedup::telemetry::Outcome;
 
@@ -69,6 +74,10 @@ pub struct Verdict {
 
 /// Lease ends are compared with claim times read from the same clock a few microseconds apart.
 const CLOCK_SLACK_MS: i64 = 5;
+/// A double execution's finding lists the key's writes from this long before the first claim...
+const WRITES_SHOWN_BEFORE_MS: i64 = 1_000;
+/// ...to this long after the claim that ran the effect again.
+const WRITES_SHOWN_AFTER_MS: i64 = 1_000;
 /// In the answer to a repeat of a call whose result was too large to store
 /// (`Notice::already_executed`).
 const ALREADY_RAN: &str = "Its result was too large to store";
@@ -91,6 +100,7 @@ pub fn check_call(
     observed: &[&Observed],
     settle_index: usize,
     record: Option<&Record>,
+    writes: &[WriteSeen],
 ) {
     verdict.executed += entries.len() as u64;
     let before_settle = entries
@@ -131,15 +141,11 @@ pub fn check_call(
             )
         })
         .collect();
-    executions.sort_by_key(|(e, o)| {
-        (
-            o.and_then(|o| o.notes.claimed_at_ms).unwrap_or(i64::MAX),
-            e["ts_ms"].as_i64(),
-        )
-    });
+    let took_key_at = |o: Option<&Observed>| o.and_then(|o| took_key_at(o, writes));
+    executions.sort_by_key(|(e, o)| (took_key_at(*o).unwrap_or(i64::MAX), e["ts_ms"].as_i64()));
     for i in 1..executions.len() {
         let (entry, this) = executions[i];
-        let claimed_at = this.and_then(|o| o.notes.claimed_at_ms);
+        let claimed_at = took_key_at(this);
         let explained = claimed_at.is_some_and(|claimed_at| {
             executions[..i].iter().any(|(earlier_entry, earlier)| {
                 // The earlier side effect itself happened before this claim: a lease that ended
@@ -162,13 +168,23 @@ pub fn check_call(
             verdict.double_executions += 1;
             let history: Vec<String> = executions[..=i]
                 .iter()
-                .map(|(e, o)| describe(e, *o))
+                .map(|(e, o)| describe(e, *o, writes))
+                .collect();
+            let from = executions[0].1.and_then(|o| o.notes.claimed_at_ms);
+            let until = claimed_at.map(|t| t + WRITES_SHOWN_AFTER_MS);
+            let seen: Vec<String> = writes
+                .iter()
+                .filter(|w| from.is_none_or(|f| w.sent_ms >= f - WRITES_SHOWN_BEFORE_MS))
+                .filter(|w| until.is_none_or(|u| w.sent_ms <= u))
+                .map(WriteSeen::to_string)
                 .collect();
             verdict.finding(format!(
-                "{session}: side effect #{} ({}) is a double execution; executions: {}",
+                "{session}: side effect #{} ({}) is a double execution; executions: {}; the key's \
+                 writes around them: {}",
                 i + 1,
                 entry["receipt_id"],
-                history.join(" | ")
+                history.join(" | "),
+                seen.join(" | ")
             ));
         }
     }
@@ -286,10 +302,25 @@ fn outcome_unknown(o: &Observed) -> bool {
     )
 }
 
+/// When `o`'s claim took the key: no earlier than its condition's clock reading, nor than the
+/// proxy sent the claim write the server applied (a held or retried write applies late). `None`
+/// if it did not claim.
+fn took_key_at(o: &Observed, writes: &[WriteSeen]) -> Option<i64> {
+    let claimed_at = o.notes.claimed_at_ms?;
+    let token = o.notes.token.as_deref();
+    let applied = writes
+        .iter()
+        .filter(|w| w.operation == "PutItem" && w.applied() && w.token.as_deref() == token)
+        .map(|w| w.sent_ms)
+        .min();
+    Some(applied.map_or(claimed_at, |sent| sent.max(claimed_at)))
+}
+
 fn describe_notes(o: &Observed) -> String {
     format!(
-        "claimed_at={:?} lease_until={:?} completed_at={:?} completion_returned_at={:?} \
+        "token={} claimed_at={:?} lease_until={:?} completed_at={:?} completion_returned_at={:?} \
          outcome={:?} completion={:?}",
+        o.notes.token.as_deref().unwrap_or("-"),
         o.notes.claimed_at_ms,
         o.notes.lease_until_ms,
         o.notes.completed_at_ms,
@@ -299,9 +330,106 @@ fn describe_notes(o: &Observed) -> String {
     )
 }
 
-fn describe(entry: &Value, o: Option<&Observed>) -> String {
+fn describe(entry: &Value, o: Option<&Observed>, writes: &[WriteSeen]) -> String {
     match o {
-        Some(o) => format!("{} {}", entry["receipt_id"], describe_notes(o)),
+        Some(o) => format!(
+            "{} took_key_at={:?} {}",
+            entry["receipt_id"],
+            took_key_at(o, writes),
+            describe_notes(o)
+        ),
         None => format!("{} (no invocation noted it)", entry["receipt_id"]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::attempt::ToolFault;
+    use serde_json::json;
+
+    /// An invocation that claimed at `claimed_at` (its condition's clock reading) with `token`,
+    /// held the lease until `lease_until`, and did the effect `receipt` with no outcome recorded.
+    fn killed_after_effect(
+        claimed_at: i64,
+        lease_until: i64,
+        token: &str,
+        receipt: &str,
+    ) -> Observed {
+        let notes = Notes {
+            claimed_at_ms: Some(claimed_at),
+            lease_until_ms: Some(lease_until),
+            token: Some(token.to_string()),
+            invoked: true,
+            receipt_id: Some(receipt.to_string()),
+            ..Notes::default()
+        };
+        Observed {
+            call: 0,
+            outcome: None,
+            killed: Some("killed_by_fault"),
+            response: None,
+            key: Some("k".to_string()),
+            notes,
+            attempt: std::sync::Arc::new(Attempt::new(ToolFault::KillAfterEffect)),
+        }
+    }
+
+    fn claim_applied(token: &str, sent_ms: i64) -> WriteSeen {
+        WriteSeen {
+            operation: "PutItem".to_string(),
+            token: Some(token.to_string()),
+            condition_now_ms: None,
+            sent_ms,
+            answered: Some((sent_ms + 5, 200, String::new())),
+            fault: None,
+        }
+    }
+
+    /// The verdict on two executions: the first's lease ends at 2,000; the second's condition was
+    /// written at 1,500 and its write was the one the server applied when sent at `applied_sent`.
+    fn second_claim_applied_at(applied_sent: Option<i64>) -> Verdict {
+        let first = killed_after_effect(1_000, 2_000, "t1", "r1");
+        let second = killed_after_effect(1_500, 6_000, "t2", "r2");
+        let entries = [
+            json!({"receipt_id": "r1", "ts_ms": 1_100}),
+            json!({"receipt_id": "r2", "ts_ms": 2_300}),
+        ];
+        let mut writes = vec![claim_applied("t1", 1_001)];
+        writes.extend(applied_sent.map(|sent| claim_applied("t2", sent)));
+        let mut verdict = Verdict::default();
+        check_call(
+            &mut verdict,
+            "s",
+            &entries.iter().collect::<Vec<_>>(),
+            &[&first, &second],
+            2,
+            None,
+            &writes,
+        );
+        verdict
+    }
+
+    #[test]
+    fn a_claim_takes_the_key_when_its_write_applies_not_when_its_condition_was_written() {
+        // Applied after the first lease ended: the allowed re-execution of an unknown outcome.
+        let late = second_claim_applied_at(Some(2_100));
+        assert_eq!(
+            (
+                late.double_executions,
+                late.reexecutions_after_unknown_outcome
+            ),
+            (0, 1),
+            "{:?}",
+            late.findings
+        );
+        // Applied inside the first lease, or with no applied write seen: a double execution,
+        // reported with the key's writes.
+        for early in [Some(1_600), None] {
+            let verdict = second_claim_applied_at(early);
+            assert_eq!(verdict.double_executions, 1, "{early:?}");
+            let finding = &verdict.findings[0];
+            assert!(finding.contains("PutItem tok=t1"), "{finding}");
+        }
     }
 }

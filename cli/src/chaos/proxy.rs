@@ -45,7 +45,7 @@
 //!   that may apply, unanswered) is retried into the window: the final error after an ambiguous
 //!   attempt.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -479,6 +479,151 @@ impl KeyedFaults {
     }
 }
 
+/// Every write request the proxy sent to the server, by key: what the server did with it, seen
+/// from the wire. The soak's oracle takes a claim's time from here (a claim takes the key when
+/// the write applies, which a held or late request does well after its condition's clock
+/// reading), and a finding prints a key's writes so that it names the writer.
+#[derive(Debug)]
+pub struct WriteLog {
+    key_attribute: String,
+    by_key: Mutex<HashMap<String, Vec<WriteSeen>>>,
+}
+
+/// One write request sent to the server.
+#[derive(Debug, Clone)]
+pub struct WriteSeen {
+    /// `PutItem`, `UpdateItem` or `DeleteItem`.
+    pub operation: String,
+    /// The lease token it carried: the item's (a claim) or its condition's (a fenced write).
+    pub token: Option<String>,
+    /// The condition's clock reading (`:now_ms`), when it has one.
+    pub condition_now_ms: Option<i64>,
+    /// When the proxy started sending it to the server (system clock, ms).
+    pub sent_ms: i64,
+    /// When the server answered, and with what status and error type; `None` while unanswered.
+    pub answered: Option<(i64, u16, String)>,
+    /// What the caller got instead of the server's answer, if a fault took it.
+    pub fault: Option<&'static str>,
+}
+
+impl WriteSeen {
+    /// The server applied it (HTTP 200).
+    pub fn applied(&self) -> bool {
+        self.answered
+            .as_ref()
+            .is_some_and(|(_, status, _)| *status == 200)
+    }
+}
+
+impl std::fmt::Display for WriteSeen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} tok={} now_ms={:?} sent={}",
+            self.operation,
+            self.token.as_deref().unwrap_or("-"),
+            self.condition_now_ms,
+            self.sent_ms
+        )?;
+        match &self.answered {
+            Some((at, status, error)) => write!(f, " answered={at} {status} {error}")?,
+            None => write!(f, " unanswered")?,
+        }
+        if let Some(fault) = self.fault {
+            write!(f, " fault={fault}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A write on its way to the server: where its entry is.
+struct Sending {
+    key: String,
+    index: usize,
+}
+
+impl WriteLog {
+    fn new(key_attribute: &str) -> WriteLog {
+        WriteLog {
+            key_attribute: key_attribute.to_string(),
+            by_key: Mutex::default(),
+        }
+    }
+
+    /// Notes `request` (a write) as sent now; `None` for a request that is not a keyed write.
+    fn sending(&self, request: &[u8], target: &str, fault: Option<StoreFault>) -> Option<Sending> {
+        if !is_write(target) {
+            return None;
+        }
+        let (_, body) = split(request);
+        let body: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let item = body.get("Item").or_else(|| body.get("Key"))?;
+        let key = item[&self.key_attribute]["S"].as_str()?.to_string();
+        let values = &body["ExpressionAttributeValues"];
+        let token = body["Item"][toolcall_dedup::store::dynamodb::attr::LEASE_TOKEN]["S"]
+            .as_str()
+            .or_else(|| values[":tok"]["S"].as_str())
+            .map(str::to_string);
+        let condition_now_ms = values[":now_ms"]["N"].as_str().and_then(|n| n.parse().ok());
+        let seen = WriteSeen {
+            operation: target.to_string(),
+            token,
+            condition_now_ms,
+            sent_ms: now_ms(),
+            answered: None,
+            fault: fault.map(StoreFault::name),
+        };
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let writes = by_key.entry(key.clone()).or_default();
+        writes.push(seen);
+        Some(Sending {
+            key,
+            index: writes.len() - 1,
+        })
+    }
+
+    /// Notes the server's answer to a write noted by [`WriteLog::sending`].
+    fn answered(&self, sending: &Sending, response: &[u8]) {
+        let head_end = find(response, b"\r\n\r\n").unwrap_or(response.len());
+        let status = String::from_utf8_lossy(&response[..head_end])
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let (_, body) = split(response);
+        let error = serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| {
+                v["__type"]
+                    .as_str()
+                    .map(|t| t.rsplit('#').next().unwrap_or(t).to_string())
+            })
+            .unwrap_or_default();
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(seen) = by_key
+            .get_mut(&sending.key)
+            .and_then(|w| w.get_mut(sending.index))
+        {
+            seen.answered = Some((now_ms(), status, error));
+        }
+    }
+
+    /// The writes sent for `key`, in the order they were sent.
+    pub fn of(&self, key: &str) -> Vec<WriteSeen> {
+        self.by_key
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+fn now_ms() -> i64 {
+    use toolcall_dedup::store::Clock;
+    toolcall_dedup::store::SystemClock.now_ms()
+}
+
 /// Why open connections were cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -500,6 +645,7 @@ struct Shared {
     /// Counts by `class.variant` (which status, which error, before or after forwarding, ...).
     variants: Mutex<BTreeMap<String, u64>>,
     keyed: Arc<KeyedFaults>,
+    writes: Arc<WriteLog>,
 }
 
 impl Shared {
@@ -591,8 +737,13 @@ impl Drop for FaultProxy {
 }
 
 impl FaultProxy {
-    /// Listens on a free loopback port in front of `upstream` (`http://host:port`).
-    pub async fn start(upstream: &str, seed: u64) -> std::io::Result<FaultProxy> {
+    /// Listens on a free loopback port in front of `upstream` (`http://host:port`); writes are
+    /// logged by the value of their `key_attribute` ([`WriteLog`]).
+    pub async fn start(
+        upstream: &str,
+        seed: u64,
+        key_attribute: &str,
+    ) -> std::io::Result<FaultProxy> {
         let listener = listen().await?;
         let addr = listener.local_addr()?;
         let url = format!("http://{addr}");
@@ -608,6 +759,7 @@ impl FaultProxy {
             counts: Mutex::new(BTreeMap::new()),
             variants: Mutex::new(BTreeMap::new()),
             keyed: Arc::default(),
+            writes: Arc::new(WriteLog::new(key_attribute)),
         });
         let (refusing, refusals) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(shared.clone(), listener, addr, refusals));
@@ -627,6 +779,11 @@ impl FaultProxy {
     /// The keyed rules this proxy applies (for the store wrapper to arm).
     pub fn keyed(&self) -> Arc<KeyedFaults> {
         self.shared.keyed.clone()
+    }
+
+    /// The writes this proxy sent to the server.
+    pub fn writes(&self) -> Arc<WriteLog> {
+        self.shared.writes.clone()
     }
 
     pub fn set_faults(&self, faults: RequestFaults) {
@@ -926,15 +1083,10 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             Action::Close => return,
             Action::Late => {
                 let late_by = faults.late_by.mul_f64(fastrand::f64());
-                let upstream = shared.upstream.clone();
+                let shared = shared.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(late_by).await;
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        if outbound.write_all(&request).await.is_ok() {
-                            let _ = read_message(&mut outbound, &mut Vec::new(), Message::Response)
-                                .await;
-                        }
-                    }
+                    let _ = forward(&shared, &request, &target, fault).await;
                 });
                 return;
             }
@@ -950,16 +1102,13 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
         // Its own task, so that cutting the caller's connection does not unsend the request:
         // the server may have it, and applies it whenever it gets to it (a paused server on
         // resuming). It counts as in flight until the server answers.
-        let upstream = shared.upstream.clone();
-        let mut forwarded = tokio::spawn(async move {
-            let mut outbound = TcpStream::connect(&upstream).await.ok()?;
-            outbound.write_all(&request).await.ok()?;
-            let response = read_message(&mut outbound, &mut Vec::new(), Message::Response)
-                .await
-                .ok()
-                .flatten();
-            drop(in_flight);
-            response
+        let mut forwarded = tokio::spawn({
+            let shared = shared.clone();
+            async move {
+                let response = forward(&shared, &request, &target, fault).await;
+                drop(in_flight);
+                response
+            }
         });
         let response = tokio::select! {
             r = &mut forwarded => r.ok().flatten(),
@@ -1029,6 +1178,27 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             return;
         }
     }
+}
+
+/// Sends `request` to the server on a fresh connection and reads its answer, noting a write in
+/// the [`WriteLog`].
+async fn forward(
+    shared: &Shared,
+    request: &[u8],
+    target: &str,
+    fault: Option<StoreFault>,
+) -> Option<Vec<u8>> {
+    let sending = shared.writes.sending(request, target, fault);
+    let mut outbound = TcpStream::connect(&shared.upstream).await.ok()?;
+    outbound.write_all(request).await.ok()?;
+    let response = read_message(&mut outbound, &mut Vec::new(), Message::Response)
+        .await
+        .ok()
+        .flatten()?;
+    if let Some(sending) = &sending {
+        shared.writes.answered(sending, &response);
+    }
+    Some(response)
 }
 
 /// A message's head (through the blank line) and body.
@@ -1165,9 +1335,13 @@ mod tests {
     /// Sends one request through the proxy; the raw answer (one message, or what came before the
     /// connection closed).
     async fn send(proxy: &FaultProxy) -> std::io::Result<Vec<u8>> {
+        send_request(proxy, REQUEST).await
+    }
+
+    async fn send_request(proxy: &FaultProxy, request: &[u8]) -> std::io::Result<Vec<u8>> {
         let addr = proxy.url().trim_start_matches("http://").to_string();
         let mut stream = TcpStream::connect(addr).await?;
-        stream.write_all(REQUEST).await?;
+        stream.write_all(request).await?;
         let mut buffer = Vec::new();
         let read = read_message(&mut stream, &mut buffer, Message::Response);
         match tokio::time::timeout(Duration::from_secs(2), read).await {
@@ -1176,9 +1350,68 @@ mod tests {
         }
     }
 
+    /// A write request with this body.
+    fn write(operation: &str, body: &str) -> Vec<u8> {
+        format!(
+            "POST / HTTP/1.1\r\nX-Amz-Target: DynamoDB_20120810.{operation}\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+
+    #[tokio::test]
+    async fn the_write_log_keeps_what_the_server_did_even_when_the_caller_got_a_fault() {
+        const CONFLICT: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 68\r\n\r\n\
+            {\"__type\":\"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailed\"}";
+        let applies = FaultProxy::start(&upstream(OK).await, 7, "pk")
+            .await
+            .unwrap();
+        applies.set_faults(RequestFaults {
+            server_error: 1000,
+            ..RequestFaults::NONE
+        });
+        let claim = r#"{"Item":{"pk":{"S":"k1"},"lease_token":{"S":"t1"}},
+            "ExpressionAttributeValues":{":now_ms":{"N":"1234"}}}"#;
+        for _ in 0..8 {
+            send_request(&applies, &write("PutItem", claim))
+                .await
+                .unwrap();
+        }
+        let release =
+            r#"{"Key":{"pk":{"S":"k1"}},"ExpressionAttributeValues":{":tok":{"S":"t1"}}}"#;
+        let refused = FaultProxy::start(&upstream(CONFLICT).await, 7, "pk")
+            .await
+            .unwrap();
+        send_request(&refused, &write("DeleteItem", release))
+            .await
+            .unwrap();
+        send_request(&refused, REQUEST).await.unwrap();
+
+        // Half the forms answer 5xx without forwarding (not logged: the server never saw them);
+        // the other half replace the server's 200 after forwarding, which the log keeps.
+        let claims = applies.writes().of("k1");
+        assert!(!claims.is_empty() && claims.len() < 8, "{claims:?}");
+        for seen in &claims {
+            assert_eq!(seen.operation, "PutItem");
+            assert_eq!(seen.token.as_deref(), Some("t1"));
+            assert_eq!(seen.condition_now_ms, Some(1234));
+            assert_eq!(seen.fault, Some("store_server_error"));
+            assert!(seen.applied(), "{seen}");
+        }
+        let deletes = refused.writes().of("k1");
+        assert_eq!(deletes.len(), 1, "a request without a key is not logged");
+        assert_eq!(deletes[0].token.as_deref(), Some("t1"));
+        assert!(!deletes[0].applied());
+        let (_, status, error) = deletes[0].answered.clone().unwrap();
+        assert_eq!((status, error.as_str()), (400, "ConditionalCheckFailed"));
+    }
+
     #[tokio::test]
     async fn a_refusal_window_refuses_connects_then_the_proxy_listens_again() {
-        let proxy = FaultProxy::start(&upstream(OK).await, 1).await.unwrap();
+        let proxy = FaultProxy::start(&upstream(OK).await, 1, "pk")
+            .await
+            .unwrap();
         assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
         proxy.set_refusing(true);
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -1191,7 +1424,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_access_window_answers_its_error_without_forwarding() {
-        let proxy = FaultProxy::start(&upstream(OK).await, 1).await.unwrap();
+        let proxy = FaultProxy::start(&upstream(OK).await, 1, "pk")
+            .await
+            .unwrap();
         proxy.set_access_error(Some(AccessError::ExpiredToken));
         let answer = String::from_utf8(send(&proxy).await.unwrap()).unwrap();
         assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
@@ -1203,7 +1438,9 @@ mod tests {
 
     #[tokio::test]
     async fn every_form_of_a_garbled_or_server_error_answer_is_what_it_says() {
-        let proxy = FaultProxy::start(&upstream(OK).await, 7).await.unwrap();
+        let proxy = FaultProxy::start(&upstream(OK).await, 7, "pk")
+            .await
+            .unwrap();
         proxy.set_faults(RequestFaults {
             garbled: 500,
             server_error: 500,
