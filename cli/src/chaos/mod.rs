@@ -230,6 +230,9 @@ pub struct SoakReport {
     pub lost_results: u64,
     pub stuck_claims: u64,
     pub reexecutions_after_unknown_outcome: u64,
+    /// Of those, the ones whose claim's write applied after the earlier lease ended although its
+    /// condition's clock reading came before (a held or retried claim write).
+    pub reexecutions_claimed_by_a_late_write: u64,
     /// Completions refused because they came after their own lease ended and the key had been
     /// taken over: the lease token's fence at work.
     pub late_completions_refused: u64,
@@ -279,6 +282,7 @@ impl SoakReport {
         self.lost_results += other.lost_results;
         self.stuck_claims += other.stuck_claims;
         self.reexecutions_after_unknown_outcome += other.reexecutions_after_unknown_outcome;
+        self.reexecutions_claimed_by_a_late_write += other.reexecutions_claimed_by_a_late_write;
         self.late_completions_refused += other.late_completions_refused;
         self.unexecuted_before_settle += other.unexecuted_before_settle;
         self.key_splits += other.key_splits;
@@ -307,7 +311,8 @@ impl SoakReport {
              fault forms: {}\n\
              store paths: {}\n\
              answers: {}\n\
-             side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended); \
+             side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended, \
+             {} of them claimed by a write applied after it though sent before); \
              {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
              double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}\n\
              ledger: {}\n",
@@ -330,6 +335,7 @@ impl SoakReport {
             outcomes.join(", "),
             self.executed,
             self.reexecutions_after_unknown_outcome,
+            self.reexecutions_claimed_by_a_late_write,
             self.unexecuted_before_settle,
             self.late_completions_refused,
             self.double_executions,
@@ -654,6 +660,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         lost_results: verdict.lost_results,
         stuck_claims: verdict.stuck_claims,
         reexecutions_after_unknown_outcome: verdict.reexecutions_after_unknown_outcome,
+        reexecutions_claimed_by_a_late_write: verdict.reexecutions_claimed_by_a_late_write,
         late_completions_refused: verdict.late_completions_refused,
         unexecuted_before_settle: verdict.unexecuted_before_settle,
         key_splits: verdict.key_splits,

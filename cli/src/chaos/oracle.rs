@@ -57,6 +57,9 @@ pub struct Verdict {
     pub executed: u64,
     pub double_executions: u64,
     pub reexecutions_after_unknown_outcome: u64,
+    /// Of those, the ones whose claim write applied after the earlier lease ended, though its
+    /// condition was written before.
+    pub reexecutions_claimed_by_a_late_write: u64,
     pub late_completions_refused: u64,
     pub lost_results: u64,
     pub stuck_claims: u64,
@@ -146,7 +149,7 @@ pub fn check_call(
     for i in 1..executions.len() {
         let (entry, this) = executions[i];
         let claimed_at = took_key_at(this);
-        let explained = claimed_at.is_some_and(|claimed_at| {
+        let explained_at = |claimed_at: i64| {
             executions[..i].iter().any(|(earlier_entry, earlier)| {
                 // The earlier side effect itself happened before this claim: a lease that ended
                 // while its tool still ran would let both run at once.
@@ -161,9 +164,17 @@ pub fn check_call(
                             .is_some_and(|lease| lease < claimed_at + CLOCK_SLACK_MS)
                 })
             })
-        });
-        if explained {
+        };
+        if claimed_at.is_some_and(explained_at) {
             verdict.reexecutions_after_unknown_outcome += 1;
+            // Counted apart: judged by its condition's clock reading, it would have been a
+            // double execution (the shape earlier soaks reported).
+            if !this
+                .and_then(|o| o.notes.claimed_at_ms)
+                .is_some_and(explained_at)
+            {
+                verdict.reexecutions_claimed_by_a_late_write += 1;
+            }
         } else {
             verdict.double_executions += 1;
             let history: Vec<String> = executions[..=i]
@@ -417,9 +428,10 @@ mod tests {
         assert_eq!(
             (
                 late.double_executions,
-                late.reexecutions_after_unknown_outcome
+                late.reexecutions_after_unknown_outcome,
+                late.reexecutions_claimed_by_a_late_write
             ),
-            (0, 1),
+            (0, 1, 1),
             "{:?}",
             late.findings
         );
