@@ -117,6 +117,7 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
     assert_eq!(
         keys,
         [
+            "cold_start",
             "outage",
             "overhead_ratio_first_sight",
             "overhead_ratio_repeat",
@@ -142,6 +143,19 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
             .map(|n| n.as_u64().unwrap())
             .sum();
         assert_eq!(last["outage"][system]["requests"], requests);
+    }
+    for system in ["powertools", "toolcall_dedup"] {
+        let starts = of(&records, "cold_start", system);
+        let got = &last["cold_start"][system];
+        assert_eq!(got["starts"].as_u64(), Some(starts.len() as u64));
+        for key in ["first_answer_ms", "rss_mb"] {
+            let want = median(starts.iter().map(|r| r[key].as_f64().unwrap()).collect());
+            let v = got[key].as_f64().unwrap();
+            assert!(
+                (v - want).abs() < 0.06,
+                "cold_start.{system}.{key}: {v} != {want}"
+            );
+        }
     }
     for system in ["powertools", "toolcall_dedup"] {
         let got = last["systems"][system].as_object().unwrap();
