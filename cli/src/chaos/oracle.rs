@@ -8,8 +8,8 @@
 //!   failed) *and* the further execution claimed the key after that execution's lease had ended:
 //!   that is the documented at-least-once window of an unrecorded outcome. Any other further
 //!   entry is a **double execution**. A claim takes the key when its write applies: no earlier
-//!   than the proxy sent the write the server applied ([`super::proxy::WriteLog`]), and no earlier than the
-//!   clock reading its condition was written with. A claim held or retried for a while applies
+//!   than the proxy sent the write the server applied ([`super::proxy::WriteLog`]), and no
+//!   earlier than the clock reading its condition was written with. A claim held or retried for a while applies
 //!   well after that reading, and may then find the key free because the lease it saw ended
 //!   meanwhile and a later holder released it.
 //! - **Results**: every replayed answer, and every executed answer whose completion was stored,
@@ -133,24 +133,21 @@ pub fn check_call(
         .iter()
         .filter_map(|o| o.notes.receipt_id.as_deref().map(|r| (r, *o)))
         .collect();
-    let mut executions: Vec<(&Value, Option<&Observed>)> = entries
+    // Each with its invocation and when its claim took the key, worked out once.
+    let mut executions: Vec<(&Value, Option<&Observed>, Option<i64>)> = entries
         .iter()
         .map(|e| {
-            (
-                *e,
-                e["receipt_id"]
-                    .as_str()
-                    .and_then(|r| by_receipt.get(r).copied()),
-            )
+            let o = e["receipt_id"]
+                .as_str()
+                .and_then(|r| by_receipt.get(r).copied());
+            (*e, o, o.and_then(|o| took_key_at(o, writes)))
         })
         .collect();
-    let took_key_at = |o: Option<&Observed>| o.and_then(|o| took_key_at(o, writes));
-    executions.sort_by_key(|(e, o)| (took_key_at(*o).unwrap_or(i64::MAX), e["ts_ms"].as_i64()));
+    executions.sort_by_key(|(e, _, took)| (took.unwrap_or(i64::MAX), e["ts_ms"].as_i64()));
     for i in 1..executions.len() {
-        let (entry, this) = executions[i];
-        let claimed_at = took_key_at(this);
+        let (entry, this, claimed_at) = executions[i];
         let explained_at = |claimed_at: i64| {
-            executions[..i].iter().any(|(earlier_entry, earlier)| {
+            executions[..i].iter().any(|(earlier_entry, earlier, _)| {
                 // The earlier side effect itself happened before this claim: a lease that ended
                 // while its tool still ran would let both run at once.
                 let done_before = earlier_entry["ts_ms"]
@@ -179,7 +176,7 @@ pub fn check_call(
             verdict.double_executions += 1;
             let history: Vec<String> = executions[..=i]
                 .iter()
-                .map(|(e, o)| describe(e, *o, writes))
+                .map(|(e, o, took)| describe(e, *o, *took))
                 .collect();
             let from = executions[0].1.and_then(|o| o.notes.claimed_at_ms);
             let until = claimed_at.map(|t| t + WRITES_SHOWN_AFTER_MS);
@@ -341,12 +338,11 @@ fn describe_notes(o: &Observed) -> String {
     )
 }
 
-fn describe(entry: &Value, o: Option<&Observed>, writes: &[WriteSeen]) -> String {
+fn describe(entry: &Value, o: Option<&Observed>, took_key_at: Option<i64>) -> String {
     match o {
         Some(o) => format!(
-            "{} took_key_at={:?} {}",
+            "{} took_key_at={took_key_at:?} {}",
             entry["receipt_id"],
-            took_key_at(o, writes),
             describe_notes(o)
         ),
         None => format!("{} (no invocation noted it)", entry["receipt_id"]),

@@ -584,13 +584,12 @@ impl WriteLog {
 
     /// Notes the server's answer to a write noted by [`WriteLog::sending`].
     fn answered(&self, sending: &Sending, response: &[u8]) {
-        let head_end = find(response, b"\r\n\r\n").unwrap_or(response.len());
-        let status = String::from_utf8_lossy(&response[..head_end])
+        let (head, body) = split(response);
+        let status = String::from_utf8_lossy(head)
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
-        let (_, body) = split(response);
         let error = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| {
