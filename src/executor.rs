@@ -1139,6 +1139,57 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
 
+    /// The tool gets the time to the deadline less what the completion and the answer need: a
+    /// tool given more would still be running when its result has to be stored.
+    #[tokio::test]
+    async fn the_tool_is_given_the_time_left_less_the_completion_reserve_and_the_reply_margin() {
+        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+        let settings = executor.settings().clone();
+        let call = Call {
+            tool: "charge_card",
+            args: r#"{"amount":42}"#,
+            namespace: None,
+            run_id: Some("run"),
+            step: Some("1"),
+            schema: None,
+        };
+        let keyed = Keyed {
+            key: "k",
+            fingerprint: "f",
+            call: &call,
+            delivery: Delivery::AtLeastOnce,
+            caller: None,
+        };
+        let budget = Duration::from_secs(10);
+        let end = Instant::now() + budget;
+        let given = Arc::new(Mutex::new(None));
+        let finished: Finished<()> = executor
+            .run(
+                keyed,
+                end,
+                Lease::Covering {
+                    max_run_time: Duration::ZERO,
+                },
+                |timeout| {
+                    *given.lock().unwrap() = Some(timeout);
+                    async {
+                        ToolRun::Replied {
+                            reply: b"{}".to_vec(),
+                            class: ReplyClass::Success,
+                        }
+                    }
+                },
+            )
+            .await;
+        assert_eq!(finished.outcome, Outcome::Executed);
+        let given = given.lock().unwrap().expect("the tool ran");
+        let most = budget - settings.completion_reserve - settings.reply_margin;
+        assert!(
+            given <= most && given > most - Duration::from_secs(1),
+            "the tool was given {given:?}; at most {most:?} fits before the deadline"
+        );
+    }
+
     #[test]
     fn an_outcome_shows_as_its_metric_name() {
         for outcome in Outcome::ALL {
