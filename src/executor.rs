@@ -732,7 +732,7 @@ impl<S: Store> Executor<S> {
 
     /// Polls an in-flight record with backoff until it completes, becomes claimable, or `until`.
     async fn wait(&self, key: &str, mut record: Record, until: Instant, end: Instant) -> Waited {
-        let mut delay = FIRST_POLL;
+        let mut backoff = PollBackoff::default();
         loop {
             let now_ms = self.store.now_ms();
             if record.is_outcome_unknown(now_ms) {
@@ -745,10 +745,8 @@ impl<S: Store> Executor<S> {
             if now >= until {
                 return Waited::StillRunning(record);
             }
-            let jittered =
-                delay / 2 + Duration::from_micros(fastrand::u64(0..=delay.as_micros() as u64 / 2));
-            tokio::time::sleep(jittered.min(until - now)).await;
-            delay = (delay * 2).min(MAX_POLL);
+            let pause = backoff.next_pause(|most| fastrand::u64(0..=most));
+            tokio::time::sleep(pause.min(until - now)).await;
             match self.bounded(end, self.store.get(key)).await {
                 Err(e) => return Waited::Failed(e),
                 Ok(None) => return Waited::Claimable,
@@ -1067,6 +1065,31 @@ fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) 
     }
 }
 
+/// The pauses between polls of a record in flight: each between half and all of a delay that
+/// starts at [`FIRST_POLL`] and doubles up to [`MAX_POLL`]. The random half spreads the polls of
+/// callers that began waiting together, so they do not reach the store in step.
+#[derive(Debug)]
+struct PollBackoff {
+    delay: Duration,
+}
+
+impl Default for PollBackoff {
+    fn default() -> PollBackoff {
+        PollBackoff { delay: FIRST_POLL }
+    }
+}
+
+impl PollBackoff {
+    /// The next pause; `random(most)` draws a number of microseconds in `0..=most`.
+    fn next_pause(&mut self, random: impl FnOnce(u64) -> u64) -> Duration {
+        let half = self.delay / 2;
+        let most = u64::try_from(half.as_micros()).unwrap_or(u64::MAX);
+        let pause = half + Duration::from_micros(random(most));
+        self.delay = (self.delay * 2).min(MAX_POLL);
+        pause
+    }
+}
+
 /// The time left before `end`.
 pub fn remaining(end: Instant) -> Duration {
     end.saturating_duration_since(Instant::now())
@@ -1188,6 +1211,129 @@ mod tests {
             given <= most && given > most - Duration::from_secs(1),
             "the tool was given {given:?}; at most {most:?} fits before the deadline"
         );
+    }
+
+    const CHARGE: Call<'static> = Call {
+        tool: "charge_card",
+        args: r#"{"amount":42}"#,
+        namespace: None,
+        run_id: Some("run"),
+        step: Some("1"),
+        schema: None,
+    };
+
+    fn keyed<'a>(fingerprint: &'a str, caller: Option<CallerKey<'a>>) -> Keyed<'a> {
+        Keyed {
+            key: "k",
+            fingerprint,
+            call: &CHARGE,
+            delivery: Delivery::AtLeastOnce,
+            caller,
+        }
+    }
+
+    const NO_RUN_TIME: Lease = Lease::Covering {
+        max_run_time: Duration::ZERO,
+    };
+
+    async fn replying(_timeout: Duration) -> ToolRun<()> {
+        ToolRun::Replied {
+            reply: b"{}".to_vec(),
+            class: ReplyClass::Success,
+        }
+    }
+
+    /// The interceptor door's two halves: a reply settles only the claim its own request took,
+    /// and never a call that is already completed.
+    #[tokio::test]
+    async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
+        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+        let end = Instant::now() + Duration::from_secs(10);
+        let call = keyed("f", None);
+        let success = RunEnd::Replied(ReplyClass::Success);
+        let opened: Opened<()> = executor.open(call, end, NO_RUN_TIME, "request-a").await;
+        assert!(matches!(opened, Opened::Claimed), "{opened:?}");
+
+        let other = executor.finish_claimed(call, "request-b", end, success, b"{}");
+        assert_eq!(other.await.unwrap(), FinishedElsewhere::NoClaim);
+        let record = executor.store().get("k").await.unwrap().expect("the claim");
+        assert_eq!(
+            record.status,
+            Status::InProgress,
+            "another request's reply settled it"
+        );
+
+        let own = executor.finish_claimed(call, "request-a", end, success, b"{}");
+        assert_eq!(
+            own.await.unwrap(),
+            FinishedElsewhere::Settled(AfterRun::Complete)
+        );
+        let record = executor
+            .store()
+            .get("k")
+            .await
+            .unwrap()
+            .expect("the result");
+        assert_eq!(record.status, Status::Completed);
+
+        for request in ["request-a", "request-b"] {
+            let again = executor.finish_claimed(call, request, end, success, b"{}");
+            assert_eq!(
+                again.await.unwrap(),
+                FinishedElsewhere::AlreadyCompleted,
+                "{request}"
+            );
+        }
+    }
+
+    /// A caller-keyed repeat with the same arguments is answered by the warm cache without a
+    /// request; with other arguments it goes to the store, whose record says the key was reused.
+    #[tokio::test]
+    async fn the_warm_cache_answers_a_caller_keyed_repeat_only_with_the_same_arguments() {
+        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default())
+            .with_settings(|s| s.local_cache_items = 8);
+        let end = Instant::now() + Duration::from_secs(10);
+        let caller = Some(CallerKey { path_digests: None });
+        let first: Finished<()> = executor
+            .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
+            .await;
+        assert_eq!(first.outcome, Outcome::Executed);
+
+        let before = executor.store().requests().total();
+        let same: Finished<()> = executor
+            .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
+            .await;
+        assert_eq!(same.outcome, Outcome::Replayed);
+        assert_eq!(
+            executor.store().requests().total(),
+            before,
+            "the repeat asked the store"
+        );
+
+        let other: Finished<()> = executor
+            .run(keyed("f2", caller), end, NO_RUN_TIME, replying)
+            .await;
+        assert_eq!(other.outcome, Outcome::KeyReused);
+    }
+
+    /// Each pause is between half and all of the delay, and the delay doubles from the first
+    /// poll's to the longest.
+    #[test]
+    fn the_polls_of_a_wait_back_off_by_doubling_with_a_random_half() {
+        let delays_ms = [25, 50, 100, 200, 400, 500, 500];
+        let mut shortest = PollBackoff::default();
+        let mut longest = PollBackoff::default();
+        for delay_ms in delays_ms {
+            let delay = Duration::from_millis(delay_ms);
+            assert_eq!(shortest.next_pause(|_| 0), delay / 2);
+            let mut asked = None;
+            let pause = longest.next_pause(|most| {
+                asked = Some(most);
+                most
+            });
+            assert_eq!(pause, delay);
+            assert_eq!(asked, Some(delay_ms * 1000 / 2), "the random half's bound");
+        }
     }
 
     #[test]

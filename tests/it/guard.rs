@@ -181,6 +181,7 @@ async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
         .wait(Duration::ZERO)
         .build();
     let runs = AtomicU32::new(0);
+    let started = tokio::time::Instant::now();
     let long = async {
         dedup
             .run(&call(ORIGINAL, "6"), || async {
@@ -193,18 +194,27 @@ async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
             })
             .await
     };
-    let retry = async {
-        tokio::time::sleep(Duration::from_millis(1000)).await;
-        dedup
-            .run(&call(RETRY, "6"), || charge(&runs, Duration::ZERO))
-            .await
+    // Retries after two leases and after four: each finds the key held only if the lease was
+    // renewed at least once a lease (a renewal every third would do; every three leases would not).
+    let retries = async {
+        let mut answers = Vec::new();
+        for at_ms in [650, 1250] {
+            tokio::time::sleep_until(started + Duration::from_millis(at_ms)).await;
+            let retry = dedup
+                .run(&call(RETRY, "6"), || charge(&runs, Duration::ZERO))
+                .await;
+            answers.push((at_ms, retry));
+        }
+        answers
     };
-    let (long, retry) = tokio::join!(long, retry);
+    let (long, retries) = tokio::join!(long, retries);
     assert_eq!(long.unwrap().outcome, Outcome::Executed);
-    assert!(
-        matches!(retry, Err(GuardError::InProgress { .. })),
-        "a second run took the key over from a side effect still running: {retry:?}"
-    );
+    for (at_ms, retry) in retries {
+        assert!(
+            matches!(retry, Err(GuardError::InProgress { .. })),
+            "a retry at {at_ms} ms took the key over from a side effect still running: {retry:?}"
+        );
+    }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
