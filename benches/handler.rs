@@ -81,7 +81,10 @@ fn handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
 
 /// What the parse stage produces and the later stages read.
 struct Parsed {
-    call: bedrock::ToolCall,
+    reply_to: bedrock::ReplyTo,
+    tool: String,
+    args: String,
+    session_id: String,
     schema: Schema,
     step: Option<String>,
     namespace: String,
@@ -91,24 +94,27 @@ struct Parsed {
 /// declared-type schema (what `Handler::run` does before it keys).
 fn parse(bytes: &[u8]) -> Parsed {
     let event: Value = serde_json::from_slice(bytes).unwrap();
-    let call = Envelope::parse(&event).unwrap().tool_call().unwrap();
+    let envelope = Envelope::parse(&event).unwrap();
+    let call = envelope.tool_call().unwrap();
     let schema = Schema::from_declared_types(call.declared_types()).unwrap();
     let step = bedrock::step(&call, "dedup_step", Scope::Turn);
-    let namespace = call.namespace();
     Parsed {
-        call,
+        reply_to: call.reply_to.clone(),
+        tool: call.tool().to_string(),
+        session_id: call.session_id.to_string(),
+        namespace: call.namespace(),
+        args: call.args,
         schema,
         step,
-        namespace,
     }
 }
 
 fn key_call(p: &Parsed) -> Call<'_> {
     Call {
-        tool: p.call.tool(),
-        args: &p.call.args,
+        tool: &p.tool,
+        args: &p.args,
         namespace: Some(&p.namespace),
-        run_id: Some(&p.call.session_id),
+        run_id: Some(&p.session_id),
         step: p.step.as_deref(),
         schema: Some(&p.schema),
     }
@@ -224,7 +230,7 @@ fn stages(c: &mut Criterion) {
         // forward the event with the key added, check the tool's reply, answer it
         b.iter(|| {
             let payload = bedrock::forward_bytes(black_box(&event), Some(&k)).unwrap();
-            let class = bedrock::validate_reply(&reply, &parsed.call.reply_to).unwrap();
+            let class = bedrock::validate_reply(&reply, &parsed.reply_to).unwrap();
             let answer = RawValue::from_string(String::from_utf8(reply.clone()).unwrap()).unwrap();
             black_box((payload, class, answer))
         })
@@ -449,7 +455,7 @@ fn summary(_: &mut Criterion) {
                 n,
                 Box::new(|| {
                     let payload = bedrock::forward_bytes(black_box(&event), Some(&k)).unwrap();
-                    let class = bedrock::validate_reply(&reply, &parsed.call.reply_to).unwrap();
+                    let class = bedrock::validate_reply(&reply, &parsed.reply_to).unwrap();
                     let answer =
                         RawValue::from_string(String::from_utf8(reply.clone()).unwrap()).unwrap();
                     black_box((payload, class, answer));

@@ -83,7 +83,8 @@ pub struct InvocationReport<'a> {
 #[derive(Debug, Clone)]
 pub struct Telemetry {
     log_calls: LogCalls,
-    emf_namespace: Option<String>,
+    /// EMF's per-namespace head, when EMF is on.
+    emf: Option<EmfHead>,
     sink: Sink,
 }
 
@@ -92,7 +93,7 @@ impl Telemetry {
     pub fn lambda(config: &Config) -> Telemetry {
         Telemetry {
             log_calls: config.log_calls,
-            emf_namespace: Some(config.metrics_namespace.clone()),
+            emf: Some(EmfHead::new(&config.metrics_namespace)),
             sink: Sink::Stdout,
         }
     }
@@ -101,7 +102,7 @@ impl Telemetry {
     pub fn replay(config: &Config) -> Telemetry {
         Telemetry {
             log_calls: config.log_calls,
-            emf_namespace: None,
+            emf: None,
             sink: Sink::Stdout,
         }
     }
@@ -110,7 +111,7 @@ impl Telemetry {
     pub fn quiet() -> Telemetry {
         Telemetry {
             log_calls: LogCalls::Off,
-            emf_namespace: None,
+            emf: None,
             sink: Sink::Discard,
         }
     }
@@ -129,7 +130,7 @@ impl Telemetry {
 
     /// Writes an EMF line per invocation under `namespace`, or none with `None`.
     pub fn with_emf(mut self, namespace: Option<String>) -> Telemetry {
-        self.emf_namespace = namespace;
+        self.emf = namespace.as_deref().map(EmfHead::new);
         self
     }
 
@@ -168,8 +169,8 @@ impl Telemetry {
                 "dedup invocation"
             ),
         }
-        if let Some(namespace) = &self.emf_namespace {
-            self.sink.write_line(&emf_text(namespace, r, now_ms()));
+        if let Some(head) = &self.emf {
+            self.sink.write_line(&head.line(r, now_ms()));
         }
     }
 
@@ -186,41 +187,71 @@ impl Telemetry {
 /// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
 /// (it is on every invocation's path).
 pub fn emf_text(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
-    use crate::seam::push_json_str;
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(640);
-    out.push_str("{\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":[[]],\"Metrics\":[");
-    for o in Outcome::ALL {
-        let _ = write!(out, "{{\"Name\":\"{}\",\"Unit\":\"Count\"}},", o.name());
+    EmfHead::new(namespace).line(r, timestamp_ms)
+}
+
+/// The start of every EMF line of one namespace (the metric definitions), written once: only the
+/// timestamp and the values change from one invocation to the next.
+#[derive(Debug, Clone)]
+struct EmfHead {
+    text: String,
+}
+
+impl EmfHead {
+    fn new(namespace: &str) -> EmfHead {
+        use crate::seam::push_json_str;
+        let mut text = String::with_capacity(640);
+        text.push_str("{\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":[[]],\"Metrics\":[");
+        for o in Outcome::ALL {
+            text.push_str("{\"Name\":\"");
+            text.push_str(o.name());
+            text.push_str("\",\"Unit\":\"Count\"},");
+        }
+        text.push_str(
+            "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"}],\"Namespace\":",
+        );
+        push_json_str(&mut text, namespace);
+        text.push_str("}],\"Timestamp\":");
+        EmfHead { text }
     }
-    out.push_str(
-        "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"}],\"Namespace\":",
-    );
-    push_json_str(&mut out, namespace);
-    let _ = write!(out, "}}],\"Timestamp\":{timestamp_ms}}}");
-    for o in Outcome::ALL {
-        let _ = write!(out, ",\"{}\":{}", o.name(), u8::from(o == r.outcome));
+
+    fn line(&self, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
+        use crate::seam::push_json_str;
+        use std::fmt::Write as _;
+        let mut out = String::with_capacity(self.text.len() + 400);
+        out.push_str(&self.text);
+        let _ = write!(out, "{timestamp_ms}}}");
+        for o in Outcome::ALL {
+            out.push_str(",\"");
+            out.push_str(o.name());
+            out.push_str(if o == r.outcome { "\":1" } else { "\":0" });
+        }
+        let latency_ms = (r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+        // The same number text serde_json writes for an f64.
+        match serde_json::Number::from_f64(latency_ms) {
+            Some(n) => {
+                let _ = write!(out, ",\"latency_ms\":{n}");
+            }
+            None => out.push_str(",\"latency_ms\":0"),
+        }
+        let _ = write!(
+            out,
+            ",\"store_requests\":{},\"outcome\":\"{}\",\"mode\":\"{}\"",
+            r.store_requests,
+            r.outcome.name(),
+            r.mode.name()
+        );
+        if let Some(tool) = r.tool {
+            out.push_str(",\"tool\":");
+            push_json_str(&mut out, tool);
+        }
+        if !r.request_id.is_empty() {
+            out.push_str(",\"requestId\":");
+            push_json_str(&mut out, r.request_id);
+        }
+        out.push('}');
+        out
     }
-    let latency_ms = (r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-    // The same number text serde_json writes for an f64.
-    let _ = write!(
-        out,
-        ",\"latency_ms\":{},\"store_requests\":{},\"outcome\":\"{}\",\"mode\":\"{}\"",
-        serde_json::Number::from_f64(latency_ms).map_or_else(|| "0".to_string(), |n| n.to_string()),
-        r.store_requests,
-        r.outcome.name(),
-        r.mode.name()
-    );
-    if let Some(tool) = r.tool {
-        out.push_str(",\"tool\":");
-        push_json_str(&mut out, tool);
-    }
-    if !r.request_id.is_empty() {
-        out.push_str(",\"requestId\":");
-        push_json_str(&mut out, r.request_id);
-    }
-    out.push('}');
-    out
 }
 
 /// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for

@@ -7,9 +7,9 @@
 //! 2. [`Envelope::tool_call`] checks the session and every parameter against its declared type and
 //!    builds the arguments the key core reads. Its errors are answered as Bedrock responses.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::response::{Flavour, ReplyTo};
@@ -55,42 +55,121 @@ impl DeclaredType {
     }
 }
 
-/// The event exactly as deserialized: every field optional, so that checks can say what is wrong.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawEvent {
-    message_version: Option<String>,
-    agent: Option<RawAgent>,
-    input_text: Option<String>,
-    session_id: Option<String>,
-    action_group: Option<String>,
-    function: Option<String>,
-    api_path: Option<String>,
-    http_method: Option<String>,
-    parameters: Option<Vec<RawParameter>>,
-    request_body: Option<RawRequestBody>,
-    session_attributes: Option<Map<String, Value>>,
-    prompt_session_attributes: Option<Map<String, Value>>,
+/// The event's fields, borrowed from it: every one optional, so that the checks can say what is
+/// wrong. A field of the wrong JSON type makes the event unreadable.
+#[derive(Debug, Clone, Default)]
+struct RawEvent<'a> {
+    message_version: Option<&'a str>,
+    agent_id: Option<&'a str>,
+    input_text: Option<&'a str>,
+    session_id: Option<&'a str>,
+    action_group: Option<&'a str>,
+    function: Option<&'a str>,
+    api_path: Option<&'a str>,
+    http_method: Option<&'a str>,
+    parameters: Vec<RawParameter<'a>>,
+    /// `requestBody.content`: media type → `{"properties": [parameter, ...]}`.
+    body_content: Option<&'a Map<String, Value>>,
+    session_attributes: Option<&'a Map<String, Value>>,
+    prompt_session_attributes: Option<&'a Map<String, Value>>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-struct RawAgent {
-    id: Option<String>,
+impl<'a> RawEvent<'a> {
+    fn read(event: &'a Map<String, Value>) -> Result<RawEvent<'a>, String> {
+        let mut raw = RawEvent::default();
+        // One pass over the members: a lookup per field would walk the map a dozen times.
+        for (name, value) in event {
+            let value = Some(value);
+            match name.as_str() {
+                "messageVersion" => raw.message_version = text(value, || name)?,
+                "inputText" => raw.input_text = text(value, || name)?,
+                "sessionId" => raw.session_id = text(value, || name)?,
+                "actionGroup" => raw.action_group = text(value, || name)?,
+                "function" => raw.function = text(value, || name)?,
+                "apiPath" => raw.api_path = text(value, || name)?,
+                "httpMethod" => raw.http_method = text(value, || name)?,
+                "parameters" => raw.parameters = parameters(value, name)?,
+                "sessionAttributes" => raw.session_attributes = object(value, || name)?,
+                "promptSessionAttributes" => {
+                    raw.prompt_session_attributes = object(value, || name)?
+                }
+                "agent" => {
+                    raw.agent_id = match object(value, || name)? {
+                        Some(agent) => text(agent.get("id"), || "agent.id")?,
+                        None => None,
+                    }
+                }
+                "requestBody" => {
+                    raw.body_content = match object(value, || name)? {
+                        Some(body) => object(body.get("content"), || "requestBody.content")?,
+                        None => None,
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(raw)
+    }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-struct RawParameter {
-    name: String,
-    #[serde(rename = "type")]
-    declared: Option<String>,
-    #[serde(default)]
-    value: Value,
+/// One entry of `parameters` or of a request body's `properties`.
+#[derive(Debug, Clone, Copy)]
+struct RawParameter<'a> {
+    name: &'a str,
+    declared: Option<&'a str>,
+    value: &'a Value,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
-struct RawRequestBody {
-    #[serde(default)]
-    content: Map<String, Value>,
+/// A list of parameters (absent or `null`: none), each `{"name", "type"?, "value"?}`.
+fn parameters<'a>(list: Option<&'a Value>, path: &str) -> Result<Vec<RawParameter<'a>>, String> {
+    let list = match list {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => return Err(wrong_type(path, "an array", other)),
+    };
+    let mut read = Vec::with_capacity(list.len());
+    for (i, p) in list.iter().enumerate() {
+        // The path is written only for an error message.
+        let at = |member: &str| format!("{path}[{i}]{member}");
+        let p = p
+            .as_object()
+            .ok_or_else(|| wrong_type(&at(""), "an object", p))?;
+        let member = |name: &str| text(p.get(name), || at(&format!(".{name}")));
+        read.push(RawParameter {
+            name: member("name")?.ok_or_else(|| format!("{} is missing", at(".name")))?,
+            declared: member("type")?,
+            value: p.get("value").unwrap_or(&Value::Null),
+        });
+    }
+    Ok(read)
+}
+
+/// A member as text; absent or `null` is `None`. `path` names it in an error.
+fn text<'a, P: AsRef<str>>(
+    value: Option<&'a Value>,
+    path: impl FnOnce() -> P,
+) -> Result<Option<&'a str>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong_type(path().as_ref(), "a string", other)),
+    }
+}
+
+/// A member as an object; absent or `null` is `None`. `path` names it in an error.
+fn object<'a, P: AsRef<str>>(
+    value: Option<&'a Value>,
+    path: impl FnOnce() -> P,
+) -> Result<Option<&'a Map<String, Value>>, String> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(Some(m)),
+        Some(other) => Err(wrong_type(path().as_ref(), "an object", other)),
+    }
+}
+
+fn wrong_type(path: &str, expected: &str, found: &Value) -> String {
+    format!("{path} is a JSON {}, expected {expected}", json_type(found))
 }
 
 /// Why an event was refused.
@@ -131,68 +210,63 @@ impl EventError {
     }
 }
 
-/// The part of an event that routing and replies need.
+/// The part of an event that routing and replies need, read from the event without copying it.
 #[derive(Debug, Clone)]
-pub struct Envelope {
+pub struct Envelope<'a> {
     /// What every response to this event must echo: action group, function or API path, session
     /// attributes.
     pub reply_to: ReplyTo,
-    raw: RawEvent,
+    raw: RawEvent<'a>,
 }
 
 /// One parameter, checked against its declared type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Param {
+pub struct Param<'a> {
     /// The parameter's name, unique within the call.
-    pub name: String,
+    pub name: &'a str,
     /// Its declared type (`string` when the event declares none).
     pub declared: DeclaredType,
     /// The value as text: a string as sent, any other JSON value written as JSON.
-    pub value: String,
+    pub value: Cow<'a, str>,
 }
 
-/// A checked tool call: what the key core and the dispatcher need.
+/// A checked tool call, borrowed from its envelope: what the key core and the dispatcher need.
 #[derive(Debug, Clone)]
-pub struct ToolCall {
+pub struct ToolCall<'a> {
     /// Where the response is addressed; it also names the tool (see [`ToolCall::tool`]).
-    pub reply_to: ReplyTo,
+    pub reply_to: &'a ReplyTo,
     /// `agent.id`: with the action group, the namespace.
-    pub agent_id: String,
+    pub agent_id: &'a str,
     /// `sessionId`: the run the call belongs to.
-    pub session_id: String,
+    pub session_id: &'a str,
     /// `inputText`, the user's turn (empty when absent); hashed into the step under
     /// `DEDUP_SCOPE=turn`.
-    pub input_text: String,
+    pub input_text: &'a str,
     /// `parameters` then (OpenAPI) `requestBody` properties, in event order.
-    pub params: Vec<Param>,
+    pub params: Vec<Param<'a>>,
     /// The arguments as the key core reads them: a JSON object of name → value string, in event
     /// order. The declared types (see [`ToolCall::declared_types`]) say how to compare each value.
     pub args: String,
 }
 
-impl Envelope {
+impl<'a> Envelope<'a> {
     /// Reads the envelope of `event`.
-    pub fn parse(event: &Value) -> Result<Envelope, EventError> {
-        if !event.is_object() {
+    pub fn parse(event: &'a Value) -> Result<Envelope<'a>, EventError> {
+        let Some(object) = event.as_object() else {
             return Err(EventError::Unrecognised(format!(
                 "the event is a JSON {}, not an object",
                 json_type(event)
             )));
-        }
-        let raw =
-            RawEvent::deserialize(event).map_err(|e| EventError::Unrecognised(e.to_string()))?;
-        let action_group = non_empty(raw.action_group.as_deref())
-            .ok_or_else(|| EventError::Unrecognised("no actionGroup".into()))?
-            .to_string();
-        let flavour = match (
-            non_empty(raw.function.as_deref()),
-            non_empty(raw.api_path.as_deref()),
-        ) {
+        };
+        let raw = RawEvent::read(object).map_err(EventError::Unrecognised)?;
+        let action_group = non_empty(raw.action_group)
+            .ok_or_else(|| EventError::Unrecognised("no actionGroup".into()))?;
+        let flavour = match (non_empty(raw.function), non_empty(raw.api_path)) {
             (Some(function), None) => Flavour::Function {
                 function: function.to_string(),
             },
             (None, Some(api_path)) => {
-                let method = non_empty(raw.http_method.as_deref()).ok_or_else(|| {
+                let method = non_empty(raw.http_method).ok_or_else(|| {
                     EventError::Unrecognised(format!("apiPath {api_path:?} without httpMethod"))
                 })?;
                 Flavour::api(api_path, method)
@@ -211,7 +285,7 @@ impl Envelope {
                 return Err(EventError::Unrecognised(what.into()));
             }
         };
-        if let Some(version) = raw.message_version.as_deref().filter(|v| *v != "1.0") {
+        if let Some(version) = raw.message_version.filter(|v| *v != "1.0") {
             return Err(EventError::Unrecognised(format!(
                 "messageVersion {version:?} is not supported (only \"1.0\")"
             )));
@@ -219,91 +293,78 @@ impl Envelope {
         let reply_to = ReplyTo::new(
             action_group,
             flavour,
-            raw.session_attributes.clone().unwrap_or_default(),
-            raw.prompt_session_attributes.clone().unwrap_or_default(),
+            raw.session_attributes.cloned().unwrap_or_default(),
+            raw.prompt_session_attributes.cloned().unwrap_or_default(),
         );
         Ok(Envelope { reply_to, raw })
     }
 
     /// Checks the session and the parameters and builds the key core's arguments.
-    pub fn tool_call(&self) -> Result<ToolCall, EventError> {
+    pub fn tool_call(&self) -> Result<ToolCall<'_>, EventError> {
         let envelope_error = |message: String| EventError::Envelope {
             reply_to: Box::new(self.reply_to.clone()),
             message,
         };
-        let session_id = non_empty(self.raw.session_id.as_deref())
-            .ok_or_else(|| envelope_error("no sessionId".into()))?
-            .to_string();
-        let agent_id = non_empty(self.raw.agent.as_ref().and_then(|a| a.id.as_deref()))
-            .ok_or_else(|| envelope_error("no agent.id".into()))?
-            .to_string();
+        let session_id =
+            non_empty(self.raw.session_id).ok_or_else(|| envelope_error("no sessionId".into()))?;
+        let agent_id =
+            non_empty(self.raw.agent_id).ok_or_else(|| envelope_error("no agent.id".into()))?;
 
-        let mut raw_params: Vec<&RawParameter> = self.raw.parameters.iter().flatten().collect();
-        let mut body_params = Vec::new();
-        if let Some(body) = &self.raw.request_body {
-            for (content_type, content) in &body.content {
-                let properties = content.get("properties").cloned().unwrap_or(Value::Null);
-                let props: Vec<RawParameter> = match properties {
-                    Value::Null => Vec::new(),
-                    other => Vec::deserialize(other).map_err(|e| {
-                        envelope_error(format!(
-                            "requestBody.content[{content_type:?}].properties: {e}"
-                        ))
-                    })?,
-                };
-                body_params.extend(props);
-            }
+        let mut raw_params = self.raw.parameters.clone();
+        for (content_type, content) in self.raw.body_content.into_iter().flatten() {
+            let path = format!("requestBody.content[{content_type:?}].properties");
+            raw_params
+                .extend(parameters(content.get("properties"), &path).map_err(envelope_error)?);
         }
-        raw_params.extend(body_params.iter());
 
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::with_capacity(raw_params.len());
         let mut params = Vec::with_capacity(raw_params.len());
-        for p in raw_params {
+        for p in &raw_params {
             if p.name.is_empty() {
                 return Err(envelope_error("a parameter has an empty name".into()));
             }
-            if !seen.insert(p.name.as_str()) {
+            if !seen.insert(p.name) {
                 return Err(envelope_error(format!(
                     "parameter {:?} appears twice (in parameters and requestBody, or repeated)",
                     p.name
                 )));
             }
-            let declared_name = p.declared.as_deref().unwrap_or("string");
+            let declared_name = p.declared.unwrap_or("string");
             let declared = DeclaredType::parse(declared_name).ok_or_else(|| {
                 envelope_error(format!(
                     "parameter {:?} has type {declared_name:?}; Bedrock types are string|number|integer|boolean|array",
                     p.name
                 ))
             })?;
-            let value = match &p.value {
-                Value::String(s) => s.clone(),
+            let value = match p.value {
+                Value::String(s) => Cow::Borrowed(s.as_str()),
                 Value::Null => continue,
                 // Return-of-control payloads have been seen with unquoted values; accept them.
-                other => other.to_string(),
+                other => Cow::Owned(other.to_string()),
             };
-            check_value(&p.name, declared, &value).map_err(|message| EventError::Arguments {
+            check_value(p.name, declared, &value).map_err(|message| EventError::Arguments {
                 reply_to: Box::new(self.reply_to.clone()),
                 message,
             })?;
             params.push(Param {
-                name: p.name.clone(),
+                name: p.name,
                 declared,
                 value,
             });
         }
         let args = args_text(&params);
         Ok(ToolCall {
-            reply_to: self.reply_to.clone(),
+            reply_to: &self.reply_to,
             agent_id,
             session_id,
-            input_text: self.raw.input_text.clone().unwrap_or_default(),
+            input_text: self.raw.input_text.unwrap_or_default(),
             params,
             args,
         })
     }
 }
 
-impl ToolCall {
+impl ToolCall<'_> {
     /// The tool name: the function, or `"METHOD /apiPath"`.
     pub fn tool(&self) -> &str {
         self.reply_to.tool()
@@ -316,31 +377,30 @@ impl ToolCall {
 
     /// `(name, declared type)` pairs for [`crate::key::Schema::from_declared_types`].
     pub fn declared_types(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.params
-            .iter()
-            .map(|p| (p.name.as_str(), p.declared.name()))
+        self.params.iter().map(|p| (p.name, p.declared.name()))
     }
 }
 
 /// A JSON object text of name → value string, in the given order.
-fn args_text(params: &[Param]) -> String {
-    let mut out = String::with_capacity(
+fn args_text(params: &[Param<'_>]) -> String {
+    let mut out = Vec::with_capacity(
         2 + params
             .iter()
             .map(|p| p.name.len() + p.value.len() + 6)
             .sum::<usize>(),
     );
-    out.push('{');
+    out.push(b'{');
     for (i, p) in params.iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push_str(&Value::String(p.name.clone()).to_string());
-        out.push(':');
-        out.push_str(&Value::String(p.value.clone()).to_string());
+        // serde_json's string escaper; writing into a Vec cannot fail.
+        let _ = serde_json::to_writer(&mut out, p.name);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, &*p.value);
     }
-    out.push('}');
-    out
+    out.push(b'}');
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Checks a value against its declared type. The message goes back to the model, so it names
@@ -442,7 +502,8 @@ fn nesting_depth(s: &str) -> usize {
 }
 
 fn is_array_text(s: &str) -> bool {
-    if serde_json::from_str::<Value>(s).is_ok_and(|v| v.is_array()) {
+    // Any JSON array (its elements are skipped, not built).
+    if serde_json::from_str::<Vec<serde::de::IgnoredAny>>(s).is_ok() {
         return true;
     }
     if !(s.starts_with('[') && s.ends_with(']')) {
@@ -487,7 +548,8 @@ mod tests {
             {"name": "amount", "type": "number", "value": "42.50"},
             {"name": "capture", "type": "boolean", "value": true}
         ]));
-        let call = Envelope::parse(&event).unwrap().tool_call().unwrap();
+        let envelope = Envelope::parse(&event).unwrap();
+        let call = envelope.tool_call().unwrap();
         assert_eq!(call.tool(), "charge_card");
         assert_eq!(call.namespace(), "AG1/payments");
         assert_eq!(
@@ -513,7 +575,8 @@ mod tests {
             "requestBody": {"content": {"application/json": {"properties": [
                 {"name": "amount", "type": "number", "value": "5"}]}}}
         });
-        let call = Envelope::parse(&event).unwrap().tool_call().unwrap();
+        let envelope = Envelope::parse(&event).unwrap();
+        let call = envelope.tool_call().unwrap();
         assert_eq!(call.tool(), "POST /charges/{id}/refunds");
         assert_eq!(call.args, r#"{"id":"ch_1","amount":"5"}"#);
     }
@@ -557,6 +620,53 @@ mod tests {
         let in_string = format!("[\"{}\", \"\\\"[\"]", "[".repeat(100));
         assert!(check_value("p", array, &in_string).is_ok(), "{in_string}");
         assert_eq!(nesting_depth(r#"[{"a": [1]}, "]]]["]"#), 3);
+    }
+
+    /// Fields are read from the event in place: one of the wrong JSON type makes the event
+    /// unreadable and is named; a malformed request-body parameter is the agent's configuration.
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let unreadable = |event: Value| match Envelope::parse(&event) {
+            Err(EventError::Unrecognised(message)) => message,
+            other => panic!("{event}: {other:?}"),
+        };
+        let mut event = fd(json!([]));
+        event["sessionId"] = json!(42);
+        assert_eq!(
+            unreadable(event),
+            "sessionId is a JSON number, expected a string"
+        );
+        let mut event = fd(json!([]));
+        event["agent"] = json!({"id": ["A"]});
+        assert_eq!(
+            unreadable(event),
+            "agent.id is a JSON array, expected a string"
+        );
+        assert_eq!(
+            unreadable(fd(json!("amount=5"))),
+            "parameters is a JSON string, expected an array"
+        );
+        assert_eq!(
+            unreadable(fd(json!([{"type": "number", "value": "5"}]))),
+            "parameters[0].name is missing"
+        );
+        let mut event = fd(json!([]));
+        event["sessionAttributes"] = json!("k=v");
+        assert_eq!(
+            unreadable(event),
+            "sessionAttributes is a JSON string, expected an object"
+        );
+
+        let mut event = fd(json!([]));
+        event["requestBody"] = json!({"content": {"application/json": {"properties": [7]}}});
+        let envelope = Envelope::parse(&event).unwrap();
+        match envelope.tool_call() {
+            Err(EventError::Envelope { message, .. }) => assert_eq!(
+                message,
+                r#"requestBody.content["application/json"].properties[0] is a JSON number, expected an object"#
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn call(
         step: step(&call, step_attribute, scope),
         namespace: seam::scoped_namespace(ENTRY_POINT, &call.namespace()),
         tool: call.tool().to_string(),
-        run_id: Some(call.session_id),
+        run_id: Some(call.session_id.to_string()),
         args: call.args,
         schema: Some(schema),
     })
@@ -98,7 +98,7 @@ pub fn call(
 #[derive(Debug)]
 pub struct ActionGroupCall<'a> {
     event: &'a Value,
-    envelope: Envelope,
+    envelope: Envelope<'a>,
 }
 
 impl<'a> ActionGroupCall<'a> {
@@ -250,26 +250,33 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn call(attrs: Value, input: &str) -> ToolCall {
+    /// The step of a call with these session attributes and this turn.
+    fn step_of(attrs: Value, input: &str, scope: Scope) -> Option<String> {
         let event = json!({"agent": {"id": "A"}, "sessionId": "s", "actionGroup": "g", "function": "f",
                            "inputText": input, "sessionAttributes": attrs});
-        Envelope::parse(&event).unwrap().tool_call().unwrap()
+        let envelope = Envelope::parse(&event).unwrap();
+        step(&envelope.tool_call().unwrap(), "dedup_step", scope)
     }
 
     #[test]
     fn the_callers_step_wins_over_the_scope() {
-        let c = call(json!({"dedup_step": "3"}), "hello");
-        assert_eq!(step(&c, "dedup_step", Scope::Turn).as_deref(), Some("3"));
-        assert_eq!(step(&c, "dedup_step", Scope::Session).as_deref(), Some("3"));
-        let c = call(json!({"dedup_step": 4}), "hello");
-        assert_eq!(step(&c, "dedup_step", Scope::Session).as_deref(), Some("4"));
-        let c = call(json!({}), "hello");
+        let three = json!({"dedup_step": "3"});
         assert_eq!(
-            step(&c, "dedup_step", Scope::Turn),
+            step_of(three.clone(), "hello", Scope::Turn).as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            step_of(three, "hello", Scope::Session).as_deref(),
+            Some("3")
+        );
+        let four = json!({"dedup_step": 4});
+        assert_eq!(step_of(four, "hello", Scope::Session).as_deref(), Some("4"));
+        assert_eq!(
+            step_of(json!({}), "hello", Scope::Turn),
             Some(turn_step("hello"))
         );
         assert_ne!(turn_step("hello"), turn_step("hello again"));
-        assert_eq!(step(&c, "dedup_step", Scope::Session), None);
+        assert_eq!(step_of(json!({}), "hello", Scope::Session), None);
     }
 
     #[test]

@@ -1,6 +1,12 @@
 //! Action-group responses: the ones the executor writes itself (REPROMPT/FAILURE notices), and the
 //! check that a tool's reply is a Bedrock response before it is stored and replayed verbatim.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 /// Function details or OpenAPI.
@@ -158,26 +164,35 @@ pub fn finish_text(
 pub use crate::seam::ReplyClass;
 
 /// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
+///
+/// Every reply a tool gives passes here, so it is read without building a `serde_json::Value`: the
+/// members checked are borrowed as raw JSON and read one by one, and the rest is only skipped.
 pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, String> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-    let response = value
-        .get("response")
-        .and_then(Value::as_object)
-        .ok_or("no \"response\" object")?;
-    if let Some(group) = response.get("actionGroup") {
-        if group.as_str() != Some(reply_to.action_group.as_str()) {
+    let reply = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(object::<ReplyView<'_>>);
+    let Some(response) = reply
+        .and_then(|r| r.response)
+        .and_then(|r| object::<ResponseView<'_>>(r.get()))
+    else {
+        serde_json::from_slice::<IgnoredAny>(bytes).map_err(|e| format!("not JSON: {e}"))?;
+        return Err("no \"response\" object".into());
+    };
+    if let Some(group) = response.action_group {
+        if json_text(group).as_deref() != Some(reply_to.action_group.as_str()) {
             return Err(format!(
                 "response.actionGroup is {group}, the call was to {:?}",
                 reply_to.action_group
             ));
         }
     }
-    let state_of = |holder: &Map<String, Value>| -> Result<Option<ResponseState>, String> {
-        match holder.get("responseState") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s == "FAILURE" => Ok(Some(ResponseState::Failure)),
-            Some(Value::String(s)) if s == "REPROMPT" => Ok(Some(ResponseState::Reprompt)),
-            Some(other) => Err(format!(
+    let state_of = |state: Option<&RawValue>| -> Result<Option<ResponseState>, String> {
+        match state.map(|s| (s, json_text(s))) {
+            None => Ok(None),
+            Some((s, _)) if s.get() == "null" => Ok(None),
+            Some((_, Some(text))) if text == "FAILURE" => Ok(Some(ResponseState::Failure)),
+            Some((_, Some(text))) if text == "REPROMPT" => Ok(Some(ResponseState::Reprompt)),
+            Some((other, _)) => Err(format!(
                 "responseState is {other}, expected FAILURE or REPROMPT"
             )),
         }
@@ -189,36 +204,36 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
     };
     match &reply_to.flavour {
         Flavour::Function { function } => {
-            if let Some(f) = response.get("function") {
-                if f.as_str() != Some(function.as_str()) {
+            if let Some(f) = response.function {
+                if json_text(f).as_deref() != Some(function.as_str()) {
                     return Err(format!(
                         "response.function is {f}, the call was to {function:?}"
                     ));
                 }
             }
             let fr = response
-                .get("functionResponse")
-                .and_then(Value::as_object)
+                .function_response
+                .and_then(|fr| object::<FunctionResponseView<'_>>(fr.get()))
                 .ok_or("no response.functionResponse object")?;
-            check_body(fr.get("responseBody"))?;
-            Ok(class(state_of(fr)?))
+            check_body(fr.response_body)?;
+            Ok(class(state_of(fr.response_state)?))
         }
         Flavour::Api { api_path, .. } => {
-            if let Some(p) = response.get("apiPath") {
-                if p.as_str() != Some(api_path.as_str()) {
+            if let Some(p) = response.api_path {
+                if json_text(p).as_deref() != Some(api_path.as_str()) {
                     return Err(format!(
                         "response.apiPath is {p}, the call was to {api_path:?}"
                     ));
                 }
             }
             let status = response
-                .get("httpStatusCode")
-                .and_then(Value::as_u64)
+                .http_status_code
+                .and_then(|s| serde_json::from_str::<u64>(s.get()).ok())
                 .ok_or("no numeric response.httpStatusCode")?;
-            if let Some(body) = response.get("responseBody") {
+            if let Some(body) = response.response_body {
                 check_body(Some(body))?;
             }
-            Ok(match state_of(response)? {
+            Ok(match state_of(response.response_state)? {
                 Some(state) => class(Some(state)),
                 None => ReplyClass::from_http_status(status),
             })
@@ -226,12 +241,85 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
     }
 }
 
-fn check_body(body: Option<&Value>) -> Result<(), String> {
-    let body = body
-        .and_then(Value::as_object)
+/// A tool's reply, as far as [`validate_reply`] reads it.
+#[derive(Deserialize)]
+struct ReplyView<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    response: Option<&'a RawValue>,
+}
+
+/// `response`: each member as written (`null` included), so that each check can say what is wrong.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseView<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    action_group: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    function: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    function_response: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    api_path: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    http_status_code: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    response_body: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    response_state: Option<&'a RawValue>,
+}
+
+/// `response.functionResponse`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FunctionResponseView<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    response_body: Option<&'a RawValue>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    response_state: Option<&'a RawValue>,
+}
+
+/// One content type's entry of a `responseBody`.
+#[derive(Deserialize)]
+struct ContentView<'a> {
+    #[serde(default, borrow, deserialize_with = "present")]
+    body: Option<&'a RawValue>,
+}
+
+/// `json` read as `T` when it is a JSON object (a derived struct would also take an array, by
+/// position).
+fn object<'a, T: Deserialize<'a>>(json: &'a str) -> Option<T> {
+    if json.trim_start().starts_with('{') {
+        serde_json::from_str(json).ok()
+    } else {
+        None
+    }
+}
+
+/// A member that is present, `null` included (serde's `Option` would read `null` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
+}
+
+/// The string `raw` holds, if it is one.
+fn json_text(raw: &RawValue) -> Option<Cow<'_, str>> {
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(text) => Some(Cow::Borrowed(text)),
+        // A string with escapes cannot be borrowed.
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
+
+fn check_body(body: Option<&RawValue>) -> Result<(), String> {
+    let body: BTreeMap<String, &RawValue> = body
+        .and_then(|b| serde_json::from_str(b.get()).ok())
         .ok_or("no responseBody object")?;
     for (content_type, content) in body {
-        if !content.get("body").is_some_and(Value::is_string) {
+        let is_text = object::<ContentView<'_>>(content.get())
+            .and_then(|c| c.body)
+            .is_some_and(|b| b.get().starts_with('"'));
+        if !is_text {
             return Err(format!(
                 "responseBody[{content_type:?}].body is not a string"
             ));
@@ -305,6 +393,54 @@ mod tests {
                 "{status}"
             );
         }
+    }
+
+    /// Members are compared as the strings they hold, whatever escapes spell them; a `null`
+    /// state is no state.
+    #[test]
+    fn replies_are_read_by_value_not_by_spelling() {
+        let f = reply_to(Flavour::Function {
+            function: "charge".into(),
+        });
+        let escaped = r#"{"response": {"actionGroup": "gr\u006fup", "function": "ch\u0061rge",
+            "functionResponse": {"responseState": null, "responseBody": {"TEXT": {"body": "\"x\""}}}}}"#;
+        assert_eq!(
+            validate_reply(escaped.as_bytes(), &f),
+            Ok(ReplyClass::Success)
+        );
+        let failure = r#"{"response": {"functionResponse": {"responseState": "FAIL\u0055RE",
+            "responseBody": {"TEXT": {"body": "x"}}}}}"#;
+        assert_eq!(
+            validate_reply(failure.as_bytes(), &f),
+            Ok(ReplyClass::Failure)
+        );
+        for (reply, error) in [
+            ("[1, 2]", "no \"response\" object"),
+            (r#"{"response": null}"#, "no \"response\" object"),
+            (
+                r#"{"response": {"actionGroup": null, "functionResponse": {}}}"#,
+                "response.actionGroup is null, the call was to \"group\"",
+            ),
+            (
+                r#"{"response": {"functionResponse": {"responseBody": {"TEXT": {"body": "x"}, "JSON": {}}}}}"#,
+                "responseBody[\"JSON\"].body is not a string",
+            ),
+            (
+                r#"{"response": {"functionResponse": {"responseState": 1, "responseBody": {}}}}"#,
+                "responseState is 1, expected FAILURE or REPROMPT",
+            ),
+        ] {
+            assert_eq!(
+                validate_reply(reply.as_bytes(), &f),
+                Err(error.to_string()),
+                "{reply}"
+            );
+        }
+        assert!(
+            validate_reply(b"{\"response\": ", &f)
+                .unwrap_err()
+                .starts_with("not JSON")
+        );
     }
 
     #[test]

@@ -531,8 +531,7 @@ fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
 
 /// Appends `s` as a JSON string literal.
 pub fn push_json_str(out: &mut String, s: &str) {
-    // serde_json's escaper; writing into a String cannot fail.
-    let mut buf = std::mem::take(out).into_bytes();
-    let _ = serde_json::to_writer(&mut buf, s);
-    *out = String::from_utf8(buf).unwrap_or_default();
+    // serde_json's escaper, into a string of its own: writing into `out`'s bytes would need a UTF-8
+    // check of all of `out` afterwards, on every call.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }

@@ -27,13 +27,16 @@ use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 async fn every_valid_event_file_parses_and_every_bad_one_is_rejected_with_a_clear_error() {
     for name in event_files() {
         let ev = event(&name);
-        let parsed = Envelope::parse(&ev).and_then(|e| e.tool_call());
+        let checked = Envelope::parse(&ev).and_then(|e| {
+            let call = e.tool_call()?;
+            Ok((call.args.clone(), call.tool().to_string()))
+        });
         if name.starts_with("bad-") {
-            let err = parsed.expect_err(&name);
+            let err = checked.expect_err(&name);
             assert!(err.to_string().len() > 15, "{name}: unclear error {err}");
         } else {
-            let call = parsed.unwrap_or_else(|e| panic!("{name}: {e}"));
-            assert!(!call.args.is_empty() && !call.tool().is_empty(), "{name}");
+            let (args, tool) = checked.unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!args.is_empty() && !tool.is_empty(), "{name}");
         }
     }
 }

@@ -151,7 +151,8 @@ impl BedrockSide {
     /// The side as the adapter reads its event; `None` when the adapter refuses it.
     fn read(event: &str) -> Option<BedrockSide> {
         let event: serde_json::Value = serde_json::from_str(event).ok()?;
-        let call = Envelope::parse(&event).and_then(|e| e.tool_call()).ok()?;
+        let envelope = Envelope::parse(&event).ok()?;
+        let call = envelope.tool_call().ok()?;
         let schema = Schema::from_declared_types(call.declared_types()).ok()?;
         Some(BedrockSide {
             tool: call.tool().to_string(),

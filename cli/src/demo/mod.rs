@@ -228,7 +228,7 @@ impl DemoTool {
         let arguments: Map<String, Value> = call
             .params
             .iter()
-            .map(|p| (p.name.clone(), Value::String(p.value.clone())))
+            .map(|p| (p.name.to_string(), Value::String(p.value.to_string())))
             .collect();
         let dedup_key = event
             .pointer(&format!("/sessionAttributes/{DEDUP_KEY_ATTRIBUTE}"))
