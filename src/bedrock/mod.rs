@@ -239,10 +239,13 @@ pub fn forward_bytes(event: &Value, key: Option<&str>) -> serde_json::Result<Vec
             map.end()
         }
     }
+    // Room for a typical event (about 1 KB) from the start, rather than growing from 128 bytes.
+    let mut bytes = Vec::with_capacity(2048);
     match event.as_object() {
-        Some(event) => serde_json::to_vec(&WithKey { event, key }),
-        None => serde_json::to_vec(event),
+        Some(event) => serde_json::to_writer(&mut bytes, &WithKey { event, key })?,
+        None => serde_json::to_writer(&mut bytes, event)?,
     }
+    Ok(bytes)
 }
 
 #[cfg(test)]

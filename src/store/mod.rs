@@ -374,7 +374,7 @@ pub struct LeaseToken(String);
 impl LeaseToken {
     /// A fresh random token (UUID v4).
     pub fn random() -> Self {
-        LeaseToken(uuid::Uuid::new_v4().to_string())
+        LeaseToken(fresh_uuid().to_string())
     }
 
     /// A fresh random token, prefixed by `owner` when there is one (`<owner>.<uuid>`): the
@@ -382,7 +382,7 @@ impl LeaseToken {
     /// one owner still differ.
     pub fn for_owner(owner: Option<&str>) -> Self {
         match owner {
-            Some(owner) => LeaseToken(format!("{owner}.{}", uuid::Uuid::new_v4())),
+            Some(owner) => LeaseToken(format!("{owner}.{}", fresh_uuid())),
             None => LeaseToken::random(),
         }
     }
@@ -401,6 +401,12 @@ impl LeaseToken {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// A v4 UUID from the thread's generator (ChaCha, seeded and reseeded from the OS): as unpredictable
+/// as `Uuid::new_v4`, without its system call on every claim.
+fn fresh_uuid() -> uuid::Uuid {
+    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
 }
 
 impl fmt::Display for LeaseToken {
