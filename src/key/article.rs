@@ -138,9 +138,8 @@ fn integral_float_text(f: f64) -> String {
             limbs.push(carry);
         }
     }
-    while limbs.len() > 1 && limbs.last() == Some(&0) {
-        limbs.pop();
-    }
+    // No zero limb to trim at the top: the value is at least 9.2e18, so the top limb is the last
+    // carry pushed or, with none, the 1e18 limb, at least 9.
     let mut text = if f < 0.0 {
         "-".to_string()
     } else {
@@ -398,6 +397,19 @@ pub(crate) fn key_scoped(run_id: Option<&str>, step: Option<&str>, inner: Key) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Python's `str(int(f))` for floats past `i64`, where the text is built from limbs.
+    #[test]
+    fn large_integral_floats_are_written_exactly() {
+        for (f, text) in [
+            (2f64.powi(100), "1267650600228229401496703205376"),
+            (1e22, "10000000000000000000000"),
+            (-9.3e18, "-9300000000000000000"),
+            (2f64.powi(63), "9223372036854775808"),
+        ] {
+            assert_eq!(integral_float_text(f), text, "{f}");
+        }
+    }
 
     #[test]
     fn float_repr_matches_python() {

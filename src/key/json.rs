@@ -29,20 +29,6 @@ pub enum Node<'a> {
     Object(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 
-impl Node<'_> {
-    /// The JSON Schema type name of this value (`null`, `boolean`, `number`, ...).
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Node::Null => "null",
-            Node::Bool(_) => "boolean",
-            Node::Number(_) => "number",
-            Node::String(_) => "string",
-            Node::Array(_) => "array",
-            Node::Object(_) => "object",
-        }
-    }
-}
-
 /// Parses one JSON document. `max_depth` bounds nesting (arrays and objects); the caller bounds size.
 pub fn parse(text: &str, max_depth: usize) -> Result<Node<'_>, KeyError> {
     let tape = parse_tape(text, max_depth)?;

@@ -535,3 +535,84 @@ pub fn push_json_str(out: &mut String, s: &str) {
     // check of all of `out` afterwards, on every call.
     out.push_str(&serde_json::to_string(s).unwrap_or_default());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rule_sets_go_through_their_names_and_bits_unchanged() {
+        for (rule, label) in Rules::LABELS {
+            assert_eq!(Rules::from_name(label), Some(*rule), "{label}");
+            assert_eq!(rule.names().collect::<Vec<_>>(), [*label]);
+        }
+        assert_eq!(Rules::from_name("no-such-rule"), None);
+        let mut set = Rules::default();
+        set.insert(Rules::CASEFOLD);
+        set.insert(Rules::WHITESPACE);
+        assert!(set.contains(Rules::CASEFOLD) && !set.contains(Rules::KEY_ORDER));
+        assert!(!set.contains(Rules::CASEFOLD.union(Rules::KEY_ORDER)));
+        assert_ne!(set.bits(), 0);
+        assert_eq!(Rules::from_bits(set.bits()), set);
+        let met = set.symmetric_difference(Rules::CASEFOLD.union(Rules::KEY_ORDER));
+        assert_eq!(met.names().collect::<Vec<_>>(), ["key-order", "whitespace"]);
+    }
+
+    #[test]
+    fn a_strategy_is_read_back_from_its_name() {
+        for strategy in Strategy::ALL {
+            assert_eq!(strategy.name().parse::<Strategy>(), Ok(strategy));
+        }
+        assert!("fastest".parse::<Strategy>().is_err());
+    }
+
+    #[test]
+    fn a_keyer_answers_with_the_policies_it_was_given() {
+        let mut policies = PolicySet::default();
+        policies.insert("charge_card", ToolPolicy::with_schema(Schema::default()));
+        let keyer = Keyer::new().with_policies(policies);
+        assert!(keyer.policies().get("charge_card").is_some());
+        assert!(keyer.policies().get("refund").is_none());
+    }
+
+    /// However deep a caller allows, the reader never recurses past the hard limit.
+    #[test]
+    fn the_nesting_limit_is_capped_whatever_is_asked() {
+        let keyer = Keyer::new().with_limits(Limits {
+            max_bytes: 1 << 20,
+            max_depth: usize::MAX,
+        });
+        let deep = "[".repeat(HARD_MAX_DEPTH + 1) + &"]".repeat(HARD_MAX_DEPTH + 1);
+        let call = Call {
+            tool: "t",
+            args: &deep,
+            ..Call::default()
+        };
+        assert_eq!(
+            keyer.key(Strategy::Typed, &call),
+            Err(KeyError::TooDeep {
+                limit: HARD_MAX_DEPTH
+            })
+        );
+    }
+
+    /// What a tool-call log records: each strategy's own key, and the typed keyer's rules.
+    #[test]
+    fn every_key_is_each_strategys_key_with_the_typed_rules() {
+        let keyer = Keyer::new();
+        let call = Call {
+            tool: "charge_card",
+            args: r#"{"currency": "usd", "amount": 4200.0}"#,
+            run_id: Some("run"),
+            step: Some("1"),
+            ..Call::default()
+        };
+        let (keys, rules) = keyer.every_key(&call);
+        for (key, strategy) in keys.iter().zip(Strategy::ALL) {
+            assert_eq!(*key, keyer.key(strategy, &call).ok(), "{strategy}");
+        }
+        let typed = keyer.explain(Strategy::Typed, &call).unwrap();
+        assert_eq!(rules, typed.rules);
+        assert!(!rules.is_empty());
+    }
+}
