@@ -1168,41 +1168,20 @@ mod tests {
     async fn the_tool_is_given_the_time_left_less_the_completion_reserve_and_the_reply_margin() {
         let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
         let settings = executor.settings().clone();
-        let call = Call {
-            tool: "charge_card",
-            args: r#"{"amount":42}"#,
-            namespace: None,
-            run_id: Some("run"),
-            step: Some("1"),
-            schema: None,
-        };
-        let keyed = Keyed {
-            key: "k",
-            fingerprint: "f",
-            call: &call,
-            delivery: Delivery::AtLeastOnce,
-            caller: None,
-        };
+        let keyed = keyed("f", None);
         let budget = Duration::from_secs(10);
         let end = Instant::now() + budget;
         let given = Arc::new(Mutex::new(None));
         let finished: Finished<()> = executor
-            .run(
-                keyed,
-                end,
-                Lease::Covering {
-                    max_run_time: Duration::ZERO,
-                },
-                |timeout| {
-                    *given.lock().unwrap() = Some(timeout);
-                    async {
-                        ToolRun::Replied {
-                            reply: b"{}".to_vec(),
-                            class: ReplyClass::Success,
-                        }
+            .run(keyed, end, NO_RUN_TIME, |timeout| {
+                *given.lock().unwrap() = Some(timeout);
+                async {
+                    ToolRun::Replied {
+                        reply: b"{}".to_vec(),
+                        class: ReplyClass::Success,
                     }
-                },
-            )
+                }
+            })
             .await;
         assert_eq!(finished.outcome, Outcome::Executed);
         let given = given.lock().unwrap().expect("the tool ran");

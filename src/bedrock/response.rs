@@ -213,7 +213,7 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
             }
             let fr = response
                 .function_response
-                .and_then(|fr| object::<FunctionResponseView<'_>>(fr.get()))
+                .and_then(|fr| object::<ResponseView<'_>>(fr.get()))
                 .ok_or("no response.functionResponse object")?;
             check_body(fr.response_body)?;
             Ok(class(state_of(fr.response_state)?))
@@ -248,7 +248,7 @@ struct ReplyView<'a> {
     response: Option<&'a RawValue>,
 }
 
-/// `response`: each member as written (`null` included), so that each check can say what is wrong.
+/// `response` (and `response.functionResponse`, which carries two of its members): each member as written (`null` included), so that each check can say what is wrong.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ResponseView<'a> {
@@ -262,16 +262,6 @@ struct ResponseView<'a> {
     api_path: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
     http_status_code: Option<&'a RawValue>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    response_body: Option<&'a RawValue>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    response_state: Option<&'a RawValue>,
-}
-
-/// `response.functionResponse`.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FunctionResponseView<'a> {
     #[serde(default, borrow, deserialize_with = "present")]
     response_body: Option<&'a RawValue>,
     #[serde(default, borrow, deserialize_with = "present")]
