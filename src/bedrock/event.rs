@@ -145,10 +145,10 @@ fn parameters<'a>(list: Option<&'a Value>, path: &str) -> Result<Vec<RawParamete
 }
 
 /// A member as text; absent or `null` is `None`. `path` names it in an error.
-fn text<'a, P: AsRef<str>>(
-    value: Option<&'a Value>,
+fn text<P: AsRef<str>>(
+    value: Option<&Value>,
     path: impl FnOnce() -> P,
-) -> Result<Option<&'a str>, String> {
+) -> Result<Option<&str>, String> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),
@@ -157,10 +157,10 @@ fn text<'a, P: AsRef<str>>(
 }
 
 /// A member as an object; absent or `null` is `None`. `path` names it in an error.
-fn object<'a, P: AsRef<str>>(
-    value: Option<&'a Value>,
+fn object<P: AsRef<str>>(
+    value: Option<&Value>,
     path: impl FnOnce() -> P,
-) -> Result<Option<&'a Map<String, Value>>, String> {
+) -> Result<Option<&Map<String, Value>>, String> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Object(m)) => Ok(Some(m)),
