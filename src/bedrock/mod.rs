@@ -53,7 +53,7 @@ pub fn step(call: &ToolCall, step_attribute: &str, scope: Scope) -> Option<Strin
         _ => None,
     };
     supplied.or_else(|| match scope {
-        Scope::Turn => Some(turn_step(&call.input_text)),
+        Scope::Turn => Some(turn_step(call.input_text)),
         Scope::Session => None,
     })
 }
