@@ -831,3 +831,38 @@ async fn shadow_mode_runs_a_call_whose_identical_twin_is_still_running() {
     gate.notify_one();
     assert_eq!(first.await.unwrap().outcome, Outcome::Executed);
 }
+
+/// Identical calls that win every claim round and hand the claim back before it can be read
+/// (`MAX_CLAIM_ROUNDS` of them): what the record says afterwards is the answer. One that finally
+/// completed is replayed; one still running is "in progress". The tool never runs here.
+#[tokio::test]
+async fn a_call_that_loses_every_claim_round_answers_from_the_record_left_afterwards() {
+    let ev = event("fd-charge_card.json");
+    let reference = handler(MemoryStore::new(), demo(), &Config::default());
+    let ran = send(&reference, &ev).await;
+    let result = stored(&reference, &ran).await.unwrap().result.unwrap();
+
+    for last in [Some(result), None] {
+        let store = servers::Faulty::new(MemoryStore::new());
+        store.rival_claims.store(3, Ordering::SeqCst);
+        *store.last_rival.lock().unwrap() = Some(last.clone());
+        let h = handler(store, Scripted::new(vec![Act::Run]), &Config::default());
+        let raced = send(&h, &ev).await;
+        assert_eq!(h.dispatcher().invokes(), 0, "the tool ran while racing");
+        assert_eq!(
+            h.store().rival_claims.load(Ordering::SeqCst),
+            0,
+            "fewer claim rounds than rivals"
+        );
+        if last.is_some() {
+            assert_eq!(raced.outcome, Outcome::Waited);
+            assert_eq!(response(&raced), response(&ran), "not the rival's result");
+        } else {
+            assert_eq!(
+                (raced.outcome, body(&raced)["status"].as_str()),
+                (Outcome::InProgress, Some("in_progress"))
+            );
+            assert!(body(&raced)["retry_after_ms"].as_i64().unwrap() > 0);
+        }
+    }
+}

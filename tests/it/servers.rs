@@ -4,6 +4,7 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
+use std::sync::Mutex;
 use std::time::Duration;
 use toolcall_dedup::store::table::{CreateTableReport, create_table_with_client};
 
@@ -222,6 +223,15 @@ pub struct Faulty<S> {
     /// manual clock moved by `extend_clock`.
     pub slow_extensions: std::sync::atomic::AtomicU32,
     pub extend_clock: Duration,
+    /// Identical calls racing ours: for this many claims, a rival claims the key just before
+    /// ours, and hands its claim back just before our next read, so each claim round is lost.
+    pub rival_claims: std::sync::atomic::AtomicU32,
+    /// After the rivals: the first read with no rival held finds one last rival's record,
+    /// completed with this result (`Some`), or still running (`None`).
+    pub last_rival: Mutex<Option<Option<Vec<u8>>>>,
+    rival: Mutex<Option<LeaseToken>>,
+    /// The fingerprint and tool of the call the rivals race, for the last rival's record.
+    raced: Mutex<(String, String)>,
 }
 
 impl<S: Store> Faulty<S> {
@@ -236,6 +246,10 @@ impl<S: Store> Faulty<S> {
             lose_claim_answers: std::sync::atomic::AtomicU32::new(0),
             slow_extensions: std::sync::atomic::AtomicU32::new(0),
             extend_clock: Duration::ZERO,
+            rival_claims: std::sync::atomic::AtomicU32::new(0),
+            last_rival: Mutex::new(None),
+            rival: Mutex::new(None),
+            raced: Mutex::default(),
         }
     }
 }
@@ -258,11 +272,58 @@ impl<S: Store> Faulty<S> {
             Ok(())
         }
     }
+
+    /// A rival's claim of `req.key`, as an identical call in another container would take it.
+    async fn claim_as_rival(&self, req: ClaimRequest<'_>) -> LeaseToken {
+        *self.raced.lock().unwrap() = (req.fingerprint.to_string(), req.tool.to_string());
+        let rival = ClaimRequest { owner: None, ..req };
+        match self.inner.claim(rival).await {
+            Ok(ClaimOutcome::Claimed { token }) => token,
+            other => panic!("the scripted rival could not claim: {other:?}"),
+        }
+    }
+
+    /// Before a read: the rival's claim handed back, or the last rival's record written.
+    async fn before_get(&self, key: &str) {
+        let held = self.rival.lock().unwrap().take();
+        if let Some(token) = held {
+            self.inner.release(key, &token).await.unwrap();
+            return;
+        }
+        let Some(last) = self.last_rival.lock().unwrap().take() else {
+            return;
+        };
+        let now_ms = self.inner.now_ms();
+        let (fingerprint, tool) = self.raced.lock().unwrap().clone();
+        let token = self
+            .claim_as_rival(ClaimRequest {
+                key,
+                fingerprint: &fingerprint,
+                tool: &tool,
+                lease_until_ms: now_ms + 60_000,
+                expires_at_s: now_ms / 1000 + 3600,
+                owner: None,
+                at_most_once: false,
+                path_digests: None,
+            })
+            .await;
+        if let Some(result) = last {
+            let expires_at_s = now_ms / 1000 + 3600;
+            self.inner
+                .complete(key, &token, &result, expires_at_s)
+                .await
+                .unwrap();
+        }
+    }
 }
 
 impl<S: Store> Store for Faulty<S> {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.check()?;
+        if take_one(&self.rival_claims) {
+            let token = self.claim_as_rival(req).await;
+            *self.rival.lock().unwrap() = Some(token);
+        }
         let outcome = self.inner.claim(req).await;
         tokio::time::sleep(self.claim_delay).await;
         if let Some(clock) = &self.clock {
@@ -346,6 +407,7 @@ impl<S: Store> Store for Faulty<S> {
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check()?;
+        self.before_get(key).await;
         self.inner.get(key).await
     }
     fn now_ms(&self) -> i64 {
