@@ -225,7 +225,7 @@ impl Invocation {
         let deadline_ms = i64::try_from(ctx.deadline)
             .ok()
             .filter(|d| *d > wall_now_ms());
-        if deadline_ms.is_none() && ctx.deadline > 0 {
+        if deadline_ms.is_none() {
             tracing::debug!(
                 deadline = ctx.deadline,
                 "deadline is not a future epoch time; using the default budget"

@@ -286,3 +286,31 @@ pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for {what}");
 }
+
+/// The log lines (DEBUG and up, tracing's plain text format) written on this thread while `work`
+/// runs, with its output: what an operator reading the function's logs would see. A
+/// `#[tokio::test]` runs on the current thread, so the lines are that test's own.
+pub async fn logged<F: std::future::Future>(work: F) -> (F::Output, String) {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let output = work.await;
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (output, text)
+}

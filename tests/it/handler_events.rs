@@ -472,6 +472,39 @@ async fn shadow_mode_executes_everything_and_counts_would_be_replays() {
     );
 }
 
+/// Shadow mode never refuses: an event whose parameters cannot be read and a call whose
+/// arguments the keyer refuses (past its 256 KiB limit) both run unkeyed. Enforce mode refuses
+/// both without running the tool.
+#[tokio::test]
+async fn shadow_mode_runs_what_enforce_mode_refuses() {
+    let mut too_large = event("fd-charge_card.json");
+    too_large["parameters"].as_array_mut().unwrap().push(json!({
+        "name": "note", "type": "string", "value": "x".repeat(300 * 1024),
+    }));
+    let unreadable = event("bad-number-not-numeric.json");
+    for mode in [Mode::Enforce, Mode::Shadow] {
+        let config = Config {
+            mode,
+            ..Config::default()
+        };
+        let h = handler(MemoryStore::new(), Scripted::new(vec![]), &config);
+        for (name, ev) in [("unreadable", &unreadable), ("too large", &too_large)] {
+            let r = send(&h, ev).await;
+            let expected = match mode {
+                Mode::Shadow => Outcome::Executed,
+                _ => Outcome::BadRequest,
+            };
+            assert_eq!(r.outcome, expected, "{mode:?}, {name}");
+        }
+        let runs = if mode == Mode::Shadow { 2 } else { 0 };
+        assert_eq!(h.dispatcher().invokes(), runs, "{mode:?}");
+        assert!(
+            h.store().is_empty(),
+            "{mode:?}: unkeyed calls claim nothing"
+        );
+    }
+}
+
 #[tokio::test]
 async fn shadow_mode_fails_open_when_the_store_is_down() {
     let store = servers::Faulty::new(MemoryStore::new());

@@ -4,11 +4,13 @@
 //! flight gets a marked JSON-RPC error; a refused call is released and an unknown outcome kept;
 //! other messages pass through without a store request. Events: `events/agentcore-interceptor/`.
 
-use crate::fixture::{Scripted, events_dir, handler};
+use crate::fixture::{Scripted, events_dir, handler, logged};
 use crate::servers;
 
-use serde_json::Value;
-use toolcall_dedup::config::Config;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use toolcall_dedup::config::{Config, Mode, Sessionless};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handled, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
@@ -39,10 +41,15 @@ fn seen_at_response(request: &Value, answered: &Handled) -> Value {
 }
 
 fn interceptor_handler<S: Store>(store: S) -> Handler<S, impl Dispatcher> {
+    configured_handler(store, Config::default())
+}
+
+/// The interceptor handler on `config`, with the example policy file.
+fn configured_handler<S: Store>(store: S, config: Config) -> Handler<S, impl Dispatcher> {
     let policy = std::fs::read_to_string(events_dir().join("agentcore/policy.json")).unwrap();
     let config = Config {
         policies: PolicySet::parse(&policy, false).unwrap(),
-        ..Config::default()
+        ..config
     };
     // No waiting: an identical call in flight is answered at once.
     handler(store, Scripted::new(vec![]), &config).with_settings(|s| s.wait = Default::default())
@@ -365,4 +372,157 @@ async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_me
 async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
     other_messages_and_sessionless_calls_pass_without_a_store_request(store).await;
+}
+
+/// `request` with its `tools/call` arguments replaced by `arguments`.
+fn with_arguments(request: &Value, arguments: Value) -> Value {
+    let mut ev = request.clone();
+    ev["mcp"]["gatewayRequest"]["body"]["params"]["arguments"] = arguments;
+    ev
+}
+
+/// The JSON-RPC error our answer puts in place of the target's reply, if any.
+fn refusal(answered: &Handled) -> Value {
+    answer(answered)["mcp"]["transformedGatewayResponse"]["body"]["error"].clone()
+}
+
+/// What cannot be keyed is refused at REQUEST in JSON-RPC, before any store request, and the
+/// log line says why; at RESPONSE the target's answer to such a call goes on unchanged; shadow
+/// mode lets an unkeyable call run; with dedup off every call passes untouched.
+#[tokio::test]
+async fn a_call_that_cannot_be_keyed_is_refused_at_request_and_passed_on_at_response() {
+    let request = event("charge_card.request.json");
+    let not_an_object = with_arguments(&request, json!("4200 USD to cus_8842"));
+    // Past the keyer's 256 KiB limit on arguments.
+    let too_large = with_arguments(
+        &request,
+        json!({"customer_id": "cus_8842", "note": "x".repeat(300 * 1024)}),
+    );
+    let enforce = interceptor_handler(MemoryStore::new());
+    let off = configured_handler(
+        MemoryStore::new(),
+        Config {
+            mode: Mode::Off,
+            ..Config::default()
+        },
+    );
+    for (name, call, reason) in [
+        ("not an object", &not_an_object, "invalid tools/call"),
+        ("too large", &too_large, "invalid arguments"),
+    ] {
+        let (refused, log) = logged(send(&enforce, call)).await;
+        assert_eq!(refused.outcome, Outcome::BadRequest, "{name}");
+        let error = refusal(&refused);
+        assert!(error["message"].is_string(), "{name}: {error}");
+        assert!(
+            log.contains(&format!("reason=\"{reason}\"")),
+            "{name}: {log}"
+        );
+        let at_response = send(&enforce, &target_answered(call, json!({"content": []}))).await;
+        assert_eq!(at_response.outcome, Outcome::PassedOn, "{name}");
+        assert_eq!(send(&off, call).await.outcome, Outcome::PassedOn, "{name}");
+    }
+    assert_eq!(enforce.store().requests().total(), 0);
+
+    let shadow = configured_handler(
+        MemoryStore::new(),
+        Config {
+            mode: Mode::Shadow,
+            ..Config::default()
+        },
+    );
+    let ran = send(&shadow, &too_large).await;
+    assert_eq!(ran.outcome, Outcome::PassedOn, "shadow mode refused it");
+    assert!(
+        answer(&ran)["mcp"]
+            .get("transformedGatewayRequest")
+            .is_some()
+    );
+
+    // A valid call with dedup off: no claim either.
+    let passed = send(&off, &request).await;
+    assert_eq!(passed.outcome, Outcome::PassedOn);
+    assert_eq!(
+        answer(&passed)["mcp"]["transformedGatewayRequest"]["body"],
+        request["mcp"]["gatewayRequest"]["body"]
+    );
+    assert_eq!(off.store().requests().total(), 0);
+}
+
+/// `DEDUP_SESSIONLESS=refuse`: a call that names no run is refused at REQUEST as an invalid event
+/// (the log says so), and the Gateway's RESPONSE for it is passed on. Passed through instead
+/// (the default), it runs with a warning in the log.
+#[tokio::test]
+async fn a_sessionless_call_is_refused_at_request_when_configured_and_warned_about_otherwise() {
+    let request = event("refund-sessionless.request.json");
+    let h = configured_handler(
+        MemoryStore::new(),
+        Config {
+            sessionless: Sessionless::Refuse,
+            ..Config::default()
+        },
+    );
+    let (refused, log) = logged(send(&h, &request)).await;
+    assert_eq!(refused.outcome, Outcome::BadRequest);
+    let error = refusal(&refused);
+    assert!(
+        error["message"].as_str().unwrap().contains("no run id"),
+        "{error}"
+    );
+    assert!(log.contains(r#"reason="invalid event""#), "{log}");
+    let at_response = send(&h, &target_answered(&request, json!({"content": []}))).await;
+    assert_eq!(at_response.outcome, Outcome::PassedOn);
+    assert_eq!(h.store().requests().total(), 0);
+
+    let passing = interceptor_handler(MemoryStore::new());
+    let (passed, log) = logged(send(&passing, &request)).await;
+    assert_eq!(passed.outcome, Outcome::Sessionless);
+    assert!(log.contains("runs WITHOUT dedup"), "{log}");
+    // The RESPONSE of the same call is not warned about twice.
+    let (_, log) = logged(send(&passing, &target_answered(&request, json!({})))).await;
+    assert!(!log.contains("runs WITHOUT dedup"), "{log}");
+}
+
+/// The learned tool catalog could not be read: keying without the listed schema could give the
+/// retry another key, so the REQUEST fails closed (no claim, no target) and the RESPONSE goes on
+/// as the target sent it. Shadow mode keys without the schema and lets the call run.
+#[tokio::test]
+async fn a_catalog_that_cannot_be_read_fails_the_call_closed_except_in_shadow_mode() {
+    let request = event("reserve_stock.request.json");
+    for mode in [Mode::Enforce, Mode::Shadow] {
+        let store = servers::Faulty::new(MemoryStore::new());
+        store.unavailable_gets.store(1, Ordering::SeqCst);
+        let config = Config {
+            mode,
+            ..Config::default()
+        };
+        let h = handler(store, Scripted::new(vec![]), &config);
+        let answered = send(&h, &request).await;
+        if mode == Mode::Shadow {
+            assert_eq!(answered.outcome, Outcome::Executed);
+            assert!(
+                answer(&answered)["mcp"]
+                    .get("transformedGatewayRequest")
+                    .is_some()
+            );
+            continue;
+        }
+        assert_eq!(answered.outcome, Outcome::StoreError);
+        let error = refusal(&answered);
+        assert_eq!(
+            error["data"]["dedup"]["status"], "dedup_unavailable",
+            "{error}"
+        );
+        assert!(h.store().inner.is_empty(), "a claim was taken");
+
+        h.store().unavailable_gets.store(1, Ordering::SeqCst);
+        let result = json!({"content": [{"type": "text", "text": "reserved"}]});
+        let seen = target_answered(&request, result);
+        let at_response = send(&h, &seen).await;
+        assert_eq!(at_response.outcome, Outcome::StoreError);
+        assert_eq!(
+            answer(&at_response)["mcp"]["transformedGatewayResponse"]["body"],
+            seen["mcp"]["gatewayResponse"]["body"]
+        );
+    }
 }

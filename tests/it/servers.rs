@@ -229,6 +229,8 @@ pub struct Faulty<S> {
     /// After the rivals: the first read with no rival held finds one last rival's record,
     /// completed with this result (`Some`), or still running (`None`).
     pub last_rival: Mutex<Option<Option<Vec<u8>>>>,
+    /// This many reads fail as unreachable (the rest of the store answering).
+    pub unavailable_gets: std::sync::atomic::AtomicU32,
     rival: Mutex<Option<LeaseToken>>,
     /// The fingerprint and tool of the call the rivals race, for the last rival's record.
     raced: Mutex<(String, String)>,
@@ -248,6 +250,7 @@ impl<S: Store> Faulty<S> {
             extend_clock: Duration::ZERO,
             rival_claims: std::sync::atomic::AtomicU32::new(0),
             last_rival: Mutex::new(None),
+            unavailable_gets: std::sync::atomic::AtomicU32::new(0),
             rival: Mutex::new(None),
             raced: Mutex::default(),
         }
@@ -407,6 +410,9 @@ impl<S: Store> Store for Faulty<S> {
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check()?;
+        if take_one(&self.unavailable_gets) {
+            return Err(StoreError::Unavailable("read failed by the test".into()));
+        }
         self.before_get(key).await;
         self.inner.get(key).await
     }
