@@ -583,11 +583,7 @@ impl<S: Store> NotingStore<S> {
             .as_ref()
             .and_then(|k| k.first_body("PutItem", key))
             .and_then(|body| serde_json::from_slice::<serde_json::Value>(&body).ok())
-            .and_then(|v| {
-                v["Item"][toolcall_dedup::store::dynamodb::attr::LEASE_TOKEN]["S"]
-                    .as_str()
-                    .map(str::to_string)
-            });
+            .and_then(|v| super::proxy::written_token(&v).map(str::to_string));
         let Some(written) = written else {
             return LostClaim::Unchecked;
         };

@@ -560,8 +560,7 @@ impl WriteLog {
         let item = body.get("Item").or_else(|| body.get("Key"))?;
         let key = item[&self.key_attribute]["S"].as_str()?.to_string();
         let values = &body["ExpressionAttributeValues"];
-        let token = body["Item"][toolcall_dedup::store::dynamodb::attr::LEASE_TOKEN]["S"]
-            .as_str()
+        let token = written_token(&body)
             .or_else(|| values[":tok"]["S"].as_str())
             .map(str::to_string);
         let condition_now_ms = values[":now_ms"]["N"].as_str().and_then(|n| n.parse().ok());
@@ -1300,6 +1299,11 @@ fn closes(response: &[u8]) -> bool {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The lease token of the item a `PutItem` body writes (a claim's), if it is one.
+pub fn written_token(body: &serde_json::Value) -> Option<&str> {
+    body["Item"][toolcall_dedup::store::dynamodb::attr::LEASE_TOKEN]["S"].as_str()
 }
 
 #[cfg(test)]
