@@ -16,6 +16,11 @@
 //! | runs longer than the lease | the lease (60 s by default, plus a 5 s margin) is renewed every third of it while the side effect runs | "in progress" |
 //! | its process dies | renewals stop: the lease ends within one lease | a new run after that |
 //!
+//! **Caller keys.** [`Dedup::run_keyed`] keys the call by the caller's own idempotency key
+//! (scoped by the namespace) instead of by its arguments: a repeat under the key with arguments
+//! of the same meaning replays; one with other arguments is [`GuardError::KeyReused`], naming the
+//! paths that differ, and does not run.
+//!
 //! **Cancellation.** Dropping the future returned by `run` (a web server dropping a request, a
 //! `tokio::time::timeout` around it):
 //! - while the claim is sent: a claim may have been written; it blocks the key until its lease
@@ -64,8 +69,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
-use crate::executor::{Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
-use crate::key::{Call, KeyError, Keyer};
+use crate::executor::{CallerKey, Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
+use crate::key::{Call, CallerKeyError, KeyError, Keyer};
 use crate::seam::ReplyClass;
 use crate::store::{Store, StoreError};
 
@@ -133,6 +138,20 @@ pub enum GuardError<E> {
     /// The time budget was spent before the side effect could start.
     #[error("no time left to run the side effect")]
     NoTime,
+    /// The caller's idempotency key is empty or too long ([`Dedup::run_keyed`]).
+    #[error("cannot use the idempotency key: {0}")]
+    CallerKey(#[source] CallerKeyError),
+    /// The caller's idempotency key was used before with other arguments: the side effect did
+    /// not run. `paths` names the arguments that differ (JSON pointers, `tool` for another tool),
+    /// when the first call's record could store them.
+    #[error(
+        "the idempotency key was used before with other arguments{}",
+        paths_text(paths)
+    )]
+    KeyReused {
+        /// The differing argument paths, if known.
+        paths: Option<Vec<String>>,
+    },
     /// An identical call of an `at_most_once` tool may or may not have run, and is never run
     /// again automatically: an operator settles `key` (`dedup settle`).
     #[error(
@@ -256,9 +275,74 @@ impl<S: Store> Dedup<S> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.guard(call, None, nothing_ran, side_effect).await
+    }
+
+    /// [`Dedup::run`] keyed by the caller's own `idempotency_key` (a request id, a workflow
+    /// activity id) instead of by the arguments: the key, scoped by the call's namespace, is the
+    /// call. A repeat with the same key and arguments of the same meaning (as the typed keyer
+    /// reads them) replays; with other arguments it is refused with [`GuardError::KeyReused`],
+    /// naming the paths that differ, and the side effect does not run.
+    pub async fn run_keyed<T, E, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        idempotency_key: &str,
+        side_effect: F,
+    ) -> Result<Guarded<T>, GuardError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_keyed_with(call, idempotency_key, |_: &E| false, side_effect)
+            .await
+    }
+
+    /// [`Dedup::run_keyed`] with [`Dedup::run_with`]'s `nothing_ran`.
+    pub async fn run_keyed_with<T, E, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        idempotency_key: &str,
+        nothing_ran: impl FnOnce(&E) -> bool,
+        side_effect: F,
+    ) -> Result<Guarded<T>, GuardError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.guard(call, Some(idempotency_key), nothing_ran, side_effect)
+            .await
+    }
+
+    async fn guard<T, E, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        idempotency_key: Option<&str>,
+        nothing_ran: impl FnOnce(&E) -> bool,
+        side_effect: F,
+    ) -> Result<Guarded<T>, GuardError<E>>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let keyer = self.executor.keyer();
-        let (key, fingerprint) = keyer.key_and_fingerprint(call)?;
-        let (key, fingerprint) = (key.to_string(), fingerprint.to_string());
+        let (key, fingerprint, path_digests) = match idempotency_key {
+            None => {
+                let (key, fingerprint) = keyer.key_and_fingerprint(call)?;
+                (key.to_string(), fingerprint.to_string(), None)
+            }
+            Some(idempotency_key) => match keyer.caller_keyed(call, idempotency_key) {
+                Ok(keyed) => (
+                    keyed.key.to_string(),
+                    keyed.fingerprint.to_string(),
+                    Some(keyed.path_digests),
+                ),
+                Err(CallerKeyError::Arguments(e)) => return Err(GuardError::Key(e)),
+                Err(e) => return Err(GuardError::CallerKey(e)),
+            },
+        };
         if !keyer.dedups(call.tool) {
             // Nothing claimed, nothing stored: a retry runs again, as `released` says.
             return match side_effect().await {
@@ -278,7 +362,9 @@ impl<S: Store> Dedup<S> {
             fingerprint: &fingerprint,
             call,
             delivery: keyer.delivery(call.tool),
-            caller: None,
+            caller: path_digests.as_ref().map(|digests| CallerKey {
+                path_digests: digests.as_deref(),
+            }),
         };
         let settings = self.executor.settings();
         let end = Instant::now() + settings.default_budget;
@@ -317,7 +403,7 @@ impl<S: Store> Dedup<S> {
             }
             Settled::AlreadyRan { bytes } => return Err(GuardError::ResultNotStored { bytes }),
             Settled::OutcomeUnknown => return Err(GuardError::OutcomeUnknown { key }),
-            Settled::KeyReused { .. } => unreachable!("the guard keys by the arguments only"),
+            Settled::KeyReused { paths } => return Err(GuardError::KeyReused { paths }),
             Settled::StoreDown(e) => return Err(GuardError::Store(e)),
             Settled::ToolFailed { error, .. } => return Err(error),
             Settled::NoTime => return Err(GuardError::NoTime),
@@ -328,5 +414,13 @@ impl<S: Store> Dedup<S> {
             outcome: finished.outcome,
             key,
         })
+    }
+}
+
+/// `: /amount, /currency` for a mismatch's known paths.
+fn paths_text(paths: &Option<Vec<String>>) -> String {
+    match paths {
+        Some(paths) if !paths.is_empty() => format!(": {}", paths.join(", ")),
+        _ => String::new(),
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use servers::{Backend, Faulty};
 use toolcall_dedup::guard::{Dedup, DedupBuilder, GuardError};
-use toolcall_dedup::key::{Call, Keyer};
+use toolcall_dedup::key::{Call, CallerKeyError, Keyer};
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, ManualClock, RetryPolicy, Store};
 use toolcall_dedup::telemetry::Outcome;
 
@@ -58,6 +58,80 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
     assert_eq!(retry.key, first.key);
     assert_eq!((next.outcome, next.value), (Outcome::Executed, 2));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// A caller's own idempotency key is the call: a repeat under it replays whatever its run and
+/// step say, the same key with other arguments is refused naming what differs (nothing runs),
+/// and another key, or no key, is another call.
+async fn a_callers_key_replays_its_call_and_refuses_other_arguments<S: Store>(
+    guard: DedupBuilder<S>,
+    _clock: ManualClock,
+) {
+    let dedup = guard.build();
+    let runs = AtomicU32::new(0);
+    let first = dedup
+        .run_keyed(&call(ORIGINAL, "7"), "order-1001", || {
+            charge(&runs, Duration::ZERO)
+        })
+        .await
+        .unwrap();
+    let retry = dedup
+        .run_keyed(&call(RETRY, "8"), "order-1001", || {
+            charge(&runs, Duration::ZERO)
+        })
+        .await
+        .unwrap();
+    assert_eq!((first.outcome, first.value), (Outcome::Executed, 1));
+    assert_eq!((retry.outcome, retry.value), (Outcome::Replayed, 1));
+    assert_eq!(retry.key, first.key);
+
+    let other = r#"{"customer_id": "cus_4f9a2c", "amount": 4300, "currency": "EUR"}"#;
+    let reused = dedup
+        .run_keyed(&call(other, "7"), "order-1001", || {
+            charge(&runs, Duration::ZERO)
+        })
+        .await;
+    match reused {
+        Err(error @ GuardError::KeyReused { .. }) => {
+            let GuardError::KeyReused { paths } = &error else {
+                unreachable!()
+            };
+            assert_eq!(
+                paths.as_deref(),
+                Some(&["/amount".to_string(), "/currency".to_string()][..])
+            );
+            assert!(
+                error.to_string().ends_with(": /amount, /currency"),
+                "{error}"
+            );
+        }
+        other => panic!("expected KeyReused, got {other:?}"),
+    }
+
+    let another_key = dedup
+        .run_keyed(&call(ORIGINAL, "7"), "order-1002", || {
+            charge(&runs, Duration::ZERO)
+        })
+        .await
+        .unwrap();
+    let by_arguments = dedup
+        .run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(
+        (another_key.value, by_arguments.value),
+        (2, 3),
+        "another key, or none, is another call"
+    );
+
+    let blank = dedup
+        .run_keyed(&call(ORIGINAL, "7"), "  ", || charge(&runs, Duration::ZERO))
+        .await;
+    assert!(
+        matches!(blank, Err(GuardError::CallerKey(CallerKeyError::Empty))),
+        "{blank:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
 }
 
 /// The guard's default lease (60 s), with its margin (5 s).
@@ -314,6 +388,7 @@ const SLOW: Duration = Duration::from_millis(300);
 
 on_backends!(
     a_retry_runs_once_and_the_next_step_runs_again,
+    a_callers_key_replays_its_call_and_refuses_other_arguments,
     an_error_keeps_the_claim_until_its_lease_ends,
     an_error_that_says_nothing_ran_releases_the_claim,
     a_value_that_cannot_be_stored_keeps_the_claim,
