@@ -435,12 +435,9 @@ impl Schema {
                 .binary_search_by(|(n, _)| n.as_str().cmp(&name))
             {
                 Ok(i) => {
+                    // `all_of` also makes the member required if either side requires it.
                     let mine = std::mem::take(&mut self.properties[i].1);
-                    let required = mine.required || schema.required;
-                    self.properties[i].1 = Schema {
-                        required,
-                        ..mine.all_of(schema)
-                    };
+                    self.properties[i].1 = mine.all_of(schema);
                 }
                 Err(i) => self.properties.insert(i, (name, schema)),
             }
@@ -1123,6 +1120,44 @@ mod tests {
             [("limit", "5000")],
             "a null default is no default to fill in"
         );
+    }
+
+    /// A member is required in a union only where every branch requires it, and only then is
+    /// its `null` the same as leaving it out; in an intersection, where either branch does.
+    #[test]
+    fn a_member_required_by_one_branch_only_is_optional_in_the_union() {
+        let nullable_note = json!({"type": ["string", "null"]});
+        let schema = Schema::from_json(&json!({"properties": {
+            "both": {"anyOf": [
+                {"type": "object", "required": ["note"], "properties": {"note": nullable_note}},
+                {"type": "object", "properties": {"note": nullable_note}}]},
+            "first_only": {"anyOf": [
+                {"type": "object", "required": ["note"], "properties": {"note": nullable_note}},
+                {"type": "object", "properties": {"other": {"type": "string"}}}]},
+            "every": {"anyOf": [
+                {"type": "object", "required": ["note"], "properties": {"note": nullable_note}},
+                {"type": "object", "required": ["note"], "properties": {"note": nullable_note}}]},
+            "all": {"allOf": [
+                {"type": "object", "properties": {"note": nullable_note}},
+                {"type": "object", "required": ["note"], "properties": {"note": nullable_note}}]}}}))
+        .unwrap();
+        let note = |member: &str| {
+            let union = schema.property(member).unwrap();
+            union.property("note").unwrap().clone()
+        };
+        for member in ["both", "first_only"] {
+            assert!(!note(member).required, "{member}");
+            assert!(note(member).keeps_null(), "{member}: null clears");
+        }
+        assert!(note("every").required && !note("every").keeps_null());
+        assert!(note("all").required && !note("all").keeps_null());
+    }
+
+    #[test]
+    fn declared_parameters_make_an_object() {
+        let declared = Schema::from_declared_types([("amount", "number")]).unwrap();
+        assert_eq!(declared.types, Types::OBJECT);
+        assert_eq!(declared.property("amount").unwrap().types, Types::NUMBER);
     }
 
     #[test]
