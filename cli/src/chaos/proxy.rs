@@ -298,19 +298,50 @@ pub const EXPIRED_TOKEN: Canned = Canned::bad_request(
     r#"{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"The security token included in the request is expired"}"#,
 );
 
-/// What every request gets during an access-or-table-error window.
+/// A 4xx answer every operation can get, with the status the documentation gives it.
+const fn refusal(status: u16, reason: &'static str, body: &'static str) -> Canned {
+    Canned {
+        status,
+        reason,
+        body,
+    }
+}
+
+/// What every request gets during an access-or-table-error window: each failure the DynamoDB and
+/// common-errors documentation gives for all four calls that refuses a request without applying it
+/// and without a retry (docs/testing.md, "Fault model from the AWS contracts").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum AccessError {
     ResourceNotFound,
     AccessDenied,
     ExpiredToken,
+    UnrecognizedClient,
+    MissingAuthenticationToken,
+    IncompleteSignature,
+    InvalidEndpoint,
+    Validation,
+    MalformedHttpRequest,
+    NotAuthorized,
+    OptInRequired,
+    UnknownOperation,
+    RequestEntityTooLarge,
 }
 
 impl AccessError {
-    pub const ALL: [AccessError; 3] = [
+    pub const ALL: [AccessError; 13] = [
         AccessError::ResourceNotFound,
         AccessError::AccessDenied,
         AccessError::ExpiredToken,
+        AccessError::UnrecognizedClient,
+        AccessError::MissingAuthenticationToken,
+        AccessError::IncompleteSignature,
+        AccessError::InvalidEndpoint,
+        AccessError::Validation,
+        AccessError::MalformedHttpRequest,
+        AccessError::NotAuthorized,
+        AccessError::OptInRequired,
+        AccessError::UnknownOperation,
+        AccessError::RequestEntityTooLarge,
     ];
 
     pub fn name(self) -> &'static str {
@@ -318,6 +349,16 @@ impl AccessError {
             AccessError::ResourceNotFound => "ResourceNotFoundException",
             AccessError::AccessDenied => "AccessDeniedException",
             AccessError::ExpiredToken => "ExpiredTokenException",
+            AccessError::UnrecognizedClient => "UnrecognizedClientException",
+            AccessError::MissingAuthenticationToken => "MissingAuthenticationTokenException",
+            AccessError::IncompleteSignature => "IncompleteSignature",
+            AccessError::InvalidEndpoint => "InvalidEndpointException",
+            AccessError::Validation => "ValidationException",
+            AccessError::MalformedHttpRequest => "MalformedHttpRequestException",
+            AccessError::NotAuthorized => "NotAuthorized",
+            AccessError::OptInRequired => "OptInRequired",
+            AccessError::UnknownOperation => "UnknownOperationException",
+            AccessError::RequestEntityTooLarge => "RequestEntityTooLargeException",
         }
     }
 
@@ -326,6 +367,48 @@ impl AccessError {
             AccessError::ResourceNotFound => RESOURCE_NOT_FOUND,
             AccessError::AccessDenied => ACCESS_DENIED,
             AccessError::ExpiredToken => EXPIRED_TOKEN,
+            AccessError::UnrecognizedClient => Canned::bad_request(
+                r#"{"__type":"com.amazon.coral.service#UnrecognizedClientException","message":"The security token included in the request is invalid."}"#,
+            ),
+            AccessError::MissingAuthenticationToken => Canned::bad_request(
+                r#"{"__type":"com.amazon.coral.service#MissingAuthenticationTokenException","message":"Request must contain either a valid (registered) AWS access key ID or X.509 certificate."}"#,
+            ),
+            AccessError::IncompleteSignature => refusal(
+                403,
+                "Forbidden",
+                r#"{"__type":"com.amazon.coral.service#IncompleteSignature","message":"Authorization header requires 'Signature' parameter."}"#,
+            ),
+            AccessError::InvalidEndpoint => refusal(
+                421,
+                "Misdirected Request",
+                r#"{"__type":"com.amazonaws.dynamodb.v20120810#InvalidEndpointException","Message":"Operation is not allowed on this endpoint"}"#,
+            ),
+            AccessError::Validation => Canned::bad_request(
+                r#"{"__type":"com.amazon.coral.validate#ValidationException","message":"One or more parameter values were invalid: Missing the key pk in the item"}"#,
+            ),
+            AccessError::MalformedHttpRequest => Canned::bad_request(
+                r#"{"__type":"com.amazon.coral.service#MalformedHttpRequestException","message":"The request body could not be parsed"}"#,
+            ),
+            AccessError::NotAuthorized => refusal(
+                401,
+                "Unauthorized",
+                r#"{"__type":"com.amazon.coral.service#NotAuthorized","message":"You do not have permission to perform this action."}"#,
+            ),
+            AccessError::OptInRequired => refusal(
+                403,
+                "Forbidden",
+                r#"{"__type":"com.amazon.coral.service#OptInRequired","message":"The AWS access key ID needs a subscription for the service."}"#,
+            ),
+            AccessError::UnknownOperation => refusal(
+                404,
+                "Not Found",
+                r#"{"__type":"com.amazon.coral.service#UnknownOperationException","message":"The action or operation requested is invalid."}"#,
+            ),
+            AccessError::RequestEntityTooLarge => refusal(
+                413,
+                "Payload Too Large",
+                r#"{"__type":"com.amazon.coral.service#RequestEntityTooLargeException","message":"Request entity too large"}"#,
+            ),
         }
     }
 }
@@ -1437,6 +1520,30 @@ mod tests {
         proxy.set_access_error(None);
         assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
         assert_eq!(proxy.counts()[&StoreFault::AccessOrTableError], 1);
+    }
+
+    /// Each access error is answered with its documented status and its code, which the SDK reads
+    /// from `__type` whatever the status.
+    #[tokio::test]
+    async fn every_access_error_is_answered_with_its_status_and_code() {
+        let proxy = FaultProxy::start(&upstream(OK).await, 1, "pk")
+            .await
+            .unwrap();
+        for error in AccessError::ALL {
+            proxy.set_access_error(Some(error));
+            let answer = String::from_utf8(send(&proxy).await.unwrap()).unwrap();
+            let canned = error.answer();
+            assert!(
+                answer.starts_with(&format!("HTTP/1.1 {} ", canned.status)),
+                "{answer}"
+            );
+            assert!((400..500).contains(&canned.status), "{error:?}");
+            assert!(answer.contains(&format!("#{}\"", error.name())), "{answer}");
+        }
+        assert_eq!(
+            proxy.counts()[&StoreFault::AccessOrTableError],
+            AccessError::ALL.len() as u64
+        );
     }
 
     #[tokio::test]
