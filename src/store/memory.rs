@@ -497,4 +497,44 @@ mod tests {
         assert_eq!(store.purge_expired(), 1);
         assert_eq!(store.len(), 1);
     }
+
+    /// A long-lived container never calls `purge_expired`: every `SWEEP_EVERY`-th claim sweeps
+    /// the expired records, and no claim before it does.
+    #[test]
+    fn every_sweep_every_th_claim_sweeps_the_expired_records() {
+        let clock = ManualClock::new(1_000_000);
+        let store = MemoryStore::new().with_clock(clock.clone());
+        let claim = |key: &str, expires_at_s: i64| {
+            let req = ClaimRequest {
+                key,
+                fingerprint: "f",
+                tool: "t",
+                lease_until_ms: clock.now_ms() + 1_000,
+                expires_at_s,
+                owner: None,
+                at_most_once: false,
+                path_digests: None,
+            };
+            assert!(matches!(
+                store.claim_now(req),
+                Ok(ClaimOutcome::Claimed { .. })
+            ));
+        };
+        let sweep_every = SWEEP_EVERY as usize;
+        for i in 0..sweep_every - 1 {
+            claim(&format!("short-{i}"), 1_002);
+        }
+        clock.set_ms(1_010_000);
+        assert_eq!(store.len(), sweep_every - 1, "swept before its turn");
+        claim("live", 2_000);
+        assert_eq!(store.len(), 1, "the sweeping claim left expired records");
+        for i in 0..sweep_every - 1 {
+            claim(&format!("next-{i}"), 2_000);
+        }
+        assert_eq!(
+            store.len(),
+            sweep_every,
+            "the next sweep dropped live records"
+        );
+    }
 }
