@@ -1084,6 +1084,37 @@ async fn claim_whose_response_was_lost_is_still_ours(backend: Backend) {
     cx.complete(&key, &token, b"r").await.unwrap();
 }
 
+/// A claim refused because another caller holds the key, whose answers were all lost: the
+/// read-back finds the other caller's claim, which it must leave alone (no delete is sent).
+async fn a_lost_claim_read_back_under_another_token_is_left_alone(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let cfg = servers::config();
+    let rival = servers::dynamodb_store_with(backend, clock.clone(), cfg.clone(), vec![]).await;
+    let lossy = servers::dynamodb_store_with(
+        backend,
+        clock.clone(),
+        cfg,
+        vec![servers::with_interceptor(Fault::new(
+            "PutItem",
+            FaultKind::LoseResponse,
+            u32::MAX,
+        ))],
+    )
+    .await;
+    let rival = ctx(rival, clock.clone(), backend);
+    let key = rival.key("held-by-a-rival");
+    let rival_token = rival.claimed(&key).await;
+    let cx = ctx(lossy, clock, backend);
+    let outcome = cx.store.claim(cx.req(&key)).await;
+    assert!(outcome.is_err(), "{backend:?}: {outcome:?}");
+    let c = cx.counts();
+    assert_eq!(
+        c.delete_item, 0,
+        "{backend:?}: released a claim not its own: {c}"
+    );
+    assert_eq!(in_progress(rival.claim(&key).await).token, rival_token);
+}
+
 async fn complete_whose_response_was_lost_still_succeeds(backend: Backend) {
     let clock = ManualClock::starting_now();
     let store = faulty_store(
@@ -1408,6 +1439,7 @@ dynamodb_only!(
     release_whose_response_was_lost_still_succeeds,
     throttled_requests_are_retried,
     a_claim_rides_out_one_throttle_within_its_budget,
+    a_lost_claim_read_back_under_another_token_is_left_alone,
     a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
     store_gives_up_with_unavailable_at_its_deadline,
     table_create_is_idempotent_and_reports_ttl,
