@@ -473,25 +473,30 @@ mod tests {
     use super::*;
     use crate::store::ManualClock;
 
+    /// Claims `key` (a fresh key: the claim must succeed).
+    fn claimed(store: &MemoryStore, key: &str, lease_until_ms: i64, expires_at_s: i64) {
+        let req = ClaimRequest {
+            key,
+            fingerprint: "f",
+            tool: "t",
+            lease_until_ms,
+            expires_at_s,
+            owner: None,
+            at_most_once: false,
+            path_digests: None,
+        };
+        assert!(matches!(
+            store.claim_now(req),
+            Ok(ClaimOutcome::Claimed { .. })
+        ));
+    }
+
     #[test]
     fn purge_drops_only_expired_records() {
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::new().with_clock(clock.clone());
         for (key, expires_at_s) in [("a", 1_000), ("b", 2_000)] {
-            let req = ClaimRequest {
-                key,
-                fingerprint: "f",
-                tool: "t",
-                lease_until_ms: 1_200_000,
-                expires_at_s,
-                owner: None,
-                at_most_once: false,
-                path_digests: None,
-            };
-            assert!(matches!(
-                store.claim_now(req),
-                Ok(ClaimOutcome::Claimed { .. })
-            ));
+            claimed(&store, key, 1_200_000, expires_at_s);
         }
         clock.set_ms(1_500_000);
         assert_eq!(store.purge_expired(), 1);
@@ -505,20 +510,7 @@ mod tests {
         let clock = ManualClock::new(1_000_000);
         let store = MemoryStore::new().with_clock(clock.clone());
         let claim = |key: &str, expires_at_s: i64| {
-            let req = ClaimRequest {
-                key,
-                fingerprint: "f",
-                tool: "t",
-                lease_until_ms: clock.now_ms() + 1_000,
-                expires_at_s,
-                owner: None,
-                at_most_once: false,
-                path_digests: None,
-            };
-            assert!(matches!(
-                store.claim_now(req),
-                Ok(ClaimOutcome::Claimed { .. })
-            ));
+            claimed(&store, key, clock.now_ms() + 1_000, expires_at_s);
         };
         let sweep_every = SWEEP_EVERY as usize;
         for i in 0..sweep_every - 1 {

@@ -297,6 +297,7 @@ impl<S: Store> Faulty<S> {
             return;
         };
         let now_ms = self.inner.now_ms();
+        let expires_at_s = now_ms / 1000 + 3600;
         let (fingerprint, tool) = self.raced.lock().unwrap().clone();
         let token = self
             .claim_as_rival(ClaimRequest {
@@ -304,14 +305,13 @@ impl<S: Store> Faulty<S> {
                 fingerprint: &fingerprint,
                 tool: &tool,
                 lease_until_ms: now_ms + 60_000,
-                expires_at_s: now_ms / 1000 + 3600,
+                expires_at_s,
                 owner: None,
                 at_most_once: false,
                 path_digests: None,
             })
             .await;
         if let Some(result) = last {
-            let expires_at_s = now_ms / 1000 + 3600;
             self.inner
                 .complete(key, &token, &result, expires_at_s)
                 .await

@@ -227,12 +227,17 @@ pub struct Canned {
 }
 
 impl Canned {
-    const fn bad_request(body: &'static str) -> Canned {
+    /// An answer with the status the documentation gives it.
+    const fn new(status: u16, reason: &'static str, body: &'static str) -> Canned {
         Canned {
-            status: 400,
-            reason: "Bad Request",
+            status,
+            reason,
             body,
         }
+    }
+
+    const fn bad_request(body: &'static str) -> Canned {
+        Canned::new(400, "Bad Request", body)
     }
 
     fn bytes(&self) -> Vec<u8> {
@@ -297,15 +302,6 @@ pub const ACCESS_DENIED: Canned = Canned::bad_request(
 pub const EXPIRED_TOKEN: Canned = Canned::bad_request(
     r#"{"__type":"com.amazon.coral.service#ExpiredTokenException","message":"The security token included in the request is expired"}"#,
 );
-
-/// A 4xx answer every operation can get, with the status the documentation gives it.
-const fn refusal(status: u16, reason: &'static str, body: &'static str) -> Canned {
-    Canned {
-        status,
-        reason,
-        body,
-    }
-}
 
 /// What every request gets during an access-or-table-error window: each failure the DynamoDB and
 /// common-errors documentation gives for all four calls that refuses a request without applying it
@@ -373,12 +369,12 @@ impl AccessError {
             AccessError::MissingAuthenticationToken => Canned::bad_request(
                 r#"{"__type":"com.amazon.coral.service#MissingAuthenticationTokenException","message":"Request must contain either a valid (registered) AWS access key ID or X.509 certificate."}"#,
             ),
-            AccessError::IncompleteSignature => refusal(
+            AccessError::IncompleteSignature => Canned::new(
                 403,
                 "Forbidden",
                 r#"{"__type":"com.amazon.coral.service#IncompleteSignature","message":"Authorization header requires 'Signature' parameter."}"#,
             ),
-            AccessError::InvalidEndpoint => refusal(
+            AccessError::InvalidEndpoint => Canned::new(
                 421,
                 "Misdirected Request",
                 r#"{"__type":"com.amazonaws.dynamodb.v20120810#InvalidEndpointException","Message":"Operation is not allowed on this endpoint"}"#,
@@ -389,22 +385,22 @@ impl AccessError {
             AccessError::MalformedHttpRequest => Canned::bad_request(
                 r#"{"__type":"com.amazon.coral.service#MalformedHttpRequestException","message":"The request body could not be parsed"}"#,
             ),
-            AccessError::NotAuthorized => refusal(
+            AccessError::NotAuthorized => Canned::new(
                 401,
                 "Unauthorized",
                 r#"{"__type":"com.amazon.coral.service#NotAuthorized","message":"You do not have permission to perform this action."}"#,
             ),
-            AccessError::OptInRequired => refusal(
+            AccessError::OptInRequired => Canned::new(
                 403,
                 "Forbidden",
                 r#"{"__type":"com.amazon.coral.service#OptInRequired","message":"The AWS access key ID needs a subscription for the service."}"#,
             ),
-            AccessError::UnknownOperation => refusal(
+            AccessError::UnknownOperation => Canned::new(
                 404,
                 "Not Found",
                 r#"{"__type":"com.amazon.coral.service#UnknownOperationException","message":"The action or operation requested is invalid."}"#,
             ),
-            AccessError::RequestEntityTooLarge => refusal(
+            AccessError::RequestEntityTooLarge => Canned::new(
                 413,
                 "Payload Too Large",
                 r#"{"__type":"com.amazon.coral.service#RequestEntityTooLargeException","message":"Request entity too large"}"#,
