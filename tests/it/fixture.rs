@@ -290,27 +290,44 @@ pub async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// The log lines (DEBUG and up, tracing's plain text format) written on this thread while `work`
 /// runs, with its output: what an operator reading the function's logs would see. A
 /// `#[tokio::test]` runs on the current thread, so the lines are that test's own.
+///
+/// One global subscriber, installed on first use, writes each line to the capture of the thread
+/// that logs it (or nowhere). A scoped subscriber per test (`set_default`) loses lines now and then
+/// while other test threads register and drop theirs: tracing's callsite interest and level hint
+/// are global.
 pub async fn logged<F: std::future::Future>(work: F) -> (F::Output, String) {
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Lines {
+    thread_local! {
+        static CAPTURE: std::cell::RefCell<Option<Arc<Mutex<Vec<u8>>>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    struct ThreadCapture;
+    impl std::io::Write for ThreadCapture {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
+            CAPTURE.with(|capture| {
+                if let Some(lines) = &*capture.borrow() {
+                    lines.lock().unwrap().extend_from_slice(bytes);
+                }
+            });
             Ok(bytes.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(|| ThreadCapture)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in the test binary");
+    });
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|capture| *capture.borrow_mut() = Some(lines.clone()));
     let output = work.await;
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    CAPTURE.with(|capture| *capture.borrow_mut() = None);
+    let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
     (output, text)
 }
