@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
 use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
@@ -77,6 +78,28 @@ pub enum ToolFault {
     /// `result_omitted` marker instead: the call stays settled, and repeats are told it already
     /// ran, without its result.
     ItemTooLarge,
+    /// Store path: the claim's first PutItem is answered HTTP 400 `ValidationException` "Item size
+    /// has exceeded the maximum allowed size" without forwarding (as for a call whose key or
+    /// arguments make the claim item too large): the claim fails closed, the tool is not called.
+    ItemTooLargeOnClaim,
+    /// `Invoke` path ([`super::lambda`]): throttled once (retried, then the function runs) or on
+    /// every attempt (the function never started: the claim is released).
+    InvokeThrottled,
+    /// `Invoke` path: an error Lambda answers before the function starts (400, 403, 404, 409,
+    /// 413, 415): the claim is released.
+    InvokeRefused,
+    /// `Invoke` path: a set-up or restore failure before the handler (`SnapStart*`, `EFSMount*`)
+    /// that the dispatcher cannot tell from a started function: the claim is kept.
+    InvokePrestartUnknown,
+    /// `Invoke` path: 500, 503 or a 502 of the execution environment, before or after the
+    /// function ran: the claim is kept.
+    Invoke5xx,
+    /// `Invoke` path: 200 with `Unhandled` `Sandbox.Timedout` after the side effect, or
+    /// `Runtime.InvalidEntrypoint` before any (read by `error_payload`): the claim is kept.
+    SandboxTimedout,
+    /// `Invoke` path: the connect refused (released), the connection closed after the function
+    /// ran or its answer cut (kept).
+    InvokeConnectionLost,
 }
 
 /// How long the [`ToolFault::SlowClaim`] tool may run (its own timeout), and so what the lease
@@ -102,7 +125,7 @@ const CLAIM_LOST_FOR: Duration =
     Duration::from_millis(super::STORE_DEADLINE.as_millis() as u64 + 300);
 
 impl ToolFault {
-    pub const ALL: [ToolFault; 14] = [
+    pub const ALL: [ToolFault; 21] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
         ToolFault::TypedErrorAfterEffect,
@@ -117,6 +140,13 @@ impl ToolFault {
         ToolFault::SlowCompletionNearDeadline,
         ToolFault::ClaimAnswersLost,
         ToolFault::ItemTooLarge,
+        ToolFault::ItemTooLargeOnClaim,
+        ToolFault::InvokeThrottled,
+        ToolFault::InvokeRefused,
+        ToolFault::InvokePrestartUnknown,
+        ToolFault::Invoke5xx,
+        ToolFault::SandboxTimedout,
+        ToolFault::InvokeConnectionLost,
     ];
 
     /// The fault called `name` (see [`ToolFault::name`]).
@@ -140,6 +170,35 @@ impl ToolFault {
             ToolFault::SlowCompletionNearDeadline => "store_slow_completion_near_deadline",
             ToolFault::ClaimAnswersLost => "store_claim_answers_lost",
             ToolFault::ItemTooLarge => "store_item_too_large",
+            ToolFault::ItemTooLargeOnClaim => "store_item_too_large_on_claim",
+            ToolFault::InvokeThrottled => "tool_invoke_throttled",
+            ToolFault::InvokeRefused => "tool_invoke_refused",
+            ToolFault::InvokePrestartUnknown => "tool_invoke_prestart_unknown",
+            ToolFault::Invoke5xx => "tool_invoke_5xx",
+            ToolFault::SandboxTimedout => "tool_sandbox_timedout",
+            ToolFault::InvokeConnectionLost => "tool_invoke_connection_lost",
+        }
+    }
+
+    /// Sent through the real `LambdaDispatcher` to the fake Lambda ([`super::lambda`]).
+    pub fn is_invoke(self) -> bool {
+        matches!(
+            self,
+            ToolFault::InvokeThrottled
+                | ToolFault::InvokeRefused
+                | ToolFault::InvokePrestartUnknown
+                | ToolFault::Invoke5xx
+                | ToolFault::SandboxTimedout
+                | ToolFault::InvokeConnectionLost
+        )
+    }
+
+    /// The fault acted on this invocation: the tool was called, or (store-path claim faults)
+    /// the claim met it.
+    pub fn acted(self, notes: &Notes) -> bool {
+        match self {
+            ToolFault::ItemTooLargeOnClaim => notes.armed && notes.claim_error.is_some(),
+            _ => notes.invoked || notes.lost_claim.is_some(),
         }
     }
 
@@ -226,6 +285,11 @@ pub struct Notes {
     /// A claim that failed with a final error (`rejected`, `config`) and that a later claim on the
     /// key found written, held under a token no claim was told it holds: the kind of that error.
     pub claim_written_though_failed: Option<&'static str>,
+    /// An invoke fault's form: what the executor must do with the claim (see
+    /// [`super::lambda::Form::release`]).
+    pub invoke_release: Option<Option<bool>>,
+    /// The executor sent a release of this invocation's claim.
+    pub release_sent: bool,
 }
 
 /// A store error with its sources (`a: b: c`), so that a note names the service's error code.
@@ -307,13 +371,22 @@ impl Clock for NotingClock {
 /// tool (with its timeout enforced).
 pub struct ChaosTool {
     pub demo: Arc<DemoTool>,
+    /// The `Invoke` path of the invoke fault classes (without it, they run in process).
+    lambda: Option<Arc<ToolLambda>>,
 }
 
 impl ChaosTool {
     pub fn new(demo: DemoTool) -> ChaosTool {
         ChaosTool {
             demo: Arc::new(demo),
+            lambda: None,
         }
+    }
+
+    /// Sends the invoke fault classes through `lambda`.
+    pub fn with_lambda(mut self, lambda: Arc<ToolLambda>) -> ChaosTool {
+        self.lambda = Some(lambda);
+        self
     }
 
     fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
@@ -336,7 +409,17 @@ impl ChaosTool {
             ToolFault::None
             | ToolFault::PauseBeforeComplete
             | ToolFault::ClaimAnswersLost
-            | ToolFault::ItemTooLarge => self.effect(target, &payload),
+            | ToolFault::ItemTooLarge
+            | ToolFault::ItemTooLargeOnClaim => self.effect(target, &payload),
+            ToolFault::InvokeThrottled
+            | ToolFault::InvokeRefused
+            | ToolFault::InvokePrestartUnknown
+            | ToolFault::Invoke5xx
+            | ToolFault::SandboxTimedout
+            | ToolFault::InvokeConnectionLost => match &self.lambda {
+                Some(lambda) => lambda.invoke(attempt, target, payload, timeout).await,
+                None => self.effect(target, &payload),
+            },
             ToolFault::SlowClaim => {
                 // A tool Lambda with a timeout of its own: the invoker's client gives up at its
                 // timeout (the outcome is unknown), the function goes on and does its side effect
@@ -403,7 +486,7 @@ impl ChaosTool {
 }
 
 /// Does the demo tool's side effect, noting its receipt on `attempt`.
-fn effect(
+pub(super) fn effect(
     demo: &DemoTool,
     attempt: Option<&Attempt>,
     target: &str,
@@ -426,6 +509,7 @@ impl Dispatcher for ChaosTool {
         // models a tool Lambda with a timeout of its own.
         match current() {
             Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
+            Some(a) if a.fault.is_invoke() && self.lambda.is_some() => FUNCTION_TIMEOUT,
             _ => Duration::ZERO,
         }
     }
@@ -547,12 +631,17 @@ impl<S: Store> NotingStore<S> {
         let rule = match attempt.fault {
             ToolFault::SlowClaim => (SLOW_CLAIM_HOLD_FOR, KeyedFault::Hold(SLOW_CLAIM_HOLD)),
             ToolFault::ClaimAnswersLost => (CLAIM_LOST_FOR, KeyedFault::Drop),
+            ToolFault::ItemTooLargeOnClaim => (super::STORE_DEADLINE, KeyedFault::ItemTooLarge),
             _ => return false,
         };
         if attempt.note(|n| std::mem::replace(&mut n.armed, true)) {
             return false;
         }
-        keyed.arm("PutItem", key, Duration::ZERO, rule.0, rule.1);
+        match rule.1 {
+            // Only the claim's first write: a racing send of the same call claims as usual.
+            KeyedFault::ItemTooLarge => keyed.arm_first("PutItem", key, rule.0, rule.1),
+            fault => keyed.arm("PutItem", key, Duration::ZERO, rule.0, fault),
+        }
         true
     }
 
@@ -790,10 +879,14 @@ impl<S: Store> Store for NotingStore<S> {
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.holders
+        let holder = self
+            .holders
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(token);
+        if let Some(holder) = holder {
+            holder.note(|n| n.release_sent = true);
+        }
         let released = self.inner.release(key, token).await;
         let handed_back = self
             .handed_back

@@ -22,6 +22,7 @@
 //! fault) is fixed by the seed; the exact timing against a real server is not.
 
 pub mod attempt;
+pub mod lambda;
 pub mod oracle;
 pub mod plan;
 pub mod proxy;
@@ -47,6 +48,7 @@ use toolcall_dedup::store::{
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 use attempt::{ATTEMPT, Attempt, ChaosTool, NotingClock, NotingStore, ToolFault};
+use lambda::ToolLambda;
 use oracle::{Observed, Verdict};
 use proxy::{AccessError, FaultProxy, RequestFaults, StoreFault};
 
@@ -112,6 +114,9 @@ pub enum FaultClass {
     AccessErrors,
     /// Windows in which the proxy does not listen (`store_connect_refused` counts the windows).
     Refusals,
+    /// Windows in which connects hang and connections go silent (`store_connect_blackholed`
+    /// counts the windows).
+    Blackholes,
 }
 
 impl FaultClass {
@@ -130,6 +135,7 @@ impl FaultClass {
             FaultClass::Pauses,
             FaultClass::AccessErrors,
             FaultClass::Refusals,
+            FaultClass::Blackholes,
         ];
         tool.chain(request).chain(windows).collect()
     }
@@ -142,6 +148,7 @@ impl FaultClass {
             FaultClass::Pauses => "server_pauses",
             FaultClass::AccessErrors => StoreFault::AccessOrTableError.name(),
             FaultClass::Refusals => "store_connect_refused",
+            FaultClass::Blackholes => "store_connect_blackholed",
         }
     }
 
@@ -166,21 +173,6 @@ pub fn fault_names() -> Vec<&'static str> {
     names.dedup();
     names
 }
-
-/// Failure classes of the fault model (docs/testing.md, "Fault model from the AWS contracts")
-/// that no class injects yet: a black-holed connect, a stall past the stalled-stream grace, an
-/// item too large for a claim, and the `Invoke` path through a real dispatcher.
-pub const FAULTS_NOT_INJECTED: [&str; 9] = [
-    "store_connect_blackholed",
-    "store_stalled_past_grace",
-    "store_item_too_large_on_claim",
-    "tool_invoke_throttled",
-    "tool_invoke_refused",
-    "tool_invoke_prestart_unknown",
-    "tool_invoke_5xx",
-    "tool_sandbox_timedout",
-    "tool_invoke_connection_lost",
-];
 
 /// One soak against one server.
 #[derive(Debug, Clone)]
@@ -216,8 +208,6 @@ pub struct SoakReport {
     /// The forms of the classes that have several, as `class.form` (e.g.
     /// `store_server_error.503_after_forward`), and what the windows cut.
     pub fault_variants: BTreeMap<String, u64>,
-    /// Failure classes of the fault model no class injects yet.
-    pub faults_not_injected: Vec<String>,
     /// What the store-path faults led to: leases moved, lost claims released (by the store or,
     /// handed back, by the executor), slow completions stored and how close to the deadline.
     pub store_paths: BTreeMap<String, u64>,
@@ -237,6 +227,9 @@ pub struct SoakReport {
     /// taken over: the lease token's fence at work.
     pub late_completions_refused: u64,
     pub unexecuted_before_settle: u64,
+    /// Invoke faults after which the executor released a claim whose tool may have run, or kept
+    /// one whose tool provably never started.
+    pub claims_misjudged: u64,
     pub key_splits: u64,
     pub settle_failures: u64,
     pub duration_ms: u64,
@@ -252,6 +245,7 @@ impl SoakReport {
             && self.stuck_claims == 0
             && self.key_splits == 0
             && self.settle_failures == 0
+            && self.claims_misjudged == 0
     }
 
     /// Sums reports of several servers.
@@ -264,11 +258,6 @@ impl SoakReport {
         }
         for (k, v) in other.fault_variants {
             *self.fault_variants.entry(k).or_default() += v;
-        }
-        for name in other.faults_not_injected {
-            if !self.faults_not_injected.contains(&name) {
-                self.faults_not_injected.push(name);
-            }
         }
         for (k, v) in other.store_paths {
             *self.store_paths.entry(k).or_default() += v;
@@ -285,6 +274,7 @@ impl SoakReport {
         self.reexecutions_claimed_by_a_late_write += other.reexecutions_claimed_by_a_late_write;
         self.late_completions_refused += other.late_completions_refused;
         self.unexecuted_before_settle += other.unexecuted_before_settle;
+        self.claims_misjudged += other.claims_misjudged;
         self.key_splits += other.key_splits;
         self.settle_failures += other.settle_failures;
         self.duration_ms += other.duration_ms;
@@ -314,7 +304,8 @@ impl SoakReport {
              side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended, \
              {} of them claimed by a write applied after it though sent before); \
              {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
-             double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}\n\
+             double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}, \
+             claims misjudged: {}\n\
              ledger: {}\n",
             self.seed,
             self.servers.join(" + "),
@@ -343,6 +334,7 @@ impl SoakReport {
             self.stuck_claims,
             self.key_splits,
             self.settle_failures,
+            self.claims_misjudged,
             self.ledgers.join(", "),
         );
         for f in &self.findings {
@@ -440,6 +432,9 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     if without(FaultClass::Refusals) {
         plan.refusals.clear();
     }
+    if without(FaultClass::Blackholes) {
+        plan.blackholes.clear();
+    }
     let store_faults = cfg.excluded.iter().fold(STORE_FAULTS, |f, c| match c {
         FaultClass::Request(fault) => f.without(*fault),
         _ => f,
@@ -478,10 +473,12 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         policies,
         ..Config::default()
     };
+    let tool = ChaosTool::new(DemoTool::new(Ledger::file(&ledger_path)));
+    let lambda = Arc::new(ToolLambda::start(tool.demo.clone()).await?);
     let handler = Arc::new(
         Handler::new(
             NotingStore::new(store).with_keyed_faults(proxy.keyed()),
-            ChaosTool::new(DemoTool::new(Ledger::file(&ledger_path))),
+            tool.with_lambda(lambda.clone()),
             &config,
             Telemetry::quiet(),
         )
@@ -503,6 +500,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             pauses: plan.pauses.clone(),
             access_errors: plan.access_errors.clone(),
             refusals: plan.refusals.clone(),
+            blackholes: plan.blackholes.clone(),
         },
         cfg.server_pid,
         ProxySwitch(Arc::new(proxy)),
@@ -539,10 +537,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     while let Some(joined) = tasks.join_next().await {
         let (fault, o) =
             joined.map_err(|e| ChaosError::Setup(format!("an invocation panicked: {e}")))?;
-        if fault != ToolFault::None
-            && !fault.counted_by_proxy()
-            && (o.notes.invoked || o.notes.lost_claim.is_some())
-        {
+        if fault != ToolFault::None && !fault.counted_by_proxy() && fault.acted(&o.notes) {
             *faults.entry(fault.name().into()).or_default() += 1;
         }
         let outcome = o
@@ -564,6 +559,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     proxy.set_faults(RequestFaults::NONE);
     proxy.set_outage(false);
     proxy.set_refusing(false);
+    proxy.set_blackholed(false);
     proxy.set_access_error(None);
     for (fault, n) in proxy.counts() {
         faults.insert(fault.name().into(), n);
@@ -576,7 +572,12 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         FaultClass::Refusals.name().into(),
         plan.refusals.len() as u64,
     );
-    let fault_variants = proxy.variants();
+    faults.insert(
+        FaultClass::Blackholes.name().into(),
+        plan.blackholes.len() as u64,
+    );
+    let mut fault_variants = proxy.variants();
+    fault_variants.extend(lambda.variants());
 
     // Settle: every lease asked for has ended (plus a margin); then one fault-free send per call.
     let last_lease = observed
@@ -634,6 +635,11 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     store_paths.insert("slow_claim_probes".into(), slow_claim_probes);
     store_paths.insert("results_omitted".into(), verdict.results_omitted);
     store_paths.insert("already_ran_answers".into(), verdict.already_ran_answers);
+    store_paths.insert(
+        "invoke_claims_released".into(),
+        verdict.invoke_claims_released,
+    );
+    store_paths.insert("invoke_claims_kept".into(), verdict.invoke_claims_kept);
     let stray: usize = by_session.values().map(Vec::len).sum();
     if stray > 0 {
         verdict.double_executions += stray as u64;
@@ -652,7 +658,6 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             .count() as u64,
         faults,
         fault_variants,
-        faults_not_injected: FAULTS_NOT_INJECTED.iter().map(|s| s.to_string()).collect(),
         store_paths,
         outcomes,
         executed: verdict.executed,
@@ -663,6 +668,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         reexecutions_claimed_by_a_late_write: verdict.reexecutions_claimed_by_a_late_write,
         late_completions_refused: verdict.late_completions_refused,
         unexecuted_before_settle: verdict.unexecuted_before_settle,
+        claims_misjudged: verdict.claims_misjudged,
         key_splits: verdict.key_splits,
         settle_failures,
         duration_ms: started.elapsed().as_millis() as u64,
@@ -875,6 +881,7 @@ struct Windows {
     pauses: Vec<(Duration, Duration)>,
     access_errors: Vec<(Duration, Duration, AccessError)>,
     refusals: Vec<(Duration, Duration)>,
+    blackholes: Vec<(Duration, Duration)>,
 }
 
 async fn fault_windows(
@@ -916,7 +923,15 @@ async fn fault_windows(
             proxy.set_refusing(false);
         }
     };
-    tokio::join!(outage, pause, access, refuse);
+    let blackhole = async {
+        for (at, length) in windows.blackholes {
+            tokio::time::sleep_until(start + at).await;
+            proxy.set_blackholed(true);
+            tokio::time::sleep(length).await;
+            proxy.set_blackholed(false);
+        }
+    };
+    tokio::join!(outage, pause, access, refuse, blackhole);
     switch
 }
 

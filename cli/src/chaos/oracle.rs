@@ -72,6 +72,12 @@ pub struct Verdict {
     pub results_omitted: u64,
     /// Replayed answers of such a record: "already ran", without the result.
     pub already_ran_answers: u64,
+    /// Invoke faults after which the executor released the claim, or kept it.
+    pub invoke_claims_released: u64,
+    pub invoke_claims_kept: u64,
+    /// Invoke faults after which the executor released a claim whose tool may have run, or kept
+    /// one whose tool provably never started.
+    pub claims_misjudged: u64,
     pub findings: Vec<String>,
 }
 
@@ -289,6 +295,34 @@ pub fn check_call(
             o.notes.orphan_releases.join("; "),
             o.notes.later_unconfirmed_on_key,
         ));
+    }
+
+    // The `Invoke` path: a claim is released exactly when the dispatcher's answer proves that the
+    // tool never started (an invocation killed at its deadline may not have got to decide).
+    for o in observed.iter().filter(|o| o.killed.is_none()) {
+        let Some(expected) = o.notes.invoke_release else {
+            continue;
+        };
+        let released = o.notes.release_sent;
+        if released {
+            verdict.invoke_claims_released += 1;
+        } else {
+            verdict.invoke_claims_kept += 1;
+        }
+        if released != (expected == Some(true)) {
+            verdict.claims_misjudged += 1;
+            let (did, should) = if released {
+                ("released", "the tool may have run")
+            } else {
+                ("kept", "the tool provably never started")
+            };
+            verdict.finding(format!(
+                "{session}: {:?} ({}): the executor {did} the claim, but {should} ({})",
+                o.attempt.fault,
+                o.outcome.map_or("none", Outcome::name),
+                describe_notes(o)
+            ));
+        }
     }
 
     // Claims.

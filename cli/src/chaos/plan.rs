@@ -43,11 +43,13 @@ pub struct Plan {
     pub access_errors: Vec<(Duration, Duration, AccessError)>,
     /// Windows in which the fault proxy does not listen (connects refused).
     pub refusals: Vec<(Duration, Duration)>,
+    /// Windows in which connects to the fault proxy hang and its connections go silent.
+    pub blackholes: Vec<(Duration, Duration)>,
 }
 
 /// Per mille of invocations that carry each planned fault (the tool's, or a store-path fault
 /// armed for that invocation's key).
-pub const TOOL_FAULTS: [(ToolFault, u32); 13] = [
+pub const TOOL_FAULTS: [(ToolFault, u32); 20] = [
     (ToolFault::ErrorBeforeEffect, 35),
     (ToolFault::TypedErrorAfterEffect, 20),
     (ToolFault::FourXxAfterRun, 20),
@@ -64,6 +66,15 @@ pub const TOOL_FAULTS: [(ToolFault, u32); 13] = [
     (ToolFault::ClaimAnswersLost, 10),
     // Acts only on the completion of the invocation that runs the tool (most sends replay).
     (ToolFault::ItemTooLarge, 30),
+    // Acts only on a send that claims.
+    (ToolFault::ItemTooLargeOnClaim, 30),
+    // The `Invoke` path (acts only on the invocation that runs the tool).
+    (ToolFault::InvokeThrottled, 15),
+    (ToolFault::InvokeRefused, 20),
+    (ToolFault::InvokePrestartUnknown, 15),
+    (ToolFault::Invoke5xx, 20),
+    (ToolFault::SandboxTimedout, 15),
+    (ToolFault::InvokeConnectionLost, 15),
 ];
 
 /// Calls set aside per planned fault, so that every fault acts in every run whatever the timing:
@@ -86,8 +97,8 @@ const SPREAD: Duration = Duration::from_secs(10);
 const BURST: Duration = Duration::from_millis(100);
 /// One store outage and one server pause per this much planned run time (at least one each).
 const OUTAGE_EVERY: Duration = Duration::from_secs(8);
-/// One access-or-table-error window and one connect-refused window per this much planned run
-/// time (at least one each).
+/// One access-or-table-error window, one connect-refused window and one black-hole window per
+/// this much planned run time (at least one each).
 const RARE_WINDOW_EVERY: Duration = Duration::from_secs(16);
 
 /// Builds the plan. `corpus` holds `(file name, event)` of executable events; `rate` is the
@@ -177,6 +188,13 @@ pub fn build(
         refusals.push((at, length));
     }
     refusals.sort();
+    let mut blackholes = Vec::new();
+    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 300..1500) {
+        let at = clear_of(&mut rng, span, &taken, at, length);
+        taken.push((at, length));
+        blackholes.push((at, length));
+    }
+    blackholes.sort();
     // Coverage sends claim where no window (server pauses included) is open.
     let quiet: Vec<_> = taken.iter().chain(&pauses).copied().collect();
     for fault in covered {
@@ -211,6 +229,7 @@ pub fn build(
         pauses,
         access_errors,
         refusals,
+        blackholes,
     }
 }
 
@@ -364,6 +383,7 @@ mod tests {
             .iter()
             .chain(&plan.pauses)
             .chain(&plan.refusals)
+            .chain(&plan.blackholes)
             .copied()
             .chain(plan.access_errors.iter().map(|&(at, len, _)| (at, len)))
             .collect();

@@ -710,6 +710,17 @@ enum Cut {
     Shutdown,
 }
 
+/// How the proxy's listening socket takes connects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Listening {
+    Open,
+    /// Closed: connects are refused by the kernel.
+    Refusing,
+    /// Black-holed: a socket whose accept queue is full, so the kernel drops every SYN and a
+    /// connect hangs until the caller's timeout; requests on open connections get no answer.
+    Blackholed,
+}
+
 struct Shared {
     upstream: String,
     faults: Mutex<(RequestFaults, fastrand::Rng)>,
@@ -718,6 +729,8 @@ struct Shared {
     access_error: Mutex<Option<AccessError>>,
     /// Bumped at each cut (outage, access window or refusal start); connections watch it and close.
     cut: watch::Sender<(u32, Cut)>,
+    /// In a black-hole window: requests and answers are dropped.
+    blackholed: AtomicBool,
     counts: Mutex<BTreeMap<StoreFault, u64>>,
     /// Counts by `class.variant` (which status, which error, before or after forwarding, ...).
     variants: Mutex<BTreeMap<String, u64>>,
@@ -802,7 +815,7 @@ impl Shared {
 pub struct FaultProxy {
     url: String,
     shared: Arc<Shared>,
-    refusing: watch::Sender<bool>,
+    listening: watch::Sender<Listening>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -831,6 +844,7 @@ impl FaultProxy {
                 .to_string(),
             faults: Mutex::new((RequestFaults::NONE, fastrand::Rng::with_seed(seed))),
             outage: AtomicBool::new(false),
+            blackholed: AtomicBool::new(false),
             access_error: Mutex::new(None),
             cut: watch::channel((0, Cut::Shutdown)).0,
             counts: Mutex::new(BTreeMap::new()),
@@ -838,12 +852,12 @@ impl FaultProxy {
             keyed: Arc::default(),
             writes: Arc::new(WriteLog::new(key_attribute)),
         });
-        let (refusing, refusals) = watch::channel(false);
-        let accept = tokio::spawn(accept_loop(shared.clone(), listener, addr, refusals));
+        let (listening, modes) = watch::channel(Listening::Open);
+        let accept = tokio::spawn(accept_loop(shared.clone(), listener, addr, modes));
         Ok(FaultProxy {
             url,
             shared,
-            refusing,
+            listening,
             accept,
         })
     }
@@ -885,7 +899,16 @@ impl FaultProxy {
         if on {
             self.shared.cut(Cut::Refusing);
         }
-        self.refusing.send_replace(on);
+        self.listening
+            .send_replace(if on { Listening::Refusing } else { Listening::Open });
+    }
+
+    /// Starts or ends a black-hole window: connects hang (the caller's attempt timeout ends
+    /// them), requests on open connections and answers on their way back are dropped.
+    pub fn set_blackholed(&self, on: bool) {
+        self.shared.blackholed.store(on, Ordering::SeqCst);
+        self.listening
+            .send_replace(if on { Listening::Blackholed } else { Listening::Open });
     }
 
     /// Starts (cutting every open connection) or ends an access-or-table-error window.
@@ -941,18 +964,24 @@ async fn listen() -> std::io::Result<TcpListener> {
 }
 
 /// Accepts connections; while refusing, the listening socket is closed (connects are refused by
-/// the kernel), and opened again on the same address after.
+/// the kernel), while black-holed it is replaced by one that drops every connect; it is opened
+/// again on the same address after.
 async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
     addr: SocketAddr,
-    mut refusing: watch::Receiver<bool>,
+    mut modes: watch::Receiver<Listening>,
 ) {
     let mut listener = Some(listener);
     loop {
-        if *refusing.borrow_and_update() {
+        let mode = *modes.borrow_and_update();
+        if mode != Listening::Open {
             listener = None;
-            if refusing.changed().await.is_err() {
+            let _hole = match mode {
+                Listening::Blackholed => Some(BlackHole::open(addr).await),
+                _ => None,
+            };
+            if modes.changed().await.is_err() {
                 return;
             }
             continue;
@@ -971,7 +1000,46 @@ async fn accept_loop(
                 }
                 tokio::spawn(serve(shared.clone(), inbound));
             }
-            changed = refusing.changed() => if changed.is_err() { return },
+            changed = modes.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// A listening socket on the proxy's address that never accepts, with its one-place accept
+/// queue filled by a connection of its own: Linux then drops every further SYN, so a connect
+/// neither succeeds nor is refused (what a firewall's DROP rule does, without the privilege).
+struct BlackHole {
+    _listener: Option<TcpListener>,
+    _filler: Option<TcpStream>,
+}
+
+impl BlackHole {
+    async fn open(addr: SocketAddr) -> BlackHole {
+        for _ in 0..50 {
+            let socket = match tokio::net::TcpSocket::new_v4() {
+                Ok(socket) => socket,
+                Err(_) => break,
+            };
+            let _ = socket.set_reuseaddr(true);
+            let Ok(listener) = socket.bind(addr).and_then(|()| socket.listen(0)) else {
+                // The port is still taken by a closing connection: try again shortly.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            };
+            let filler =
+                tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr))
+                    .await
+                    .ok()
+                    .and_then(Result::ok);
+            return BlackHole {
+                _listener: Some(listener),
+                _filler: filler,
+            };
+        }
+        tracing::warn!(%addr, "the fault proxy could not open its black hole; connects are refused");
+        BlackHole {
+            _listener: None,
+            _filler: None,
         }
     }
 }
@@ -1111,6 +1179,11 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             _ = cut.changed() => { shared.count_cut(cut.borrow().1); return; }
         };
         let Ok(Some(request)) = request else { return };
+        if shared.blackholed.load(Ordering::SeqCst) {
+            shared.count_named("store_connect_blackholed.requests_dropped");
+            hold_while_blackholed(&shared).await;
+            return;
+        }
         let target = target(&request);
         let access_error = *shared
             .access_error
@@ -1155,6 +1228,10 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             if let Some(form) = form {
                 shared.count_variant(fault, form);
             }
+            if fault == StoreFault::ItemTooLarge {
+                // A claim's PutItem or a completion's UpdateItem.
+                shared.count_variant(fault, &target);
+            }
         }
         let after = match action {
             Action::Close => return,
@@ -1192,6 +1269,11 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             _ = cut.changed() => { shared.count_cut(cut.borrow().1); return; }
         };
         let Some(response) = response else { return };
+        if shared.blackholed.load(Ordering::SeqCst) {
+            shared.count_named("store_connect_blackholed.answers_dropped");
+            hold_while_blackholed(&shared).await;
+            return;
+        }
         let (head, body) = split(&response);
         match after {
             After::Pass => {}
@@ -1254,6 +1336,13 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
         if closes(&response) {
             return;
         }
+    }
+}
+
+/// Keeps a connection silent until the black-hole window ends (its caller gives up first).
+async fn hold_while_blackholed(shared: &Shared) {
+    while shared.blackholed.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -1502,6 +1591,35 @@ mod tests {
         proxy.set_refusing(false);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
+    }
+
+    #[tokio::test]
+    async fn a_black_hole_window_lets_connects_hang_and_drops_requests_then_listens_again() {
+        let proxy = FaultProxy::start(&upstream(OK).await, 1, "pk")
+            .await
+            .unwrap();
+        let addr = proxy.url().trim_start_matches("http://").to_string();
+        let mut open = TcpStream::connect(&addr).await.unwrap();
+        proxy.set_blackholed(true);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let connect = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(&addr));
+        assert!(
+            connect.await.is_err(),
+            "a connect neither succeeds nor is refused: it hangs"
+        );
+        open.write_all(&write("PutItem", r#"{"pk":{"S":"k"}}"#))
+            .await
+            .unwrap();
+        let mut answer = [0u8; 16];
+        let read = tokio::time::timeout(Duration::from_millis(300), open.read(&mut answer));
+        assert!(read.await.is_err(), "a request on an open connection gets no answer");
+        proxy.set_blackholed(false);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
+        assert_eq!(
+            proxy.variants().get("store_connect_blackholed.requests_dropped"),
+            Some(&1)
+        );
     }
 
     #[tokio::test]
