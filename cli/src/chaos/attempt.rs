@@ -193,19 +193,13 @@ impl ToolFault {
         )
     }
 
-    /// The fault acted on this invocation: the tool was called, or (store-path claim faults)
-    /// the claim met it.
-    pub fn acted(self, notes: &Notes) -> bool {
-        match self {
-            ToolFault::ItemTooLargeOnClaim => notes.armed && notes.claim_error.is_some(),
-            _ => notes.invoked || notes.lost_claim.is_some(),
-        }
-    }
-
     /// Counted by the fault proxy when it hits (its name is a [`super::proxy::StoreFault`]'s),
     /// not by the soak when the tool is reached.
     pub fn counted_by_proxy(self) -> bool {
-        self == ToolFault::ItemTooLarge
+        matches!(
+            self,
+            ToolFault::ItemTooLarge | ToolFault::ItemTooLargeOnClaim
+        )
     }
 }
 

@@ -501,8 +501,9 @@ fn answer(jobs: &Jobs, path: &str, payload: &[u8]) -> Response {
 }
 
 fn head(status: u16, headers: &[(&str, &str)], length: usize) -> Vec<u8> {
-    let mut head =
-        format!("HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n");
+    let mut head = format!(
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n"
+    );
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -606,11 +607,7 @@ mod tests {
                     Ok(_) => None,
                     Err(e) => Some(!e.outcome_unknown(&nothing_ran)),
                 };
-                assert_eq!(
-                    release, form.release,
-                    "{}: {answered:?}",
-                    form.label
-                );
+                assert_eq!(release, form.release, "{}: {answered:?}", form.label);
                 assert_eq!(
                     attempt.note(|n| n.receipt_id.is_some()),
                     form.runs,

@@ -537,7 +537,10 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     while let Some(joined) = tasks.join_next().await {
         let (fault, o) =
             joined.map_err(|e| ChaosError::Setup(format!("an invocation panicked: {e}")))?;
-        if fault != ToolFault::None && !fault.counted_by_proxy() && fault.acted(&o.notes) {
+        if fault != ToolFault::None
+            && !fault.counted_by_proxy()
+            && (o.notes.invoked || o.notes.lost_claim.is_some())
+        {
             *faults.entry(fault.name().into()).or_default() += 1;
         }
         let outcome = o

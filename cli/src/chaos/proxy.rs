@@ -128,7 +128,8 @@ impl RequestFaults {
             | StoreFault::KeyedAnswerHeld
             | StoreFault::KeyedAnswerDropped
             | StoreFault::AccessOrTableError
-            | StoreFault::ItemTooLarge => return None,
+            | StoreFault::ItemTooLarge
+            | StoreFault::ItemTooLargeOnClaim => return None,
         })
     }
 }
@@ -162,6 +163,8 @@ pub enum StoreFault {
     /// A request hit by an armed [`KeyedFault::ItemTooLarge`]: HTTP 400 `ValidationException`
     /// "Item size has exceeded the maximum allowed size", not forwarded.
     ItemTooLarge,
+    /// The same answer to a claim's `PutItem`.
+    ItemTooLargeOnClaim,
     /// Forwarded; the answer's body cut short of its `Content-Length`, or not JSON.
     ResponseGarbled,
     /// Forwarded; the answer's body stalled past the attempt timeout.
@@ -169,7 +172,7 @@ pub enum StoreFault {
 }
 
 impl StoreFault {
-    pub const ALL: [StoreFault; 17] = [
+    pub const ALL: [StoreFault; 18] = [
         StoreFault::DropBeforeForward,
         StoreFault::DropAfterForward,
         StoreFault::DelayPastTimeout,
@@ -185,6 +188,7 @@ impl StoreFault {
         StoreFault::RequestTimeout,
         StoreFault::AccessOrTableError,
         StoreFault::ItemTooLarge,
+        StoreFault::ItemTooLargeOnClaim,
         StoreFault::ResponseGarbled,
         StoreFault::BodyStalled,
     ];
@@ -206,6 +210,7 @@ impl StoreFault {
             StoreFault::RequestTimeout => "store_request_timeout_408",
             StoreFault::AccessOrTableError => "store_access_or_table_error",
             StoreFault::ItemTooLarge => "store_item_too_large",
+            StoreFault::ItemTooLargeOnClaim => "store_item_too_large_on_claim",
             StoreFault::ResponseGarbled => "store_response_garbled",
             StoreFault::BodyStalled => "store_body_stalled",
         }
@@ -899,16 +904,22 @@ impl FaultProxy {
         if on {
             self.shared.cut(Cut::Refusing);
         }
-        self.listening
-            .send_replace(if on { Listening::Refusing } else { Listening::Open });
+        self.listening.send_replace(if on {
+            Listening::Refusing
+        } else {
+            Listening::Open
+        });
     }
 
     /// Starts or ends a black-hole window: connects hang (the caller's attempt timeout ends
     /// them), requests on open connections and answers on their way back are dropped.
     pub fn set_blackholed(&self, on: bool) {
         self.shared.blackholed.store(on, Ordering::SeqCst);
-        self.listening
-            .send_replace(if on { Listening::Blackholed } else { Listening::Open });
+        self.listening.send_replace(if on {
+            Listening::Blackholed
+        } else {
+            Listening::Open
+        });
     }
 
     /// Starts (cutting every open connection) or ends an access-or-table-error window.
@@ -1026,11 +1037,10 @@ impl BlackHole {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             };
-            let filler =
-                tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr))
-                    .await
-                    .ok()
-                    .and_then(Result::ok);
+            let filler = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr))
+                .await
+                .ok()
+                .and_then(Result::ok);
             return BlackHole {
                 _listener: Some(listener),
                 _filler: filler,
@@ -1137,7 +1147,9 @@ fn action(
             ),
         },
         StoreFault::RequestTimeout => (Action::Answer(REQUEST_TIMEOUT), None),
-        StoreFault::ItemTooLarge => (Action::Answer(ITEM_TOO_LARGE), None),
+        StoreFault::ItemTooLarge | StoreFault::ItemTooLargeOnClaim => {
+            (Action::Answer(ITEM_TOO_LARGE), None)
+        }
         StoreFault::ResponseGarbled => match variant % 2 {
             0 => (Action::Forward(After::CutShort), Some("body_cut_short")),
             _ => (Action::Forward(After::NotJson), Some("body_not_json")),
@@ -1215,6 +1227,11 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             Some(KeyedFault::Drop) => {
                 (Some(StoreFault::KeyedAnswerDropped), 0, RequestFaults::NONE)
             }
+            Some(KeyedFault::ItemTooLarge) if target == "PutItem" => (
+                Some(StoreFault::ItemTooLargeOnClaim),
+                0,
+                RequestFaults::NONE,
+            ),
             Some(KeyedFault::ItemTooLarge) => {
                 (Some(StoreFault::ItemTooLarge), 0, RequestFaults::NONE)
             }
@@ -1227,10 +1244,6 @@ async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             shared.count(fault);
             if let Some(form) = form {
                 shared.count_variant(fault, form);
-            }
-            if fault == StoreFault::ItemTooLarge {
-                // A claim's PutItem or a completion's UpdateItem.
-                shared.count_variant(fault, &target);
             }
         }
         let after = match action {
@@ -1612,12 +1625,17 @@ mod tests {
             .unwrap();
         let mut answer = [0u8; 16];
         let read = tokio::time::timeout(Duration::from_millis(300), open.read(&mut answer));
-        assert!(read.await.is_err(), "a request on an open connection gets no answer");
+        assert!(
+            read.await.is_err(),
+            "a request on an open connection gets no answer"
+        );
         proxy.set_blackholed(false);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(send(&proxy).await.unwrap().ends_with(b"{}"));
         assert_eq!(
-            proxy.variants().get("store_connect_blackholed.requests_dropped"),
+            proxy
+                .variants()
+                .get("store_connect_blackholed.requests_dropped"),
             Some(&1)
         );
     }

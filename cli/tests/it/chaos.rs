@@ -75,6 +75,14 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "store_response_garbled",
         "store_body_stalled",
         "store_connect_refused",
+        "store_connect_blackholed",
+        "store_item_too_large_on_claim",
+        "tool_invoke_throttled",
+        "tool_invoke_refused",
+        "tool_invoke_prestart_unknown",
+        "tool_invoke_5xx",
+        "tool_sandbox_timedout",
+        "tool_invoke_connection_lost",
     ] {
         if excluded.contains(&kind) {
             continue;
@@ -83,10 +91,11 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
     }
     assert!(
         report.passed(),
-        "double executions {}, lost results {}, stuck claims {}:\n{}",
+        "double executions {}, lost results {}, stuck claims {}, claims misjudged {}:\n{}",
         report.double_executions,
         report.lost_results,
         report.stuck_claims,
+        report.claims_misjudged,
         report.summary()
     );
 }
