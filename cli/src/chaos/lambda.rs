@@ -337,29 +337,22 @@ impl ToolLambda {
     ) -> Result<Vec<u8>, DispatchError> {
         let forms = forms(attempt.fault);
         let form = forms[fastrand::usize(..forms.len())];
-        *self
-            .variants
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(format!("{}.{}", attempt.fault.name(), form.label))
-            .or_default() += 1;
+        self.count(attempt.fault, form.label);
         attempt.note(|n| n.invoke_release = Some(form.release));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let function = format!("chaos-{id}");
+        let job = Job {
+            attempt: attempt.clone(),
+            target: target.to_string(),
+            form,
+            registered: Instant::now(),
+            requests: 0,
+        };
         self.jobs
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                id,
-                Job {
-                    attempt,
-                    target: target.to_string(),
-                    form,
-                    registered: Instant::now(),
-                    requests: 0,
-                },
-            );
+            .insert(id, job);
         let dispatcher = match form.answer {
             Answer::ConnectRefused => &self.unreachable,
             _ => &self.dispatcher,
@@ -370,10 +363,28 @@ impl ToolLambda {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
+        if let Err(DispatchError::Timeout { .. }) = answered {
+            // The dispatcher's time ran out with a request in flight (a claim that came late
+            // leaves the tool little time, and each throttled attempt takes a round trip): the
+            // form's answer never reached it, and an invoke it gave up on may have been
+            // delivered, so the claim must be kept.
+            attempt.note(|n| n.invoke_release = Some(Some(false)));
+            self.count(attempt.fault, "timed_out");
+        }
         answered
     }
 
-    /// Invokes sent so far, by `class.label`.
+    fn count(&self, fault: ToolFault, form: &str) {
+        *self
+            .variants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(format!("{}.{form}", fault.name()))
+            .or_default() += 1;
+    }
+
+    /// Invokes sent so far, by `class.label` (and `class.timed_out`: the dispatcher's time ran out
+    /// before the form's answer reached it).
     pub fn variants(&self) -> BTreeMap<String, u64> {
         self.variants
             .lock()

@@ -7,15 +7,16 @@
 //!   answers with DynamoDB's throttling, write-conflict, 5xx and 408 errors (5xx also in place of
 //!   an answer to a request it forwarded), garbles or stalls answers, and has windows: outages
 //!   (every connection cut and refused), refusals (the listening socket closed: connects refused),
-//!   and access-or-table errors (every request answered `ResourceNotFoundException`,
-//!   `AccessDeniedException` or `ExpiredTokenException`). The server process itself is paused
+//!   access-or-table errors (every request answered one of the thirteen documented refusals), and
+//!   black holes (connects hang, open connections go silent). The server process itself is paused
 //!   (`SIGSTOP`, then `SIGCONT`) in other windows. It is paused rather than restarted because moto
 //!   keeps its tables in memory: a restart would lose the table, which no real DynamoDB outage
 //!   does. Every class is named in [`FaultClass`]; the report's `faults` has a count for each.
 //! - **Tool path**: the tool raises before its effect, crashes after it, hangs past its timeout,
 //!   or ignores its timeout until the Lambda deadline kills the invocation; invocations are killed
 //!   (their future dropped) while the tool runs or right after its effect, so that later
-//!   invocations must take the lease over.
+//!   invocations must take the lease over. The `Invoke` classes go through the real
+//!   `LambdaDispatcher` to a fake Lambda ([`lambda`]).
 //!
 //! Leases are short (an invocation has [`BUDGET`]; its lease ends [`LEASE_MARGIN`] after that),
 //! so takeovers happen within seconds. The interleaving (which call is sent when, with which

@@ -3,7 +3,8 @@
 //! `scripts/chaos` installs and starts the servers, passes their endpoints and processes through
 //! the `DEDUP_TEST_*` variables, and stops them after. The summary goes to stdout; its last line
 //! is one JSON object (with `--json`, the only line: the summary goes to stderr); the exit code is
-//! 1 when the oracle found a double execution, a lost result or a stuck claim.
+//! 1 when the oracle found a double execution, a lost result, a stuck claim or a claim the
+//! executor released or kept against what the tool's answer proved.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -9,6 +9,7 @@
 use crate::servers;
 
 use dedup_cli::chaos::{FaultClass, SoakConfig, fault_names, soak};
+use std::collections::BTreeSet;
 use servers::Backend;
 
 /// The seed of the CI soak: fixed, so a failure reproduces with `scripts/chaos --seed 14`.
@@ -108,4 +109,44 @@ async fn a_fixed_seed_chaos_soak_on_moto_runs_each_call_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_seed_chaos_soak_on_dynalite_runs_each_call_once() {
     soak_on(Backend::Dynalite, "dynalite", "DEDUP_TEST_DYNALITE_PID").await;
+}
+
+/// The backticked words of a table cell.
+fn backticked(cell: &str) -> impl Iterator<Item = &str> {
+    cell.split('`').skip(1).step_by(2)
+}
+
+/// The fault model of docs/testing.md and the soak agree: every row of its tables names a class
+/// the summary's `faults` counts, or says why the failure cannot arise; every class the soak
+/// injects is named by some row.
+#[test]
+fn every_failure_of_the_fault_model_names_a_class_of_the_soak() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/testing.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let start = doc.find("## Fault model from the AWS contracts").unwrap();
+    let end = start + doc[start..].find("\n## ").unwrap();
+    let names = fault_names();
+    let mut named = BTreeSet::new();
+    let rows = doc[start..end]
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| call |"));
+    let mut checked = 0;
+    for row in rows {
+        let last = row.trim_end().trim_end_matches('|').rsplit(" | ").next().unwrap();
+        let classes: Vec<&str> = backticked(last).filter(|w| names.contains(w)).collect();
+        assert!(
+            !classes.is_empty() || last.trim_start().starts_with("not injected"),
+            "a failure with no chaos class and no reason why: {row}"
+        );
+        named.extend(classes);
+        checked += 1;
+    }
+    assert!(checked > 40, "the tables were found ({checked} rows)");
+    for class in FaultClass::all() {
+        assert!(
+            named.contains(class.name()),
+            "{} is injected but no failure of the fault model names it",
+            class.name()
+        );
+    }
 }
