@@ -275,6 +275,8 @@ struct Job {
     form: Form,
     registered: Instant,
     requests: u32,
+    /// The last request was answered `TooManyRequestsException`.
+    throttled_last: bool,
 }
 
 /// The invokes in flight, by id, and the tool their function runs.
@@ -347,6 +349,7 @@ impl ToolLambda {
             form,
             registered: Instant::now(),
             requests: 0,
+            throttled_last: false,
         };
         self.jobs
             .pending
@@ -358,18 +361,27 @@ impl ToolLambda {
             _ => &self.dispatcher,
         };
         let answered = dispatcher.invoke(&function, payload, timeout).await;
-        self.jobs
+        let throttled_last = self
+            .jobs
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        if let Err(DispatchError::Timeout { .. }) = answered {
-            // The dispatcher's time ran out with a request in flight (a claim that came late
-            // leaves the tool little time, and each throttled attempt takes a round trip): the
-            // form's answer never reached it, and an invoke it gave up on may have been
-            // delivered, so the claim must be kept.
-            attempt.note(|n| n.invoke_release = Some(Some(false)));
-            self.count(attempt.fault, "timed_out");
+            .remove(&id)
+            .is_some_and(|job| job.throttled_last);
+        // A claim that came late leaves the tool little time, and each throttled attempt takes a
+        // round trip, so the dispatcher may stop before the form's last answer.
+        match &answered {
+            Err(DispatchError::Timeout { .. }) => {
+                // Its time ran out with a request in flight, which may have been delivered.
+                attempt.note(|n| n.invoke_release = Some(Some(false)));
+                self.count(attempt.fault, "timed_out");
+            }
+            Err(_) if throttled_last => {
+                // It gave up after a 429 (no time for another attempt): nothing started.
+                attempt.note(|n| n.invoke_release = Some(Some(true)));
+                self.count(attempt.fault, "given_up_throttled");
+            }
+            _ => {}
         }
         answered
     }
@@ -383,8 +395,8 @@ impl ToolLambda {
             .or_default() += 1;
     }
 
-    /// Invokes sent so far, by `class.label` (and `class.timed_out`: the dispatcher's time ran out
-    /// before the form's answer reached it).
+    /// Invokes sent so far, by `class.label`, and those the dispatcher stopped before the form's
+    /// last answer (`class.timed_out`, `class.given_up_throttled`).
     pub fn variants(&self) -> BTreeMap<String, u64> {
         self.variants
             .lock()
@@ -469,6 +481,8 @@ fn answer(jobs: &Jobs, path: &str, payload: &[u8]) -> Response {
         let mut pending = jobs.pending.lock().unwrap_or_else(|p| p.into_inner());
         pending.get_mut(&id).map(|job| {
             job.requests += 1;
+            job.throttled_last =
+                matches!(job.form.answer, Answer::Throttled(times) if job.requests <= times);
             (
                 job.attempt.clone(),
                 job.target.clone(),
@@ -603,6 +617,7 @@ mod tests {
                         form: *form,
                         registered: Instant::now(),
                         requests: 0,
+                        throttled_last: false,
                     },
                 );
                 let dispatcher = match form.answer {

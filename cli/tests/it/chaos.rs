@@ -9,8 +9,8 @@
 use crate::servers;
 
 use dedup_cli::chaos::{FaultClass, SoakConfig, fault_names, soak};
-use std::collections::BTreeSet;
 use servers::Backend;
+use std::collections::BTreeSet;
 
 /// The seed of the CI soak: fixed, so a failure reproduces with `scripts/chaos --seed 14`.
 const SEED: u64 = 14;
@@ -132,7 +132,12 @@ fn every_failure_of_the_fault_model_names_a_class_of_the_soak() {
         .filter(|l| l.starts_with("| ") && !l.starts_with("| call |"));
     let mut checked = 0;
     for row in rows {
-        let last = row.trim_end().trim_end_matches('|').rsplit(" | ").next().unwrap();
+        let last = row
+            .trim_end()
+            .trim_end_matches('|')
+            .rsplit(" | ")
+            .next()
+            .unwrap();
         let classes: Vec<&str> = backticked(last).filter(|w| names.contains(w)).collect();
         assert!(
             !classes.is_empty() || last.trim_start().starts_with("not injected"),
