@@ -1612,7 +1612,13 @@ mod tests {
             .await
             .unwrap();
         let addr = proxy.url().trim_start_matches("http://").to_string();
+        // Served once, so the proxy has accepted it (closing the listening socket resets a
+        // connection still in its accept queue).
         let mut open = TcpStream::connect(&addr).await.unwrap();
+        open.write_all(REQUEST).await.unwrap();
+        let mut buffer = Vec::new();
+        let served = read_message(&mut open, &mut buffer, Message::Response).await;
+        assert!(served.unwrap().unwrap().ends_with(b"{}"));
         proxy.set_blackholed(true);
         tokio::time::sleep(Duration::from_millis(100)).await;
         let connect = tokio::time::timeout(Duration::from_millis(300), TcpStream::connect(&addr));
