@@ -339,6 +339,20 @@ impl ToolLambda {
     ) -> Result<Vec<u8>, DispatchError> {
         let forms = forms(attempt.fault);
         let form = forms[fastrand::usize(..forms.len())];
+        self.invoke_form(attempt, form, target, payload, timeout)
+            .await
+    }
+
+    /// Invokes the tool for `attempt`, the fake Lambda answering in `form`; notes on `attempt`
+    /// what the executor must do with the claim after the dispatcher's answer.
+    async fn invoke_form(
+        &self,
+        attempt: Arc<Attempt>,
+        form: Form,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
         self.count(attempt.fault, form.label);
         attempt.note(|n| n.invoke_release = Some(form.release));
         let id = self.next.fetch_add(1, Ordering::Relaxed);
@@ -596,36 +610,18 @@ mod tests {
         let demo = Arc::new(DemoTool::new(Ledger::memory()));
         let lambda = ToolLambda::start(demo.clone()).await.unwrap();
         let nothing_ran = ErrorTypes::default();
-        let faults = [
-            ToolFault::InvokeThrottled,
-            ToolFault::InvokeRefused,
-            ToolFault::InvokePrestartUnknown,
-            ToolFault::Invoke5xx,
-            ToolFault::SandboxTimedout,
-            ToolFault::InvokeConnectionLost,
-        ];
-        for fault in faults {
+        for fault in ToolFault::ALL.into_iter().filter(|f| f.is_invoke()) {
             for form in forms(fault) {
                 let attempt = Arc::new(Attempt::new(fault));
                 let before = demo.ledger().entries().unwrap().len();
-                let id = lambda.next.fetch_add(1, Ordering::Relaxed);
-                lambda.jobs.pending.lock().unwrap().insert(
-                    id,
-                    Job {
-                        attempt: attempt.clone(),
-                        target: "demo-tool".into(),
-                        form: *form,
-                        registered: Instant::now(),
-                        requests: 0,
-                        throttled_last: false,
-                    },
-                );
-                let dispatcher = match form.answer {
-                    Answer::ConnectRefused => &lambda.unreachable,
-                    _ => &lambda.dispatcher,
-                };
-                let answered = dispatcher
-                    .invoke(&format!("chaos-{id}"), refund(), Duration::from_secs(5))
+                let answered = lambda
+                    .invoke_form(
+                        attempt.clone(),
+                        *form,
+                        "demo-tool",
+                        refund(),
+                        Duration::from_secs(5),
+                    )
                     .await;
                 let ran = demo.ledger().entries().unwrap().len() - before;
                 assert_eq!(ran, usize::from(form.runs), "{}: side effects", form.label);

@@ -895,14 +895,7 @@ async fn fault_windows(
     switch: ProxySwitch,
 ) -> ProxySwitch {
     let proxy = switch.0.clone();
-    let outage = async {
-        for (at, length) in windows.outages {
-            tokio::time::sleep_until(start + at).await;
-            proxy.set_outage(true);
-            tokio::time::sleep(length).await;
-            proxy.set_outage(false);
-        }
-    };
+    let outage = switched(start, windows.outages, |on| proxy.set_outage(on));
     let pause = async {
         let Some(pid) = pid else { return };
         for (at, length) in windows.pauses {
@@ -919,24 +912,20 @@ async fn fault_windows(
             proxy.set_access_error(None);
         }
     };
-    let refuse = async {
-        for (at, length) in windows.refusals {
-            tokio::time::sleep_until(start + at).await;
-            proxy.set_refusing(true);
-            tokio::time::sleep(length).await;
-            proxy.set_refusing(false);
-        }
-    };
-    let blackhole = async {
-        for (at, length) in windows.blackholes {
-            tokio::time::sleep_until(start + at).await;
-            proxy.set_blackholed(true);
-            tokio::time::sleep(length).await;
-            proxy.set_blackholed(false);
-        }
-    };
+    let refuse = switched(start, windows.refusals, |on| proxy.set_refusing(on));
+    let blackhole = switched(start, windows.blackholes, |on| proxy.set_blackholed(on));
     tokio::join!(outage, pause, access, refuse, blackhole);
     switch
+}
+
+/// Switches a fault on at the start of each window, off at its end.
+async fn switched(start: Instant, windows: Vec<(Duration, Duration)>, switch: impl Fn(bool)) {
+    for (at, length) in windows {
+        tokio::time::sleep_until(start + at).await;
+        switch(true);
+        tokio::time::sleep(length).await;
+        switch(false);
+    }
 }
 
 /// A DynamoDB client for `endpoint` with dummy credentials (local servers only).

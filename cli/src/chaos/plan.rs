@@ -181,20 +181,23 @@ pub fn build(
         access_errors.push((at, length, error));
     }
     access_errors.sort();
-    let mut refusals = Vec::new();
-    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 300..2000) {
-        let at = clear_of(&mut rng, span, &taken, at, length);
-        taken.push((at, length));
-        refusals.push((at, length));
-    }
-    refusals.sort();
-    let mut blackholes = Vec::new();
-    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 300..1500) {
-        let at = clear_of(&mut rng, span, &taken, at, length);
-        taken.push((at, length));
-        blackholes.push((at, length));
-    }
-    blackholes.sort();
+    // Each window moved clear of those placed before it, and taken in turn.
+    let mut placed = |rng: &mut fastrand::Rng, drawn: Vec<(Duration, Duration)>| {
+        let mut placed: Vec<_> = drawn
+            .into_iter()
+            .map(|(at, length)| {
+                let at = clear_of(rng, span, &taken, at, length);
+                taken.push((at, length));
+                (at, length)
+            })
+            .collect();
+        placed.sort();
+        placed
+    };
+    let drawn = windows(&mut rng, RARE_WINDOW_EVERY, 300..2000);
+    let refusals = placed(&mut rng, drawn);
+    let drawn = windows(&mut rng, RARE_WINDOW_EVERY, 300..1500);
+    let blackholes = placed(&mut rng, drawn);
     // Coverage sends claim where no window (server pauses included) is open.
     let quiet: Vec<_> = taken.iter().chain(&pauses).copied().collect();
     for fault in covered {
