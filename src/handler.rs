@@ -5,11 +5,14 @@
 //!    recognises is a Lambda error naming the three expected.
 //! 2. **Key** it: the adapter's [`crate::seam::ToolCall`] (tool, arguments, namespace, run,
 //!    step, declared schema) overlaid with the policy file's schema, through the typed keyer.
-//! 3. **Run** it through the [`Executor`]: claim; on first sight invoke the routed tool with the
-//!    payload it would have received directly (plus the key), check the reply, store it; replay a
-//!    completed call byte for byte; wait for an identical call in flight, bounded by the smaller
-//!    of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
-//! 4. **Answer** in the caller's format ([`EntryPoint::result`], [`EntryPoint::notice`]) and report.
+//! 3. **Run** it through the [`crate::executor::Executor`]: claim; on first sight invoke the
+//!    routed tool with the payload it would have received directly (plus the key), check the
+//!    reply, store it; replay a completed call; wait for an identical call in flight, bounded by
+//!    the smaller of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
+//! 4. **Answer** in the caller's format ([`crate::seam::Answers`]) and report.
+//!
+//! Steps 2 to 4 are each door's flow: `direct.rs` for the doors that invoke the tool themselves,
+//! `interceptor/flow.rs` for the Gateway interceptor; this module only picks the door.
 //!
 //! Failures are answered, never thrown, whenever the caller's format can carry them:
 //!
@@ -42,76 +45,26 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lambda_runtime::{Context, Diagnostic, LambdaEvent};
+use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use crate::agentcore::{self, GatewayCall};
-use crate::bedrock::{ActionGroupCall, EventError};
-use crate::catalog::Catalogs;
-use crate::config::{Config, ErrorTypes, Mode, Scope, Sessionless};
-use crate::decide::RunEnd;
-use crate::dispatch::{DispatchError, Dispatcher};
+use crate::answer::{Answered, raw};
+use crate::bedrock::ActionGroupCall;
+use crate::config::Config;
+use crate::dispatch::Dispatcher;
 use crate::envelope;
-use crate::executor::{
-    CallerKey, Executor, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, Settled,
-    ToolRun, remaining,
-};
-use crate::interceptor::{Interception, InterceptorError, Phase};
-use crate::key::{Call, CallerKeyError, Delivery, Keyer};
-use crate::seam::{
-    Answers, DedupInfo, EntryPoint, Notice, NoticeKind, Scoping, ToolCall, Unkeyed, json_type,
-    refusal,
-};
-use crate::store::{Store, StoreError};
+use crate::executor::Outcome;
+use crate::seam::{EntryPoint, json_type};
+use crate::service::Service;
+use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
 
+pub use crate::answer::{HandlerError, Unanswerable};
 pub use crate::executor::Settings;
-
-/// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
-/// can reach.
-#[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
-    /// The event is not one any entry point can answer in its own format.
-    #[error(transparent)]
-    InvalidEvent(Unanswerable),
-    /// A reply could not be written (a bug, never the caller's input).
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl From<HandlerError> for Diagnostic {
-    fn from(e: HandlerError) -> Diagnostic {
-        let error_type = match &e {
-            HandlerError::InvalidEvent(_) => "InvalidEvent",
-            HandlerError::Internal(_) => "Internal",
-        };
-        Diagnostic {
-            error_type: error_type.into(),
-            error_message: e.to_string(),
-        }
-    }
-}
-
-/// An event that no entry point can answer in its own format.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unanswerable {
-    /// Recognised as an action-group event, but without what a Bedrock response needs.
-    #[error(transparent)]
-    Bedrock(EventError),
-    /// Marked as a Gateway interceptor invocation, but not one this door can answer.
-    #[error(transparent)]
-    Interceptor(InterceptorError),
-    /// No entry point recognises it.
-    #[error(
-        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
-         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
-         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
-         (invoke envelope)"
-    )]
-    NoEntryPoint(String),
-}
+pub use crate::service::DoorSettings;
 
 /// One invocation as seen by the entry point it came in by.
 // One per invocation, on the stack and never in a collection: boxing the large variant would only
@@ -176,7 +129,7 @@ impl<'a> Door<'a> {
                 .map(Door::Envelope)
                 .map_err(|e| {
                     let notice = envelope::envelope_refusal(&e);
-                    let dedup = dedup(Outcome::BadRequest, None);
+                    let dedup = crate::answer::dedup(Outcome::BadRequest, None);
                     Refusal {
                         response: raw(envelope::error(&notice, &dedup)),
                         reason: e.to_string(),
@@ -254,191 +207,29 @@ pub struct Handled {
 
 /// The handler, generic over its store and dispatcher (static dispatch).
 pub struct Handler<S, D> {
-    executor: Executor<S>,
-    doors: DoorSettings,
-    catalogs: Catalogs,
+    service: Service<S>,
     dispatcher: D,
-    telemetry: Telemetry,
-}
-
-/// The handler's own knobs: how the doors scope a call, and which tool errors prove nothing ran.
-#[derive(Debug, Clone)]
-pub struct DoorSettings {
-    /// `DEDUP_SCOPE`: a Bedrock call's step is its turn, or none.
-    pub scope: Scope,
-    /// `DEDUP_STEP_ATTRIBUTE`: the session attribute or argument that names the step.
-    pub step_attribute: String,
-    /// `DEDUP_RUN_ARGUMENT`: the argument an AgentCore call names its run by when the Gateway
-    /// sends no session.
-    pub run_argument: String,
-    /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an envelope may name (`None`: any).
-    pub envelope_namespaces: Option<Vec<String>>,
-    /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
-    /// the claim.
-    pub release_on_errors: ErrorTypes,
-    /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
-    pub sessionless: Sessionless,
-    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways whose MCP tool annotations are acted on.
-    pub trusted_annotations: Vec<String>,
-    /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
-    pub interceptor_timeout: Duration,
-    /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
-    pub idempotency_key_name: String,
-}
-
-impl DoorSettings {
-    /// The settings `config` gives.
-    pub fn from_config(config: &Config) -> DoorSettings {
-        DoorSettings {
-            scope: config.scope,
-            step_attribute: config.step_attribute.clone(),
-            run_argument: config.run_argument.clone(),
-            envelope_namespaces: config.envelope_namespaces.clone(),
-            release_on_errors: config.release_on_errors.clone(),
-            sessionless: config.sessionless,
-            trusted_annotations: config.trusted_annotations.clone(),
-            interceptor_timeout: config.interceptor_timeout,
-            idempotency_key_name: config.idempotency_key_name.clone(),
-        }
-    }
-
-    /// Whether the annotations that `gateway`'s tools are listed with are acted on.
-    pub fn trusts_annotations(&self, gateway: &str) -> bool {
-        self.trusted_annotations
-            .iter()
-            .any(|g| g == "*" || g == gateway)
-    }
-
-    fn scoping(&self) -> Scoping<'_> {
-        Scoping {
-            step_attribute: &self.step_attribute,
-            run_argument: &self.run_argument,
-            scope: self.scope,
-            envelope_namespaces: self.envelope_namespaces.as_deref(),
-            sessionless: self.sessionless,
-            caller_key_name: &self.idempotency_key_name,
-        }
-    }
-}
-
-/// A call's store key and fingerprint: the caller's own key when it sent one (its arguments'
-/// typed form as the fingerprint, and their leaf digests), else the typed key.
-struct CallKey {
-    key: String,
-    fingerprint: String,
-    /// For a caller-keyed call: its leaf digests (`None` inside: too many to store).
-    caller: Option<Option<String>>,
-}
-
-impl CallKey {
-    /// Keys `call` (`key_call` is its key-core view); the notice refuses what cannot be keyed.
-    fn derive(keyer: &Keyer, call: &ToolCall, key_call: &Call<'_>) -> Result<CallKey, Notice> {
-        let invalid_arguments =
-            |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
-        match &call.caller_key {
-            Some(caller_key) => match keyer.caller_keyed(key_call, caller_key) {
-                Ok(keyed) => Ok(CallKey {
-                    key: keyed.key.to_string(),
-                    fingerprint: keyed.fingerprint.to_string(),
-                    caller: Some(keyed.path_digests),
-                }),
-                Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
-                Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
-            },
-            None => {
-                let (key, fingerprint) = keyer
-                    .key_and_fingerprint(key_call)
-                    .map_err(|e| invalid_arguments(&e))?;
-                Ok(CallKey {
-                    key: key.to_string(),
-                    fingerprint: fingerprint.to_string(),
-                    caller: None,
-                })
-            }
-        }
-    }
-
-    fn keyed<'a>(&'a self, call: &'a Call<'a>, delivery: Delivery) -> Keyed<'a> {
-        Keyed {
-            key: &self.key,
-            fingerprint: &self.fingerprint,
-            call,
-            delivery,
-            caller: self.caller.as_ref().map(|digests| CallerKey {
-                path_digests: digests.as_deref(),
-            }),
-        }
-    }
-}
-
-/// How one invocation ended: the answer and what the report says about it.
-#[derive(Debug)]
-struct Answered {
-    outcome: Outcome,
-    response: Result<Box<RawValue>, HandlerError>,
-    tool: Option<String>,
-    key: Option<String>,
-    rules: Vec<&'static str>,
-    /// A short reason for error outcomes (never argument values).
-    reason: Option<String>,
-}
-
-impl Answered {
-    fn new(outcome: Outcome, response: Result<Box<RawValue>, HandlerError>) -> Answered {
-        Answered {
-            outcome,
-            response,
-            tool: None,
-            key: None,
-            rules: Vec::new(),
-            reason: None,
-        }
-    }
-
-    fn because(mut self, reason: impl Into<String>) -> Answered {
-        self.reason = Some(reason.into());
-        self
-    }
-
-    fn tool(mut self, tool: &str) -> Answered {
-        self.tool = Some(tool.to_string());
-        self
-    }
-}
-
-/// Why the tool gave no usable reply.
-#[derive(Debug)]
-enum ToolFailure {
-    Dispatch(DispatchError),
-    /// The event could not be forwarded: the tool did not run.
-    Unforwardable(String),
-    /// The tool ran, but its reply is not one of the caller's format; the reason says why.
-    MalformedReply(String),
 }
 
 impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// A handler over `store` and `dispatcher`, with the keyer, executor and door settings
     /// `config` gives.
     pub fn new(store: S, dispatcher: D, config: &Config, telemetry: Telemetry) -> Handler<S, D> {
-        let keyer = Keyer::new().with_policies(config.policies.clone());
         Handler {
-            executor: Executor::new(store, keyer, Settings::from_config(config)),
-            doors: DoorSettings::from_config(config),
-            catalogs: Catalogs::new(config.catalog_ttl),
+            service: Service::new(store, config, telemetry),
             dispatcher,
-            telemetry,
         }
     }
 
     /// Adjusts the settings (tests shorten margins and budgets).
     pub fn with_settings(mut self, adjust: impl FnOnce(&mut Settings)) -> Handler<S, D> {
-        self.executor = self.executor.with_settings(adjust);
+        self.service.executor = self.service.executor.with_settings(adjust);
         self
     }
 
     /// The store claims are made in.
     pub fn store(&self) -> &S {
-        self.executor.store()
+        self.service.store()
     }
 
     /// The dispatcher tools are invoked through.
@@ -448,7 +239,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     /// The executor's settings.
     pub fn settings(&self) -> &Settings {
-        self.executor.settings()
+        self.service.settings()
     }
 
     /// The Lambda entry point: the payload and the context (deadline, client context).
@@ -473,12 +264,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         client_context: Option<&ClientContext>,
     ) -> Handled {
         let started = Instant::now();
-        let store = self.executor.store();
+        let store = self.store();
         let requests_before = store.requests();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
         let answered = self.answer(event, client_context, end).await;
         let store_requests = (store.requests() - requests_before).total();
-        self.telemetry.invocation(&InvocationReport {
+        self.service.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
             mode: self.settings().mode,
             outcome: answered.outcome,
@@ -497,6 +288,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         }
     }
 
+    /// Picks the door and hands the event to its flow.
     async fn answer(
         &self,
         event: &Value,
@@ -504,12 +296,18 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         end: Instant,
     ) -> Answered {
         if crate::interceptor::is_interception(event) {
-            return self.intercept(event, client_context, end).await;
+            return crate::interceptor::flow::intercept(&self.service, event, client_context, end)
+                .await;
         }
+        let (service, dispatcher) = (&self.service, &self.dispatcher);
         match Door::detect(event, client_context) {
-            Ok(Door::Bedrock(call)) => self.answer_at(&call, end).await,
-            Ok(Door::AgentCore(call)) => self.answer_at(&call, end).await,
-            Ok(Door::Envelope(call)) => self.answer_at(&call, end).await,
+            Ok(Door::Bedrock(call)) => crate::direct::answer(service, dispatcher, &call, end).await,
+            Ok(Door::AgentCore(call)) => {
+                crate::direct::answer(service, dispatcher, &call, end).await
+            }
+            Ok(Door::Envelope(call)) => {
+                crate::direct::answer(service, dispatcher, &call, end).await
+            }
             Err(refusal) => {
                 tracing::debug!(reason = %refusal.reason, "refused event");
                 let mut answered =
@@ -519,492 +317,6 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
         }
     }
-
-    /// A Gateway interceptor invocation (see [`crate::interceptor`]): a `tools/call` is claimed
-    /// at REQUEST and settled at RESPONSE; every other message passes through.
-    async fn intercept(
-        &self,
-        event: &Value,
-        client_context: Option<&ClientContext>,
-        end: Instant,
-    ) -> Answered {
-        let interception = match Interception::parse(event, client_context) {
-            Ok(interception) => interception,
-            Err(e) => {
-                let reason = e.to_string();
-                return Answered::new(
-                    Outcome::BadRequest,
-                    Err(HandlerError::InvalidEvent(Unanswerable::Interceptor(e))),
-                )
-                .because(reason);
-            }
-        };
-        let request = interception.phase == Phase::Request;
-        let pass = |outcome: Outcome| {
-            let text = if request {
-                interception.pass_request()
-            } else {
-                interception.pass_response()
-            };
-            Answered::new(outcome, raw(text))
-        };
-        let settings = self.settings();
-        if let Some(listed) = interception.listed_tools() {
-            if settings.mode != Mode::Off {
-                self.learn(&interception, listed).await;
-            }
-            return pass(Outcome::PassedOn).because("tools/list learned");
-        }
-        let call = match interception.tools_call() {
-            Some(Ok(call)) if settings.mode != Mode::Off => call,
-            Some(Err(notice)) if request && settings.mode != Mode::Off => {
-                return Answered::new(Outcome::BadRequest, raw(interception.refusal(&notice)))
-                    .because("invalid tools/call");
-            }
-            _ => return pass(Outcome::PassedOn),
-        };
-        let mut tool_call = match interception.tool_call(
-            &call,
-            &self.doors.step_attribute,
-            &self.doors.idempotency_key_name,
-            self.doors.sessionless,
-        ) {
-            Ok(tool_call) => tool_call,
-            Err(Unkeyed::Sessionless(missing)) => {
-                if request {
-                    warn_sessionless(call.tool, &missing);
-                }
-                return pass(Outcome::Sessionless)
-                    .tool(call.tool)
-                    .because("sessionless");
-            }
-            Err(Unkeyed::Refused(notice)) if request => return self.refuse(&call, notice),
-            Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
-        };
-        let keyer = self.executor.keyer();
-        let mut delivery = keyer.delivery(&tool_call.tool);
-        // A policy file entry always wins over what a listing taught.
-        if keyer.policies().get(&tool_call.tool).is_none() {
-            match self
-                .catalogs
-                .lookup(self.store(), &tool_call.namespace)
-                .await
-            {
-                Ok(catalog) => {
-                    let learned = catalog.as_deref().and_then(|c| c.tool(call.tool));
-                    if let Some(learned) = learned {
-                        if learned.read_only == Some(true)
-                            && self.doors.trusts_annotations(interception.gateway())
-                        {
-                            return pass(Outcome::DedupOff)
-                                .tool(call.tool)
-                                .because("read-only (trusted annotations)");
-                        }
-                        tool_call.schema = learned.schema.clone();
-                        delivery = learned.delivery();
-                    }
-                }
-                // Keying without the schema could give a retry another key: fail closed.
-                Err(e) if settings.mode != Mode::Shadow => {
-                    tracing::error!(error = %e, "could not read the tool catalog");
-                    return if request {
-                        self.notice(
-                            &call,
-                            Outcome::StoreError,
-                            Notice::store_unavailable(call.tool),
-                            None,
-                        )
-                    } else {
-                        pass(Outcome::StoreError)
-                    }
-                    .because(e.to_string());
-                }
-                Err(_) => {}
-            }
-        }
-        if !keyer.dedups(&tool_call.tool) {
-            return pass(Outcome::DedupOff).tool(call.tool);
-        }
-        let key_call = tool_call.key_call();
-        let call_key = match CallKey::derive(keyer, &tool_call, &key_call) {
-            Ok(call_key) => call_key,
-            Err(notice) if request && settings.mode != Mode::Shadow => {
-                return self.refuse(&call, notice);
-            }
-            Err(_) => return pass(Outcome::PassedOn).tool(call.tool),
-        };
-        let keyed = call_key.keyed(&key_call, delivery);
-        let key = call_key.key.clone();
-        let owner = interception.owner(&key);
-        let mut answered = if request {
-            // The target runs after we answer, within the Gateway's own limit on a call.
-            let lease = Lease::Covering {
-                max_run_time: self.doors.interceptor_timeout,
-            };
-            match self
-                .executor
-                .open::<ToolFailure>(keyed, end, lease, &owner)
-                .await
-            {
-                Opened::Claimed => {
-                    pass(Outcome::Executed).because("claimed; the Gateway calls the target")
-                }
-                Opened::Unclaimed(outcome) => pass(outcome),
-                Opened::Answered(finished) => {
-                    self.telemetry.call(keyer, &key_call, finished.outcome);
-                    self.settle(&call, finished, &key)
-                }
-            }
-        } else {
-            let Some(reply) = interception.target_reply() else {
-                return pass(Outcome::PassedOn).tool(call.tool);
-            };
-            let (run_end, stored) = match &reply {
-                Ok((result, class)) => (RunEnd::Replied(*class), result.as_bytes()),
-                Err(outcome_unknown) => (
-                    RunEnd::Failed {
-                        outcome_unknown: *outcome_unknown,
-                    },
-                    &[][..],
-                ),
-            };
-            match self
-                .executor
-                .finish_claimed(keyed, &owner, end, run_end, stored)
-                .await
-            {
-                Ok(FinishedElsewhere::Settled(after)) => {
-                    pass(Outcome::Executed).because(format!("settled: {after:?}"))
-                }
-                Ok(FinishedElsewhere::AlreadyCompleted) => pass(Outcome::PassedOn),
-                Ok(FinishedElsewhere::NoClaim) => {
-                    tracing::warn!(
-                        "the target answered a call this request holds no claim on: passed on, not stored"
-                    );
-                    pass(Outcome::PassedOn).because("no claim of this request")
-                }
-                Err(e) => {
-                    tracing::error!(
-                        error = %e,
-                        "could not settle the call after the target ran; it stays claimed until its lease ends"
-                    );
-                    pass(Outcome::StoreError).because(format!("store: {e}"))
-                }
-            }
-        };
-        answered.key = Some(key);
-        answered.tool = Some(call.tool.to_string());
-        answered
-    }
-
-    /// Learns each target's tools from a `tools/list` answer (see [`crate::catalog`]). A catalog
-    /// that cannot be written is only logged: the listing still reaches the client, and calls are
-    /// keyed as before.
-    async fn learn(
-        &self,
-        interception: &Interception<'_>,
-        listed: std::collections::BTreeMap<&str, serde_json::Map<String, Value>>,
-    ) {
-        for (target, tools) in listed {
-            let namespace = interception.namespace(target);
-            match self.catalogs.learn(self.store(), &namespace, &tools).await {
-                Ok(wrote) => {
-                    tracing::debug!(target, tools = tools.len(), wrote, "learned tools/list")
-                }
-                Err(e) => {
-                    tracing::warn!(target, error = %e, "could not store the learned tool catalog")
-                }
-            }
-        }
-    }
-
-    /// Routes, keys and runs one call that came in by `door`.
-    async fn answer_at<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
-        let tool = door.tool().to_string();
-        let (group, tool_name) = door.route();
-        let target = match self.dispatcher.route(group, tool_name) {
-            Ok(target) => target,
-            Err(e) => {
-                return self
-                    .notice(
-                        door,
-                        Outcome::ToolError,
-                        Notice::no_route(&e.short_reason()),
-                        None,
-                    )
-                    .because(e.to_string());
-            }
-        };
-        let settings = self.settings();
-        let scoping = self.doors.scoping();
-        if settings.mode == Mode::Off {
-            return self
-                .pass_through(door, &target, scoping, end, Outcome::Executed)
-                .await;
-        }
-        let call = match door.call(scoping) {
-            Ok(call) => call,
-            Err(_) if settings.mode == Mode::Shadow => {
-                tracing::warn!("shadow mode: invalid event passed through unkeyed");
-                return self
-                    .pass_through(door, &target, scoping, end, Outcome::Executed)
-                    .await;
-            }
-            Err(Unkeyed::Sessionless(missing)) => {
-                warn_sessionless(&tool, &missing);
-                return self
-                    .pass_through(door, &target, scoping, end, Outcome::Sessionless)
-                    .await
-                    .because("sessionless");
-            }
-            Err(Unkeyed::Refused(notice)) => return self.refuse(door, notice),
-        };
-        let keyer = self.executor.keyer();
-        if !keyer.dedups(&call.tool) {
-            return self
-                .pass_through(door, &target, scoping, end, Outcome::DedupOff)
-                .await;
-        }
-        let key_call = call.key_call();
-        let call_key = match CallKey::derive(keyer, &call, &key_call) {
-            Ok(call_key) => call_key,
-            Err(notice) if settings.mode == Mode::Shadow => {
-                tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");
-                return self
-                    .pass_through(door, &target, scoping, end, Outcome::Executed)
-                    .await;
-            }
-            Err(notice) => return self.refuse(door, notice),
-        };
-        let keyed = call_key.keyed(&key_call, keyer.delivery(&call.tool));
-        let key = call_key.key.clone();
-        let lease = Lease::Covering {
-            max_run_time: self.dispatcher.max_run_time(&target),
-        };
-        let finished = self
-            .executor
-            .run(keyed, end, lease, |timeout| {
-                self.invoke(door, &target, Some(&key), scoping, timeout)
-            })
-            .await;
-        self.telemetry.call(keyer, &key_call, finished.outcome);
-        let mut answered = self.settle(door, finished, &key);
-        answered.key = Some(key);
-        answered.tool = Some(tool);
-        answered
-    }
-
-    /// Invokes the routed tool and checks its reply in the caller's format.
-    async fn invoke(
-        &self,
-        door: &impl EntryPoint,
-        target: &str,
-        key: Option<&str>,
-        scoping: Scoping<'_>,
-        timeout: Duration,
-    ) -> ToolRun<ToolFailure> {
-        let forward = match door.forward(key, scoping) {
-            Ok(forward) => forward,
-            Err(reason) => {
-                return ToolRun::Failed {
-                    error: ToolFailure::Unforwardable(format!(
-                        "cannot forward the event: {reason}"
-                    )),
-                    outcome_unknown: false,
-                };
-            }
-        };
-        match self
-            .dispatcher
-            .invoke_forward(target, forward, timeout)
-            .await
-        {
-            Ok(reply) => match door.classify(&reply) {
-                Ok(class) => ToolRun::Replied { reply, class },
-                // The tool answered, so it ran: its side effect may have happened even though
-                // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
-                Err(reason) => ToolRun::Failed {
-                    error: ToolFailure::MalformedReply(reason),
-                    outcome_unknown: true,
-                },
-            },
-            Err(e) => ToolRun::Failed {
-                outcome_unknown: e.outcome_unknown(&self.doors.release_on_errors),
-                error: ToolFailure::Dispatch(e),
-            },
-        }
-    }
-
-    /// Turns how the executor settled the call into the caller's answer.
-    fn settle(&self, door: &impl Answers, finished: Finished<ToolFailure>, key: &str) -> Answered {
-        let Finished {
-            settled,
-            outcome,
-            rules,
-        } = finished;
-        let tool = door.tool();
-        let mut answered = match settled {
-            Settled::Executed { reply } => Answered::new(
-                outcome,
-                reply_answer(door, &reply, dedup(outcome, Some(key))),
-            ),
-            Settled::Replayed { reply } => Answered::new(
-                outcome,
-                reply_answer(door, &reply, dedup(outcome, Some(key))),
-            ),
-            Settled::KeyReused { paths } => self
-                .notice(
-                    door,
-                    outcome,
-                    Notice::key_reused(tool, paths.as_deref()),
-                    Some(key),
-                )
-                .because("idempotency key reused with other arguments"),
-            Settled::OutcomeUnknown => self
-                .notice(door, outcome, Notice::outcome_unknown(tool, key), Some(key))
-                .because("outcome unknown (at_most_once); waits for an operator"),
-            Settled::AlreadyRan { bytes } => self
-                .notice(door, outcome, Notice::already_executed(tool), Some(key))
-                .because(format!("result of {bytes} bytes was too large to store")),
-            Settled::InProgress { retry_after_ms } => {
-                let reason = match retry_after_ms {
-                    Some(_) => "identical call still running",
-                    None => "claim kept racing with identical calls",
-                };
-                self.notice(
-                    door,
-                    outcome,
-                    Notice::in_progress(tool, retry_after_ms),
-                    Some(key),
-                )
-                .because(reason)
-            }
-            Settled::StoreDown(e @ StoreError::ResultUnavailable { .. }) => {
-                tracing::error!(error = %e, "the stored result is unavailable; the call is not run again");
-                self.notice(door, outcome, Notice::result_unavailable(tool), Some(key))
-                    .because(e.to_string())
-            }
-            Settled::StoreDown(e) => {
-                tracing::error!(error = ?e, "idempotency store unavailable; failing closed");
-                self.notice(
-                    door,
-                    Outcome::StoreError,
-                    Notice::store_unavailable(tool),
-                    Some(key),
-                )
-                .because(format!("store: {e}"))
-            }
-            Settled::ToolFailed {
-                error,
-                outcome_unknown,
-            } => self.tool_failed(door, &error, outcome_unknown, Some(key)),
-            Settled::NoTime => self
-                .notice(door, Outcome::ToolError, Notice::no_time(), Some(key))
-                .because("no time left before the Lambda deadline"),
-        };
-        answered.rules = rules;
-        answered
-    }
-
-    fn tool_failed(
-        &self,
-        door: &impl Answers,
-        error: &ToolFailure,
-        outcome_unknown: bool,
-        key: Option<&str>,
-    ) -> Answered {
-        let (notice, reason) = match error {
-            ToolFailure::MalformedReply(reason) => (Notice::malformed_reply(), reason.clone()),
-            ToolFailure::Unforwardable(reason) => (Notice::unforwardable(), reason.clone()),
-            ToolFailure::Dispatch(e) => {
-                // The tool's own error message may quote its arguments: only at DEBUG.
-                tracing::debug!(error = %e, "tool error");
-                let reason = e.short_reason();
-                (Notice::tool_failed(&reason, outcome_unknown), reason)
-            }
-        };
-        self.notice(door, Outcome::ToolError, notice, key)
-            .because(reason)
-    }
-
-    fn notice(
-        &self,
-        door: &impl Answers,
-        outcome: Outcome,
-        notice: Notice,
-        key: Option<&str>,
-    ) -> Answered {
-        Answered::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
-    }
-
-    fn refuse(&self, door: &impl Answers, notice: Notice) -> Answered {
-        tracing::debug!(message = %notice.message, "invalid event");
-        let reason = match notice.kind {
-            NoticeKind::InvalidArguments => "invalid arguments",
-            _ => "invalid event",
-        };
-        self.notice(door, Outcome::BadRequest, notice, None)
-            .because(reason)
-    }
-
-    /// `DEDUP_MODE=off`, shadow mode's unkeyable calls, and tools whose policy says
-    /// `dedup = "off"`: the event goes to the tool as it came, and its reply comes back unchanged,
-    /// reported as `outcome`.
-    async fn pass_through(
-        &self,
-        door: &impl EntryPoint,
-        target: &str,
-        scoping: Scoping<'_>,
-        end: Instant,
-        outcome: Outcome,
-    ) -> Answered {
-        let timeout = remaining(end).saturating_sub(self.settings().reply_margin);
-        let run = self.invoke(door, target, None, scoping, timeout).await;
-        let answered = match run {
-            ToolRun::Replied { reply, .. } => {
-                Answered::new(outcome, reply_answer(door, &reply, dedup(outcome, None)))
-            }
-            ToolRun::Failed {
-                error,
-                outcome_unknown,
-            } => self.tool_failed(door, &error, outcome_unknown, None),
-        };
-        answered.tool(door.tool())
-    }
-}
-
-fn dedup(outcome: Outcome, key: Option<&str>) -> DedupInfo<'_> {
-    DedupInfo {
-        outcome: outcome.caller_word(),
-        key,
-    }
-}
-
-/// The answer carrying the tool's reply (checked JSON when it was stored).
-fn reply_answer(
-    door: &impl Answers,
-    reply: &[u8],
-    dedup: DedupInfo<'_>,
-) -> Result<Box<RawValue>, HandlerError> {
-    let text = std::str::from_utf8(reply)
-        .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
-    raw(door.result(text, dedup))
-}
-
-/// Every sessionless call that runs is warned about, so that a deployment never believes it is
-/// protected when it is not.
-fn warn_sessionless(tool: &str, missing: &str) {
-    tracing::warn!(
-        tool,
-        "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through). \
-         Send a session id, or choose gateway_scope or refuse"
-    );
-}
-
-/// JSON text as the Lambda's answer.
-fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
-    RawValue::from_string(text)
-        .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
 }
 
 fn millis(d: Duration) -> i64 {

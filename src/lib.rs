@@ -33,11 +33,13 @@
 #![deny(missing_docs)]
 
 pub mod agentcore;
+mod answer;
 pub mod aws;
 pub mod bedrock;
 pub mod catalog;
 pub mod config;
 pub mod decide;
+mod direct;
 pub mod dispatch;
 pub mod envelope;
 pub mod executor;
@@ -46,6 +48,7 @@ pub mod handler;
 pub mod interceptor;
 pub mod key;
 pub mod seam;
+mod service;
 pub mod store;
 pub mod telemetry;
 

@@ -40,6 +40,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+pub(crate) mod flow;
+
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 

@@ -1,0 +1,246 @@
+//! How one invocation ends, whatever door it came in by: the answer in the caller's format and
+//! what the report says about it. Every flow (the direct doors in [`crate::direct`], the Gateway
+//! interceptor in [`crate::interceptor::flow`]) turns the executor's [`Finished`] into an
+//! [`Answered`] here, so that each situation is answered the same way at every door.
+
+use serde_json::value::RawValue;
+
+use crate::bedrock::EventError;
+use crate::dispatch::DispatchError;
+use crate::executor::{Finished, Outcome, Settled};
+use crate::interceptor::InterceptorError;
+use crate::seam::{Answers, DedupInfo, Notice, NoticeKind};
+use crate::store::StoreError;
+
+/// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
+/// can reach.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    /// The event is not one any entry point can answer in its own format.
+    #[error(transparent)]
+    InvalidEvent(Unanswerable),
+    /// A reply could not be written (a bug, never the caller's input).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<HandlerError> for lambda_runtime::Diagnostic {
+    fn from(e: HandlerError) -> lambda_runtime::Diagnostic {
+        let error_type = match &e {
+            HandlerError::InvalidEvent(_) => "InvalidEvent",
+            HandlerError::Internal(_) => "Internal",
+        };
+        lambda_runtime::Diagnostic {
+            error_type: error_type.into(),
+            error_message: e.to_string(),
+        }
+    }
+}
+
+/// An event that no entry point can answer in its own format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswerable {
+    /// Recognised as an action-group event, but without what a Bedrock response needs.
+    #[error(transparent)]
+    Bedrock(EventError),
+    /// Marked as a Gateway interceptor invocation, but not one this door can answer.
+    #[error(transparent)]
+    Interceptor(InterceptorError),
+    /// No entry point recognises it.
+    #[error(
+        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
+         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
+         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
+         (invoke envelope)"
+    )]
+    NoEntryPoint(String),
+}
+
+/// How one invocation ended: the answer and what the report says about it.
+#[derive(Debug)]
+pub(crate) struct Answered {
+    pub(crate) outcome: Outcome,
+    pub(crate) response: Result<Box<RawValue>, HandlerError>,
+    pub(crate) tool: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) rules: Vec<&'static str>,
+    /// A short reason for error outcomes (never argument values).
+    pub(crate) reason: Option<String>,
+}
+
+impl Answered {
+    pub(crate) fn new(outcome: Outcome, response: Result<Box<RawValue>, HandlerError>) -> Answered {
+        Answered {
+            outcome,
+            response,
+            tool: None,
+            key: None,
+            rules: Vec::new(),
+            reason: None,
+        }
+    }
+
+    pub(crate) fn because(mut self, reason: impl Into<String>) -> Answered {
+        self.reason = Some(reason.into());
+        self
+    }
+
+    pub(crate) fn tool(mut self, tool: &str) -> Answered {
+        self.tool = Some(tool.to_string());
+        self
+    }
+
+    pub(crate) fn keyed(mut self, key: &str) -> Answered {
+        self.key = Some(key.to_string());
+        self
+    }
+}
+
+/// Why the tool gave no usable reply.
+#[derive(Debug)]
+pub(crate) enum ToolFailure {
+    Dispatch(DispatchError),
+    /// The event could not be forwarded: the tool did not run.
+    Unforwardable(String),
+    /// The tool ran, but its reply is not one of the caller's format; the reason says why.
+    MalformedReply(String),
+}
+
+/// Turns how the executor settled the call into the caller's answer.
+pub(crate) fn finished(
+    door: &impl Answers,
+    finished: Finished<ToolFailure>,
+    key: &str,
+) -> Answered {
+    let Finished {
+        settled,
+        outcome,
+        rules,
+    } = finished;
+    let tool = door.tool();
+    let mut answered = match settled {
+        Settled::Executed { reply } => Answered::new(
+            outcome,
+            reply_answer(door, &reply, dedup(outcome, Some(key))),
+        ),
+        Settled::Replayed { reply } => Answered::new(
+            outcome,
+            reply_answer(door, &reply, dedup(outcome, Some(key))),
+        ),
+        Settled::KeyReused { paths } => notice(
+            door,
+            outcome,
+            Notice::key_reused(tool, paths.as_deref()),
+            Some(key),
+        )
+        .because("idempotency key reused with other arguments"),
+        Settled::OutcomeUnknown => {
+            notice(door, outcome, Notice::outcome_unknown(tool, key), Some(key))
+                .because("outcome unknown (at_most_once); waits for an operator")
+        }
+        Settled::AlreadyRan { bytes } => {
+            notice(door, outcome, Notice::already_executed(tool), Some(key))
+                .because(format!("result of {bytes} bytes was too large to store"))
+        }
+        Settled::InProgress { retry_after_ms } => {
+            let reason = match retry_after_ms {
+                Some(_) => "identical call still running",
+                None => "claim kept racing with identical calls",
+            };
+            notice(
+                door,
+                outcome,
+                Notice::in_progress(tool, retry_after_ms),
+                Some(key),
+            )
+            .because(reason)
+        }
+        Settled::StoreDown(e @ StoreError::ResultUnavailable { .. }) => {
+            tracing::error!(error = %e, "the stored result is unavailable; the call is not run again");
+            notice(door, outcome, Notice::result_unavailable(tool), Some(key))
+                .because(e.to_string())
+        }
+        Settled::StoreDown(e) => {
+            tracing::error!(error = ?e, "idempotency store unavailable; failing closed");
+            notice(
+                door,
+                Outcome::StoreError,
+                Notice::store_unavailable(tool),
+                Some(key),
+            )
+            .because(format!("store: {e}"))
+        }
+        Settled::ToolFailed {
+            error,
+            outcome_unknown,
+        } => tool_failed(door, &error, outcome_unknown, Some(key)),
+        Settled::NoTime => notice(door, Outcome::ToolError, Notice::no_time(), Some(key))
+            .because("no time left before the Lambda deadline"),
+    };
+    answered.rules = rules;
+    answered.keyed(key).tool(tool)
+}
+
+/// The answer to a tool that gave no usable reply.
+pub(crate) fn tool_failed(
+    door: &impl Answers,
+    error: &ToolFailure,
+    outcome_unknown: bool,
+    key: Option<&str>,
+) -> Answered {
+    let (notice_, reason) = match error {
+        ToolFailure::MalformedReply(reason) => (Notice::malformed_reply(), reason.clone()),
+        ToolFailure::Unforwardable(reason) => (Notice::unforwardable(), reason.clone()),
+        ToolFailure::Dispatch(e) => {
+            // The tool's own error message may quote its arguments: only at DEBUG.
+            tracing::debug!(error = %e, "tool error");
+            let reason = e.short_reason();
+            (Notice::tool_failed(&reason, outcome_unknown), reason)
+        }
+    };
+    notice(door, Outcome::ToolError, notice_, key).because(reason)
+}
+
+/// The executor's own answer, in the door's format.
+pub(crate) fn notice(
+    door: &impl Answers,
+    outcome: Outcome,
+    notice: Notice,
+    key: Option<&str>,
+) -> Answered {
+    Answered::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
+}
+
+/// The refusal of a call that cannot be keyed (bad arguments, a missing session, ...).
+pub(crate) fn refuse(door: &impl Answers, refusal: Notice) -> Answered {
+    tracing::debug!(message = %refusal.message, "invalid event");
+    let reason = match refusal.kind {
+        NoticeKind::InvalidArguments => "invalid arguments",
+        _ => "invalid event",
+    };
+    notice(door, Outcome::BadRequest, refusal, None).because(reason)
+}
+
+pub(crate) fn dedup(outcome: Outcome, key: Option<&str>) -> DedupInfo<'_> {
+    DedupInfo {
+        outcome: outcome.caller_word(),
+        key,
+    }
+}
+
+/// The answer carrying the tool's reply (checked JSON when it was stored).
+pub(crate) fn reply_answer(
+    door: &impl Answers,
+    reply: &[u8],
+    dedup: DedupInfo<'_>,
+) -> Result<Box<RawValue>, HandlerError> {
+    let text = std::str::from_utf8(reply)
+        .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
+    raw(door.result(text, dedup))
+}
+
+/// JSON text as the Lambda's answer.
+pub(crate) fn raw(text: String) -> Result<Box<RawValue>, HandlerError> {
+    RawValue::from_string(text)
+        .map_err(|e| HandlerError::Internal(format!("reply is not JSON: {e}")))
+}

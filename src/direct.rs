@@ -1,0 +1,184 @@
+//! The flow of the doors that invoke the tool themselves (Bedrock action groups, the AgentCore
+//! Lambda target, the invoke envelope): route, key, run through the executor, answer.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::answer::{self, Answered, ToolFailure};
+use crate::config::Mode;
+use crate::dispatch::Dispatcher;
+use crate::executor::{Lease, Outcome, ToolRun, remaining};
+use crate::seam::{EntryPoint, Notice, Scoping, Unkeyed};
+use crate::service::{CallKey, Service};
+use crate::store::Store;
+
+/// Routes, keys and runs one call that came in by `door`.
+pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
+    service: &Service<S>,
+    dispatcher: &D,
+    door: &E,
+    end: Instant,
+) -> Answered {
+    let flow = Direct {
+        service,
+        dispatcher,
+    };
+    flow.answer(door, end).await
+}
+
+/// Every sessionless call that runs is warned about, so that a deployment never believes it is
+/// protected when it is not.
+pub(crate) fn warn_sessionless(tool: &str, missing: &str) {
+    tracing::warn!(
+        tool,
+        "sessionless call: {missing}; it runs WITHOUT dedup (DEDUP_SESSIONLESS=pass_through). \
+         Send a session id, or choose gateway_scope or refuse"
+    );
+}
+
+struct Direct<'a, S, D> {
+    service: &'a Service<S>,
+    dispatcher: &'a D,
+}
+
+impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
+    async fn answer<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
+        let tool = door.tool().to_string();
+        let (group, tool_name) = door.route();
+        let target = match self.dispatcher.route(group, tool_name) {
+            Ok(target) => target,
+            Err(e) => {
+                return answer::notice(
+                    door,
+                    Outcome::ToolError,
+                    Notice::no_route(&e.short_reason()),
+                    None,
+                )
+                .because(e.to_string());
+            }
+        };
+        let service = self.service;
+        let settings = service.settings();
+        let scoping = service.doors.scoping();
+        if settings.mode == Mode::Off {
+            return self
+                .pass_through(door, &target, scoping, end, Outcome::Executed)
+                .await;
+        }
+        let call = match door.call(scoping) {
+            Ok(call) => call,
+            Err(_) if settings.mode == Mode::Shadow => {
+                tracing::warn!("shadow mode: invalid event passed through unkeyed");
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .await;
+            }
+            Err(Unkeyed::Sessionless(missing)) => {
+                warn_sessionless(&tool, &missing);
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Sessionless)
+                    .await
+                    .because("sessionless");
+            }
+            Err(Unkeyed::Refused(notice)) => return answer::refuse(door, notice),
+        };
+        let keyer = service.keyer();
+        if !keyer.dedups(&call.tool) {
+            return self
+                .pass_through(door, &target, scoping, end, Outcome::DedupOff)
+                .await;
+        }
+        let key_call = call.key_call();
+        let call_key = match CallKey::derive(keyer, &call, &key_call) {
+            Ok(call_key) => call_key,
+            Err(notice) if settings.mode == Mode::Shadow => {
+                tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");
+                return self
+                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .await;
+            }
+            Err(notice) => return answer::refuse(door, notice),
+        };
+        let keyed = call_key.keyed(&key_call, keyer.delivery(&call.tool));
+        let key = call_key.key.as_str();
+        let lease = Lease::Covering {
+            max_run_time: self.dispatcher.max_run_time(&target),
+        };
+        let finished = service
+            .executor
+            .run(keyed, end, lease, |timeout| {
+                self.invoke(door, &target, Some(key), scoping, timeout)
+            })
+            .await;
+        service.telemetry.call(keyer, &key_call, finished.outcome);
+        answer::finished(door, finished, key)
+    }
+
+    /// Invokes the routed tool and checks its reply in the caller's format.
+    async fn invoke(
+        &self,
+        door: &impl EntryPoint,
+        target: &str,
+        key: Option<&str>,
+        scoping: Scoping<'_>,
+        timeout: Duration,
+    ) -> ToolRun<ToolFailure> {
+        let forward = match door.forward(key, scoping) {
+            Ok(forward) => forward,
+            Err(reason) => {
+                return ToolRun::Failed {
+                    error: ToolFailure::Unforwardable(format!(
+                        "cannot forward the event: {reason}"
+                    )),
+                    outcome_unknown: false,
+                };
+            }
+        };
+        match self
+            .dispatcher
+            .invoke_forward(target, forward, timeout)
+            .await
+        {
+            Ok(reply) => match door.classify(&reply) {
+                Ok(class) => ToolRun::Replied { reply, class },
+                // The tool answered, so it ran: its side effect may have happened even though
+                // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
+                Err(reason) => ToolRun::Failed {
+                    error: ToolFailure::MalformedReply(reason),
+                    outcome_unknown: true,
+                },
+            },
+            Err(e) => ToolRun::Failed {
+                outcome_unknown: e.outcome_unknown(&self.service.doors.release_on_errors),
+                error: ToolFailure::Dispatch(e),
+            },
+        }
+    }
+
+    /// `DEDUP_MODE=off`, shadow mode's unkeyable calls, and tools whose policy says
+    /// `dedup = "off"`: the event goes to the tool as it came, and its reply comes back unchanged,
+    /// reported as `outcome`.
+    async fn pass_through(
+        &self,
+        door: &impl EntryPoint,
+        target: &str,
+        scoping: Scoping<'_>,
+        end: Instant,
+        outcome: Outcome,
+    ) -> Answered {
+        let timeout = remaining(end).saturating_sub(self.service.settings().reply_margin);
+        let run = self.invoke(door, target, None, scoping, timeout).await;
+        let answered = match run {
+            ToolRun::Replied { reply, .. } => Answered::new(
+                outcome,
+                answer::reply_answer(door, &reply, answer::dedup(outcome, None)),
+            ),
+            ToolRun::Failed {
+                error,
+                outcome_unknown,
+            } => answer::tool_failed(door, &error, outcome_unknown, None),
+        };
+        answered.tool(door.tool())
+    }
+}

@@ -1,0 +1,160 @@
+//! What every door's flow runs on: the executor (store and keyer), how the doors scope a call,
+//! the catalogs the interceptor learns, and the telemetry. The handler owns one [`Service`] and
+//! hands it to the flow of the door an event came in by ([`crate::direct`],
+//! [`crate::interceptor::flow`]).
+
+use std::time::Duration;
+
+use crate::catalog::Catalogs;
+use crate::config::{Config, ErrorTypes, Scope, Sessionless};
+use crate::executor::{CallerKey, Executor, Keyed, Settings};
+use crate::key::{Call, CallerKeyError, Delivery, Keyer};
+use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
+use crate::store::Store;
+use crate::telemetry::Telemetry;
+
+/// The flows' shared state.
+pub(crate) struct Service<S> {
+    pub(crate) executor: Executor<S>,
+    pub(crate) doors: DoorSettings,
+    pub(crate) catalogs: Catalogs,
+    pub(crate) telemetry: Telemetry,
+}
+
+impl<S: Store> Service<S> {
+    pub(crate) fn new(store: S, config: &Config, telemetry: Telemetry) -> Service<S> {
+        let keyer = Keyer::new().with_policies(config.policies.clone());
+        Service {
+            executor: Executor::new(store, keyer, Settings::from_config(config)),
+            doors: DoorSettings::from_config(config),
+            catalogs: Catalogs::new(config.catalog_ttl),
+            telemetry,
+        }
+    }
+
+    pub(crate) fn store(&self) -> &S {
+        self.executor.store()
+    }
+
+    pub(crate) fn keyer(&self) -> &Keyer {
+        self.executor.keyer()
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        self.executor.settings()
+    }
+}
+
+/// The handler's own knobs: how the doors scope a call, and which tool errors prove nothing ran.
+#[derive(Debug, Clone)]
+pub struct DoorSettings {
+    /// `DEDUP_SCOPE`: a Bedrock call's step is its turn, or none.
+    pub scope: Scope,
+    /// `DEDUP_STEP_ATTRIBUTE`: the session attribute or argument that names the step.
+    pub step_attribute: String,
+    /// `DEDUP_RUN_ARGUMENT`: the argument an AgentCore call names its run by when the Gateway
+    /// sends no session.
+    pub run_argument: String,
+    /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an envelope may name (`None`: any).
+    pub envelope_namespaces: Option<Vec<String>>,
+    /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
+    /// the claim.
+    pub release_on_errors: ErrorTypes,
+    /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
+    pub sessionless: Sessionless,
+    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways whose MCP tool annotations are acted on.
+    pub trusted_annotations: Vec<String>,
+    /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
+    pub interceptor_timeout: Duration,
+    /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
+    pub idempotency_key_name: String,
+}
+
+impl DoorSettings {
+    /// The settings `config` gives.
+    pub fn from_config(config: &Config) -> DoorSettings {
+        DoorSettings {
+            scope: config.scope,
+            step_attribute: config.step_attribute.clone(),
+            run_argument: config.run_argument.clone(),
+            envelope_namespaces: config.envelope_namespaces.clone(),
+            release_on_errors: config.release_on_errors.clone(),
+            sessionless: config.sessionless,
+            trusted_annotations: config.trusted_annotations.clone(),
+            interceptor_timeout: config.interceptor_timeout,
+            idempotency_key_name: config.idempotency_key_name.clone(),
+        }
+    }
+
+    /// Whether the annotations that `gateway`'s tools are listed with are acted on.
+    pub fn trusts_annotations(&self, gateway: &str) -> bool {
+        self.trusted_annotations
+            .iter()
+            .any(|g| g == "*" || g == gateway)
+    }
+
+    pub(crate) fn scoping(&self) -> Scoping<'_> {
+        Scoping {
+            step_attribute: &self.step_attribute,
+            run_argument: &self.run_argument,
+            scope: self.scope,
+            envelope_namespaces: self.envelope_namespaces.as_deref(),
+            sessionless: self.sessionless,
+            caller_key_name: &self.idempotency_key_name,
+        }
+    }
+}
+
+/// A call's store key and fingerprint: the caller's own key when it sent one (its arguments'
+/// typed form as the fingerprint, and their leaf digests), else the typed key.
+pub(crate) struct CallKey {
+    pub(crate) key: String,
+    fingerprint: String,
+    /// For a caller-keyed call: its leaf digests (`None` inside: too many to store).
+    caller: Option<Option<String>>,
+}
+
+impl CallKey {
+    /// Keys `call` (`key_call` is its key-core view); the notice refuses what cannot be keyed.
+    pub(crate) fn derive(
+        keyer: &Keyer,
+        call: &ToolCall,
+        key_call: &Call<'_>,
+    ) -> Result<CallKey, Notice> {
+        let invalid_arguments =
+            |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
+        match &call.caller_key {
+            Some(caller_key) => match keyer.caller_keyed(key_call, caller_key) {
+                Ok(keyed) => Ok(CallKey {
+                    key: keyed.key.to_string(),
+                    fingerprint: keyed.fingerprint.to_string(),
+                    caller: Some(keyed.path_digests),
+                }),
+                Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
+                Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
+            },
+            None => {
+                let (key, fingerprint) = keyer
+                    .key_and_fingerprint(key_call)
+                    .map_err(|e| invalid_arguments(&e))?;
+                Ok(CallKey {
+                    key: key.to_string(),
+                    fingerprint: fingerprint.to_string(),
+                    caller: None,
+                })
+            }
+        }
+    }
+
+    pub(crate) fn keyed<'a>(&'a self, call: &'a Call<'a>, delivery: Delivery) -> Keyed<'a> {
+        Keyed {
+            key: &self.key,
+            fingerprint: &self.fingerprint,
+            call,
+            delivery,
+            caller: self.caller.as_ref().map(|digests| CallerKey {
+                path_digests: digests.as_deref(),
+            }),
+        }
+    }
+}
