@@ -18,7 +18,7 @@ use dedup_cli::demo::{DemoTool, Ledger};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::bedrock::{self, Envelope};
-use toolcall_dedup::config::Scope;
+use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
@@ -556,6 +556,7 @@ fn summary(_: &mut Criterion) {
         envelope_namespaces: None,
         sessionless: Sessionless::Refuse,
         caller_key_name: "idempotency_key",
+        envelope_caller_key_scope: CallerKeyScope::Run,
     };
     type Flavour = (&'static str, fn(u64) -> Value, Option<ClientContext>);
     let flavours: [Flavour; 3] = [

@@ -62,6 +62,7 @@ pub enum Mode {
     Off,
 }
 
+pub use crate::key::CallerKeyScope;
 pub use crate::seam::{Scope, Sessionless};
 
 /// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
@@ -106,6 +107,7 @@ parse_enum!(StoreKind, "DEDUP_STORE", "dynamodb" => StoreKind::DynamoDb, "memory
 parse_enum!(Mode, "DEDUP_MODE", "enforce" => Mode::Enforce, "shadow" => Mode::Shadow, "off" => Mode::Off);
 parse_enum!(Scope, "DEDUP_SCOPE", "turn" => Scope::Turn, "session" => Scope::Session);
 parse_enum!(Sessionless, "DEDUP_SESSIONLESS", "pass_through" => Sessionless::PassThrough, "gateway_scope" => Sessionless::GatewayScope, "refuse" => Sessionless::Refuse);
+parse_enum!(CallerKeyScope, "DEDUP_ENVELOPE_CALLER_KEY_SCOPE", "run" => CallerKeyScope::Run, "namespace" => CallerKeyScope::Namespace);
 parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
 
 /// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
@@ -290,6 +292,10 @@ pub struct Config {
     pub idempotency_key_name: String,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets (default `pass_through`).
     pub sessionless: Sessionless,
+    /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches: its run
+    /// (`run`, the default), or every run of its namespace (`namespace`, for a harness whose keys
+    /// are unique across runs).
+    pub envelope_caller_key_scope: CallerKeyScope,
     /// `DEDUP_ROUTES`: which tool Lambda each call is sent to (empty when unset; the Lambda
     /// requires at least one route).
     pub routes: Routes,
@@ -443,6 +449,7 @@ impl Default for Config {
             run_argument: DEFAULT_RUN_ARGUMENT.into(),
             idempotency_key_name: DEFAULT_IDEMPOTENCY_KEY_NAME.into(),
             sessionless: Sessionless::PassThrough,
+            envelope_caller_key_scope: CallerKeyScope::Run,
             routes: Routes::default(),
             lambda_endpoint: None,
             results_bucket: None,
@@ -588,6 +595,8 @@ impl Config {
             run_argument,
             idempotency_key_name,
             sessionless: parsed(&get, Sessionless::VAR)?.unwrap_or(defaults.sessionless),
+            envelope_caller_key_scope: parsed(&get, CallerKeyScope::VAR)?
+                .unwrap_or(defaults.envelope_caller_key_scope),
             routes,
             lambda_endpoint: get("DEDUP_LAMBDA_ENDPOINT"),
             results_bucket: get("DEDUP_RESULTS_BUCKET"),

@@ -141,7 +141,10 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             .await
         {
             Ok(reply) => match door.classify(&reply) {
-                Ok(class) => ToolRun::Replied { reply, class },
+                Ok(class) => ToolRun::Replied {
+                    reply: door.stored_form(reply),
+                    class,
+                },
                 // The tool answered, so it ran: its side effect may have happened even though
                 // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
                 Err(reason) => ToolRun::Failed {

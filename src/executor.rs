@@ -243,9 +243,9 @@ pub enum Settled<E> {
     /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
     /// unsettled): the side effect was not run again, and will not be until an operator settles it.
     OutcomeUnknown,
-    /// The caller's idempotency key was first used for another tool or other arguments: nothing
-    /// ran. `paths` are the argument paths that differ (JSON Pointers, never values; `tool` when
-    /// the tool differs); `None` when they were not recorded.
+    /// The caller's idempotency key was first used for other arguments: nothing ran. `paths` are
+    /// the argument paths that differ (JSON Pointers, never values); `None` when they were not
+    /// recorded.
     KeyReused {
         /// The differing paths.
         paths: Option<Vec<String>>,
@@ -1037,18 +1037,13 @@ impl<S: Store> Executor<S> {
     }
 }
 
-/// The answer to a caller key reused with another tool or other arguments: which paths differ.
+/// The answer to a caller key reused with other arguments: which paths differ. (The tool is part
+/// of a caller key, so a key reused for another tool is another call.)
 fn key_reused<E>(record: &Record, call: Keyed<'_>) -> Finished<E> {
     let paths = differing_paths(
         record.path_digests.as_deref(),
         call.caller.and_then(|c| c.path_digests),
-    )
-    .map(|mut paths| {
-        if record.tool != call.call.tool {
-            paths.insert(0, "tool".to_string());
-        }
-        paths
-    });
+    );
     finished(Settled::KeyReused { paths }, Outcome::KeyReused, Vec::new())
 }
 

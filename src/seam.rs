@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::key::{Call, Schema};
+use crate::key::{Call, CallerKeyScope, Schema};
 
 /// The client-context key through which the executor hands the derived key to a tool that takes
 /// a client context (AgentCore Gateway targets, the envelope's tools).
@@ -50,6 +50,12 @@ pub trait EntryPoint: Answers {
     fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String>;
     /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
     fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String>;
+    /// The reply as it is stored and replayed, once [`EntryPoint::classify`] accepted it: what in
+    /// it belongs to this caller alone (a Bedrock session's attributes) is left out, so that a
+    /// replay to another caller never carries it. [`Answers::result`] puts the caller's own back.
+    fn stored_form(&self, reply: Vec<u8>) -> Vec<u8> {
+        reply
+    }
 }
 
 /// One tool call, format-free.
@@ -73,6 +79,9 @@ pub struct ToolCall {
     /// The caller's own idempotency key (`DEDUP_IDEMPOTENCY_KEY_NAME`): when set, the call is
     /// keyed by it, and a repeat with other arguments is refused ([`crate::key::CallerKeyed`]).
     pub caller_key: Option<String>,
+    /// How far `caller_key` reaches: its run unless the door's deployment widens it
+    /// ([`crate::key::CallerKeyScope`]).
+    pub caller_key_scope: CallerKeyScope,
 }
 
 impl ToolCall {
@@ -504,6 +513,9 @@ pub struct Scoping<'a> {
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: the envelope member, AgentCore argument or `_meta` member, or
     /// Bedrock session attribute that carries the caller's own idempotency key.
     pub caller_key_name: &'a str,
+    /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches (every other
+    /// door's key stays inside its run).
+    pub envelope_caller_key_scope: CallerKeyScope,
 }
 
 /// What an AgentCore Gateway call that names no run (no session id, no run argument) gets

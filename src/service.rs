@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::config::{Config, ErrorTypes, Scope, Sessionless};
+use crate::config::{CallerKeyScope, Config, ErrorTypes, Scope, Sessionless};
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::{Call, CallerKeyError, Delivery, Keyer};
 use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
@@ -68,6 +68,8 @@ pub struct DoorSettings {
     pub interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
     pub idempotency_key_name: String,
+    /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches.
+    pub envelope_caller_key_scope: CallerKeyScope,
 }
 
 impl DoorSettings {
@@ -83,6 +85,7 @@ impl DoorSettings {
             trusted_annotations: config.trusted_annotations.clone(),
             interceptor_timeout: config.interceptor_timeout,
             idempotency_key_name: config.idempotency_key_name.clone(),
+            envelope_caller_key_scope: config.envelope_caller_key_scope,
         }
     }
 
@@ -101,6 +104,7 @@ impl DoorSettings {
             envelope_namespaces: self.envelope_namespaces.as_deref(),
             sessionless: self.sessionless,
             caller_key_name: &self.idempotency_key_name,
+            envelope_caller_key_scope: self.envelope_caller_key_scope,
         }
     }
 }
@@ -124,15 +128,17 @@ impl CallKey {
         let invalid_arguments =
             |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
         match &call.caller_key {
-            Some(caller_key) => match keyer.caller_keyed(key_call, caller_key) {
-                Ok(keyed) => Ok(CallKey {
-                    key: keyed.key.to_string(),
-                    fingerprint: keyed.fingerprint.to_string(),
-                    caller: Some(keyed.path_digests),
-                }),
-                Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
-                Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
-            },
+            Some(caller_key) => {
+                match keyer.caller_keyed_in(key_call, caller_key, call.caller_key_scope) {
+                    Ok(keyed) => Ok(CallKey {
+                        key: keyed.key.to_string(),
+                        fingerprint: keyed.fingerprint.to_string(),
+                        caller: Some(keyed.path_digests),
+                    }),
+                    Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
+                    Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
+                }
+            }
             None => {
                 let (key, fingerprint) = keyer
                     .key_and_fingerprint(key_call)

@@ -37,6 +37,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use crate::key::CallerKeyScope;
 use crate::seam::{
     Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments,
     Scoping, Sessionless, ToolCall, Unkeyed, classify_json_reply, json_type, refusal,
@@ -181,8 +182,8 @@ impl<'a> GatewayCall<'a> {
             None => args.get(scope.run).and_then(step_value),
         };
         let caller_key = args.get(scope.caller_key).and_then(step_value);
-        // A caller's own key is the scope: such a call needs no run.
-        if run_id.is_none() && caller_key.is_none() {
+        // A caller's key is scoped by its run like any other key: it never stands in for one.
+        if run_id.is_none() {
             let missing = format!(
                 "the Gateway sent no {SESSION_ID} and the arguments have no {:?}",
                 scope.run
@@ -206,6 +207,7 @@ impl<'a> GatewayCall<'a> {
             step,
             schema: None,
             caller_key,
+            caller_key_scope: CallerKeyScope::Run,
         })
     }
 

@@ -33,7 +33,7 @@ use sha2::{Digest, Sha256};
 pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
-use crate::key::Schema;
+use crate::key::{CallerKeyScope, Schema};
 use crate::seam::{
     self, Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, Unkeyed,
     refusal as refused,
@@ -91,6 +91,7 @@ pub fn call(
         run_id: Some(call.session_id.to_string()),
         args: call.args,
         schema: Some(schema),
+        caller_key_scope: CallerKeyScope::Run,
     })
 }
 
@@ -141,6 +142,10 @@ impl EntryPoint for ActionGroupCall<'_> {
         validate_reply(reply, &self.envelope.reply_to)
             .map_err(|r| format!("tool reply is not a Bedrock response: {r}"))
     }
+
+    fn stored_form(&self, reply: Vec<u8>) -> Vec<u8> {
+        response::session_changes_only(&reply, &self.envelope.reply_to).unwrap_or(reply)
+    }
 }
 
 impl Answers for ActionGroupCall<'_> {
@@ -148,8 +153,9 @@ impl Answers for ActionGroupCall<'_> {
         self.envelope.reply_to.tool()
     }
 
+    /// The stored reply with this caller's own session attributes, and the tool's changes to them.
     fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {
-        reply.to_string()
+        response::with_own_session(reply, &self.envelope.reply_to)
     }
 
     fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {

@@ -163,6 +163,86 @@ pub fn finish_text(
 
 pub use crate::seam::ReplyClass;
 
+/// The member of a stored reply that holds what the tool changed in each session map, in place of
+/// the maps themselves: `{"sessionAttributes": {"set": {...}, "removed": [...]}, ...}`.
+const SESSION_CHANGES: &str = "dedupSessionChanges";
+/// The session maps a reply carries, each with the event's map it changes.
+const SESSION_MAPS: [&str; 2] = ["sessionAttributes", "promptSessionAttributes"];
+
+fn own_map<'a>(reply_to: &'a ReplyTo, name: &str) -> &'a Map<String, Value> {
+    if name == SESSION_MAPS[0] {
+        &reply_to.session_attributes
+    } else {
+        &reply_to.prompt_session_attributes
+    }
+}
+
+/// A tool's reply as it is stored: each session map it carries is replaced by what the tool
+/// changed in it (members set to a new value, members removed), relative to the event it got.
+/// The session's own attributes (a tenant, an e-mail, the caller's key) are never stored, so a
+/// replay to another session cannot carry them; [`with_own_session`] lays the changes over the
+/// replayed call's own maps. `dedup_key`, which the executor itself puts in the forwarded event,
+/// is not a change. `None` when the reply is not a JSON object (it was validated before, so never).
+pub fn session_changes_only(reply: &[u8], reply_to: &ReplyTo) -> Option<Vec<u8>> {
+    let mut value: Map<String, Value> = serde_json::from_slice(reply).ok()?;
+    let mut changes = Map::new();
+    for name in SESSION_MAPS {
+        let Some(Value::Object(replied)) = value.remove(name) else {
+            continue;
+        };
+        let before = own_map(reply_to, name);
+        let is_ours = |k: &String| k == super::DEDUP_KEY_ATTRIBUTE;
+        let set: Map<String, Value> = replied
+            .iter()
+            .filter(|(k, v)| !is_ours(k) && before.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let removed: Vec<&String> = before
+            .keys()
+            .filter(|k| !is_ours(k) && !replied.contains_key(*k))
+            .collect();
+        changes.insert(name.into(), json!({"set": set, "removed": removed}));
+    }
+    value.insert(SESSION_CHANGES.into(), Value::Object(changes));
+    serde_json::to_vec(&value).ok()
+}
+
+/// The answer to `reply_to` from a stored reply: each session map the tool answered with is the
+/// call's own map with the tool's changes laid over it. A reply stored before changes were kept
+/// (it holds the first session's whole maps) answers with the call's own maps unchanged.
+pub fn with_own_session(stored: &str, reply_to: &ReplyTo) -> String {
+    let Ok(mut value) = serde_json::from_str::<Map<String, Value>>(stored) else {
+        return stored.to_string();
+    };
+    match value.remove(SESSION_CHANGES) {
+        Some(Value::Object(changes)) => {
+            for (name, change) in changes {
+                let Some(name) = SESSION_MAPS.into_iter().find(|m| *m == name) else {
+                    continue;
+                };
+                let mut own = own_map(reply_to, name).clone();
+                if let Some(removed) = change.get("removed").and_then(Value::as_array) {
+                    for k in removed.iter().filter_map(Value::as_str) {
+                        own.remove(k);
+                    }
+                }
+                if let Some(Value::Object(set)) = change.get("set") {
+                    own.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+                value.insert(name.into(), Value::Object(own));
+            }
+        }
+        _ => {
+            for name in SESSION_MAPS {
+                if value.get(name).is_some_and(Value::is_object) {
+                    value.insert(name.into(), Value::Object(own_map(reply_to, name).clone()));
+                }
+            }
+        }
+    }
+    Value::Object(value).to_string()
+}
+
 /// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
 ///
 /// Every reply a tool gives passes here, so it is read without building a `serde_json::Value`: the
@@ -430,6 +510,73 @@ mod tests {
             validate_reply(b"{\"response\": ", &f)
                 .unwrap_err()
                 .starts_with("not JSON")
+        );
+    }
+
+    fn with_attrs(attrs: Value, prompt: Value) -> ReplyTo {
+        let map = |v: Value| v.as_object().unwrap().clone();
+        ReplyTo::new(
+            "group",
+            Flavour::Function {
+                function: "charge".into(),
+            },
+            map(attrs),
+            map(prompt),
+        )
+    }
+
+    /// A replay carries the replayed call's own session, plus only what the tool changed in the
+    /// first call's: never the first session's attributes.
+    #[test]
+    fn a_stored_reply_keeps_the_tools_session_changes_and_never_the_session() {
+        let first = with_attrs(
+            json!({"tenant": "acme", "email": "ana@acme.example", "cart": "3", "dedup_key": "old"}),
+            json!({"turn": "a"}),
+        );
+        let mut reply = success(&first, &json!({"receipt": "ch_1"}));
+        reply["sessionAttributes"] = json!({"tenant": "acme", "email": "ana@acme.example",
+            "last_charge": "ch_1", "dedup_key": "k1"});
+        let stored = session_changes_only(&serde_json::to_vec(&reply).unwrap(), &first).unwrap();
+        let text = String::from_utf8(stored).unwrap();
+        for private in ["acme", "ana@", "\"turn\"", "k1"] {
+            assert!(!text.contains(private), "{private} stored: {text}");
+        }
+
+        let answered: Value = serde_json::from_str(&with_own_session(&text, &first)).unwrap();
+        assert_eq!(
+            answered["sessionAttributes"],
+            json!({"tenant": "acme", "email": "ana@acme.example", "last_charge": "ch_1",
+                   "dedup_key": "old"}),
+            "the first caller gets the tool's map: its own, with the tool's change"
+        );
+        assert_eq!(answered["promptSessionAttributes"], json!({"turn": "a"}));
+        assert_eq!(answered["response"], reply["response"]);
+
+        let other = with_attrs(json!({"tenant": "globex", "cart": "9"}), json!({}));
+        let answered: Value = serde_json::from_str(&with_own_session(&text, &other)).unwrap();
+        assert_eq!(
+            answered["sessionAttributes"],
+            json!({"tenant": "globex", "last_charge": "ch_1"}),
+            "another session: its own attributes, the tool's change, and the removal of cart"
+        );
+        assert_eq!(answered["promptSessionAttributes"], json!({}));
+
+        // A reply without session maps answers without them; a reply stored before changes were
+        // kept answers with the caller's own maps.
+        let mut bare = success(&first, &json!({}));
+        bare.as_object_mut().unwrap().remove("sessionAttributes");
+        let stored = session_changes_only(&serde_json::to_vec(&bare).unwrap(), &first).unwrap();
+        let answered: Value = serde_json::from_str(&with_own_session(
+            std::str::from_utf8(&stored).unwrap(),
+            &other,
+        ))
+        .unwrap();
+        assert!(answered.get("sessionAttributes").is_none(), "{answered}");
+        let legacy = reply.to_string();
+        let answered: Value = serde_json::from_str(&with_own_session(&legacy, &other)).unwrap();
+        assert_eq!(
+            answered["sessionAttributes"],
+            json!({"tenant": "globex", "cart": "9"})
         );
     }
 

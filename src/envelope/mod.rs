@@ -33,7 +33,7 @@ use crate::seam::{
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub const ENTRY_POINT: &str = "envelope";
-use crate::key::Schema;
+use crate::key::{CallerKeyScope, Schema};
 
 /// The client-context key through which the executor names the tool (beside
 /// [`DEDUP_KEY_CONTEXT`], the key): the tool receives only its arguments.
@@ -186,6 +186,7 @@ impl Envelope {
         &self,
         allowed: Option<&[String]>,
         caller_key_name: &str,
+        caller_key_scope: CallerKeyScope,
     ) -> Result<ToolCall, EnvelopeError> {
         if let Some(unknown) = self.rest.keys().find(|k| k.as_str() != caller_key_name) {
             return Err(EnvelopeError::Event(format!(
@@ -210,10 +211,13 @@ impl Envelope {
             )));
         }
         let args = self.args.clone()?;
-        if self.run_id.is_none() && caller_key.is_none() {
+        // A caller key reaches past its run only where the deployment says so.
+        let widened = caller_key.is_some() && caller_key_scope == CallerKeyScope::Namespace;
+        if self.run_id.is_none() && !widened {
             return Err(EnvelopeError::Event(format!(
-                "\"run_id\" is required (or the caller's own key as {caller_key_name:?}): without \
-                 either, identical calls of different runs would be one call"
+                "\"run_id\" is required: without it, identical calls of different runs would be \
+                 one call (a caller key in {caller_key_name:?} is scoped by its run unless \
+                 DEDUP_ENVELOPE_CALLER_KEY_SCOPE=namespace)"
             )));
         }
         let schema = match &self.schema {
@@ -230,6 +234,7 @@ impl Envelope {
             step: self.step.clone(),
             schema,
             caller_key,
+            caller_key_scope,
         })
     }
 
@@ -254,8 +259,12 @@ impl EntryPoint for Envelope {
     }
 
     fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed> {
-        self.tool_call(scoping.envelope_namespaces, scoping.caller_key_name)
-            .map_err(|e| envelope_refusal(&e).into())
+        self.tool_call(
+            scoping.envelope_namespaces,
+            scoping.caller_key_name,
+            scoping.envelope_caller_key_scope,
+        )
+        .map_err(|e| envelope_refusal(&e).into())
     }
 
     fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {
@@ -346,12 +355,16 @@ mod tests {
         )
         .unwrap();
         let (ca, cb) = (
-            a.tool_call(None, "idempotency_key").unwrap(),
-            b.tool_call(None, "idempotency_key").unwrap(),
+            a.tool_call(None, "idempotency_key", CallerKeyScope::Run)
+                .unwrap(),
+            b.tool_call(None, "idempotency_key", CallerKeyScope::Run)
+                .unwrap(),
         );
         assert_eq!(ca.namespace, format!("{ENTRY_POINT}:{DEFAULT_NAMESPACE}"));
         let allowed = ["payments".to_string()];
-        let refused = a.tool_call(Some(&allowed), "idempotency_key").unwrap_err();
+        let refused = a
+            .tool_call(Some(&allowed), "idempotency_key", CallerKeyScope::Run)
+            .unwrap_err();
         assert!(
             matches!(&refused, EnvelopeError::Event(m) if m.contains("DEDUP_ENVELOPE_NAMESPACES")),
             "{refused}"
@@ -362,7 +375,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             payments
-                .tool_call(Some(&allowed), "idempotency_key")
+                .tool_call(Some(&allowed), "idempotency_key", CallerKeyScope::Run)
                 .unwrap()
                 .namespace,
             "envelope:payments"
@@ -409,22 +422,43 @@ mod tests {
         ];
         for (event, needle) in cases {
             let err = Envelope::parse(&event)
-                .and_then(|e| e.tool_call(None, "idempotency_key"))
+                .and_then(|e| e.tool_call(None, "idempotency_key", CallerKeyScope::Run))
                 .unwrap_err();
             assert!(err.to_string().contains(needle), "{event}: {err}");
         }
-        let keyed = Envelope::parse(&json!({"tool": "t", "input": {}, "idempotency_key": "k"}))
-            .and_then(|e| e.tool_call(None, "idempotency_key"))
+        let keyed_without_run =
+            Envelope::parse(&json!({"tool": "t", "input": {}, "idempotency_key": "k"})).unwrap();
+        assert!(
+            keyed_without_run
+                .tool_call(None, "idempotency_key", CallerKeyScope::Run)
+                .unwrap_err()
+                .to_string()
+                .contains("DEDUP_ENVELOPE_CALLER_KEY_SCOPE=namespace"),
+            "a caller key is scoped by its run: it does not stand in for one"
+        );
+        let keyed = keyed_without_run
+            .tool_call(None, "idempotency_key", CallerKeyScope::Namespace)
             .unwrap();
         assert_eq!(
-            (keyed.caller_key.as_deref(), keyed.run_id),
-            (Some("k"), None),
-            "a caller key stands in for the run"
+            (
+                keyed.caller_key.as_deref(),
+                keyed.run_id,
+                keyed.caller_key_scope
+            ),
+            (Some("k"), None, CallerKeyScope::Namespace),
+            "a widened caller key stands in for the run"
+        );
+        assert!(
+            Envelope::parse(&json!({"tool": "t", "input": {}}))
+                .unwrap()
+                .tool_call(None, "idempotency_key", CallerKeyScope::Namespace)
+                .is_err(),
+            "widening a caller key's scope does not make a run optional without one"
         );
         let no_run = Envelope::parse(&json!({"tool": "t", "input": {}})).unwrap();
         assert!(
             no_run
-                .tool_call(None, "idempotency_key")
+                .tool_call(None, "idempotency_key", CallerKeyScope::Run)
                 .unwrap_err()
                 .to_string()
                 .contains("run_id")
@@ -445,7 +479,7 @@ mod tests {
         ] {
             let err = Envelope::parse(&event)
                 .unwrap()
-                .tool_call(None, "idempotency_key")
+                .tool_call(None, "idempotency_key", CallerKeyScope::Run)
                 .unwrap_err();
             assert!(matches!(err, EnvelopeError::Arguments(_)), "{event}: {err}");
             assert!(err.to_string().contains(needle), "{event}: {err}");
@@ -463,7 +497,7 @@ mod tests {
             )
             .unwrap();
             assert!(
-                e.tool_call(None, "idempotency_key")
+                e.tool_call(None, "idempotency_key", CallerKeyScope::Run)
                     .unwrap()
                     .schema
                     .is_some()

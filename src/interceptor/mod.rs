@@ -46,6 +46,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agentcore::TOOL_NAME_DELIMITER;
+use crate::key::CallerKeyScope;
 use crate::seam::{
     Answers, DedupInfo, Notice, NoticeKind, ReplyClass, Sessionless, ToolCall, json_type, refusal,
     scoped_namespace, step_value,
@@ -264,8 +265,9 @@ impl<'a> Interception<'a> {
             .and_then(|m| m.get(caller_key_name))
             .or_else(|| call.arguments.get(caller_key_name))
             .and_then(step_value);
-        // A caller's own key is the scope: such a call needs no session.
-        if run_id.is_none() && caller_key.is_none() {
+        // A caller's key (here written by the model) is scoped by its session like any other
+        // key: it never stands in for one.
+        if run_id.is_none() {
             let missing = format!(
                 "the request has no {SESSION_HEADER} header (set passRequestHeaders on the interceptor)"
             );
@@ -282,6 +284,7 @@ impl<'a> Interception<'a> {
                 .and_then(step_value),
             schema: None,
             caller_key,
+            caller_key_scope: CallerKeyScope::Run,
         })
     }
 

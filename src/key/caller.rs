@@ -6,6 +6,13 @@
 //! arguments' *typed* canonical form, and a digest per leaf, from which the paths that differ are
 //! told without any value. A repeat that differs only in ways the typed keyer makes equal (key
 //! order, `4200` and `4200.0`, `"usd"` for an enum's `"USD"`) is a replay.
+//!
+//! **A key stays inside its caller** (Stripe scopes a key to one account): it is keyed by the
+//! call's namespace (entry point included), its tool and its run. Order numbers collide across
+//! tenants, and a Bedrock session attribute lasts the whole session, so a key scoped more widely
+//! would answer one user with another's reply, or refuse a session's next tool as a reuse. Only a
+//! harness whose keys are unique across its runs may widen the scope to the namespace
+//! ([`CallerKeyScope::Namespace`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,10 +30,23 @@ pub const MAX_CALLER_KEY_BYTES: usize = 256;
 /// mismatch cannot name its paths.
 pub const MAX_PATH_DIGESTS_BYTES: usize = 32 * 1024;
 
+/// How far a caller's key reaches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CallerKeyScope {
+    /// One run (session) of one tool in one namespace: the default, and the only scope a key
+    /// written into a session or by a model gets.
+    #[default]
+    Run,
+    /// Every run of one tool in one namespace: for a harness whose keys are unique across runs
+    /// (a Step Functions execution name, a Temporal activity id).
+    Namespace,
+}
+
 /// A call keyed by its caller's key.
 #[derive(Debug, Clone)]
 pub struct CallerKeyed {
-    /// The store key: the caller's key, scoped by the call's namespace (entry point included).
+    /// The store key: the caller's key, scoped by the call's namespace (entry point included),
+    /// tool and, unless the scope is widened, run.
     pub key: Key,
     /// The typed canonical form of the tool and arguments, hashed: equal for a true replay.
     pub fingerprint: Key,
@@ -50,12 +70,22 @@ pub enum CallerKeyError {
 }
 
 impl Keyer {
-    /// Keys `call` by `caller_key` (see the module docs). The call's run and step take no part:
-    /// the caller's key is the scope.
+    /// Keys `call` by `caller_key` within its run (see the module docs). The call's step takes no
+    /// part: within the run, the caller's key is the scope.
     pub fn caller_keyed(
         &self,
         call: &Call<'_>,
         caller_key: &str,
+    ) -> Result<CallerKeyed, CallerKeyError> {
+        self.caller_keyed_in(call, caller_key, CallerKeyScope::Run)
+    }
+
+    /// Keys `call` by `caller_key` within `scope`.
+    pub fn caller_keyed_in(
+        &self,
+        call: &Call<'_>,
+        caller_key: &str,
+        scope: CallerKeyScope,
     ) -> Result<CallerKeyed, CallerKeyError> {
         if caller_key.trim().is_empty() {
             return Err(CallerKeyError::Empty);
@@ -64,9 +94,15 @@ impl Keyer {
             return Err(CallerKeyError::TooLong(caller_key.len()));
         }
         let typed = self.explain(Strategy::Typed, call)?;
+        // A run of its own is told from no run ("run:" + id, or "-").
+        let run = match (scope, call.run_id) {
+            (CallerKeyScope::Run, Some(run)) => format!("run:{run}"),
+            (CallerKeyScope::Run, None) => "-".to_string(),
+            (CallerKeyScope::Namespace, _) => "*".to_string(),
+        };
         let key = hash(
-            b"toolcall-dedup/caller/v1\0",
-            &[call.namespace.unwrap_or(""), caller_key],
+            b"toolcall-dedup/caller/v2\0",
+            &[call.namespace.unwrap_or(""), call.tool, &run, caller_key],
         );
         let fingerprint = hash(
             b"toolcall-dedup/caller-args/v1\0",
@@ -235,25 +271,52 @@ mod tests {
     }
 
     #[test]
-    fn the_key_is_scoped_by_namespace_not_by_run_or_tool() {
+    fn the_key_is_scoped_by_namespace_tool_and_run_unless_widened() {
         let keyer = Keyer::new();
         let call = |namespace, run_id, tool| Call {
             tool,
             args: "{}",
             namespace: Some(namespace),
-            run_id: Some(run_id),
+            run_id,
             ..Call::default()
         };
-        let key = |c: Call<'_>| keyer.caller_keyed(&c, "k").unwrap();
-        let a = key(call("envelope:a", "run-1", "t"));
-        assert_eq!(a.key, key(call("envelope:a", "run-2", "t")).key);
-        assert_ne!(a.key, key(call("envelope:b", "run-1", "t")).key);
-        let other_tool = key(call("envelope:a", "run-1", "u"));
-        assert_eq!(a.key, other_tool.key);
+        let key = |c: Call<'_>| keyer.caller_keyed(&c, "k").unwrap().key;
+        let a = key(call("envelope:a", Some("run-1"), "t"));
+        assert_eq!(a, key(call("envelope:a", Some("run-1"), "t")));
         assert_ne!(
-            a.fingerprint, other_tool.fingerprint,
-            "another tool is a mismatch"
+            a,
+            key(call("envelope:a", Some("run-2"), "t")),
+            "another run"
         );
+        assert_ne!(
+            a,
+            key(call("envelope:b", Some("run-1"), "t")),
+            "another namespace"
+        );
+        assert_ne!(
+            a,
+            key(call("envelope:a", Some("run-1"), "u")),
+            "another tool"
+        );
+        assert_ne!(a, key(call("envelope:a", None, "t")), "no run is not a run");
+        assert_ne!(
+            key(call("envelope:a", None, "t")),
+            key(call("envelope:a", Some("-"), "t")),
+            "a run named like the no-run marker"
+        );
+
+        let widened = |c: Call<'_>| {
+            keyer
+                .caller_keyed_in(&c, "k", CallerKeyScope::Namespace)
+                .unwrap()
+                .key
+        };
+        let w = widened(call("envelope:a", Some("run-1"), "t"));
+        assert_eq!(w, widened(call("envelope:a", Some("run-2"), "t")));
+        assert_eq!(w, widened(call("envelope:a", None, "t")));
+        assert_ne!(w, widened(call("envelope:a", Some("run-1"), "u")));
+        assert_ne!(w, widened(call("envelope:b", Some("run-1"), "t")));
+        assert_ne!(w, a, "a widened key never meets a run's");
     }
 
     #[test]

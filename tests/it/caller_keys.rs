@@ -4,9 +4,9 @@
 //! keyed as before.
 
 use serde_json::{Value, json};
-use toolcall_dedup::config::Config;
+use toolcall_dedup::config::{CallerKeyScope, Config};
 use toolcall_dedup::handler::{Handled, Invocation};
-use toolcall_dedup::store::{ManualClock, Store};
+use toolcall_dedup::store::{ManualClock, MemoryStore, Store};
 use toolcall_dedup::telemetry::Outcome;
 
 use crate::fixture::*;
@@ -137,4 +137,180 @@ async fn a_reused_key_is_refused_while_the_first_call_still_runs() {
     assert_eq!(typed_equal.outcome, Outcome::Replayed);
     assert_eq!(typed_equal.key, first.key);
     assert_eq!(h.dispatcher().invokes(), 1);
+}
+
+/// A caller key stays inside its caller: one Bedrock session's key (a session attribute, which
+/// lasts the whole session) never refuses that session's next tool; another session (another
+/// tenant) with the same key and arguments runs its own call, answered with its own session's
+/// attributes; a retry within a session gets its own attributes plus what the tool changed.
+async fn caller_keys_stay_inside_their_session<S: Store>(store: S) {
+    let h = handler(
+        store,
+        Scripted::new(vec![
+            Act::Run,
+            Act::Run,
+            Act::RunSetting("last_receipt", "rcpt-a"),
+            Act::Run,
+        ]),
+        &Config::default(),
+    );
+    let charge = send(&h, &event("fd-charge_card-key.json")).await;
+    let refund = send(&h, &event("fd-refund-key.json")).await;
+    assert_eq!(
+        (charge.outcome, refund.outcome),
+        (Outcome::Executed, Outcome::Executed),
+        "the session's key does not refuse its next tool: {}",
+        parsed(&refund)
+    );
+    assert_ne!(charge.key, refund.key);
+
+    let tenant_a = event("fd-charge_card-key-tenant-a.json");
+    let tenant_b = event("fd-charge_card-key-tenant-b.json");
+    let a = send(&h, &tenant_a).await;
+    assert_eq!(a.outcome, Outcome::Executed);
+    assert_eq!(
+        parsed(&a)["sessionAttributes"],
+        json!({"idempotency_key": "order-7781", "tenant": "acme-eu",
+               "user_email": "ana@acme.example", "last_receipt": "rcpt-a"}),
+        "the first caller gets the tool's session"
+    );
+    let b = send(&h, &tenant_b).await;
+    assert_eq!(
+        b.outcome,
+        Outcome::Executed,
+        "another session with the same key and arguments is its own call"
+    );
+    assert_ne!(a.key, b.key);
+    let answer_b = parsed(&b).to_string();
+    for leaked in ["acme-eu", "ana@acme.example", "rcpt-a"] {
+        assert!(
+            !answer_b.contains(leaked),
+            "{leaked} reached tenant b: {answer_b}"
+        );
+    }
+
+    // A retry in tenant a's session, whose attributes moved on meanwhile: its own attributes,
+    // plus the tool's change, from the stored reply.
+    let retry = with_attrs(
+        tenant_a,
+        json!({"idempotency_key": "order-7781", "tenant": "acme-eu", "cart": "2"}),
+    );
+    let replayed = send(&h, &retry).await;
+    assert_eq!(replayed.outcome, Outcome::Replayed);
+    assert_eq!(
+        parsed(&replayed)["sessionAttributes"],
+        json!({"idempotency_key": "order-7781", "tenant": "acme-eu", "cart": "2",
+               "last_receipt": "rcpt-a"})
+    );
+    assert_eq!(h.dispatcher().invokes(), 4);
+    let record = stored(&h, &a).await.unwrap();
+    let stored_text = String::from_utf8(record.result.unwrap()).unwrap();
+    assert!(
+        !stored_text.contains("ana@acme.example"),
+        "a session's attributes are never stored: {stored_text}"
+    );
+}
+
+#[tokio::test]
+async fn caller_keys_stay_inside_their_session_on_memory() {
+    caller_keys_stay_inside_their_session(servers::memory_store(ManualClock::starting_now())).await;
+}
+
+#[tokio::test]
+async fn caller_keys_stay_inside_their_session_on_moto() {
+    caller_keys_stay_inside_their_session(
+        servers::dynamodb_store(Backend::Moto, ManualClock::starting_now()).await,
+    )
+    .await;
+}
+
+/// Through the Gateway interceptor, where the key is an argument the model writes: another MCP
+/// session with the same key and arguments is not answered from the first.
+#[tokio::test]
+async fn an_interceptor_caller_key_stays_inside_its_mcp_session() {
+    let h = handler(
+        servers::memory_store(ManualClock::starting_now()),
+        demo(),
+        &Config::default(),
+    );
+    let in_session = |session: &str, id: u64| {
+        let mut ev = event("agentcore-interceptor/charge_card.request.json");
+        ev["mcp"]["gatewayRequest"]["headers"]["mcp-session-id"] = json!(session);
+        let body = &mut ev["mcp"]["gatewayRequest"]["body"];
+        body["id"] = json!(id);
+        body["params"]["arguments"]["idempotency_key"] = json!("order-7781");
+        ev
+    };
+    let answered = |request: &Value, result: Value| {
+        let mut ev = request.clone();
+        ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "body": {
+            "jsonrpc": "2.0", "id": request["mcp"]["gatewayRequest"]["body"]["id"],
+            "result": result}});
+        ev
+    };
+    let first = in_session("mcp-session-tenant-a", 11);
+    assert_eq!(send(&h, &first).await.outcome, Outcome::Executed);
+    let receipt = json!({"content": [{"type": "text", "text": "charged for tenant a"}]});
+    assert_eq!(
+        send(&h, &answered(&first, receipt)).await.outcome,
+        Outcome::Executed
+    );
+    let same_session = send(&h, &in_session("mcp-session-tenant-a", 12)).await;
+    assert_eq!(same_session.outcome, Outcome::Replayed);
+    let other = send(&h, &in_session("mcp-session-tenant-b", 11)).await;
+    assert_eq!(
+        other.outcome,
+        Outcome::Executed,
+        "another session's call goes to the target: {}",
+        parsed(&other)
+    );
+    assert!(!parsed(&other).to_string().contains("tenant a"));
+}
+
+/// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE=namespace`: a harness whose keys are unique across its runs
+/// widens them to the namespace; by default another run is another call.
+#[tokio::test]
+async fn an_envelope_key_reaches_across_runs_only_when_the_deployment_widens_it() {
+    let in_run = |run: Option<&str>| {
+        let mut ev = event("envelope/charge_card-key.json");
+        match run {
+            Some(run) => ev["run_id"] = json!(run),
+            None => {
+                ev.as_object_mut().unwrap().remove("run_id");
+            }
+        }
+        ev
+    };
+    let by_run = handler(MemoryStore::new(), demo(), &Config::default());
+    assert_eq!(
+        send(&by_run, &in_run(Some("r1"))).await.outcome,
+        Outcome::Executed
+    );
+    assert_eq!(
+        send(&by_run, &in_run(Some("r2"))).await.outcome,
+        Outcome::Executed
+    );
+    assert_eq!(
+        send(&by_run, &in_run(None)).await.outcome,
+        Outcome::BadRequest
+    );
+
+    let widened = Config {
+        envelope_caller_key_scope: CallerKeyScope::Namespace,
+        ..Config::default()
+    };
+    let by_namespace = handler(MemoryStore::new(), demo(), &widened);
+    assert_eq!(
+        send(&by_namespace, &in_run(Some("r1"))).await.outcome,
+        Outcome::Executed
+    );
+    assert_eq!(
+        send(&by_namespace, &in_run(Some("r2"))).await.outcome,
+        Outcome::Replayed
+    );
+    assert_eq!(
+        send(&by_namespace, &in_run(None)).await.outcome,
+        Outcome::Replayed
+    );
+    assert_eq!(charges(by_namespace.dispatcher()), 1);
 }

@@ -137,6 +137,8 @@ pub enum Act {
     Fail(&'static str),
     /// Runs the tool and answers with its reply grown past what one DynamoDB item can hold.
     RunHuge,
+    /// Runs the tool, whose reply then sets this session attribute (a Bedrock reply).
+    RunSetting(&'static str, &'static str),
     HangBefore(Arc<Notify>),
     HangAfter(Arc<Notify>),
     Malformed,
@@ -187,6 +189,12 @@ impl StandIn for Scripted {
                 let mut reply: Value = serde_json::from_slice(&reply).unwrap();
                 reply["response"]["functionResponse"]["responseBody"]["TEXT"]["body"] =
                     json!(huge_text());
+                Ok(serde_json::to_vec(&reply).unwrap())
+            }
+            Act::RunSetting(name, value) => {
+                let reply = self.demo.invoke(target, payload, timeout).await?;
+                let mut reply: Value = serde_json::from_slice(&reply).unwrap();
+                reply["sessionAttributes"][name] = json!(value);
                 Ok(serde_json::to_vec(&reply).unwrap())
             }
             Act::HangBefore(gate) => {

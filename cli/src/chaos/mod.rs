@@ -40,8 +40,9 @@ use tokio::time::Instant;
 
 use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::handler::{Handler, Invocation};
+use toolcall_dedup::handler::{Door, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::seam::DedupInfo;
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{
     ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store,
@@ -625,6 +626,15 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         let entries = by_session
             .remove(call.session_id.as_str())
             .unwrap_or_default();
+        let door = Door::detect(&call.event, None).ok();
+        let answered_from = |stored: &[u8]| {
+            let dedup = DedupInfo {
+                outcome: "replayed",
+                key: None,
+            };
+            let stored = std::str::from_utf8(stored).ok()?;
+            Some(door.as_ref()?.entry_point().result(stored, dedup))
+        };
         oracle::check_call(
             &mut verdict,
             &call.session_id,
@@ -633,6 +643,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             settle_index,
             record.as_ref(),
             &key.as_deref().map(|k| writes.of(k)).unwrap_or_default(),
+            &answered_from,
         );
     }
     let mut store_paths = store_paths(&observed);

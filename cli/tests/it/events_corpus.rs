@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dedup_cli::commands::replay::{CLIENT_CONTEXT_SUFFIX, EventFile};
 use dedup_cli::corpus;
 use serde_json::Value;
-use toolcall_dedup::config::Scope;
+use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::seam::{Scoping, Sessionless, Unkeyed};
 
@@ -119,7 +119,7 @@ fn hand_policy(dir: &str) -> Option<&'static str> {
 
 /// Hand-written pairs (events/README.md), with the policy each runs under; every other valid
 /// hand-written file is a single call.
-const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 10] = [
+const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 13] = [
     (
         "fd-charge_card.json",
         "fd-charge_card-retry.json",
@@ -179,6 +179,26 @@ const HAND_PAIRS: [(&str, &str, Expect, Option<&str>); 10] = [
         "envelope/charge_card-key-7782-reused.json",
         Expect::KeyReused,
         None,
+    ),
+    // A caller key stays inside its caller: a session's key never refuses that session's next
+    // tool, and another session (another tenant) with the same key and arguments runs its own.
+    (
+        "fd-charge_card-key.json",
+        "fd-refund-key.json",
+        Expect::Twice,
+        None,
+    ),
+    (
+        "fd-charge_card-key-tenant-a.json",
+        "fd-charge_card-key-tenant-b.json",
+        Expect::Twice,
+        None,
+    ),
+    (
+        "agentcore/charge_card-key-run-a.json",
+        "agentcore/charge_card-key-run-b.json",
+        Expect::Twice,
+        Some("agentcore/policy.json"),
     ),
 ];
 
@@ -437,6 +457,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
         envelope_namespaces: None,
         sessionless: Sessionless::Refuse,
         caller_key_name: "idempotency_key",
+        envelope_caller_key_scope: CallerKeyScope::Run,
     };
     for file in event_files() {
         let read = EventFile::read(file.clone()).unwrap();
