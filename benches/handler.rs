@@ -117,6 +117,7 @@ fn key_call(p: &Parsed) -> Call<'_> {
         run_id: Some(&p.session_id),
         step: p.step.as_deref(),
         schema: Some(&p.schema),
+        policy: None,
     }
 }
 

@@ -153,6 +153,7 @@ fn calls_of<'a>(
             run_id: Some(&c.run_id),
             step: Some(&c.step),
             schema: schemas.and_then(|s| s.get(&c.tool)),
+            policy: None,
         })
         .collect()
 }

@@ -40,7 +40,7 @@ fn call<'a>(args: &'a str, step: &'a str) -> Call<'a> {
         namespace: Some("payments"),
         run_id: Some("run-42"),
         step: Some(step),
-        schema: None,
+        ..Call::default()
     }
 }
 

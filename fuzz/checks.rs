@@ -98,6 +98,7 @@ pub fn bedrock_event(data: &[u8]) {
                     run_id: Some(&call.session_id),
                     step: step.as_deref(),
                     schema: Some(&schema),
+                    policy: None,
                 };
                 let keyer = Keyer::new();
                 let key = keyer.key(Strategy::Typed, &key_call);

@@ -3,37 +3,53 @@
 //! `idempotentHint`).
 //!
 //! One record per gateway and target, in the idempotency table under `catalog:<hash>` (never a
-//! call's key, which is bare hex), written with [`Store::put`] and expiring after
-//! `DEDUP_CATALOG_TTL_SECONDS`. Every container keeps what it read or learned for
-//! [`CATALOG_REFRESH`], so a warm call costs no request for it.
+//! call's key, which is bare hex), expiring after `DEDUP_CATALOG_TTL_SECONDS`. Every container
+//! keeps what it read or learned for [`CATALOG_REFRESH`], so a warm call costs no request for it.
 //!
-//! **Why the keys stay stable.** A learned schema changes how a tool's calls are keyed, so a call
-//! and its retry must see the same catalog. The RESPONSE invocation of a `tools/list` writes the
-//! record before the client receives the list, and a container with nothing cached always reads
-//! the store (no negative caching), so every call made after the tools were listed is keyed with
-//! what the listing said, in every container. A listing only ever adds or replaces tools (merged
-//! into the record, never shrinking it): a client that is shown fewer tools cannot make another
-//! client's calls lose their schema. What can still split a call from its retry is a tool whose
-//! schema changes between the two, inside the [`CATALOG_REFRESH`] window.
+//! **No listing is lost.** Learning reads the record, merges the listing into it and writes it
+//! back only if it is still the version read ([`Store::put`] is conditional on the record's
+//! token); a write that lost to another container's reads the newer record and merges again. A
+//! listing only ever adds or replaces tools (never shrinking the record): a client that is shown
+//! fewer tools cannot make another client's calls lose their schema.
+//!
+//! **One call, one key, in every container.** A learned schema changes how a tool's calls are
+//! keyed, and the REQUEST and RESPONSE of one call may be keyed in two containers whose cached
+//! catalogs differ. The record keeps each tool's last [`EARLIER_LISTINGS`] earlier entries (or that
+//! it was not listed), so a RESPONSE that finds no claim under its own key reads the record afresh
+//! and tries the keys the tool's other listings give ([`TargetCatalog::schemas_of`]). A *retry*
+//! made after a tool's listing changed is keyed with the new schema, so it meets its original only
+//! when the change does not alter how its arguments normalize: that window is the price of typing
+//! by a schema that can change.
+//!
+//! **A listing types a tool; it never loosens a key unless trusted.** Types, enums, formats,
+//! `required` and defaults are read from every listing; `x-dedup` field modes (which can make
+//! different values one key) only from the gateways `DEDUP_TRUSTED_ANNOTATIONS` names.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::key::schema::Schema;
 use crate::key::{Delivery, Key};
-use crate::store::{Store, StoreError};
+use crate::store::{LeaseToken, Store, StoreError};
 
 /// How long a container trusts the catalog it read or learned before reading it again.
 pub const CATALOG_REFRESH: Duration = Duration::from_secs(60);
 /// Default for `DEDUP_CATALOG_TTL_SECONDS`: a learned catalog lives a week after it last changed
 /// or was refreshed.
 pub const DEFAULT_CATALOG_TTL_SECONDS: u64 = 7 * 86_400;
+/// Earlier entries kept per tool, newest first.
+pub const EARLIER_LISTINGS: usize = 3;
+/// Rounds of read, merge, conditional write before learning gives up on a contended record.
+const WRITE_ROUNDS: u32 = 4;
 /// The record's label (its `tool` attribute), which `dedup table` and the call log show.
 const LABEL: &str = "mcp tools/list catalog";
+/// The member that marks the stored form (`{"$catalog": 2, "tools": {...}, "earlier": {...}}`);
+/// a record without it is the first form, a bare map of tools.
+const FORM: &str = "$catalog";
 
 /// One tool as a listing described it.
 #[derive(Debug, Clone, Default)]
@@ -57,8 +73,9 @@ impl LearnedTool {
         Delivery::default_for(self.destructive == Some(true) && self.idempotent != Some(true))
     }
 
-    /// Reads one stored entry (`{"inputSchema": ..., "annotations": ...}`).
-    fn from_entry(entry: &Value) -> LearnedTool {
+    /// Reads one stored entry (`{"inputSchema": ..., "annotations": ...}`); from an untrusted
+    /// gateway, without its `x-dedup` field modes.
+    fn from_entry(entry: &Value, trusted: bool) -> LearnedTool {
         let hint = |name: &str| {
             entry
                 .get("annotations")
@@ -66,14 +83,51 @@ impl LearnedTool {
                 .and_then(Value::as_bool)
         };
         LearnedTool {
-            schema: entry
-                .get("inputSchema")
-                .and_then(|_| Schema::from_tool_definition(entry).ok())
-                .map(|(_, schema)| schema),
+            schema: compile(entry, trusted),
             read_only: hint("readOnlyHint"),
             destructive: hint("destructiveHint"),
             idempotent: hint("idempotentHint"),
         }
+    }
+}
+
+/// The schema of a stored entry, `None` without one (or one that does not compile).
+fn compile(entry: &Value, trusted: bool) -> Option<Schema> {
+    entry.get("inputSchema")?;
+    let compiled = if trusted {
+        Schema::from_tool_definition(entry)
+    } else {
+        let mut entry = entry.clone();
+        if let Some(schema) = entry.get_mut("inputSchema") {
+            without_key_modes(schema);
+        }
+        Schema::from_tool_definition(&entry)
+    };
+    compiled.ok().map(|(_, schema)| schema)
+}
+
+/// Removes every `x-dedup` keyword from a schema: the field modes that can make different values
+/// one key. Property names (`properties`, `$defs`, ...) and values (`enum`, `const`, `default`)
+/// are data, not keywords, so they are kept whatever they are called.
+fn without_key_modes(schema: &mut Value) {
+    match schema {
+        Value::Object(members) => {
+            members.remove("x-dedup");
+            for (keyword, value) in members.iter_mut() {
+                match keyword.as_str() {
+                    "enum" | "const" | "default" | "examples" => {}
+                    "properties" | "patternProperties" | "$defs" | "definitions"
+                    | "dependentSchemas" => {
+                        if let Value::Object(named) = value {
+                            named.values_mut().for_each(without_key_modes);
+                        }
+                    }
+                    _ => without_key_modes(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_key_modes),
+        _ => {}
     }
 }
 
@@ -82,27 +136,77 @@ impl LearnedTool {
 pub struct TargetCatalog {
     /// The stored entries, by tool name (without the target prefix).
     entries: Map<String, Value>,
+    /// Each tool's earlier entries, newest first (`null`: not listed then).
+    earlier: Map<String, Value>,
     tools: HashMap<String, LearnedTool>,
     /// When the stored record expires (epoch seconds); 0 when nothing is stored.
     expires_at_s: i64,
+    /// The stored record's version (its token): a write replaces only this version.
+    version: Option<LeaseToken>,
+    trusted: bool,
 }
 
 impl TargetCatalog {
-    fn new(entries: Map<String, Value>, expires_at_s: i64) -> TargetCatalog {
+    fn new(
+        entries: Map<String, Value>,
+        earlier: Map<String, Value>,
+        expires_at_s: i64,
+        version: Option<LeaseToken>,
+        trusted: bool,
+    ) -> TargetCatalog {
         let tools = entries
             .iter()
-            .map(|(name, entry)| (name.clone(), LearnedTool::from_entry(entry)))
+            .map(|(name, entry)| (name.clone(), LearnedTool::from_entry(entry, trusted)))
             .collect();
         TargetCatalog {
             entries,
+            earlier,
             tools,
             expires_at_s,
+            version,
+            trusted,
         }
+    }
+
+    /// Reads a stored record's value (either form).
+    fn read(value: &[u8], expires_at_s: i64, version: LeaseToken, trusted: bool) -> TargetCatalog {
+        let object = |v: Option<Value>| match v {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        let mut stored = object(serde_json::from_slice(value).ok());
+        let (entries, earlier) = if stored.contains_key(FORM) {
+            (
+                object(stored.remove("tools")),
+                object(stored.remove("earlier")),
+            )
+        } else {
+            (stored, Map::new())
+        };
+        TargetCatalog::new(entries, earlier, expires_at_s, Some(version), trusted)
     }
 
     /// What was learned about `tool`.
     pub fn tool(&self, tool: &str) -> Option<&LearnedTool> {
         self.tools.get(tool)
+    }
+
+    /// Every schema `tool` was keyed with that this record remembers: its current listing first,
+    /// then its earlier ones, newest first (`None`: no schema, as before it was listed). A
+    /// RESPONSE whose own key finds no claim tries the keys these give.
+    pub fn schemas_of(&self, tool: &str) -> Vec<Option<Schema>> {
+        let current = self.entries.get(tool);
+        let earlier = self
+            .earlier
+            .get(tool)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten();
+        current
+            .into_iter()
+            .chain(earlier)
+            .map(|entry| compile(entry, self.trusted))
+            .collect()
     }
 
     /// Number of tools learned.
@@ -115,14 +219,33 @@ impl TargetCatalog {
         self.tools.is_empty()
     }
 
-    /// These entries with `listed` laid over them, or `None` when that changes nothing.
-    fn merged(&self, listed: &Map<String, Value>) -> Option<Map<String, Value>> {
-        if listed.iter().all(|(k, v)| self.entries.get(k) == Some(v)) {
+    /// These entries with `listed` laid over them, each replaced entry remembered as an earlier
+    /// one; `None` when that changes nothing.
+    fn merged(
+        &self,
+        listed: &Map<String, Value>,
+    ) -> Option<(Map<String, Value>, Map<String, Value>)> {
+        let changed: Vec<(&String, &Value)> = listed
+            .iter()
+            .filter(|(k, v)| self.entries.get(*k) != Some(*v))
+            .collect();
+        if changed.is_empty() {
             return None;
         }
-        let mut merged = self.entries.clone();
-        merged.extend(listed.iter().map(|(k, v)| (k.clone(), v.clone())));
-        Some(merged)
+        let (mut entries, mut earlier) = (self.entries.clone(), self.earlier.clone());
+        for (name, entry) in changed {
+            let before = entries
+                .insert(name.clone(), entry.clone())
+                .unwrap_or(Value::Null);
+            let mut history = match earlier.remove(name) {
+                Some(Value::Array(history)) => history,
+                _ => Vec::new(),
+            };
+            history.insert(0, before);
+            history.truncate(EARLIER_LISTINGS);
+            earlier.insert(name.clone(), Value::Array(history));
+        }
+        Some((entries, earlier))
     }
 }
 
@@ -141,6 +264,11 @@ pub enum CatalogError {
     /// The store did not answer.
     #[error("reading or writing the tool catalog: {0}")]
     Store(#[from] StoreError),
+    /// Every write lost to another container's.
+    #[error(
+        "the tool catalog kept changing under {WRITE_ROUNDS} writes; the listing is learned at the next one"
+    )]
+    Contended,
 }
 
 /// The catalogs a container knows, each kept for [`CATALOG_REFRESH`] (see the module docs).
@@ -160,66 +288,84 @@ impl Catalogs {
     }
 
     /// The catalog of `namespace`: this container's copy while fresh, else the store's (one
-    /// read). `None` when no listing was learned.
+    /// read). `None` when no listing was learned. `trusted`: the gateway's listings may loosen keys.
     pub async fn lookup<S: Store>(
         &self,
         store: &S,
         namespace: &str,
+        trusted: bool,
     ) -> Result<Option<Arc<TargetCatalog>>, CatalogError> {
-        if let Some(fresh) = self.fresh(namespace) {
-            return Ok(Some(fresh));
+        match self.fresh(namespace) {
+            Some(fresh) => Ok(Some(fresh)),
+            None => self.refresh(store, namespace, trusted).await,
         }
+    }
+
+    /// The catalog of `namespace` as the store has it now (one read), kept for later lookups.
+    pub async fn refresh<S: Store>(
+        &self,
+        store: &S,
+        namespace: &str,
+        trusted: bool,
+    ) -> Result<Option<Arc<TargetCatalog>>, CatalogError> {
         let Some(record) = store.get(&catalog_key(namespace)).await? else {
             return Ok(None);
         };
-        let entries = record
-            .result
-            .as_deref()
-            .and_then(|bytes| serde_json::from_slice::<Value>(bytes).ok())
-            .and_then(|v| match v {
-                Value::Object(map) => Some(map),
-                _ => None,
-            })
-            .unwrap_or_default();
-        let catalog = Arc::new(TargetCatalog::new(entries, record.expires_at_s));
+        let value = record.result.as_deref().unwrap_or_default();
+        let catalog = Arc::new(TargetCatalog::read(
+            value,
+            record.expires_at_s,
+            record.token,
+            trusted,
+        ));
         self.keep(namespace, catalog.clone());
         Ok(Some(catalog))
     }
 
-    /// Learns one target's tools from a listing (`entries` by tool name). Writes the record only
-    /// when the listing changes it or the record is past half its life. Returns whether it wrote.
+    /// Learns one target's tools from a listing (`listed` by tool name): read, merge, write if
+    /// unchanged, else read again (see the module docs). Writes only when the listing changes the
+    /// record or the record is past half its life. Returns whether it wrote.
     pub async fn learn<S: Store>(
         &self,
         store: &S,
         namespace: &str,
         listed: &Map<String, Value>,
+        trusted: bool,
     ) -> Result<bool, CatalogError> {
-        let known = self.lookup(store, namespace).await?;
-        let now_s = store.now_ms().div_euclid(1000);
         let ttl_s = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX);
-        let entries = match known.as_deref() {
-            Some(known) => match known.merged(listed) {
-                Some(merged) => merged,
-                None if known.expires_at_s - now_s > ttl_s / 2 => return Ok(false),
-                None => known.entries.clone(),
-            },
-            None => listed.clone(),
-        };
-        let expires_at_s = now_s.saturating_add(ttl_s);
-        let text = serde_json::to_string(&entries).unwrap_or_default();
-        store
-            .put(
-                &catalog_key(namespace),
-                LABEL,
-                text.as_bytes(),
-                expires_at_s,
-            )
-            .await?;
-        self.keep(
-            namespace,
-            Arc::new(TargetCatalog::new(entries, expires_at_s)),
-        );
-        Ok(true)
+        let mut known = self.lookup(store, namespace, trusted).await?;
+        for _round in 0..WRITE_ROUNDS {
+            let now_s = store.now_ms().div_euclid(1000);
+            let (entries, earlier) = match known.as_deref() {
+                Some(known) => match known.merged(listed) {
+                    Some(merged) => merged,
+                    None if known.expires_at_s - now_s > ttl_s / 2 => return Ok(false),
+                    None => (known.entries.clone(), known.earlier.clone()),
+                },
+                None => (listed.clone(), Map::new()),
+            };
+            let expires_at_s = now_s.saturating_add(ttl_s);
+            let text = json!({FORM: 2, "tools": entries, "earlier": earlier}).to_string();
+            let read = known.as_deref().and_then(|k| k.version.as_ref());
+            let key = catalog_key(namespace);
+            match store
+                .put(&key, LABEL, text.as_bytes(), expires_at_s, read)
+                .await
+            {
+                Ok(version) => {
+                    let learned =
+                        TargetCatalog::new(entries, earlier, expires_at_s, Some(version), trusted);
+                    self.keep(namespace, Arc::new(learned));
+                    return Ok(true);
+                }
+                // Another container wrote first: merge into what it wrote.
+                Err(StoreError::LeaseLost) => {
+                    known = self.refresh(store, namespace, trusted).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(CatalogError::Contended)
     }
 
     fn fresh(&self, namespace: &str) -> Option<Arc<TargetCatalog>> {
@@ -259,14 +405,14 @@ mod tests {
             "lookup": {"inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
         }));
         assert!(
-            here.learn(&store, "interceptor:-/pay", &listed)
+            here.learn(&store, "interceptor:-/pay", &listed, false)
                 .await
                 .unwrap()
         );
         let before = store.requests();
         assert!(
             !here
-                .learn(&store, "interceptor:-/pay", &listed)
+                .learn(&store, "interceptor:-/pay", &listed, false)
                 .await
                 .unwrap(),
             "the same listing writes nothing"
@@ -279,7 +425,7 @@ mod tests {
 
         let there = Catalogs::new(Duration::from_secs(3_600));
         let catalog = there
-            .lookup(&store, "interceptor:-/pay")
+            .lookup(&store, "interceptor:-/pay", false)
             .await
             .unwrap()
             .unwrap();
@@ -295,20 +441,20 @@ mod tests {
         let one = entries(json!({"refund": {"inputSchema": {"type": "object"}}}));
         assert!(
             there
-                .learn(&store, "interceptor:-/pay", &one)
+                .learn(&store, "interceptor:-/pay", &one, false)
                 .await
                 .unwrap()
         );
         let third = Catalogs::new(Duration::from_secs(3_600));
         let catalog = third
-            .lookup(&store, "interceptor:-/pay")
+            .lookup(&store, "interceptor:-/pay", false)
             .await
             .unwrap()
             .unwrap();
         assert_eq!(catalog.len(), 3);
         assert!(
             third
-                .lookup(&store, "interceptor:-/other")
+                .lookup(&store, "interceptor:-/other", false)
                 .await
                 .unwrap()
                 .is_none()

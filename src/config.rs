@@ -110,6 +110,99 @@ parse_enum!(Sessionless, "DEDUP_SESSIONLESS", "pass_through" => Sessionless::Pas
 parse_enum!(CallerKeyScope, "DEDUP_ENVELOPE_CALLER_KEY_SCOPE", "run" => CallerKeyScope::Run, "namespace" => CallerKeyScope::Namespace);
 parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
 
+/// The entry points this deployment serves (`DEDUP_DOORS`, comma-separated names; all when unset).
+/// The SAM and CDK stacks set it from what they wire, so that a principal allowed to invoke the
+/// function cannot pick another door by the shape of its event (an envelope harness sending
+/// interceptor-shaped events to write catalogs, say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Doors {
+    /// `bedrock`: Bedrock Agents action groups.
+    pub bedrock: bool,
+    /// `agentcore`: AgentCore Gateway Lambda targets.
+    pub agentcore: bool,
+    /// `interceptor`: the AgentCore Gateway interceptor.
+    pub interceptor: bool,
+    /// `envelope`: the invoke envelope.
+    pub envelope: bool,
+}
+
+impl Doors {
+    /// The environment variable.
+    pub const VAR: &'static str = "DEDUP_DOORS";
+    /// Every door.
+    pub const ALL: Doors = Doors {
+        bedrock: true,
+        agentcore: true,
+        interceptor: true,
+        envelope: true,
+    };
+    const NAMES: [&'static str; 4] = ["bedrock", "agentcore", "interceptor", "envelope"];
+
+    /// Parses a comma-separated list of door names.
+    pub fn parse(text: &str) -> Result<Doors, String> {
+        let mut doors = Doors {
+            bedrock: false,
+            agentcore: false,
+            interceptor: false,
+            envelope: false,
+        };
+        for name in comma_list(text) {
+            match name.to_ascii_lowercase().as_str() {
+                "bedrock" => doors.bedrock = true,
+                "agentcore" => doors.agentcore = true,
+                "interceptor" => doors.interceptor = true,
+                "envelope" => doors.envelope = true,
+                other => {
+                    return Err(format!(
+                        "unknown door {other:?}: expected some of {}",
+                        Doors::NAMES.join(",")
+                    ));
+                }
+            }
+        }
+        if doors
+            == (Doors {
+                bedrock: false,
+                agentcore: false,
+                interceptor: false,
+                envelope: false,
+            })
+        {
+            return Err(format!(
+                "names no door: expected some of {}",
+                Doors::NAMES.join(",")
+            ));
+        }
+        Ok(doors)
+    }
+
+    /// Whether the door named `name` (one of `bedrock`, `agentcore`, `interceptor`, `envelope`) is
+    /// served.
+    pub fn serves(&self, name: &str) -> bool {
+        match name {
+            "bedrock" => self.bedrock,
+            "agentcore" => self.agentcore,
+            "interceptor" => self.interceptor,
+            "envelope" => self.envelope,
+            _ => false,
+        }
+    }
+
+    /// The doors served, by name.
+    pub fn names(&self) -> Vec<&'static str> {
+        Doors::NAMES
+            .into_iter()
+            .filter(|n| self.serves(n))
+            .collect()
+    }
+}
+
+impl Default for Doors {
+    fn default() -> Doors {
+        Doors::ALL
+    }
+}
+
 /// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
 /// `"actionGroup/*"` or `"*"` → tool function name or ARN, or
 /// `{"function": "name or ARN", "timeout_seconds": 120}` to state the tool's own timeout (else
@@ -341,11 +434,17 @@ pub struct Config {
     pub look_up_timeouts: bool,
     /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
     pub allow_memory_store: bool,
-    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (their `GATEWAY_ARN`, `-` for one that sends
-    /// none, or `*` for all) whose MCP tool annotations the interceptor door acts on: a tool
-    /// listed with `readOnlyHint: true` is then never claimed. None by default, because MCP
-    /// calls annotations hints from possibly untrusted servers.
+    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (their id or ARN, `-` for one that names itself
+    /// nowhere, or `*` for all) whose MCP tool listings may loosen a key: a tool listed with
+    /// `readOnlyHint: true` is then never claimed, and `x-dedup` field modes in a listed schema
+    /// apply. None by default, because MCP calls annotations hints from possibly untrusted
+    /// servers; every listing still types its tools.
     pub trusted_annotations: Vec<String>,
+    /// `DEDUP_GATEWAY_ID`: the gateway this function intercepts for, when the invocation names
+    /// none (no `GATEWAY_ARN` in the client context, no `Host` header).
+    pub gateway_id: Option<String>,
+    /// `DEDUP_DOORS`: the entry points this deployment serves.
+    pub doors: Doors,
     /// `DEDUP_CATALOG_TTL_SECONDS`: how long a catalog learned from `tools/list` lives after it
     /// last changed or was refreshed (default [`DEFAULT_CATALOG_TTL_SECONDS`]).
     pub catalog_ttl: Duration,
@@ -468,6 +567,8 @@ impl Default for Config {
             look_up_timeouts: true,
             allow_memory_store: false,
             trusted_annotations: Vec::new(),
+            gateway_id: None,
+            doors: Doors::ALL,
             catalog_ttl: Duration::from_secs(DEFAULT_CATALOG_TTL_SECONDS),
             interceptor_timeout: MAX_TOOL_TIMEOUT,
         }
@@ -621,6 +722,13 @@ impl Config {
             trusted_annotations: get("DEDUP_TRUSTED_ANNOTATIONS")
                 .map(|text| comma_list(&text))
                 .unwrap_or_default(),
+            gateway_id: get("DEDUP_GATEWAY_ID"),
+            doors: match get(Doors::VAR) {
+                Some(text) => {
+                    Doors::parse(&text).map_err(|reason| invalid(Doors::VAR, &text, reason))?
+                }
+                None => Doors::ALL,
+            },
             catalog_ttl: Duration::from_secs(
                 parsed(&get, "DEDUP_CATALOG_TTL_SECONDS")?.unwrap_or(DEFAULT_CATALOG_TTL_SECONDS),
             ),

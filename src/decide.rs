@@ -53,19 +53,31 @@ pub enum NextAction {
 /// Decides what a claim's outcome means at `now_ms`. `wait_left` is what remains of the wait
 /// bound (the smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
 /// `caller_fingerprint` is set for a call keyed by its caller's key: a record of other arguments
-/// under that key is a mismatch, whatever its state.
+/// under that key is a mismatch, whatever its state. `own` names the request this invocation
+/// answers, when the name stands for that one request ([`crate::executor::RequestOwner`]): a live
+/// claim under it is this request's own, taken by an earlier invocation for it, and is carried on.
 pub fn decide(
     claim: Result<ClaimOutcome, StoreError>,
     mode: Mode,
     wait_left: Duration,
     now_ms: i64,
     caller_fingerprint: Option<&str>,
+    own: Option<&str>,
 ) -> NextAction {
     let shadow = mode == Mode::Shadow;
     match claim {
         // Shadow mode claims too (it counts "would have replayed"), and runs under its claim
         // when it got one, so that a later enforce rollout finds real records.
         Ok(ClaimOutcome::Claimed { token }) => NextAction::Execute { token },
+        Ok(ClaimOutcome::InProgress(record))
+            if !shadow
+                && own.is_some_and(|o| record.token.owner() == Some(o))
+                && !record.lease_ended(now_ms) =>
+        {
+            NextAction::Execute {
+                token: record.token,
+            }
+        }
         Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record)) if shadow => {
             NextAction::Shadow { seen: Some(record) }
         }
@@ -211,6 +223,7 @@ mod tests {
                 Mode::Enforce,
                 SOME,
                 NOW,
+                None,
                 None
             ),
             NextAction::Unknown(_)
@@ -224,6 +237,7 @@ mod tests {
                 Mode::Enforce,
                 SOME,
                 NOW,
+                None,
                 None
             ),
             NextAction::Wait(_)
@@ -235,6 +249,7 @@ mod tests {
                 Mode::Enforce,
                 SOME,
                 5_001,
+                None,
                 None
             ),
             NextAction::Unknown(_)
@@ -257,11 +272,11 @@ mod tests {
                 Status::InProgress => ClaimOutcome::InProgress(record(status)),
             };
             assert!(matches!(
-                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("other")),
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("other"), None),
                 NextAction::Mismatch(_)
             ));
             assert!(!matches!(
-                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("f")),
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("f"), None),
                 NextAction::Mismatch(_)
             ));
         }
@@ -271,7 +286,7 @@ mod tests {
     fn enforce_mode() {
         let token = LeaseToken::new("mine");
         assert!(matches!(
-            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME, NOW, None),
+            decide(Ok(ClaimOutcome::Claimed { token: token.clone() }), Mode::Enforce, SOME, NOW, None, None),
             NextAction::Execute { token: t } if t == token
         ));
         assert!(matches!(
@@ -280,6 +295,7 @@ mod tests {
                 Mode::Enforce,
                 Duration::ZERO,
                 NOW,
+                None,
                 None
             ),
             NextAction::Replay(_)
@@ -290,6 +306,7 @@ mod tests {
                 Mode::Enforce,
                 SOME,
                 NOW,
+                None,
                 None
             ),
             NextAction::Wait(_)
@@ -300,12 +317,13 @@ mod tests {
                 Mode::Enforce,
                 Duration::ZERO,
                 NOW,
+                None,
                 None
             ),
             NextAction::Busy(_)
         ));
         assert!(matches!(
-            decide(Err(down()), Mode::Enforce, SOME, NOW, None),
+            decide(Err(down()), Mode::Enforce, SOME, NOW, None, None),
             NextAction::StoreDown(_)
         ));
     }
@@ -320,6 +338,7 @@ mod tests {
                 Mode::Shadow,
                 SOME,
                 NOW,
+                None,
                 None
             ),
             NextAction::Execute { .. }
@@ -330,12 +349,12 @@ mod tests {
                 Status::InProgress => ClaimOutcome::InProgress(record(status)),
             };
             assert!(matches!(
-                decide(Ok(claim), Mode::Shadow, Duration::ZERO, NOW, None),
+                decide(Ok(claim), Mode::Shadow, Duration::ZERO, NOW, None, None),
                 NextAction::Shadow { seen: Some(_) }
             ));
         }
         assert!(matches!(
-            decide(Err(down()), Mode::Shadow, SOME, NOW, None),
+            decide(Err(down()), Mode::Shadow, SOME, NOW, None, None),
             NextAction::Shadow { seen: None }
         ));
     }

@@ -84,7 +84,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             Err(Unkeyed::Refused(notice)) => return answer::refuse(door, notice),
         };
         let keyer = service.keyer();
-        if !keyer.dedups(&call.tool) {
+        if !keyer.dedups(call.policy_key()) {
             return self
                 .pass_through(door, &target, scoping, end, Outcome::DedupOff)
                 .await;
@@ -100,7 +100,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             }
             Err(notice) => return answer::refuse(door, notice),
         };
-        let keyed = call_key.keyed(&key_call, keyer.delivery(&call.tool));
+        let keyed = call_key.keyed(&key_call, keyer.delivery(call.policy_key()));
         let key = call_key.key.as_str();
         let lease = Lease::Covering {
             max_run_time: self.dispatcher.max_run_time(&target),

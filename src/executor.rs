@@ -51,11 +51,16 @@ pub enum Outcome {
     Unknown,
     /// The caller's idempotency key was first used with other arguments: refused, nothing ran.
     KeyReused,
+    /// A Gateway interceptor invocation this version does not read (an HTTP target's, an
+    /// unknown input version): passed on untouched.
+    PassedUnread,
+    /// An event of an entry point this deployment does not serve (`DEDUP_DOORS`): refused.
+    DoorRefused,
 }
 
 impl Outcome {
     /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Executed,
         Outcome::Replayed,
         Outcome::Waited,
@@ -69,6 +74,8 @@ impl Outcome {
         Outcome::PassedOn,
         Outcome::Unknown,
         Outcome::KeyReused,
+        Outcome::PassedUnread,
+        Outcome::DoorRefused,
     ];
 
     /// The outcome's own name (metrics, logs).
@@ -87,6 +94,8 @@ impl Outcome {
             Outcome::PassedOn => "passed_on",
             Outcome::Unknown => "outcome_unknown",
             Outcome::KeyReused => "idempotency_key_reused",
+            Outcome::PassedUnread => "passed_unread",
+            Outcome::DoorRefused => "door_refused",
         }
     }
 
@@ -285,6 +294,17 @@ pub struct Finished<E> {
     pub rules: Vec<&'static str>,
 }
 
+/// Who takes a claim for a side effect that runs elsewhere ([`Executor::open`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOwner {
+    /// The name the claim's token carries ([`LeaseToken::for_owner`]).
+    pub name: String,
+    /// The name stands for one request and no other: a claim found under it is this request's
+    /// own, taken by an earlier invocation for the same request (the Gateway invokes an
+    /// interceptor again after a failure or a timeout), and goes on as the owner's.
+    pub is_one_request: bool,
+}
+
 /// What [`Executor::open`] ended with.
 #[derive(Debug)]
 pub enum Opened<E> {
@@ -435,7 +455,7 @@ impl<S: Store> Executor<S> {
         call: Keyed<'_>,
         end: Instant,
         lease: Lease,
-        owner: &str,
+        owner: &RequestOwner,
     ) -> Opened<E> {
         match self.acquire(call, end, lease, Some(owner)).await {
             Acquired::Owner(_) => Opened::Claimed,
@@ -447,7 +467,8 @@ impl<S: Store> Executor<S> {
     /// Settles a claim [`Executor::open`] took, once its side effect's reply is seen elsewhere:
     /// stores, releases or keeps it as [`after_run`] says, fenced by the claim's token. Only the
     /// claim `owner` took is touched; anything else (a completed record, another request's claim,
-    /// none) is left as it is and said in the answer.
+    /// none) is left as it is and said in the answer. What an unknown outcome allows is the claim's
+    /// (taken `at_most_once` or not), whatever this invocation's view of the tool says.
     pub async fn finish_claimed(
         &self,
         call: Keyed<'_>,
@@ -470,11 +491,15 @@ impl<S: Store> Executor<S> {
         let lease = Lease::Covering {
             max_run_time: Duration::ZERO,
         };
-        let after = after_run(run_end, call.delivery);
+        let claimed_as = Keyed {
+            delivery: Delivery::default_for(record.at_most_once),
+            ..call
+        };
+        let after = after_run(run_end, claimed_as.delivery);
         match after {
             AfterRun::Complete => self.complete(call, &token, reply, end, lease).await,
             AfterRun::Release => self.release(call.key, Some(&token)).await,
-            AfterRun::SettleUnknown => self.settle_unknown(call, &token, end).await,
+            AfterRun::SettleUnknown => self.settle_unknown(claimed_as, &token, end).await,
             AfterRun::Keep => {}
         }
         Ok(FinishedElsewhere::Settled(after))
@@ -486,7 +511,7 @@ impl<S: Store> Executor<S> {
         call: Keyed<'_>,
         end: Instant,
         lease: Lease,
-        owner: Option<&str>,
+        owner: Option<&RequestOwner>,
     ) -> Acquired<E> {
         let mut rules = Vec::new();
         let shadow = self.settings.mode == Mode::Shadow;
@@ -514,7 +539,7 @@ impl<S: Store> Executor<S> {
                 .bounded(
                     end,
                     self.store.claim(ClaimRequest {
-                        owner,
+                        owner: owner.map(|o| o.name.as_str()),
                         ..self.claim_request(call, end, lease)
                     }),
                 )
@@ -525,12 +550,14 @@ impl<S: Store> Executor<S> {
             let wait_left = wait_until.saturating_duration_since(Instant::now());
             let now_ms = self.store.now_ms();
             let caller_fingerprint = call.caller.map(|_| call.fingerprint);
+            let own = owner.filter(|o| o.is_one_request).map(|o| o.name.as_str());
             let record = match decide(
                 claim,
                 self.settings.mode,
                 wait_left,
                 now_ms,
                 caller_fingerprint,
+                own,
             ) {
                 NextAction::Execute { token } => {
                     return Acquired::Owner(Started {
@@ -627,7 +654,7 @@ impl<S: Store> Executor<S> {
             fingerprint: call.fingerprint,
             tool: call.call.tool,
             lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
-            expires_at_s: self.expiry_from(call.call.tool, now),
+            expires_at_s: self.expiry_from(call.call.policy_name(), now),
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
             path_digests: call.caller.and_then(|c| c.path_digests),
@@ -648,7 +675,7 @@ impl<S: Store> Executor<S> {
             call.key,
             token,
             lease_until_ms,
-            self.expiry_from(call.call.tool, now),
+            self.expiry_from(call.call.policy_name(), now),
         );
         match lease {
             Lease::Covering { .. } => self.bounded(end, extend).await,
@@ -916,7 +943,7 @@ impl<S: Store> Executor<S> {
         end: Instant,
         lease: Lease,
     ) {
-        let expires_at_s = self.expiry_from(call.call.tool, self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
         let store = Arc::clone(&self.store);
         let (key, token, result) = (call.key.to_string(), token.clone(), reply.to_vec());
         let write =
@@ -968,7 +995,7 @@ impl<S: Store> Executor<S> {
             "the side effect may have happened and the tool is at_most_once: the call is settled \
              as outcome unknown until an operator settles it (dedup settle)"
         );
-        let expires_at_s = self.expiry_from(call.call.tool, self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
         let write = self.store.settle_unknown(call.key, token, expires_at_s);
         if let Err(e) = self.bounded(end, write).await {
             tracing::warn!(error = %e, "could not settle the call as outcome unknown; its claim, \
@@ -1194,6 +1221,7 @@ mod tests {
         run_id: Some("run"),
         step: Some("1"),
         schema: None,
+        policy: None,
     };
 
     fn keyed<'a>(fingerprint: &'a str, caller: Option<CallerKey<'a>>) -> Keyed<'a> {
@@ -1225,8 +1253,36 @@ mod tests {
         let end = Instant::now() + Duration::from_secs(10);
         let call = keyed("f", None);
         let success = RunEnd::Replied(ReplyClass::Success);
-        let opened: Opened<()> = executor.open(call, end, NO_RUN_TIME, "request-a").await;
+        let owner = |name: &str, is_one_request| RequestOwner {
+            name: name.into(),
+            is_one_request,
+        };
+        let opened: Opened<()> = executor
+            .open(call, end, NO_RUN_TIME, &owner("request-a", false))
+            .await;
         assert!(matches!(opened, Opened::Claimed), "{opened:?}");
+        // Invoked again for the same request: a name that may stand for several requests waits
+        // (answered "in progress" here: no wait), one that stands for one request goes on as
+        // the owner, under the claim it already holds.
+        let executor = executor.with_settings(|s| s.wait = Duration::ZERO);
+        let shared: Opened<()> = executor
+            .open(call, end, NO_RUN_TIME, &owner("request-a", false))
+            .await;
+        assert!(matches!(shared, Opened::Answered(_)), "{shared:?}");
+        let before = executor.store().get("k").await.unwrap().unwrap();
+        let again: Opened<()> = executor
+            .open(call, end, NO_RUN_TIME, &owner("request-a", true))
+            .await;
+        assert!(matches!(again, Opened::Claimed), "{again:?}");
+        assert_eq!(
+            executor.store().get("k").await.unwrap().unwrap().token,
+            before.token,
+            "the same claim"
+        );
+        let not_ours: Opened<()> = executor
+            .open(call, end, NO_RUN_TIME, &owner("request-b", true))
+            .await;
+        assert!(matches!(not_ours, Opened::Answered(_)), "{not_ours:?}");
 
         let other = executor.finish_claimed(call, "request-b", end, success, b"{}");
         assert_eq!(other.await.unwrap(), FinishedElsewhere::NoClaim);

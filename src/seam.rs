@@ -82,6 +82,9 @@ pub struct ToolCall {
     /// How far `caller_key` reaches: its run unless the door's deployment widens it
     /// ([`crate::key::CallerKeyScope`]).
     pub caller_key_scope: CallerKeyScope,
+    /// The name the policy file knows the tool by, when it is not `tool`: an AgentCore Gateway
+    /// tool's `target___tool` ([`crate::key::Call::policy`]).
+    pub policy_name: Option<String>,
 }
 
 impl ToolCall {
@@ -95,7 +98,13 @@ impl ToolCall {
             run_id: self.run_id.as_deref(),
             step: self.step.as_deref(),
             schema: self.schema.as_ref(),
+            policy: self.policy_name.as_deref(),
         }
+    }
+
+    /// The name this call's policy entry is looked up by.
+    pub fn policy_key(&self) -> &str {
+        self.policy_name.as_deref().unwrap_or(&self.tool)
     }
 }
 

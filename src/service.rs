@@ -62,8 +62,10 @@ pub struct DoorSettings {
     pub release_on_errors: ErrorTypes,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
     pub sessionless: Sessionless,
-    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways whose MCP tool annotations are acted on.
+    /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (by id) whose listings may loosen a key.
     pub trusted_annotations: Vec<String>,
+    /// `DEDUP_GATEWAY_ID`: the gateway's id when the invocation names none.
+    pub gateway_id: Option<String>,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
@@ -82,15 +84,21 @@ impl DoorSettings {
             envelope_namespaces: config.envelope_namespaces.clone(),
             release_on_errors: config.release_on_errors.clone(),
             sessionless: config.sessionless,
-            trusted_annotations: config.trusted_annotations.clone(),
+            trusted_annotations: config
+                .trusted_annotations
+                .iter()
+                .map(|g| crate::interceptor::gateway_id(g).to_string())
+                .collect(),
+            gateway_id: config.gateway_id.clone(),
             interceptor_timeout: config.interceptor_timeout,
             idempotency_key_name: config.idempotency_key_name.clone(),
             envelope_caller_key_scope: config.envelope_caller_key_scope,
         }
     }
 
-    /// Whether the annotations that `gateway`'s tools are listed with are acted on.
-    pub fn trusts_annotations(&self, gateway: &str) -> bool {
+    /// Whether `gateway`'s listings may loosen a key (annotations acted on, `x-dedup` field modes
+    /// applied); `gateway` is its id, as keys name it.
+    pub fn trusts_gateway(&self, gateway: &str) -> bool {
         self.trusted_annotations
             .iter()
             .any(|g| g == "*" || g == gateway)

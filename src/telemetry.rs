@@ -382,7 +382,7 @@ mod tests {
             namespace: Some("A/payments"),
             run_id: Some("s1"),
             step: Some("3"),
-            schema: None,
+            ..Call::default()
         };
         let hashes = call_line(&keyer, &call, Outcome::Executed, false);
         assert_eq!(hashes["dedup_call"], 1);

@@ -142,6 +142,7 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
             run_id: Some(&run_id),
             step: Some(&step),
             schema: schema.as_ref(),
+            policy: None,
         };
         keyer.every_key(&call)
     } else {

@@ -67,24 +67,27 @@ pub use crate::seam::DEDUP_KEY_CONTEXT;
 /// The message versions this adapter reads.
 const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
 
-/// The lower-case spelling of a client-context name, as an older AWS tutorial documents the
-/// names (`bedrockagentcoreToolName`); `None` for a name without one.
-fn lowercase_spelling(name: &str) -> Option<&'static str> {
-    Some(match name {
-        TOOL_NAME => "bedrockagentcoreToolName",
-        GATEWAY_ID => "bedrockagentcoreGatewayId",
-        TARGET_ID => "bedrockagentcoreTargetId",
-        MESSAGE_VERSION => "bedrockagentcoreMessageVersion",
-        SESSION_ID => "bedrockagentcoreSessionId",
-        _ => return None,
-    })
+/// The other spellings of a client-context name: an older AWS tutorial ("Transform Lambda into
+/// MCP tools", "Understanding the Lambda context object") writes them in lower case, and names the
+/// gateway `bedrockagentcoreEndpointId`.
+fn other_spellings(name: &str) -> &'static [&'static str] {
+    match name {
+        TOOL_NAME => &["bedrockagentcoreToolName"],
+        GATEWAY_ID => &["bedrockagentcoreEndpointId", "bedrockagentcoreGatewayId"],
+        TARGET_ID => &["bedrockagentcoreTargetId"],
+        MESSAGE_VERSION => &["bedrockagentcoreMessageVersion"],
+        SESSION_ID => &["bedrockagentcoreSessionId"],
+        _ => &[],
+    }
 }
 
-/// The client-context value of `name`, in either spelling (the documented camel case first).
+/// The client-context value of `name`, in any of its spellings (the documented camel case first).
 pub fn context_value<'a>(custom: &'a HashMap<String, String>, name: &str) -> Option<&'a String> {
-    custom
-        .get(name)
-        .or_else(|| lowercase_spelling(name).and_then(|lower| custom.get(lower)))
+    custom.get(name).or_else(|| {
+        other_spellings(name)
+            .iter()
+            .find_map(|other| custom.get(*other))
+    })
 }
 
 /// Why a Gateway call was refused (answered as a [`Notice`]) or runs unkeyed.
@@ -112,6 +115,8 @@ pub struct GatewayCall<'a> {
     pub target: &'a str,
     /// The tool name without the target prefix.
     pub tool: &'a str,
+    /// The tool name as the Gateway lists it (`target___tool`).
+    pub listed_name: &'a str,
 }
 
 impl<'a> GatewayCall<'a> {
@@ -145,6 +150,7 @@ impl<'a> GatewayCall<'a> {
             custom,
             target,
             tool,
+            listed_name: qualified,
         })
     }
 
@@ -208,6 +214,8 @@ impl<'a> GatewayCall<'a> {
             schema: None,
             caller_key,
             caller_key_scope: CallerKeyScope::Run,
+            // Policy entries name a Gateway tool as the Gateway lists it (`target___tool`).
+            policy_name: (!self.target.is_empty()).then(|| self.listed_name.to_string()),
         })
     }
 

@@ -92,6 +92,7 @@ pub fn call(
         args: call.args,
         schema: Some(schema),
         caller_key_scope: CallerKeyScope::Run,
+        policy_name: None,
     })
 }
 

@@ -235,6 +235,7 @@ impl Envelope {
             schema,
             caller_key,
             caller_key_scope,
+            policy_name: None,
         })
     }
 

@@ -3,19 +3,21 @@
 //! passes through. See the module docs of [`crate::interceptor`] for the contract.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::{Interception, Phase};
+use super::{Intercepted, Interception, Phase, ToolsCall};
 use crate::answer::{self, Answered, HandlerError, ToolFailure, Unanswerable};
-use crate::config::Mode;
+use crate::config::{Mode, TOOL_START_ALLOWANCE};
 use crate::decide::RunEnd;
 use crate::direct::warn_sessionless;
-use crate::executor::{FinishedElsewhere, Lease, Opened, Outcome};
-use crate::seam::{Notice, Unkeyed};
+use crate::executor::{FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner};
+use crate::key::{Call, Delivery, Schema};
+use crate::seam::{Notice, ToolCall, Unkeyed};
 use crate::service::{CallKey, Service};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 /// Answers one interceptor invocation.
 pub(crate) async fn intercept<S: Store>(
@@ -24,8 +26,18 @@ pub(crate) async fn intercept<S: Store>(
     client_context: Option<&HashMap<String, String>>,
     end: Instant,
 ) -> Answered {
-    let interception = match Interception::parse(event, client_context) {
-        Ok(interception) => interception,
+    let doors = &service.doors;
+    let interception = match Intercepted::parse(event, client_context, doors.gateway_id.as_deref())
+    {
+        Ok(Intercepted::Mcp(interception)) => interception,
+        Ok(Intercepted::Unread { answer, why, warn }) => {
+            if warn {
+                tracing::warn!("interceptor invocation passed on unread: {why}");
+            } else {
+                tracing::debug!("interceptor invocation passed on unread: {why}");
+            }
+            return Answered::new(Outcome::PassedUnread, answer::raw(answer)).because(why);
+        }
         Err(e) => {
             let reason = e.to_string();
             return Answered::new(
@@ -35,129 +47,201 @@ pub(crate) async fn intercept<S: Store>(
             .because(reason);
         }
     };
-    let request = interception.phase == Phase::Request;
-    let pass = |outcome: Outcome| {
-        let text = if request {
-            interception.pass_request()
-        } else {
-            interception.pass_response()
-        };
-        Answered::new(outcome, answer::raw(text))
+    let flow = Flow {
+        service,
+        interception,
+        end,
     };
-    let settings = service.settings();
-    if let Some(listed) = interception.listed_tools() {
-        if settings.mode != Mode::Off {
-            learn(service, &interception, listed).await;
-        }
-        return pass(Outcome::PassedOn).because("tools/list learned");
+    flow.answer().await
+}
+
+/// One interceptor invocation being answered.
+struct Flow<'a, S> {
+    service: &'a Service<S>,
+    interception: Interception<'a>,
+    end: Instant,
+}
+
+/// A `tools/call` ready for the executor: its keyed call and what the key came from.
+struct Prepared {
+    tool_call: ToolCall,
+    delivery: Delivery,
+    /// The tool's entry in the policy file decides its schema (no catalog is read).
+    by_policy: bool,
+}
+
+impl<S: Store> Flow<'_, S> {
+    fn request(&self) -> bool {
+        self.interception.phase == Phase::Request
     }
-    let call = match interception.tools_call() {
-        Some(Ok(call)) if settings.mode != Mode::Off => call,
-        Some(Err(notice)) if request && settings.mode != Mode::Off => {
+
+    fn pass(&self, outcome: Outcome) -> Answered {
+        Answered::new(outcome, answer::raw(self.interception.pass()))
+    }
+
+    async fn answer(&self) -> Answered {
+        let (service, interception) = (self.service, &self.interception);
+        let enforcing = service.settings().mode != Mode::Off;
+        if let Some(listed) = interception.listed_tools() {
+            if enforcing {
+                self.learn(listed).await;
+            }
+            return self.pass(Outcome::PassedOn).because("tools/list learned");
+        }
+        if enforcing && self.request() && interception.is_batch_with_tools_call() {
             return Answered::new(
                 Outcome::BadRequest,
-                answer::raw(interception.refusal(&notice)),
+                answer::raw(interception.batch_refusal()),
             )
-            .because("invalid tools/call");
+            .because("a batch holding tools/call");
         }
-        _ => return pass(Outcome::PassedOn),
-    };
-    let doors = &service.doors;
-    let mut tool_call = match interception.tool_call(
-        &call,
-        &doors.step_attribute,
-        &doors.idempotency_key_name,
-        doors.sessionless,
-    ) {
-        Ok(tool_call) => tool_call,
-        Err(Unkeyed::Sessionless(missing)) => {
-            if request {
-                warn_sessionless(call.tool, &missing);
+        let call = match interception.tools_call() {
+            Some(Ok(call)) if enforcing => call,
+            Some(Err(notice)) if self.request() && enforcing => {
+                return Answered::new(
+                    Outcome::BadRequest,
+                    answer::raw(interception.refusal(&notice)),
+                )
+                .because("invalid tools/call");
             }
-            return pass(Outcome::Sessionless)
-                .tool(call.tool)
-                .because("sessionless");
-        }
-        Err(Unkeyed::Refused(notice)) if request => return answer::refuse(&call, notice),
-        Err(Unkeyed::Refused(_)) => return pass(Outcome::PassedOn),
-    };
-    let keyer = service.keyer();
-    let mut delivery = keyer.delivery(&tool_call.tool);
-    // A policy file entry always wins over what a listing taught.
-    if keyer.policies().get(&tool_call.tool).is_none() {
-        match service
-            .catalogs
-            .lookup(service.store(), &tool_call.namespace)
-            .await
-        {
-            Ok(catalog) => {
-                let learned = catalog.as_deref().and_then(|c| c.tool(call.tool));
-                if let Some(learned) = learned {
-                    if learned.read_only == Some(true)
-                        && doors.trusts_annotations(interception.gateway())
-                    {
-                        return pass(Outcome::DedupOff)
-                            .tool(call.tool)
-                            .because("read-only (trusted annotations)");
+            _ => return self.pass(Outcome::PassedOn),
+        };
+        warn_once_if_gateway_unnamed(interception);
+        let prepared = match self.prepare(&call).await {
+            Ok(prepared) => prepared,
+            Err(answered) => return answered.tool(call.tool),
+        };
+        let key_call = prepared.tool_call.key_call();
+        let keyer = service.keyer();
+        let call_key = match CallKey::derive(keyer, &prepared.tool_call, &key_call) {
+            Ok(call_key) => call_key,
+            Err(notice) if self.request() && service.settings().mode != Mode::Shadow => {
+                return answer::refuse(&call, notice);
+            }
+            Err(_) => return self.pass(Outcome::PassedOn).tool(call.tool),
+        };
+        let keyed = call_key.keyed(&key_call, prepared.delivery);
+        let answered = if self.request() {
+            self.open(&call, keyed, &key_call).await
+        } else {
+            self.settle(&call, keyed, &prepared).await
+        };
+        answered.keyed(&call_key.key).tool(call.tool)
+    }
+
+    /// The call to key, with the schema and delivery its policy entry, or else its learned
+    /// listing, gives; `Err` is the answer when there is none to key.
+    async fn prepare(&self, call: &ToolsCall<'_>) -> Result<Prepared, Answered> {
+        let (service, interception) = (self.service, &self.interception);
+        let doors = &service.doors;
+        let mut tool_call = match interception.tool_call(
+            call,
+            &doors.step_attribute,
+            &doors.idempotency_key_name,
+            doors.sessionless,
+        ) {
+            Ok(tool_call) => tool_call,
+            Err(Unkeyed::Sessionless(missing)) => {
+                if self.request() {
+                    warn_sessionless(call.tool, &missing);
+                }
+                return Err(self.pass(Outcome::Sessionless).because("sessionless"));
+            }
+            Err(Unkeyed::Refused(notice)) if self.request() => {
+                return Err(answer::refuse(call, notice));
+            }
+            Err(Unkeyed::Refused(_)) => return Err(self.pass(Outcome::PassedOn)),
+        };
+        let keyer = service.keyer();
+        // Policy entries name the tool as the Gateway lists it (`target___tool`), so that one
+        // target's policy never applies to another target's tool of the same name.
+        tool_call.policy_name = Some(call.listed_name.to_string());
+        let by_policy = keyer.policies().get(call.listed_name).is_some();
+        let mut delivery = keyer.delivery(call.listed_name);
+        if !by_policy {
+            let trusted = doors.trusts_gateway(interception.gateway());
+            match service
+                .catalogs
+                .lookup(service.store(), &tool_call.namespace, trusted)
+                .await
+            {
+                Ok(catalog) => {
+                    if let Some(learned) = catalog.as_deref().and_then(|c| c.tool(call.tool)) {
+                        if learned.read_only == Some(true) && trusted {
+                            return Err(self
+                                .pass(Outcome::DedupOff)
+                                .because("read-only (trusted annotations)"));
+                        }
+                        tool_call.schema = learned.schema.clone();
+                        delivery = learned.delivery();
                     }
-                    tool_call.schema = learned.schema.clone();
-                    delivery = learned.delivery();
                 }
-            }
-            // Keying without the schema could give a retry another key: fail closed.
-            Err(e) if settings.mode != Mode::Shadow => {
-                tracing::error!(error = %e, "could not read the tool catalog");
-                return if request {
-                    answer::notice(
-                        &call,
-                        Outcome::StoreError,
-                        Notice::store_unavailable(call.tool),
-                        None,
-                    )
-                } else {
-                    pass(Outcome::StoreError)
+                // Keying without the schema could give a retry another key: fail closed.
+                Err(e) if service.settings().mode != Mode::Shadow => {
+                    tracing::error!(error = %e, "could not read the tool catalog");
+                    let answered = if self.request() {
+                        answer::notice(
+                            call,
+                            Outcome::StoreError,
+                            Notice::store_unavailable(call.tool),
+                            None,
+                        )
+                    } else {
+                        self.pass(Outcome::StoreError)
+                    };
+                    return Err(answered.because(e.to_string()));
                 }
-                .because(e.to_string());
+                Err(_) => {}
             }
-            Err(_) => {}
         }
-    }
-    if !keyer.dedups(&tool_call.tool) {
-        return pass(Outcome::DedupOff).tool(call.tool);
-    }
-    let key_call = tool_call.key_call();
-    let call_key = match CallKey::derive(keyer, &tool_call, &key_call) {
-        Ok(call_key) => call_key,
-        Err(notice) if request && settings.mode != Mode::Shadow => {
-            return answer::refuse(&call, notice);
+        if !keyer.dedups(call.listed_name) {
+            return Err(self.pass(Outcome::DedupOff));
         }
-        Err(_) => return pass(Outcome::PassedOn).tool(call.tool),
-    };
-    let keyed = call_key.keyed(&key_call, delivery);
-    let key = call_key.key.as_str();
-    let owner = interception.owner(key);
-    let answered = if request {
-        // The target runs after we answer, within the Gateway's own limit on a call.
+        Ok(Prepared {
+            tool_call,
+            delivery,
+            by_policy,
+        })
+    }
+
+    /// REQUEST: claim the call for the target the Gateway calls next, or answer for it.
+    async fn open(&self, call: &ToolsCall<'_>, keyed: Keyed<'_>, key_call: &Call<'_>) -> Answered {
+        let service = self.service;
+        let owner = RequestOwner {
+            name: self.interception.owner(keyed.key),
+            is_one_request: self.interception.owner_is_one_request(),
+        };
+        // The target runs after we answer, within the Gateway's limit on a call, once started.
         let lease = Lease::Covering {
-            max_run_time: doors.interceptor_timeout,
+            max_run_time: service.doors.interceptor_timeout + TOOL_START_ALLOWANCE,
         };
         match service
             .executor
-            .open::<ToolFailure>(keyed, end, lease, &owner)
+            .open::<ToolFailure>(keyed, self.end, lease, &owner)
             .await
         {
-            Opened::Claimed => {
-                pass(Outcome::Executed).because("claimed; the Gateway calls the target")
-            }
-            Opened::Unclaimed(outcome) => pass(outcome),
+            Opened::Claimed => self
+                .pass(Outcome::Executed)
+                .because("claimed; the Gateway calls the target"),
+            Opened::Unclaimed(outcome) => self.pass(outcome),
             Opened::Answered(finished) => {
-                service.telemetry.call(keyer, &key_call, finished.outcome);
-                answer::finished(&call, finished, key)
+                service
+                    .telemetry
+                    .call(service.keyer(), key_call, finished.outcome);
+                answer::finished(call, finished, keyed.key)
             }
         }
-    } else {
-        let Some(reply) = interception.target_reply() else {
-            return pass(Outcome::PassedOn).tool(call.tool);
+    }
+
+    /// RESPONSE: settle this request's claim with the target's answer, and pass it on.
+    async fn settle(
+        &self,
+        call: &ToolsCall<'_>,
+        keyed: Keyed<'_>,
+        prepared: &Prepared,
+    ) -> Answered {
+        let Some(reply) = self.interception.target_reply() else {
+            return self.pass(Outcome::PassedOn);
         };
         let (run_end, stored) = match &reply {
             Ok((result, class)) => (RunEnd::Replied(*class), result.as_bytes()),
@@ -168,54 +252,137 @@ pub(crate) async fn intercept<S: Store>(
                 &[][..],
             ),
         };
-        match service
-            .executor
-            .finish_claimed(keyed, &owner, end, run_end, stored)
-            .await
-        {
-            Ok(FinishedElsewhere::Settled(after)) => {
-                pass(Outcome::Executed).because(format!("settled: {after:?}"))
-            }
-            Ok(FinishedElsewhere::AlreadyCompleted) => pass(Outcome::PassedOn),
+        let mut settled = self.finish(keyed, run_end, stored).await;
+        if matches!(settled, Ok(FinishedElsewhere::NoClaim)) && !prepared.by_policy {
+            settled = self
+                .finish_under_other_listings(call, keyed, prepared, run_end, stored)
+                .await;
+        }
+        match settled {
+            Ok(FinishedElsewhere::Settled(after)) => self
+                .pass(Outcome::Executed)
+                .because(format!("settled: {after:?}")),
+            Ok(FinishedElsewhere::AlreadyCompleted) => self.pass(Outcome::PassedOn),
             Ok(FinishedElsewhere::NoClaim) => {
                 tracing::warn!(
                     "the target answered a call this request holds no claim on: passed on, not stored"
                 );
-                pass(Outcome::PassedOn).because("no claim of this request")
+                self.pass(Outcome::PassedOn)
+                    .because("no claim of this request")
             }
             Err(e) => {
                 tracing::error!(
                     error = %e,
                     "could not settle the call after the target ran; it stays claimed until its lease ends"
                 );
-                pass(Outcome::StoreError).because(format!("store: {e}"))
+                self.pass(Outcome::StoreError)
+                    .because(format!("store: {e}"))
             }
         }
-    };
-    answered.keyed(key).tool(call.tool)
-}
+    }
 
-/// Learns each target's tools from a `tools/list` answer (see [`crate::catalog`]). A catalog
-/// that cannot be written is only logged: the listing still reaches the client, and calls are
-/// keyed as before.
-async fn learn<S: Store>(
-    service: &Service<S>,
-    interception: &Interception<'_>,
-    listed: BTreeMap<&str, Map<String, Value>>,
-) {
-    for (target, tools) in listed {
-        let namespace = interception.namespace(target);
-        match service
+    async fn finish(
+        &self,
+        keyed: Keyed<'_>,
+        run_end: RunEnd,
+        stored: &[u8],
+    ) -> Result<FinishedElsewhere, StoreError> {
+        let owner = self.interception.owner(keyed.key);
+        self.service
+            .executor
+            .finish_claimed(keyed, &owner, self.end, run_end, stored)
+            .await
+    }
+
+    /// The REQUEST of this call may have been keyed in a container whose catalog held another
+    /// listing of the tool: read the catalog afresh and try the key each listing it remembers
+    /// gives (see [`crate::catalog`]), until one finds this request's claim.
+    async fn finish_under_other_listings(
+        &self,
+        call: &ToolsCall<'_>,
+        keyed: Keyed<'_>,
+        prepared: &Prepared,
+        run_end: RunEnd,
+        stored: &[u8],
+    ) -> Result<FinishedElsewhere, StoreError> {
+        let service = self.service;
+        let namespace = &prepared.tool_call.namespace;
+        let trusted = service.doors.trusts_gateway(self.interception.gateway());
+        let catalog = match service
             .catalogs
-            .learn(service.store(), &namespace, &tools)
+            .refresh(service.store(), namespace, trusted)
             .await
         {
-            Ok(wrote) => {
-                tracing::debug!(target, tools = tools.len(), wrote, "learned tools/list")
-            }
+            Ok(Some(catalog)) => catalog,
+            Ok(None) => return Ok(FinishedElsewhere::NoClaim),
             Err(e) => {
-                tracing::warn!(target, error = %e, "could not store the learned tool catalog")
+                tracing::warn!(error = %e, "could not read the tool catalog again");
+                return Ok(FinishedElsewhere::NoClaim);
+            }
+        };
+        let mut tried = vec![keyed.key.to_string()];
+        let mut schemas: Vec<Option<Schema>> = catalog.schemas_of(call.tool);
+        schemas.push(None);
+        for schema in schemas {
+            let tool_call = ToolCall {
+                schema,
+                ..prepared.tool_call.clone()
+            };
+            let key_call = tool_call.key_call();
+            let Ok(call_key) = CallKey::derive(service.keyer(), &tool_call, &key_call) else {
+                continue;
+            };
+            if tried.contains(&call_key.key) {
+                continue;
+            }
+            tried.push(call_key.key.clone());
+            let other = call_key.keyed(&key_call, prepared.delivery);
+            match self.finish(other, run_end, stored).await? {
+                FinishedElsewhere::NoClaim => {}
+                found => {
+                    tracing::info!(
+                        "the call's REQUEST was keyed under another listing of the tool; settled its claim"
+                    );
+                    return Ok(found);
+                }
             }
         }
+        Ok(FinishedElsewhere::NoClaim)
+    }
+
+    /// Learns each target's tools from a `tools/list` answer (see [`crate::catalog`]). A catalog
+    /// that cannot be written is only logged: the listing still reaches the client, and calls
+    /// are keyed as before.
+    async fn learn(&self, listed: BTreeMap<&str, Map<String, Value>>) {
+        let (service, interception) = (self.service, &self.interception);
+        let trusted = service.doors.trusts_gateway(interception.gateway());
+        for (target, tools) in listed {
+            let namespace = interception.namespace(target);
+            match service
+                .catalogs
+                .learn(service.store(), &namespace, &tools, trusted)
+                .await
+            {
+                Ok(wrote) => {
+                    tracing::debug!(target, tools = tools.len(), wrote, "learned tools/list")
+                }
+                Err(e) => {
+                    tracing::warn!(target, error = %e, "could not store the learned tool catalog")
+                }
+            }
+        }
+    }
+}
+
+/// A deployment whose Gateway names itself nowhere keys every gateway's calls as one (`-`): said
+/// once per container, since every call would say it again.
+fn warn_once_if_gateway_unnamed(interception: &Interception<'_>) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !interception.gateway_is_named() && !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "no gateway id in the invocation (no GATEWAY_ARN, no Host header) and no \
+             DEDUP_GATEWAY_ID: every gateway that invokes this function shares keys and catalogs \
+             (\"-\"); set DEDUP_GATEWAY_ID, or give each gateway its own function"
+        );
     }
 }

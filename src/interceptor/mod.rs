@@ -1,22 +1,29 @@
 //! Amazon Bedrock AgentCore Gateway adapter: the executor as the Gateway's **REQUEST and RESPONSE
-//! interceptor**, which reaches every tool behind the Gateway (OpenAPI, Smithy, MCP servers,
-//! Runtime, Lambda), with no change to any tool.
+//! interceptor**, which reaches every MCP tool behind the Gateway (OpenAPI, Smithy, MCP server and
+//! Lambda targets), with no change to any tool.
 //!
-//! The Gateway invokes an interceptor Lambda with `interceptorInputVersion` and the MCP request
-//! (see the AgentCore developer guide, "Types of interceptors"):
+//! The contract is the AgentCore developer guide's *Types of interceptors*
+//! (<https://docs.aws.amazon.com/bedrock-agentcore/latest/devguide/gateway-interceptors-types.html>):
 //!
 //! ```text
 //! REQUEST:  {"interceptorInputVersion": "1.0", "mcp": {"gatewayRequest": {"headers": {...},
 //!            "body": {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
 //!                     "params": {"name": "payments___charge_card", "arguments": {...}}}}}}
-//! RESPONSE: the same, plus "gatewayResponse": {"statusCode": 200, "body": {"jsonrpc": ..., "result": ...}}
+//! RESPONSE: the same, plus "gatewayResponse": {"statusCode": 200, "headers": {...},
+//!            "body": {"jsonrpc": ..., "result": ...}} (with streaming on: one invocation per
+//!            streamed event, "isStreamingResponse": true, later events carrying only "body")
 //! ```
 //!
 //! Only `tools/call` is keyed; everything else (`initialize`, `tools/list`, notifications) passes
-//! through untouched. A `tools/call` is keyed as:
+//! through untouched, and so do HTTP targets' invocations (an `http` payload: AgentCore Runtime,
+//! passthrough and inference targets, answered with the documented `{"http": {}}`) and input
+//! versions this adapter does not know (answered with version 1.0's pass-through, counted and
+//! warned). A `tools/call` is keyed as:
 //!
-//! - **namespace** `interceptor:<gateway>/<target>`: the gateway is the client context's
-//!   `GATEWAY_ARN` when the Gateway sends one, else `-`; the target is the tool name's prefix;
+//! - **namespace** `interceptor:<gateway id>/<target>`: the gateway id from the client context's
+//!   `GATEWAY_ARN`, else from the `Host` header (`<id>.gateway.bedrock-agentcore.<region>...`),
+//!   else `DEDUP_GATEWAY_ID`, else `-` (warned: gateways sharing the function then share keys);
+//!   the target is the tool name's prefix;
 //! - **tool** the name without the target prefix; **arguments** `params.arguments`;
 //! - **run** the `Mcp-Session-Id` header (the interceptor needs `passRequestHeaders: true`);
 //!   without one the call is sessionless and gets what `DEDUP_SESSIONLESS` says;
@@ -26,17 +33,26 @@
 //! its headers: an `Authorization` header returned would override the target's credential
 //! provider); completed → `transformedGatewayResponse`, the stored result under the *new*
 //! request's JSON-RPC `id`; in flight, store down → a JSON-RPC error whose `data.dedup` says so
-//! (the Gateway answers with it and does not call the target).
+//! (the Gateway answers with it and does not call the target). A batch holding a `tools/call` is
+//! refused with a JSON-RPC error per request (MCP no longer has batches), never passed on
+//! unprotected.
 //!
 //! **RESPONSE**: the claim's token is never handed through the Gateway. The claim is taken under a
-//! token whose prefix names the request (a hash of the key and the JSON-RPC `id`,
-//! [`Interception::owner`]); the RESPONSE invocation derives the same name from the request it
-//! sees, reads the record, and settles it (fenced by the token it read) only when that request
-//! holds it. The response is classified as the other doors do: `result` (also with `isError`) is
-//! stored; a JSON-RPC error for a request the target refused (`-32700`, `-32600`, `-32601`,
-//! `-32602`, HTTP 4xx but 409/429) releases; any other error keeps the claim until its lease ends.
-//! Our own answers carry `data.dedup` (errors) or meet a completed record (replays), and are
-//! passed through without a write.
+//! token whose prefix names the request (a hash of the key, the JSON-RPC `id` and the client
+//! context's `REQUEST_ID` when there is one, [`Interception::owner`]); the RESPONSE invocation
+//! derives the same name from the request it sees, reads the record, and settles it (fenced by the
+//! token it read) only when that request holds it. Only a JSON-RPC response to the request's own
+//! `id` settles: a server request (`elicitation/create`) or a notification on a stream passes on.
+//! The response is classified as the other doors do: `result` (also with `isError`) is stored; a
+//! JSON-RPC error for a request the target refused (`-32700`, `-32600`, `-32601`, `-32602`, HTTP
+//! 4xx but 409/429) releases; any other error keeps the claim until its lease ends. Our own
+//! answers carry `data.dedup` (errors) or meet a completed record (replays), and are passed
+//! through without a write.
+//!
+//! The Gateway may invoke an interceptor again for one request (after a failure or a timeout):
+//! a REQUEST that finds the claim its own request holds (same owner, and the owner names one
+//! request: a `REQUEST_ID`, or an MCP session, in which a JSON-RPC id is never reused) goes on as
+//! its owner instead of waiting for itself.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,14 +72,22 @@ use crate::seam::{
 pub const ENTRY_POINT: &str = "interceptor";
 /// The member that marks an interceptor invocation.
 pub const INPUT_VERSION: &str = "interceptorInputVersion";
+/// The input version this adapter reads, and the output version it writes.
+pub const VERSION: &str = "1.0";
 /// The header that names the MCP session: the call's run.
 pub const SESSION_HEADER: &str = "mcp-session-id";
-/// The client-context key some Gateways send with the gateway's ARN.
+/// The client-context key with the gateway's ARN (documented for HTTP targets).
 pub const GATEWAY_ARN_CONTEXT: &str = "GATEWAY_ARN";
+/// The client-context key with the Gateway's id of the request (documented for HTTP targets).
+pub const REQUEST_ID_CONTEXT: &str = "REQUEST_ID";
 /// The JSON-RPC error code of the executor's own answers (server-defined range).
 pub const DEDUP_ERROR_CODE: i64 = -32000;
+/// The JSON-RPC error code of a refused batch (an invalid request for this server).
+const BATCH_ERROR_CODE: i64 = -32600;
 /// JSON-RPC errors that say the request was refused before anything ran.
 const REFUSED_CODES: [i64; 4] = [-32700, -32600, -32601, -32602];
+/// The Gateway's host names: `<gateway id>.gateway.bedrock-agentcore.<region>.amazonaws.com`.
+const GATEWAY_HOST_INFIX: &str = ".gateway.bedrock-agentcore.";
 
 /// True when `event` is a Gateway interceptor invocation.
 pub fn is_interception(event: &Value) -> bool {
@@ -88,7 +112,23 @@ pub enum Phase {
     Response,
 }
 
-/// One interceptor invocation.
+/// An interceptor invocation, read.
+#[derive(Debug)]
+pub enum Intercepted<'a> {
+    /// An MCP invocation of the version this adapter reads.
+    Mcp(Interception<'a>),
+    /// One this adapter passes on unread: the answer that passes it, and why.
+    Unread {
+        /// The pass-through answer.
+        answer: String,
+        /// Why it is not read (an HTTP target's, an unknown version), for the log.
+        why: String,
+        /// Whether it is worth a warning (an unknown version is; an HTTP target's is expected).
+        warn: bool,
+    },
+}
+
+/// One MCP interceptor invocation.
 #[derive(Debug, Clone)]
 pub struct Interception<'a> {
     /// REQUEST or RESPONSE.
@@ -96,7 +136,10 @@ pub struct Interception<'a> {
     body: &'a Value,
     headers: Option<&'a Map<String, Value>>,
     response: Option<&'a Map<String, Value>>,
-    gateway: &'a str,
+    /// The gateway's id; `None` when nothing names it.
+    gateway: Option<String>,
+    /// The client context's `REQUEST_ID`.
+    request_id: Option<&'a str>,
 }
 
 /// A `tools/call` inside an interception.
@@ -106,37 +149,122 @@ pub struct ToolsCall<'a> {
     pub target: &'a str,
     /// The tool name without the target prefix.
     pub tool: &'a str,
+    /// The full name, as the Gateway lists it (`target___tool`): policy entries are looked up by it.
+    pub listed_name: &'a str,
     arguments: &'a Map<String, Value>,
     meta: Option<&'a Map<String, Value>>,
     /// The request's JSON-RPC id, which every answer carries.
     id: &'a Value,
 }
 
-impl<'a> Interception<'a> {
-    /// Reads the interceptor payload; `custom` is the client context's custom map, if any.
+/// The gateway id in a gateway ARN (`arn:aws:bedrock-agentcore:<region>:<account>:gateway/<id>`).
+fn gateway_id_of_arn(arn: &str) -> Option<&str> {
+    arn.rsplit_once(":gateway/")
+        .map(|(_, id)| id.trim())
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// The gateway id in a Gateway host name (`<id>.gateway.bedrock-agentcore.<region>...`).
+fn gateway_id_of_host(host: &str) -> Option<&str> {
+    host.split_once(GATEWAY_HOST_INFIX)
+        .map(|(id, _)| id.trim())
+        .filter(|id| !id.is_empty() && !id.contains('.'))
+}
+
+/// One name for a gateway whichever way it is given (its id, its ARN or its host name), so that a
+/// key does not change with the source the Gateway happens to send.
+pub fn gateway_id(named: &str) -> &str {
+    gateway_id_of_arn(named)
+        .or_else(|| gateway_id_of_host(named))
+        .unwrap_or(named.trim())
+}
+
+/// The case-insensitive header `name`, as text.
+fn header<'a>(headers: Option<&'a Map<String, Value>>, name: &str) -> Option<&'a str> {
+    headers?
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v.as_str())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+impl<'a> Intercepted<'a> {
+    /// Reads the interceptor payload; `custom` is the client context's custom map, if any;
+    /// `configured_gateway` the deployment's `DEDUP_GATEWAY_ID`.
     pub fn parse(
         event: &'a Value,
         custom: Option<&'a HashMap<String, String>>,
-    ) -> Result<Interception<'a>, InterceptorError> {
-        let bad = |m: String| InterceptorError::Event(m);
-        match event.get(INPUT_VERSION).and_then(Value::as_str) {
-            Some("1.0") => {}
-            other => {
-                return Err(bad(format!(
-                    "{INPUT_VERSION} {other:?} is not supported (only \"1.0\")"
-                )));
-            }
+        configured_gateway: Option<&str>,
+    ) -> Result<Intercepted<'a>, InterceptorError> {
+        let version = event.get(INPUT_VERSION);
+        let known = version.and_then(Value::as_str) == Some(VERSION);
+        let Some(mcp) = event.get("mcp").and_then(Value::as_object) else {
+            let why = if event.get("http").is_some() && known {
+                "an HTTP target's invocation (only MCP tools/call is keyed)".to_string()
+            } else if known {
+                return Err(InterceptorError::Event(
+                    "neither an \"mcp\" nor an \"http\" object".into(),
+                ));
+            } else {
+                format!(
+                    "{INPUT_VERSION} {} is not one this version reads ({VERSION})",
+                    show(version)
+                )
+            };
+            return Ok(Intercepted::Unread {
+                answer: json!({"interceptorOutputVersion": VERSION, "http": {}}).to_string(),
+                why,
+                warn: !known,
+            });
+        };
+        let read = Interception::read(mcp, custom, configured_gateway);
+        match (read, known) {
+            (Ok(interception), true) => Ok(Intercepted::Mcp(interception)),
+            (Err(e), true) => Err(e),
+            (read, false) => Ok(Intercepted::Unread {
+                answer: match &read {
+                    Ok(interception) => interception.pass(),
+                    Err(_) => json!({"interceptorOutputVersion": VERSION, "mcp": {}}).to_string(),
+                },
+                why: format!(
+                    "{INPUT_VERSION} {} is not one this version reads ({VERSION})",
+                    show(version)
+                ),
+                warn: true,
+            }),
         }
-        let mcp = event
-            .get("mcp")
-            .and_then(Value::as_object)
-            .ok_or_else(|| bad("no \"mcp\" object (only MCP targets are intercepted)".into()))?;
+    }
+}
+
+fn show(version: Option<&Value>) -> String {
+    version.map_or_else(|| "null".into(), Value::to_string)
+}
+
+impl<'a> Interception<'a> {
+    fn read(
+        mcp: &'a Map<String, Value>,
+        custom: Option<&'a HashMap<String, String>>,
+        configured_gateway: Option<&str>,
+    ) -> Result<Interception<'a>, InterceptorError> {
         let request = mcp
             .get("gatewayRequest")
             .and_then(Value::as_object)
-            .ok_or_else(|| bad("no mcp.gatewayRequest object".into()))?;
+            .ok_or_else(|| InterceptorError::Event("no mcp.gatewayRequest object".into()))?;
         let body = request.get("body").unwrap_or(&Value::Null);
         let response = mcp.get("gatewayResponse").and_then(Value::as_object);
+        let headers = request.get("headers").and_then(Value::as_object);
+        let context = |name: &str| {
+            custom
+                .and_then(|c| c.get(name))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        };
+        let gateway = context(GATEWAY_ARN_CONTEXT)
+            .and_then(gateway_id_of_arn)
+            .or_else(|| header(headers, "host").and_then(gateway_id_of_host))
+            .or(configured_gateway.map(gateway_id))
+            .map(str::to_string);
         Ok(Interception {
             phase: if response.is_some() {
                 Phase::Response
@@ -144,13 +272,10 @@ impl<'a> Interception<'a> {
                 Phase::Request
             },
             body,
-            headers: request.get("headers").and_then(Value::as_object),
+            headers,
             response,
-            gateway: custom
-                .and_then(|c| c.get(GATEWAY_ARN_CONTEXT))
-                .map(|g| g.trim())
-                .filter(|g| !g.is_empty())
-                .unwrap_or("-"),
+            gateway,
+            request_id: context(REQUEST_ID_CONTEXT),
         })
     }
 
@@ -160,6 +285,16 @@ impl<'a> Interception<'a> {
             return None;
         }
         Some(self.read_tools_call())
+    }
+
+    /// A JSON-RPC batch (an array body) that holds a `tools/call`: it cannot be keyed call by call
+    /// and passed on as one request, so it is refused.
+    pub fn is_batch_with_tools_call(&self) -> bool {
+        self.body.as_array().is_some_and(|messages| {
+            messages
+                .iter()
+                .any(|m| m.get("method").and_then(Value::as_str) == Some("tools/call"))
+        })
     }
 
     fn read_tools_call(&self) -> Result<ToolsCall<'a>, Notice> {
@@ -190,6 +325,7 @@ impl<'a> Interception<'a> {
         Ok(ToolsCall {
             target,
             tool,
+            listed_name: name,
             arguments,
             meta: params.get("_meta").and_then(Value::as_object),
             id: self.id(),
@@ -197,13 +333,18 @@ impl<'a> Interception<'a> {
     }
 
     /// The gateway this invocation came through, as named in every key (`-` when unknown).
-    pub fn gateway(&self) -> &'a str {
-        self.gateway
+    pub fn gateway(&self) -> &str {
+        self.gateway.as_deref().unwrap_or("-")
+    }
+
+    /// Whether anything named the gateway (see the module docs).
+    pub fn gateway_is_named(&self) -> bool {
+        self.gateway.is_some()
     }
 
     /// The namespace of `target`'s calls (and of its learned catalog).
     pub fn namespace(&self, target: &str) -> String {
-        scoped_namespace(ENTRY_POINT, &format!("{}/{target}", self.gateway))
+        scoped_namespace(ENTRY_POINT, &format!("{}/{target}", self.gateway()))
     }
 
     /// At RESPONSE, the tools a `tools/list` answer lists, grouped by target (the tool name's
@@ -242,12 +383,7 @@ impl<'a> Interception<'a> {
 
     /// The `Mcp-Session-Id` header (header names are matched case-insensitively).
     pub fn session(&self) -> Option<&'a str> {
-        self.headers?
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(SESSION_HEADER))
-            .and_then(|(_, v)| v.as_str())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
+        header(self.headers, SESSION_HEADER)
     }
 
     /// The call to key, or why there is none (see the module docs). The caller's own idempotency
@@ -285,6 +421,7 @@ impl<'a> Interception<'a> {
             schema: None,
             caller_key,
             caller_key_scope: CallerKeyScope::Run,
+            policy_name: None,
         })
     }
 
@@ -293,20 +430,69 @@ impl<'a> Interception<'a> {
         self.body.get("id").unwrap_or(&Value::Null)
     }
 
-    /// The name the claim's token carries: a hash of the key and this request's JSON-RPC id, so
-    /// that the RESPONSE invocation of this request, and only it, recognises the claim.
+    /// The name the claim's token carries: a hash of the key, this request's JSON-RPC id and the
+    /// Gateway's `REQUEST_ID` when it sends one, so that the RESPONSE invocation of this request,
+    /// and only it, recognises the claim.
     pub fn owner(&self, key: &str) -> String {
         let digest = Sha256::new()
             .chain_update(key.as_bytes())
             .chain_update([0])
             .chain_update(self.id().to_string().as_bytes())
+            .chain_update([0])
+            .chain_update(self.request_id.unwrap_or_default().as_bytes())
             .finalize();
         crate::key::hex(&digest[..12])
     }
 
-    /// The REQUEST answer that lets the request through unchanged (its body only).
-    pub fn pass_request(&self) -> String {
-        output("transformedGatewayRequest", json!({ "body": self.body }))
+    /// Whether [`Interception::owner`] names one request and no other: the Gateway's `REQUEST_ID`
+    /// is there, or an MCP session is (a JSON-RPC id is never reused within one). A claim this
+    /// owner holds is then this very request's, invoked again by the Gateway.
+    pub fn owner_is_one_request(&self) -> bool {
+        self.request_id.is_some() || self.session().is_some()
+    }
+
+    /// The answer that lets the message through unchanged: at REQUEST its body only; at RESPONSE
+    /// the target's status, headers and body as they came.
+    pub fn pass(&self) -> String {
+        match self.phase {
+            Phase::Request => output("transformedGatewayRequest", json!({ "body": self.body })),
+            Phase::Response => self.pass_response(),
+        }
+    }
+
+    fn pass_response(&self) -> String {
+        let member = |name| {
+            self.response
+                .and_then(|r| r.get(name))
+                .filter(|v| !v.is_null())
+        };
+        let mut transformed = Map::new();
+        // A later event of a stream carries only its body: status and headers were sent.
+        match member("statusCode") {
+            Some(status) => {
+                transformed.insert("statusCode".into(), status.clone());
+            }
+            None if !self.is_streamed() => {
+                transformed.insert("statusCode".into(), json!(200));
+            }
+            None => {}
+        }
+        if let Some(headers) = member("headers") {
+            transformed.insert("headers".into(), headers.clone());
+        }
+        transformed.insert(
+            "body".into(),
+            member("body").cloned().unwrap_or(Value::Null),
+        );
+        output("transformedGatewayResponse", Value::Object(transformed))
+    }
+
+    /// Whether this RESPONSE invocation is one event of a streamed response.
+    pub fn is_streamed(&self) -> bool {
+        self.response
+            .and_then(|r| r.get("isStreamingResponse"))
+            .and_then(Value::as_bool)
+            == Some(true)
     }
 
     /// The refusal of a `tools/call` that cannot be read (no tool name, arguments not an object).
@@ -318,26 +504,61 @@ impl<'a> Interception<'a> {
         error_answer(self.id(), notice, dedup)
     }
 
-    /// The RESPONSE answer that passes the target's response on unchanged.
-    pub fn pass_response(&self) -> String {
-        let member = |name| self.response.and_then(|r| r.get(name));
-        let transformed = json!({
-            "statusCode": member("statusCode").unwrap_or(&json!(200)),
-            "body": member("body").unwrap_or(&Value::Null),
-        });
-        output("transformedGatewayResponse", transformed)
+    /// The refusal of a batch holding a `tools/call`: an error for each request in it.
+    pub fn batch_refusal(&self) -> String {
+        let message = "a JSON-RPC batch holding tools/call cannot be deduplicated call by call; \
+                       send each call as its own request";
+        let errors: Vec<Value> = self
+            .body
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("id").filter(|id| !id.is_null()))
+            .map(|id| {
+                rpc(
+                    "error",
+                    id,
+                    json!({"code": BATCH_ERROR_CODE, "message": message,
+                           "data": {"dedup": {"outcome": "bad_request", "status": "invalid_event"}}}),
+                )
+            })
+            .collect();
+        output(
+            "transformedGatewayResponse",
+            json!({"statusCode": 200, "body": errors}),
+        )
     }
 
-    /// The target's response as the executor settles it: `None` when it is one of our own
-    /// answers or there is none (nothing to settle); else the reply to store (the `result` text)
-    /// and its class, or `Err(outcome_unknown)` for an error that stores nothing.
+    /// The target's response as the executor settles it: `None` when there is nothing to settle
+    /// (our own answers, a message that is not the response to this request: a server request or a
+    /// notification on a stream); else the reply to store (the `result` text) and its class, or
+    /// `Err(outcome_unknown)` for an error that stores nothing.
     pub fn target_reply(&self) -> Option<Result<(String, ReplyClass), bool>> {
         let response = self.response?;
+        let body = response.get("body").filter(|b| !b.is_null());
+        let answers_request = body.is_some_and(|b| {
+            (b.get("result").is_some() || b.get("error").is_some())
+                && b.get("id").is_none_or(|id| id == self.id())
+        });
+        if !answers_request {
+            // A stream's other messages settle nothing; a buffered response that is no JSON-RPC
+            // answer is judged by its status.
+            if self.is_streamed() || body.is_some_and(|b| b.get("method").is_some()) {
+                return None;
+            }
+            let status = response.get("statusCode").and_then(Value::as_u64)?;
+            return match status {
+                409 | 429 => Some(Err(true)),
+                400..=499 => Some(Err(false)),
+                200..=399 => None,
+                _ => Some(Err(true)),
+            };
+        }
+        let body = body?;
         let status = response
             .get("statusCode")
             .and_then(Value::as_u64)
             .unwrap_or(200);
-        let body = response.get("body").filter(|b| !b.is_null())?;
         if let Some(error) = body.get("error") {
             if error.pointer("/data/dedup").is_some() {
                 return None;
@@ -346,21 +567,20 @@ impl<'a> Interception<'a> {
             let refused = code.is_some_and(|c| REFUSED_CODES.contains(&c));
             return Some(Err(!refused));
         }
-        match body.get("result") {
-            Some(result) if status < 400 => {
+        let result = body.get("result")?;
+        Some(match status {
+            409 | 429 => Err(true),
+            400..=499 => Err(false),
+            500.. => Err(true),
+            _ => {
                 let class = if result.get("isError").and_then(Value::as_bool) == Some(true) {
                     ReplyClass::Failure
                 } else {
                     ReplyClass::Success
                 };
-                Some(Ok((result.to_string(), class)))
+                Ok((result.to_string(), class))
             }
-            _ => Some(match status {
-                409 | 429 => Err(true),
-                400..=499 => Err(false),
-                _ => Err(true),
-            }),
-        }
+        })
     }
 }
 
@@ -416,12 +636,20 @@ fn rpc(member: &str, id: &Value, value: Value) -> Value {
 fn output(member: &str, value: Value) -> String {
     let mut mcp = json!({});
     mcp[member] = value;
-    json!({ "interceptorOutputVersion": "1.0", "mcp": mcp }).to_string()
+    json!({ "interceptorOutputVersion": VERSION, "mcp": mcp }).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An MCP interception of the version this adapter reads.
+    fn read<'a>(event: &'a Value, custom: Option<&'a HashMap<String, String>>) -> Interception<'a> {
+        match Intercepted::parse(event, custom, None).unwrap() {
+            Intercepted::Mcp(interception) => interception,
+            other => panic!("not read: {other:?}"),
+        }
+    }
 
     fn request(id: i64, session: Option<&str>) -> Value {
         let mut headers = json!({"Accept": "application/json"});
@@ -437,7 +665,7 @@ mod tests {
     #[test]
     fn a_tools_call_is_keyed_by_gateway_target_tool_and_session() {
         let event = request(7, Some("sess-1"));
-        let i = Interception::parse(&event, None).unwrap();
+        let i = read(&event, None);
         assert_eq!(i.phase, Phase::Request);
         let call = i.tools_call().unwrap().unwrap();
         assert_eq!((call.target, call.tool), ("payments", "charge_card"));
@@ -447,7 +675,7 @@ mod tests {
         assert_eq!(tc.namespace, "interceptor:-/payments");
         assert_eq!(tc.run_id.as_deref(), Some("sess-1"));
         assert_eq!(tc.args, r#"{"amount":5}"#);
-        let out: Value = serde_json::from_str(&i.pass_request()).unwrap();
+        let out: Value = serde_json::from_str(&i.pass()).unwrap();
         assert_eq!(out["interceptorOutputVersion"], "1.0");
         assert_eq!(
             out["mcp"]["transformedGatewayRequest"]["body"],
@@ -464,10 +692,7 @@ mod tests {
     #[test]
     fn the_owner_differs_by_request_id_and_a_replay_carries_the_new_id() {
         let (a, b) = (request(7, Some("s")), request(8, Some("s")));
-        let (a, b) = (
-            Interception::parse(&a, None).unwrap(),
-            Interception::parse(&b, None).unwrap(),
-        );
+        let (a, b) = (read(&a, None), read(&b, None));
         assert_ne!(a.owner("k"), b.owner("k"));
         assert_eq!(a.owner("k"), a.owner("k"));
         assert!(!a.owner("k").contains('.'));
@@ -493,7 +718,7 @@ mod tests {
         };
         let class = |response: Value| {
             let event = with(response);
-            Interception::parse(&event, None).unwrap().target_reply()
+            read(&event, None).target_reply()
         };
         let ok = class(
             json!({"statusCode": 200, "body": {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}}),
@@ -530,22 +755,15 @@ mod tests {
         let mut event = request(1, None);
         event["mcp"]["gatewayRequest"]["body"] =
             json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-        assert!(
-            Interception::parse(&event, None)
-                .unwrap()
-                .tools_call()
-                .is_none()
-        );
-        let event = json!({"interceptorInputVersion": "2.0", "mcp": {}});
-        assert!(Interception::parse(&event, None).is_err());
+        assert!(read(&event, None).tools_call().is_none());
         let event = json!({"interceptorInputVersion": "1.0"});
-        assert!(Interception::parse(&event, None).is_err());
+        assert!(Intercepted::parse(&event, None, None).is_err());
         let mut event = request(1, None);
         event["mcp"]["gatewayRequest"]["body"]["params"]["arguments"] = json!([1]);
-        let i = Interception::parse(&event, None).unwrap();
+        let i = read(&event, None);
         assert!(i.tools_call().unwrap().is_err());
         let event = request(1, None);
-        let i = Interception::parse(&event, None).unwrap();
+        let i = read(&event, None);
         let call = i.tools_call().unwrap().unwrap();
         assert!(matches!(
             i.tool_call(

@@ -271,6 +271,16 @@ pub struct Call<'a> {
     pub step: Option<&'a str>,
     /// The tool's input schema; overrides the policy file's schema for this tool.
     pub schema: Option<&'a Schema>,
+    /// The name the policy file knows the tool by, when it is not `tool` (an AgentCore Gateway
+    /// tool's `target___tool`, so that one target's policy never applies to another's tool).
+    pub policy: Option<&'a str>,
+}
+
+impl Call<'_> {
+    /// The name this call's policy entry is looked up by.
+    pub fn policy_name(&self) -> &str {
+        self.policy.unwrap_or(self.tool)
+    }
 }
 
 /// Input bounds: a call over them is refused with an error, never a panic or a stack overflow.
@@ -446,7 +456,7 @@ impl Keyer {
             if !matches!(tape.token(0), json::Token::Object { .. }) {
                 return Err(KeyError::NotAnObject);
             }
-            let policy = self.policies.get(call.tool);
+            let policy = self.policies.get(call.policy_name());
             let schema = overlaid(call.schema, policy.and_then(|p| p.schema.as_ref()));
             let mut normalizer =
                 typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);

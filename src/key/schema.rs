@@ -883,7 +883,9 @@ pub type Definition = Result<(String, Schema), (String, SchemaError)>;
 /// AgentCore Gateway Lambda target (`toolSchema.inlinePayload`, also under
 /// `targetConfiguration.mcp.lambda`), a Bedrock Agents action group (`functionSchema.functions`, or
 /// `apiSchema.payload` holding an OpenAPI document as JSON text), or an OpenAPI document, whose
-/// operations are named as Bedrock names them (`METHOD /path`) and by their `operationId`.
+/// operations are named as Bedrock names them (`METHOD /path`) and by their `operationId`. A
+/// whole Gateway target (its `name` beside `targetConfiguration`) names its tools as the Gateway
+/// lists them: `<target>___<tool>`.
 ///
 /// `label` names the container in errors when no tool name can be found (`tool_definitions[3]`).
 pub fn tool_definitions(container: &Value, label: &str) -> Vec<Definition> {
@@ -891,6 +893,9 @@ pub fn tool_definitions(container: &Value, label: &str) -> Vec<Definition> {
     collect_definitions(container, label, &mut found);
     found
 }
+
+/// Between an AgentCore Gateway target's name and its tool's in the names the Gateway lists.
+const GATEWAY_TOOL_DELIMITER: &str = "___";
 
 /// Where the containers [`tool_definitions`] opens keep their list of definitions.
 const DEFINITION_LISTS: [&str; 5] = [
@@ -917,6 +922,24 @@ fn is_container(value: &Value) -> bool {
 }
 
 fn collect_definitions(container: &Value, label: &str, found: &mut Vec<Definition>) {
+    // An AgentCore Gateway target (`CreateGatewayTarget`'s `name` and `targetConfiguration`)
+    // names its tools as the Gateway lists them, `<target>___<tool>`, so that one target's
+    // definitions never type another target's tool of the same name.
+    if let (Some(target), Some(configuration)) = (
+        container.get("name").and_then(Value::as_str),
+        container
+            .get("targetConfiguration")
+            .filter(|c| c.is_object()),
+    ) {
+        let mut under = Vec::new();
+        let wrapped = serde_json::json!({ "targetConfiguration": configuration });
+        collect_definitions(&wrapped, label, &mut under);
+        found.extend(under.into_iter().map(|definition| {
+            definition
+                .map(|(tool, schema)| (format!("{target}{GATEWAY_TOOL_DELIMITER}{tool}"), schema))
+        }));
+        return;
+    }
     if let Value::Array(items) = container {
         for (i, item) in items.iter().enumerate() {
             collect_definitions(item, &format!("{label}[{i}]"), found);

@@ -121,6 +121,10 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < :now_s OR \
      (#st = :in_progress AND #lease < :now_ms AND attribute_not_exists(#amo))";
 /// Live, in progress, and still carrying the caller's token (names and values: [`Held`]).
 const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
+/// A put that replaces the version it read.
+const PUT_REPLACING_CONDITION: &str = "#tok = :tok";
+/// A put where there was nothing live to read.
+const PUT_NEW_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < :now_s";
 
 /// The expression names and values of [`HELD_CONDITION`] for one token at one time, which every
 /// fenced write (complete, extend, release) starts from and adds its own to.
@@ -985,35 +989,65 @@ impl DynamoDbStore {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
         validate_key(key)?;
         let EncodedResult { encoding, bytes } = encode_result(value, self.cfg.compress_threshold)?;
+        let token = LeaseToken::random();
         let mut item = self.key_value(key);
         item.insert(attr::STATUS.into(), s(Status::Completed.as_str()));
         item.insert(self.cfg.ttl_attribute.clone(), n(expires_at_s));
         item.insert(attr::LEASE_UNTIL.into(), n(0));
-        item.insert(attr::LEASE_TOKEN.into(), s(LeaseToken::random().as_str()));
+        item.insert(attr::LEASE_TOKEN.into(), s(token.as_str()));
         item.insert(attr::FINGERPRINT.into(), s(""));
         item.insert(attr::TOOL.into(), s(label));
         item.insert(attr::CREATED_AT.into(), n(self.clock.now_ms()));
         item.insert(attr::RESULT.into(), AttributeValue::B(Blob::new(bytes)));
         item.insert(attr::RESULT_ENCODING.into(), s(encoding.as_str()));
-        self.send("PutItem", || {
-            self.client
-                .put_item()
-                .table_name(&self.cfg.table)
-                .set_item(Some(item.clone()))
+        let now_s = self.clock.now_ms().div_euclid(1000);
+        let sent = self
+            .send("PutItem", || {
+                let put = self
+                    .client
+                    .put_item()
+                    .table_name(&self.cfg.table)
+                    .set_item(Some(item.clone()))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    );
+                match replacing {
+                    Some(read) => put
+                        .condition_expression(PUT_REPLACING_CONDITION)
+                        .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                        .expression_attribute_values(":tok", s(read.as_str())),
+                    None => put
+                        .condition_expression(PUT_NEW_CONDITION)
+                        .expression_attribute_names("#pk", &self.cfg.key_attribute)
+                        .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                        .expression_attribute_values(":now_s", n(now_s)),
+                }
                 .send()
-        })
-        .await
-        .map(|_| ())
-        .map_err(|failed| {
-            if failed.is_item_too_large() {
-                StoreError::ResultTooLarge { bytes: value.len() }
-            } else {
-                failed.into_store_error()
+            })
+            .await;
+        let old = match sent {
+            Ok(_) => return Ok(token),
+            Err(failed) if failed.is_item_too_large() => {
+                return Err(StoreError::ResultTooLarge { bytes: value.len() });
             }
-        })
+            Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
+                PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                _ => None,
+            })?,
+        };
+        // Refused: unless an earlier attempt whose answer was lost wrote this very version.
+        let current = match old {
+            Some(item) => Some(decode_item(&self.cfg, &item)?),
+            None => self.read(key).await?,
+        };
+        match current {
+            Some(record) if record.token == token => Ok(token),
+            _ => Err(StoreError::LeaseLost),
+        }
     }
 
     async fn get_inner(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -1140,8 +1174,10 @@ impl Store for DynamoDbStore {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.put_inner(key, label, value, expires_at_s).await
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
+        self.put_inner(key, label, value, expires_at_s, replacing)
+            .await
     }
 
     async fn settle_unknown(

@@ -360,18 +360,29 @@ impl MemoryStore {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
         validate_key(key)?;
         let encoded = encode_result(value, self.inner.compress_threshold)?;
         self.inner.counter.record(Op::PutItem);
         let now = self.inner.clock.now_ms();
-        self.items().map.insert(
+        let mut items = self.items();
+        let current = items.map.get(key);
+        let is_version_read = match replacing {
+            Some(token) => current.is_some_and(|s| s.token == *token),
+            None => current.is_none_or(|s| !s.is_live(now)),
+        };
+        if !is_version_read {
+            return Err(StoreError::LeaseLost);
+        }
+        let token = LeaseToken::random();
+        items.map.insert(
             key.to_owned(),
             Stored {
                 status: Status::Completed,
                 expires_at_s,
                 lease_until_ms: 0,
-                token: LeaseToken::random(),
+                token: token.clone(),
                 fingerprint: String::new(),
                 tool: label.to_owned(),
                 created_at_ms: now,
@@ -382,7 +393,7 @@ impl MemoryStore {
                 path_digests: None,
             },
         );
-        Ok(())
+        Ok(token)
     }
 
     fn get_now(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -432,8 +443,9 @@ impl Store for MemoryStore {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.put_now(key, label, value, expires_at_s)
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
+        self.put_now(key, label, value, expires_at_s, replacing)
     }
 
     async fn settle_unknown(

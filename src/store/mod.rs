@@ -100,17 +100,22 @@ pub trait Store: Send + Sync + 'static {
         token: &LeaseToken,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Writes `value` as a completed record of `key` that lives until `expires_at_s`, replacing
-    /// whatever is there, without a claim. Only for records that are not calls (the tool catalog
-    /// an interceptor learns from MCP `tools/list`): a call's record is written only through a
-    /// claim. A value too large for one item is [`StoreError::ResultTooLarge`].
+    /// Writes `value` as a completed record of `key` that lives until `expires_at_s`, without a
+    /// claim, and returns the new record's token (its version). Only for records that are not
+    /// calls (the tool catalog an interceptor learns from MCP `tools/list`): a call's record is
+    /// written only through a claim. The write is conditional, so that two writers that each read,
+    /// changed and wrote a record never lose one another's change: with `replacing`, only while
+    /// the record still carries that token (the version that was read); without, only while there
+    /// is no live record. A record that changed since is [`StoreError::LeaseLost`]; read it again
+    /// and retry. A value too large for one item is [`StoreError::ResultTooLarge`].
     fn put(
         &self,
         key: &str,
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+        replacing: Option<&LeaseToken>,
+    ) -> impl Future<Output = Result<LeaseToken, StoreError>> + Send;
 
     /// Settles a claim `token` still holds as *outcome unknown* (an `at_most_once` tool that
     /// crashed, timed out or lost its answer): the record is completed without a result, so no
@@ -420,7 +425,8 @@ impl fmt::Display for LeaseToken {
 #[non_exhaustive]
 pub enum StoreError {
     /// The caller's token no longer holds the claim: it was taken over after the lease ended,
-    /// released, completed by someone else, expired, or never existed.
+    /// released, completed by someone else, expired, or never existed. For [`Store::put`]: the
+    /// record is no longer the version the writer read.
     #[error("lease lost: the record is not held in progress by this lease token")]
     LeaseLost,
     /// The result cannot fit in one item even compressed. [`Store::complete`] never returns it:

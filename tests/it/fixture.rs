@@ -234,6 +234,18 @@ pub fn huge_text() -> String {
         .collect()
 }
 
+/// The answer `event`'s door writes from a stored reply (a Bedrock reply gets the event's own
+/// session attributes): what a replay of `event` answers with.
+pub fn answered_from_stored(event: &Value, stored: &[u8]) -> String {
+    let door = toolcall_dedup::handler::Door::detect(event, None).expect("a valid event");
+    let dedup = toolcall_dedup::seam::DedupInfo {
+        outcome: "replayed",
+        key: None,
+    };
+    door.entry_point()
+        .result(std::str::from_utf8(stored).unwrap(), dedup)
+}
+
 /// The record of `handled`'s key.
 pub async fn stored<S: Store, D: Dispatcher>(
     h: &Handler<S, D>,

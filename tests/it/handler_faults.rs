@@ -461,8 +461,9 @@ async fn a_late_handler_cannot_overwrite_the_record_of_the_one_that_took_over() 
         .unwrap()
         .unwrap();
     assert_eq!(
-        stored.result.as_deref(),
-        Some(taken_over.response.as_ref().unwrap().get().as_bytes())
+        answered_from_stored(&ev, stored.result.as_deref().unwrap()),
+        taken_over.response.as_ref().unwrap().get(),
+        "the record holds the winner's reply"
     );
     // Both executions carried the same dedup_key: a tool that passes it to its payment provider
     // as the idempotency key charges once even here.

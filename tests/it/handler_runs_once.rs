@@ -281,6 +281,7 @@ async fn an_envelope_that_copies_a_bedrock_calls_scope_is_its_own_call() {
                     run_id: bedrock_call.run_id.as_deref(),
                     step: bedrock_call.step.as_deref(),
                     schema: Some(schema),
+                    policy: None,
                 },
             )
             .unwrap()

@@ -143,7 +143,10 @@ async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim<S: Store>(sto
         h.store().get(&key).await.unwrap().unwrap().status,
         Status::InProgress
     );
-    assert_eq!(send(&h, &request).await.outcome, Outcome::InProgress);
+    // The client's next retry is a new request (MCP never reuses an id within a session).
+    let mut retry = request.clone();
+    retry["mcp"]["gatewayRequest"]["body"]["id"] = serde_json::json!(99);
+    assert_eq!(send(&h, &retry).await.outcome, Outcome::InProgress);
 }
 
 async fn other_messages_and_sessionless_calls_pass_without_a_store_request<S: Store>(store: S) {
@@ -175,8 +178,9 @@ async fn other_messages_and_sessionless_calls_pass_without_a_store_request<S: St
         assert_eq!(passed, original, "{name} passes unchanged");
     }
     assert_eq!(h.store().requests().total(), 0);
-    // A payload marked as an interceptor's that is not one is a Lambda error, not a guess.
-    let bad = serde_json::json!({"interceptorInputVersion": "9.9", "mcp": {}});
+    // A payload marked as an interceptor's of the version this reads, but none, is a Lambda
+    // error, not a guess.
+    let bad = serde_json::json!({"interceptorInputVersion": "1.0"});
     assert!(send(&h, &bad).await.response.is_err());
 }
 

@@ -373,7 +373,7 @@ impl Model for Protocol {
                 caller.attempts_left = caller.attempts_left.saturating_sub(1);
                 // No waiting in the model: an identical call in flight is answered "busy", and
                 // the caller retries while it has attempts left.
-                match decide(claim, Mode::Enforce, Duration::ZERO, now_ms, None) {
+                match decide(claim, Mode::Enforce, Duration::ZERO, now_ms, None, None) {
                     NextAction::Execute { token } => {
                         caller.phase = Phase::Running {
                             token: token.as_str().parse().unwrap(),

@@ -12,7 +12,7 @@ use toolcall_dedup::key::{Node, PolicySet, parse_json};
 use toolcall_dedup::store::{MemoryStore, Store};
 
 use crate::fixture::{demo, event, handler, ledger};
-use crate::shapes::{Case, Expect, Kind, WAYS, Way, cases};
+use crate::shapes::{Case, Expect, GATEWAY_TARGET, Kind, WAYS, Way, cases};
 
 /// The event (and client context) that carries `args` to the handler by `way`'s door.
 fn call_event(case: &Case, way: Way, args: &str) -> (Value, Option<ClientContext>) {
@@ -21,7 +21,7 @@ fn call_event(case: &Case, way: Way, args: &str) -> (Value, Option<ClientContext
             let context: ClientContext = [
                 (
                     "bedrockAgentCoreToolName",
-                    format!("office___{}", case.tool),
+                    format!("{GATEWAY_TARGET}___{}", case.tool),
                 ),
                 ("bedrockAgentCoreGatewayId", "gw-real-shapes".into()),
                 ("bedrockAgentCoreTargetId", "TGT1".into()),

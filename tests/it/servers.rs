@@ -383,9 +383,12 @@ impl<S: Store> Store for Faulty<S> {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
         self.check()?;
-        self.inner.put(key, label, value, expires_at_s).await
+        self.inner
+            .put(key, label, value, expires_at_s, replacing)
+            .await
     }
     async fn settle_unknown(
         &self,

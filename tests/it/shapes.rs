@@ -71,13 +71,26 @@ impl Case {
     /// The definition inside the container its platform declares it in.
     pub fn container(&self) -> Value {
         match self.kind() {
-            Kind::JsonSchema => json!({"targetConfiguration": {"mcp": {"lambda": {
+            // A Gateway target as CreateGatewayTarget names it: its tools are listed (and their
+            // policy entries named) as `office___<tool>`.
+            Kind::JsonSchema => json!({"name": GATEWAY_TARGET,
+                "targetConfiguration": {"mcp": {"lambda": {
                 "toolSchema": {"inlinePayload": [self.definition]}}}}}),
             Kind::BedrockFunction => {
                 json!({"actionGroupName": "rooms", "functionSchema": {"functions": [self.definition]}})
             }
             Kind::OpenApi => json!({"actionGroupName": "notify",
                 "apiSchema": {"payload": self.definition.to_string()}}),
+        }
+    }
+
+    /// The name the policy file gives the tool: a Gateway tool's is the name the Gateway lists.
+    pub fn policy_name(&self, way: Way) -> String {
+        match (way, self.kind()) {
+            (Way::Container, Kind::JsonSchema) => {
+                format!("{GATEWAY_TARGET}___{}", self.tool)
+            }
+            _ => self.tool.clone(),
         }
     }
 
@@ -90,7 +103,7 @@ impl Case {
     pub fn policy_file(&self, way: Way) -> Value {
         let mut file = json!({});
         if let Some(policy) = &self.policy {
-            file["tools"] = json!({ &self.tool: policy });
+            file["tools"] = json!({ self.policy_name(way): policy });
         }
         match way {
             Way::Inline => {}
@@ -108,6 +121,9 @@ impl Case {
             .unwrap_or("string")
     }
 }
+
+/// The Gateway target the JSON Schema cases are listed under in their container.
+pub const GATEWAY_TARGET: &str = "office";
 
 pub fn cases() -> Vec<Case> {
     let path = fixture::root().join("tests/cases/real_shapes.json");

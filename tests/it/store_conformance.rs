@@ -503,14 +503,17 @@ async fn results_round_trip_raw_compressed_and_empty<S: Store + 'static>(cx: Ctx
     }
 }
 
-async fn put_replaces_any_record_and_reads_back_completed_until_it_expires<S: Store + 'static>(
+async fn put_replaces_only_the_version_read_and_reads_back_completed_until_it_expires<
+    S: Store + 'static,
+>(
     cx: Ctx<S>,
 ) {
     let key = cx.key("put");
     let now_s = cx.store.now_ms().div_euclid(1000);
     let before = cx.counts();
-    cx.store
-        .put(&key, "catalog", b"first", now_s + 60)
+    let first = cx
+        .store
+        .put(&key, "catalog", b"first", now_s + 60, None)
         .await
         .unwrap();
     assert_eq!(
@@ -520,24 +523,52 @@ async fn put_replaces_any_record_and_reads_back_completed_until_it_expires<S: St
             ..Default::default()
         }
     );
+    assert_eq!(cx.store.get(&key).await.unwrap().unwrap().token, first);
+    // Two writers that read the same version: the first write wins, the second is told to read
+    // again, so neither change is lost.
+    match cx
+        .store
+        .put(&key, "catalog", b"blind", now_s + 60, None)
+        .await
+    {
+        Err(StoreError::LeaseLost) => {}
+        other => panic!(
+            "{:?}: a put over a live record read as absent: {other:?}",
+            cx.backend
+        ),
+    }
     let big = noise(100_000, 9);
-    cx.store
-        .put(&key, "catalog", &big, now_s + 120)
+    let second = cx
+        .store
+        .put(&key, "catalog", &big, now_s + 120, Some(&first))
         .await
         .unwrap();
+    assert_ne!(second, first, "each version has its own token");
+    match cx
+        .store
+        .put(&key, "catalog", b"stale", now_s + 60, Some(&first))
+        .await
+    {
+        Err(StoreError::LeaseLost) => {}
+        other => panic!(
+            "{:?}: a put over a version it did not read: {other:?}",
+            cx.backend
+        ),
+    }
     let r = cx.store.get(&key).await.unwrap().expect("put record");
     assert_eq!(r.status, Status::Completed);
     assert_eq!(r.tool, "catalog");
     assert_eq!(r.expires_at_s, now_s + 120);
+    assert_eq!(r.token, second);
     assert!(
         r.result.as_deref() == Some(&big[..]),
-        "the second put replaces the first"
+        "the second put replaces the first, and the refused ones change nothing"
     );
-    // A claimed record is replaced too (put is for records that are never claimed).
+    // A claimed record is replaced by a put that read it (put is for records never claimed).
     let claimed = cx.key("put-over-claim");
-    cx.claimed(&claimed).await;
+    let claim_token = cx.claimed(&claimed).await;
     cx.store
-        .put(&claimed, "catalog", b"v", now_s + 60)
+        .put(&claimed, "catalog", b"v", now_s + 60, Some(&claim_token))
         .await
         .unwrap();
     assert_eq!(
@@ -551,6 +582,7 @@ async fn put_replaces_any_record_and_reads_back_completed_until_it_expires<S: St
             "catalog",
             &noise(MAX_STORED_RESULT_BYTES + 1, 4),
             now_s + 60,
+            Some(&second),
         )
         .await
     {
@@ -563,6 +595,16 @@ async fn put_replaces_any_record_and_reads_back_completed_until_it_expires<S: St
     );
     cx.clock.set_ms((now_s + 121) * 1000);
     assert_eq!(cx.store.get(&key).await.unwrap(), None, "expired");
+    // An expired record counts as absent: a put that read nothing replaces it.
+    let now_s = now_s + 121;
+    cx.store
+        .put(&key, "catalog", b"anew", now_s + 60, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        cx.store.get(&key).await.unwrap().unwrap().result.as_deref(),
+        Some(&b"anew"[..])
+    );
 }
 
 async fn release_gives_the_key_back_once<S: Store + 'static>(cx: Ctx<S>) {
@@ -958,7 +1000,7 @@ conformance!(
     completing_sets_the_expiry_from_completion,
     results_round_trip_raw_compressed_and_empty,
     release_gives_the_key_back_once,
-    put_replaces_any_record_and_reads_back_completed_until_it_expires,
+    put_replaces_only_the_version_read_and_reads_back_completed_until_it_expires,
     complete_is_idempotent_for_its_own_token_and_keeps_the_first_result,
     unknown_keys_cannot_be_settled_and_read_as_absent,
     invalid_requests_are_refused_before_any_request,

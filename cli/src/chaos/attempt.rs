@@ -911,8 +911,11 @@ impl<S: Store> Store for NotingStore<S> {
         label: &str,
         value: &[u8],
         expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner.put(key, label, value, expires_at_s).await
+        replacing: Option<&LeaseToken>,
+    ) -> Result<LeaseToken, StoreError> {
+        self.inner
+            .put(key, label, value, expires_at_s, replacing)
+            .await
     }
 
     async fn settle_unknown(

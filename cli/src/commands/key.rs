@@ -145,6 +145,7 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
         run_id: request.run_id.as_deref(),
         step: step.as_deref(),
         schema: schema.as_ref(),
+        policy: None,
     };
     let mut out = if explain {
         let e = keyer.explain(strategy, &call).map_err(|e| e.to_string())?;

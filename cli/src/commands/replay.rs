@@ -94,10 +94,14 @@ impl Summary {
             Some(Outcome::KeyReused) => self.errors += 1,
             Some(Outcome::ShadowReplay) => self.shadow_replays += 1,
             // An interceptor message that is not a call: nothing ran, nothing failed.
-            Some(Outcome::PassedOn) => {}
-            Some(Outcome::ToolError | Outcome::StoreError | Outcome::BadRequest) | None => {
-                self.errors += 1
-            }
+            Some(Outcome::PassedOn | Outcome::PassedUnread) => {}
+            Some(
+                Outcome::ToolError
+                | Outcome::StoreError
+                | Outcome::BadRequest
+                | Outcome::DoorRefused,
+            )
+            | None => self.errors += 1,
         }
     }
 }

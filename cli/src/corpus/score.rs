@@ -181,6 +181,7 @@ impl BedrockSide {
             run_id: Some(&at.run_id),
             step: Some(step),
             schema: Some(&self.schema),
+            policy: None,
         }
     }
 }
@@ -229,6 +230,7 @@ fn call<'a>(
         run_id: Some(&side.run_id),
         step: Some(step),
         schema: schemas.and_then(|s| s.get(&pair.tool)),
+        policy: None,
     }
 }
 

@@ -27,7 +27,9 @@ fn every_real_shape_keys_as_its_case_says_whichever_way_the_schema_comes() {
     for case in &cases {
         for way in WAYS {
             let line = |args: &str| {
-                let mut l = json!({"tool": case.tool, "args": args, "run_id": "run-1", "step": 1});
+                // The tool as its platform lists it (a Gateway target's `office___<tool>`).
+                let tool = case.policy_name(way);
+                let mut l = json!({"tool": tool, "args": args, "run_id": "run-1", "step": 1});
                 if let Some(schema) = case.inline_schema(way) {
                     l["schema"] = schema.clone();
                 }
