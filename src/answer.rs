@@ -27,6 +27,7 @@ pub enum HandlerError {
 impl From<HandlerError> for lambda_runtime::Diagnostic {
     fn from(e: HandlerError) -> lambda_runtime::Diagnostic {
         let error_type = match &e {
+            HandlerError::InvalidEvent(Unanswerable::DoorNotServed { .. }) => "DoorNotServed",
             HandlerError::InvalidEvent(_) => "InvalidEvent",
             HandlerError::Internal(_) => "Internal",
         };
@@ -54,6 +55,17 @@ pub enum Unanswerable {
          (invoke envelope)"
     )]
     NoEntryPoint(String),
+    /// Shaped for a door this deployment does not serve (`DEDUP_DOORS`).
+    #[error(
+        "this function serves the {served} door(s) only (DEDUP_DOORS); an event shaped for the \
+         {door} door is refused"
+    )]
+    DoorNotServed {
+        /// The door the event is shaped for.
+        door: &'static str,
+        /// The doors served, comma-separated.
+        served: String,
+    },
 }
 
 /// How one invocation ended: the answer and what the report says about it.

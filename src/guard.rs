@@ -210,12 +210,37 @@ impl<S: Store> DedupBuilder<S> {
         self
     }
 
-    /// The guard.
-    pub fn build(self) -> Dedup<S> {
-        Dedup {
-            executor: Executor::new(self.store, self.keyer, self.settings),
+    /// The guard; refused when its settings could never run a side effect: a lease no longer
+    /// than the time kept back to store the result would answer every call
+    /// [`GuardError::NoTime`].
+    pub fn build(self) -> Result<Dedup<S>, GuardSettingsError> {
+        let kept_back = self.settings.completion_reserve + self.settings.reply_margin;
+        if self.settings.default_budget <= kept_back {
+            return Err(GuardSettingsError::LeaseTooShort {
+                lease: self.settings.default_budget,
+                kept_back,
+            });
         }
+        Ok(Dedup {
+            executor: Executor::new(self.store, self.keyer, self.settings),
+        })
     }
+}
+
+/// Settings a [`DedupBuilder`] refuses to build a guard with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuardSettingsError {
+    /// The lease leaves the side effect no time once the result's store reserve is kept back.
+    #[error(
+        "a lease of {lease:?} leaves no time for the side effect: {kept_back:?} of it is kept back \
+         to store the result (raise the lease, or lower store_reserve)"
+    )]
+    LeaseTooShort {
+        /// The lease asked for.
+        lease: Duration,
+        /// What each call keeps back of it.
+        kept_back: Duration,
+    },
 }
 
 /// Deduplicates side effects in-process. See the module docs for the contract.
@@ -228,7 +253,9 @@ impl<S: Store> Dedup<S> {
     /// results live 24 h, a claim's lease is 60 s plus a 5 s margin and is renewed every 20 s
     /// while the side effect runs, and a repeat waits up to 10 s for an identical call in flight.
     pub fn new(store: S, keyer: Keyer) -> Dedup<S> {
-        Dedup::builder(store, keyer).build()
+        Dedup {
+            executor: Executor::new(store, keyer, Settings::default()),
+        }
     }
 
     /// A guard with settings other than the defaults of [`Dedup::new`].

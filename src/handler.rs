@@ -91,6 +91,25 @@ pub struct Refusal {
     pub tool: Option<String>,
 }
 
+/// The door an event is shaped for, by the same cheap look [`Door::detect`] takes (the
+/// interceptor first: its marker member is checked before any other door's). `None`: no door's.
+pub fn door_name(event: &Value, client_context: Option<&ClientContext>) -> Option<&'static str> {
+    if crate::interceptor::is_interception(event) {
+        Some("interceptor")
+    } else if agentcore::is_gateway_call(client_context) {
+        Some("agentcore")
+    } else if event
+        .as_object()
+        .is_some_and(|o| o.contains_key("actionGroup"))
+    {
+        Some("bedrock")
+    } else if envelope::is_envelope(event) {
+        Some("envelope")
+    } else {
+        None
+    }
+}
+
 impl<'a> Door<'a> {
     /// Flavour detection: the first match wins, in this order (each test is a map lookup):
     /// 1. the client context names an AgentCore Gateway tool (`bedrockAgentCoreToolName`);
@@ -295,6 +314,22 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         client_context: Option<&ClientContext>,
         end: Instant,
     ) -> Answered {
+        let doors = self.service.doors.served;
+        if let Some(door) = door_name(event, client_context).filter(|d| !doors.serves(d)) {
+            let refused = Unanswerable::DoorNotServed {
+                door,
+                served: doors.names().join(","),
+            };
+            tracing::warn!(
+                door,
+                "refused an event of a door this deployment does not serve"
+            );
+            return Answered::new(
+                Outcome::DoorRefused,
+                Err(HandlerError::InvalidEvent(refused)),
+            )
+            .because(format!("door {door} not served"));
+        }
         if crate::interceptor::is_interception(event) {
             return crate::interceptor::flow::intercept(&self.service, event, client_context, end)
                 .await;

@@ -52,6 +52,6 @@ mod service;
 pub mod store;
 pub mod telemetry;
 
-pub use guard::{Dedup, DedupBuilder, GuardError, Guarded};
+pub use guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError, Guarded};
 pub use key::{Call, Keyer, Strategy};
 pub use store::{DynamoDbConfig, DynamoDbStore, MemoryStore, Store};

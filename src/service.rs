@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::config::{CallerKeyScope, Config, ErrorTypes, Scope, Sessionless};
+use crate::config::{CallerKeyScope, Config, Doors, ErrorTypes, Scope, Sessionless};
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::{Call, CallerKeyError, Delivery, Keyer};
 use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
-use crate::store::Store;
+use crate::store::{MAX_LABEL_BYTES, Store};
 use crate::telemetry::Telemetry;
 
 /// The flows' shared state.
@@ -66,6 +66,8 @@ pub struct DoorSettings {
     pub trusted_annotations: Vec<String>,
     /// `DEDUP_GATEWAY_ID`: the gateway's id when the invocation names none.
     pub gateway_id: Option<String>,
+    /// `DEDUP_DOORS`: the entry points this deployment serves.
+    pub served: Doors,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
@@ -90,6 +92,7 @@ impl DoorSettings {
                 .map(|g| crate::interceptor::gateway_id(g).to_string())
                 .collect(),
             gateway_id: config.gateway_id.clone(),
+            served: config.doors,
             interceptor_timeout: config.interceptor_timeout,
             idempotency_key_name: config.idempotency_key_name.clone(),
             envelope_caller_key_scope: config.envelope_caller_key_scope,
@@ -135,6 +138,16 @@ impl CallKey {
     ) -> Result<CallKey, Notice> {
         let invalid_arguments =
             |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
+        // The record names the tool; a name past what it holds is the caller's configuration.
+        if call.tool.len() > MAX_LABEL_BYTES {
+            return Err(refusal(
+                NoticeKind::InvalidEvent,
+                &format!(
+                    "the tool name is {} bytes, longer than the {MAX_LABEL_BYTES} a record holds",
+                    call.tool.len()
+                ),
+            ));
+        }
         match &call.caller_key {
             Some(caller_key) => {
                 match keyer.caller_keyed_in(key_call, caller_key, call.caller_key_scope) {

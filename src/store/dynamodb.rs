@@ -576,10 +576,21 @@ impl DynamoDbStore {
                     error,
                     maybe_applied: true,
                 }) => return Err(self.unconfirmed_claim(req.key, token, error).await),
-                Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
-                    PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
-                    _ => None,
-                })?,
+                Err(failed) => {
+                    // A final refusal after an attempt that may have applied (a 500, then
+                    // AccessDenied) leaves the claim as uncertain as running out of retries does.
+                    let maybe_applied = failed.maybe_applied_before();
+                    match failed.into_condition_failure(|e: &PutItemError| match e {
+                        PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                        _ => None,
+                    }) {
+                        Ok(old) => old,
+                        Err(error) if maybe_applied => {
+                            return Err(self.unconfirmed_claim(req.key, token, error).await);
+                        }
+                        Err(error) => return Err(error),
+                    }
+                }
             };
             let record = match old {
                 Some(item) => Some(decode_item(&self.cfg, &item)?),
@@ -720,13 +731,23 @@ impl DynamoDbStore {
         let bytes = result.len();
         if let Some(bucket) = &self.results {
             // Written before the record points to it: a record never names a missing object.
-            let offloaded = bucket.put(key, token, result).await?;
-            let sent = self
-                .send_complete(key, token, Written::Offloaded(&offloaded), expires_at_s)
-                .await;
-            return self
-                .completed(key, token, sent, Some(Completion::Offloaded { bytes }))
-                .await;
+            match bucket.put(key, token, result).await {
+                Ok(offloaded) => {
+                    let sent = self
+                        .send_complete(key, token, Written::Offloaded(&offloaded), expires_at_s)
+                        .await;
+                    return self
+                        .completed(key, token, sent, Some(Completion::Offloaded { bytes }))
+                        .await;
+                }
+                // The call ran: settle it without its result, as without a bucket, rather than
+                // leave it in progress for a retry to run again once the lease ends.
+                Err(e) => tracing::error!(
+                    error = %e,
+                    bucket = bucket.bucket(),
+                    "the results bucket refused the result; the call is settled without it"
+                ),
+            }
         }
         let sent = self
             .send_complete(key, token, Written::Omitted { bytes }, expires_at_s)

@@ -553,3 +553,24 @@ async fn a_tool_reply_that_is_not_a_bedrock_response() {
         assert_eq!(h.store().len(), 1, "the claim is kept");
     }
 }
+
+/// A tool name longer than a record can hold is the caller's configuration, answered as such in
+/// its format (`invalid_event`), never a store error; nothing is claimed or run.
+#[tokio::test]
+async fn a_tool_name_longer_than_a_record_holds() {
+    let long = "charge_".repeat(200);
+    let mut ev = charge_with(param("amount", "number", "42.50"));
+    ev["function"] = json!(long);
+    let handled = refused(&ev).await;
+    assert_eq!(fixture::state(&handled).as_deref(), Some("FAILURE"));
+    let body = fixture::body(&handled);
+    assert_eq!(body["status"], "invalid_event", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("1400 bytes"),
+        "{body}"
+    );
+    let envelope = json!({"tool": long, "run_id": "r", "input": {"amount": 1}});
+    let handled = refused(&envelope).await;
+    let answer = fixture::response(&handled);
+    assert_eq!(answer["error"]["type"], "invalid_event", "{answer}");
+}

@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use servers::{Backend, Faulty};
-use toolcall_dedup::guard::{Dedup, DedupBuilder, GuardError};
+use toolcall_dedup::guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError};
 use toolcall_dedup::key::{Call, CallerKeyError, Keyer};
-use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore, ManualClock, RetryPolicy, Store};
+use toolcall_dedup::store::{
+    DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RetryPolicy, Store,
+};
 use toolcall_dedup::telemetry::Outcome;
 
 const ORIGINAL: &str = r#"{"customer_id": "cus_4f9a2c", "amount": 4200, "currency": "USD"}"#;
@@ -39,7 +41,7 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
     guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = guard.build();
+    let dedup = guard.build().unwrap();
     let runs = AtomicU32::new(0);
     let first = dedup
         .run(&call(ORIGINAL, "7"), || charge(&runs, Duration::ZERO))
@@ -67,7 +69,7 @@ async fn a_callers_key_replays_its_call_and_refuses_other_arguments<S: Store>(
     guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = guard.build();
+    let dedup = guard.build().unwrap();
     let runs = AtomicU32::new(0);
     let first = dedup
         .run_keyed(&call(ORIGINAL, "7"), "order-1001", || {
@@ -141,7 +143,7 @@ async fn an_error_keeps_the_claim_until_its_lease_ends<S: Store>(
     guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
-    let dedup = guard.wait(Duration::ZERO).build();
+    let dedup = guard.wait(Duration::ZERO).build().unwrap();
     let runs = AtomicU32::new(0);
     let failed = dedup
         .run(&call(ORIGINAL, "1"), || async {
@@ -180,7 +182,7 @@ async fn an_error_that_says_nothing_ran_releases_the_claim<S: Store>(
     guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = guard.build();
+    let dedup = guard.build().unwrap();
     let failed = dedup
         .run_with(
             &call(ORIGINAL, "2"),
@@ -209,7 +211,7 @@ async fn a_value_that_cannot_be_stored_keeps_the_claim<S: Store>(
     guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
-    let dedup = guard.wait(Duration::ZERO).build();
+    let dedup = guard.wait(Duration::ZERO).build().unwrap();
     let runs = AtomicU32::new(0);
     // JSON object keys are strings: a map keyed by pairs does not serialize.
     let unstorable = dedup
@@ -253,7 +255,8 @@ async fn a_side_effect_longer_than_its_lease_keeps_its_key<S: Store>(
         .lease_margin(Duration::ZERO)
         .store_reserve(Duration::ZERO)
         .wait(Duration::ZERO)
-        .build();
+        .build()
+        .unwrap();
     let runs = AtomicU32::new(0);
     let started = tokio::time::Instant::now();
     let long = async {
@@ -296,7 +299,7 @@ async fn a_dropped_future_still_stores_its_result<S: Store>(
     guard: DedupBuilder<S>,
     clock: ManualClock,
 ) {
-    let dedup = guard.build();
+    let dedup = guard.build().unwrap();
     let runs = AtomicU32::new(0);
     // Completion is held for 300 ms: the caller gives up after 100 ms, after the side effect.
     let dropped = tokio::time::timeout(
@@ -321,7 +324,7 @@ async fn a_concurrent_retry_waits_for_the_original<S: Store>(
     guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = guard.build();
+    let dedup = guard.build().unwrap();
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "3"), call(RETRY, "3"));
     let (a, b) = tokio::join!(
@@ -340,7 +343,7 @@ async fn a_repeat_that_cannot_wait_long_enough_is_in_progress<S: Store>(
     guard: DedupBuilder<S>,
     _clock: ManualClock,
 ) {
-    let dedup = guard.wait(Duration::from_millis(100)).build();
+    let dedup = guard.wait(Duration::from_millis(100)).build().unwrap();
     let runs = AtomicU32::new(0);
     let (original, retry) = (call(ORIGINAL, "4"), call(RETRY, "4"));
     let (a, b) = tokio::join!(
@@ -437,4 +440,31 @@ async fn arguments_that_cannot_be_keyed_run_nothing() {
         .await;
     assert!(matches!(result, Err(GuardError::Key(_))), "{result:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+/// A lease no longer than what each call keeps back to store its result could never run a side
+/// effect: the builder refuses it, instead of a guard that answers every call `NoTime`.
+#[test]
+fn a_lease_too_short_for_the_store_reserve_is_refused_at_build_time() {
+    let builder = || Dedup::builder(MemoryStore::new(), Keyer::new());
+    let refused = builder().lease(Duration::from_secs(2)).build();
+    assert!(
+        matches!(refused, Err(GuardSettingsError::LeaseTooShort { .. })),
+        "{:?}",
+        refused.err()
+    );
+    assert!(
+        builder()
+            .lease(Duration::from_millis(500))
+            .store_reserve(Duration::from_millis(500))
+            .build()
+            .is_err()
+    );
+    assert!(
+        builder()
+            .lease(Duration::from_millis(501))
+            .store_reserve(Duration::from_millis(500))
+            .build()
+            .is_ok()
+    );
 }

@@ -1018,6 +1018,8 @@ conformance!(
 struct Fault {
     operation: &'static str,
     kind: FaultKind,
+    /// Responses of the operation left alone before the fault starts.
+    skip: AtomicU32,
     remaining: AtomicU32,
 }
 
@@ -1027,26 +1029,50 @@ enum FaultKind {
     LoseResponse,
     /// The response is replaced by a throttling error.
     Throttle,
+    /// The response is replaced by an internal server error (retried; the write may have applied).
+    ServerError,
+    /// The response is replaced by an access refusal (final).
+    AccessDenied,
+}
+
+impl FaultKind {
+    /// The answer that replaces the server's, for the kinds that replace one.
+    fn answer(self) -> Option<(u16, &'static str)> {
+        match self {
+            FaultKind::LoseResponse => None,
+            FaultKind::Throttle => Some((400, "ProvisionedThroughputExceededException")),
+            FaultKind::ServerError => Some((500, "InternalServerError")),
+            FaultKind::AccessDenied => Some((400, "AccessDeniedException")),
+        }
+    }
 }
 
 impl Fault {
     fn new(operation: &'static str, kind: FaultKind, times: u32) -> Self {
+        Fault::after(0, operation, kind, times)
+    }
+
+    /// The fault, from the `skip + 1`th response of `operation` on.
+    fn after(skip: u32, operation: &'static str, kind: FaultKind, times: u32) -> Self {
         Fault {
             operation,
             kind,
+            skip: AtomicU32::new(skip),
             remaining: AtomicU32::new(times),
         }
     }
 
     fn fire(&self, kind: FaultKind, cfg: &ConfigBag) -> bool {
+        let take = |n: &AtomicU32| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
         kind == self.kind
             && cfg
                 .load::<Metadata>()
                 .is_some_and(|m| m.name() == self.operation)
-            && self
-                .remaining
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
+            && !take(&self.skip)
+            && take(&self.remaining)
     }
 }
 
@@ -1073,10 +1099,12 @@ impl Intercept for Fault {
         _rc: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        if self.fire(FaultKind::Throttle, cfg) {
-            let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"injected"}"#;
+        if let Some((status, code)) = self.kind.answer().filter(|_| self.fire(self.kind, cfg)) {
+            let body = format!(
+                r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected"}}"#
+            );
             let mut response =
-                HttpResponse::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body));
+                HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::from(body));
             response
                 .headers_mut()
                 .insert("content-type", "application/x-amz-json-1.0");
@@ -1227,6 +1255,34 @@ async fn budgeted_store(
     };
     let interceptors = faults.into_iter().map(servers::with_interceptor).collect();
     servers::dynamodb_store_with(backend, clock, cfg, interceptors).await
+}
+
+/// A claim write that may have applied (a 500 after the server wrote it), then a final refusal
+/// (credentials revoked: the retry and the read-back are denied): the token is handed back, so
+/// that the claim is released at the next chance instead of blocking the key for its lease.
+async fn a_claim_that_may_have_applied_then_was_refused_hands_its_token_back(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let faults = vec![
+        Fault::new("PutItem", FaultKind::ServerError, 1),
+        Fault::after(1, "PutItem", FaultKind::AccessDenied, 1),
+        Fault::new("GetItem", FaultKind::AccessDenied, 1),
+    ];
+    let store = budgeted_store(backend, clock.clone(), Duration::ZERO, faults).await;
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("applied-then-denied");
+    let token = match cx.store.claim(cx.req(&key)).await {
+        Err(StoreError::ClaimUnconfirmed { token, .. }) => token,
+        other => panic!("{backend:?}: expected ClaimUnconfirmed, got {other:?}"),
+    };
+    // The faults are spent: the store reads again.
+    let written = cx
+        .store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the first write applied");
+    assert_eq!(written.token, token, "the token handed back is the claim's");
+    cx.store.release(&key, &token).await.unwrap();
 }
 
 async fn a_claim_rides_out_one_throttle_within_its_budget(backend: Backend) {
@@ -1474,13 +1530,42 @@ async fn an_oversized_result_goes_to_the_results_bucket(backend: Backend) {
     }
 }
 
+/// A results bucket that refuses the object (missing, denied, a KMS key it cannot use): the call
+/// ran, so it is settled as ran with its result omitted, as without a bucket, never left in
+/// progress for a retry to run again once the lease ends.
+async fn an_offload_the_bucket_refuses_settles_the_call_without_its_result(backend: Backend) {
+    let clock = ManualClock::starting_now();
+    let missing = toolcall_dedup::store::ResultBucket::new(
+        servers::s3_client(),
+        format!("dedup-missing-{}", uuid::Uuid::new_v4().simple()),
+    );
+    let store = servers::dynamodb_store(backend, clock.clone())
+        .await
+        .with_result_bucket(missing);
+    let cx = ctx(store, clock, backend);
+    let key = cx.key("offload-refused");
+    let token = cx.claimed(&key).await;
+    let result = noise(MAX_STORED_RESULT_BYTES + 50_000, 9);
+    assert_eq!(
+        cx.complete(&key, &token, &result).await.unwrap(),
+        Completion::ResultOmitted {
+            bytes: result.len()
+        }
+    );
+    let r = completed(cx.claim(&key).await);
+    assert_eq!(r.result, None);
+    assert_eq!(r.omitted_result_bytes, Some(result.len()));
+}
+
 dynamodb_only!(
     an_oversized_result_goes_to_the_results_bucket,
+    an_offload_the_bucket_refuses_settles_the_call_without_its_result,
     claim_whose_response_was_lost_is_still_ours,
     complete_whose_response_was_lost_still_succeeds,
     release_whose_response_was_lost_still_succeeds,
     throttled_requests_are_retried,
     a_claim_rides_out_one_throttle_within_its_budget,
+    a_claim_that_may_have_applied_then_was_refused_hands_its_token_back,
     a_lost_claim_read_back_under_another_token_is_left_alone,
     a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
     store_gives_up_with_unavailable_at_its_deadline,
