@@ -18,6 +18,7 @@ mod handler_events;
 mod handler_faults;
 mod handler_runs_once;
 mod interceptor;
+mod interceptor_containers;
 mod key_golden;
 mod key_properties;
 mod offload;
