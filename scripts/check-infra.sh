@@ -82,7 +82,7 @@ fi
 # ---------------------------------------------------------------- 3. events
 step "events/**/*.json"
 if "$PY" - <<'EOF'
-import glob, json, sys
+import base64, glob, json, sys
 TYPES = {"string", "number", "integer", "boolean", "array"}
 bad = 0
 # The session id is optional: newer Gateways send none. Either spelling of each name is read
@@ -118,15 +118,29 @@ for path in files:
             if "___" not in either(custom, "bedrockAgentCoreToolName"): errs.append("tool name without <target>___ prefix")
             if not isinstance(ev, dict): errs.append("arguments not an object")
     elif path.startswith("events/agentcore-interceptor/"):
-        mcp = ev.get("mcp") if isinstance(ev, dict) else None
-        body = ((mcp or {}).get("gatewayRequest") or {}).get("body")
-        if ev.get("interceptorInputVersion") != "1.0": errs.append("interceptorInputVersion != 1.0")
-        elif not isinstance(body, dict) or body.get("jsonrpc") != "2.0" or not isinstance(body.get("method"), str):
-            errs.append("mcp.gatewayRequest.body needs jsonrpc 2.0 and a method")
-        elif body["method"] == "tools/call" and "___" not in str((body.get("params") or {}).get("name")):
-            errs.append("tools/call name without <target>___ prefix")
-        elif name.endswith(".response.json") and not isinstance(mcp.get("gatewayResponse"), dict):
-            errs.append("a .response.json needs mcp.gatewayResponse")
+        # The developer guide's "Types of interceptors" shapes: MCP (a JSON-RPC body, or a batch
+        # of them) or HTTP (base64 bodies); a version other than 1.0 only in a future-version file.
+        version = ev.get("interceptorInputVersion") if isinstance(ev, dict) else None
+        mcp, http = (ev.get("mcp"), ev.get("http")) if isinstance(ev, dict) else (None, None)
+        if version != "1.0" and not (name.startswith("future-version") and isinstance(version, str)):
+            errs.append("interceptorInputVersion != 1.0")
+        elif isinstance(http, dict):
+            for part in ("gatewayRequest", "gatewayResponse"):
+                body = (http.get(part) or {}).get("body")
+                if body is not None:
+                    try: base64.b64decode(body, validate=True)
+                    except (ValueError, TypeError): errs.append(f"http.{part}.body is not base64")
+        else:
+            body = ((mcp or {}).get("gatewayRequest") or {}).get("body")
+            messages = body if isinstance(body, list) else [body]
+            if not messages or not all(isinstance(m, dict) and m.get("jsonrpc") == "2.0"
+                                       and isinstance(m.get("method"), str) for m in messages):
+                errs.append("mcp.gatewayRequest.body needs jsonrpc 2.0 and a method")
+            elif any(m["method"] == "tools/call" and "___" not in str((m.get("params") or {}).get("name"))
+                     for m in messages):
+                errs.append("tools/call name without <target>___ prefix")
+            elif name.endswith(".response.json") and not isinstance(mcp.get("gatewayResponse"), dict):
+                errs.append("a .response.json needs mcp.gatewayResponse")
     elif path.startswith("events/envelope/"):
         if not name.startswith("bad-"):
             if not isinstance(ev, dict) or not isinstance(ev.get("tool"), str): errs.append("needs a tool")

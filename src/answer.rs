@@ -58,7 +58,8 @@ pub enum Unanswerable {
     /// Shaped for a door this deployment does not serve (`DEDUP_DOORS`).
     #[error(
         "this function serves the {served} door(s) only (DEDUP_DOORS); an event shaped for the \
-         {door} door is refused"
+         {door} door is refused (a stack serves the doors it wires: an agent, a Gateway target or \
+         interceptor, envelope namespaces)"
     )]
     DoorNotServed {
         /// The door the event is shaped for.

@@ -318,7 +318,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         if let Some(door) = door_name(event, client_context).filter(|d| !doors.serves(d)) {
             let refused = Unanswerable::DoorNotServed {
                 door,
-                served: doors.names().join(","),
+                served: match doors.names().join(",") {
+                    none if none.is_empty() => "no".to_string(),
+                    names => names,
+                },
             };
             tracing::warn!(
                 door,

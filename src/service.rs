@@ -8,9 +8,9 @@ use std::time::Duration;
 use crate::catalog::Catalogs;
 use crate::config::{CallerKeyScope, Config, Doors, ErrorTypes, Scope, Sessionless};
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
-use crate::key::{Call, CallerKeyError, Delivery, Keyer};
+use crate::key::{Call, CallerKeyError, Delivery, KeyError, Keyer};
 use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
-use crate::store::{MAX_LABEL_BYTES, Store};
+use crate::store::Store;
 use crate::telemetry::Telemetry;
 
 /// The flows' shared state.
@@ -120,6 +120,9 @@ impl DoorSettings {
     }
 }
 
+// A tool name the keyer accepts is one a record can hold.
+const _: () = assert!(crate::key::MAX_TOOL_NAME_BYTES <= crate::store::MAX_LABEL_BYTES);
+
 /// A call's store key and fingerprint: the caller's own key when it sent one (its arguments'
 /// typed form as the fingerprint, and their leaf digests), else the typed key.
 pub(crate) struct CallKey {
@@ -136,18 +139,16 @@ impl CallKey {
         call: &ToolCall,
         key_call: &Call<'_>,
     ) -> Result<CallKey, Notice> {
-        let invalid_arguments =
-            |e: &dyn std::fmt::Display| refusal(NoticeKind::InvalidArguments, &e.to_string());
-        // The record names the tool; a name past what it holds is the caller's configuration.
-        if call.tool.len() > MAX_LABEL_BYTES {
-            return Err(refusal(
-                NoticeKind::InvalidEvent,
-                &format!(
-                    "the tool name is {} bytes, longer than the {MAX_LABEL_BYTES} a record holds",
-                    call.tool.len()
-                ),
-            ));
-        }
+        // What the model can correct (its arguments) is a reprompt; what only the caller's
+        // configuration can (an over-long tool name) is an invalid event.
+        let invalid_arguments = |e: &KeyError| {
+            let kind = if e.in_arguments() {
+                NoticeKind::InvalidArguments
+            } else {
+                NoticeKind::InvalidEvent
+            };
+            refusal(kind, &e.to_string())
+        };
         match &call.caller_key {
             Some(caller_key) => {
                 match keyer.caller_keyed_in(key_call, caller_key, call.caller_key_scope) {

@@ -25,6 +25,9 @@ pub use json::{Node, parse as parse_json};
 pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
+/// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.
+pub const MAX_TOOL_NAME_BYTES: usize = 1024;
+
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
@@ -62,6 +65,9 @@ pub enum KeyError {
     /// The call names no tool.
     #[error("the tool name is empty")]
     EmptyTool,
+    /// The tool name is longer than [`MAX_TOOL_NAME_BYTES`] (a record names its tool).
+    #[error("the tool name is {0} bytes, longer than the {MAX_TOOL_NAME_BYTES} a record holds")]
+    ToolNameTooLong(usize),
     /// Keyer C converts an integer beyond `f64` range, which the article's Python raises on.
     #[error(
         "integer too large to convert to float (the article's keyer C fails here, as Python does)"
@@ -283,6 +289,14 @@ impl Call<'_> {
     }
 }
 
+impl KeyError {
+    /// Whether the model can correct it in its arguments (else only the caller's configuration
+    /// can: an empty or over-long tool name).
+    pub fn in_arguments(&self) -> bool {
+        !matches!(self, KeyError::EmptyTool | KeyError::ToolNameTooLong(_))
+    }
+}
+
 /// Input bounds: a call over them is refused with an error, never a panic or a stack overflow.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -426,6 +440,9 @@ impl Keyer {
     ) -> Result<Explanation, KeyError> {
         if call.tool.is_empty() {
             return Err(KeyError::EmptyTool);
+        }
+        if call.tool.len() > MAX_TOOL_NAME_BYTES {
+            return Err(KeyError::ToolNameTooLong(call.tool.len()));
         }
         if call.args.len() > self.limits.max_bytes {
             return Err(KeyError::TooLarge {

@@ -27,6 +27,7 @@ use dedup_cli::corpus;
 use serde_json::Value;
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::handler::Door;
+use toolcall_dedup::key::Keyer;
 use toolcall_dedup::seam::{Scoping, Sessionless, Unkeyed};
 
 fn root() -> PathBuf {
@@ -473,12 +474,18 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
                     _ => matches!(door, Door::Bedrock { .. }),
                 };
                 assert!(expected, "{}: detected as {door:?}", name(&file));
-                door.entry_point()
+                let call = door
+                    .entry_point()
                     .call(scoping)
                     .map_err(|unkeyed| match unkeyed {
                         Unkeyed::Refused(notice) => notice.message,
                         Unkeyed::Sessionless(missing) => missing,
-                    })
+                    })?;
+                // What the adapter reads must also key (an over-long tool name does not).
+                Keyer::new()
+                    .key_and_fingerprint(&call.key_call())
+                    .map_err(|e| e.to_string())?;
+                Ok(call)
             });
         // The scoping refuses sessionless calls, so those events are refused here too.
         let bad = file.file_name().is_some_and(|n| {

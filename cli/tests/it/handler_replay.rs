@@ -231,3 +231,34 @@ fn dedup_replay_responses_prints_what_the_agent_gets_one_line_per_invocation() {
     assert_eq!(bad["error"]["errorType"], "InvalidEvent");
     assert!(bad.get("response").is_none());
 }
+
+/// Through `dedup replay` (the interceptor events, one store): a listing from an untrusted
+/// gateway whose schema would make every quantity one key cannot make a reservation of 500 replay
+/// the receipt of 5; a batch holding `tools/call` is refused, never passed on to the target.
+#[test]
+fn dedup_replay_keeps_a_forged_listing_and_a_batch_from_reaching_past_the_keys() {
+    let dir = events_dir().join("agentcore-interceptor");
+    let files = [
+        "forged-tools_list.response.json",
+        "reserve_stock.request.json",
+        "reserve_stock.response.json",
+        "reserve_stock-500.request.json",
+    ]
+    .map(|f| dir.join(f));
+    let (s, _, stderr) = run_replay(crate::dedup().arg("replay").args(&files));
+    assert_eq!(
+        (s["replayed"].as_u64(), s["executed"].as_u64()),
+        (Some(0), Some(3)),
+        "two REQUESTs pass to the target, one RESPONSE settles: {s} {stderr}"
+    );
+    let (s, _, stderr) = run_replay(
+        crate::dedup()
+            .arg("replay")
+            .arg(dir.join("batch-tools_call.request.json")),
+    );
+    assert_eq!(
+        (s["executed"].as_u64(), s["errors"].as_u64()),
+        (Some(0), Some(1)),
+        "{s} {stderr}"
+    );
+}

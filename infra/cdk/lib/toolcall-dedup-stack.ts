@@ -235,6 +235,9 @@ export class ToolcallDedupStack extends cdk.Stack {
     const interceptorOn = cond('CreateInterceptorGateway',
       cdk.Fn.conditionEquals(createInterceptorGateway.valueAsString, 'true'));
     const resultsOn = cond('CreateResultsBucket', cdk.Fn.conditionEquals(createResultsBucket.valueAsString, 'true'));
+    const servesBedrock = cond('ServesBedrock', cdk.Fn.conditionOr(hasAgentArn, demoAgentOn));
+    const servesEnvelope = cond('ServesEnvelope',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(envelopeNamespaces.valueAsString, '')));
 
     /** Give an L2 construct's resource the same logical ID as in template.yaml. */
     const sameId = (c: Construct, logicalId: string) =>
@@ -438,6 +441,17 @@ export class ToolcallDedupStack extends cdk.Stack {
         DEDUP_INTERCEPTOR_TIMEOUT_SECONDS: interceptorTimeout.valueAsString,
         DEDUP_LOOK_UP_TIMEOUTS: lookUpTimeouts.valueAsString,
         DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
+        // The doors this stack wires, and no other (the envelope once EnvelopeNamespaces is set).
+        DEDUP_DOORS: cdk.Fn.join(',', [
+          'none',
+          ...([
+            [servesBedrock, 'bedrock'],
+            [hasGateway, 'agentcore'],
+            [interceptorOn, 'interceptor'],
+            [servesEnvelope, 'envelope'],
+          ] as [cdk.CfnCondition, string][]).map(([on, door]) =>
+            cdk.Token.asString(cdk.Fn.conditionIf(on.logicalId, door, 'none'))),
+        ]),
         DEDUP_POLICY_FILE: policyFile.valueAsString,
         // Empty = no offload: a reply past the item limit is not stored.
         DEDUP_RESULTS_BUCKET: cdk.Token.asString(cdk.Fn.conditionIf(resultsOn.logicalId, bucket.ref, '')),
