@@ -20,9 +20,10 @@ pub enum Flavour {
     /// An OpenAPI action group: the answer carries an HTTP status code and an `application/json`
     /// body.
     Api {
-        /// The operation's path (`apiPath` in the event).
+        /// The operation's path (`apiPath` in the event), echoed as received.
         api_path: String,
-        /// The operation's method, upper case (see [`Flavour::api`]).
+        /// The operation's method (`httpMethod` in the event), echoed as received; the tool's
+        /// name spells it in upper case.
         http_method: String,
     },
 }
@@ -55,7 +56,7 @@ impl ReplyTo {
             Flavour::Api {
                 api_path,
                 http_method,
-            } => format!("{http_method} {api_path}"),
+            } => format!("{} {api_path}", http_method.to_ascii_uppercase()),
         };
         ReplyTo {
             action_group: action_group.into(),
@@ -73,11 +74,11 @@ impl ReplyTo {
 }
 
 impl Flavour {
-    /// An OpenAPI flavour; the method is upper-cased.
+    /// An OpenAPI flavour, as the event names it.
     pub fn api(api_path: &str, http_method: &str) -> Flavour {
         Flavour::Api {
             api_path: api_path.to_string(),
-            http_method: http_method.to_ascii_uppercase(),
+            http_method: http_method.to_string(),
         }
     }
 }
@@ -111,8 +112,10 @@ pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
     finish(reply_to, None, 200, body)
 }
 
-/// A response of either flavour. `responseState` is omitted on success (FAILURE and REPROMPT are
-/// its only documented values); `http_status` applies to the OpenAPI flavour only.
+/// A response of either flavour, as the Bedrock user guide's "Lambda response" section writes it
+/// (<https://docs.aws.amazon.com/bedrock/latest/userguide/agents-lambda.html>): a function-details
+/// answer carries `functionResponse.responseState` (FAILURE or REPROMPT; none on success), an
+/// OpenAPI answer its `httpStatusCode` and no `responseState`, which that flavour does not have.
 pub fn finish(
     reply_to: &ReplyTo,
     state: Option<ResponseState>,
@@ -146,12 +149,8 @@ pub fn finish_text(
             "responseBody": {"application/json": {"body": body_text}},
         }),
     };
-    if let Some(state) = state {
-        let holder = match &reply_to.flavour {
-            Flavour::Function { .. } => &mut response["functionResponse"],
-            Flavour::Api { .. } => &mut response,
-        };
-        holder["responseState"] = json!(state.as_str());
+    if let (Some(state), Flavour::Function { .. }) = (state, &reply_to.flavour) {
+        response["functionResponse"]["responseState"] = json!(state.as_str());
     }
     json!({
         "messageVersion": "1.0",
@@ -418,13 +417,21 @@ mod tests {
         for rt in [&f, &a] {
             let ok = serde_json::to_vec(&success(rt, &body)).unwrap();
             assert_eq!(validate_reply(&ok, rt), Ok(ReplyClass::Success));
+            // A function-details answer says FAILURE; an OpenAPI one says it by its status.
             let failure =
-                serde_json::to_vec(&notice(rt, ResponseState::Failure, 402, &body)).unwrap();
+                serde_json::to_vec(&notice(rt, ResponseState::Failure, 502, &body)).unwrap();
             assert_eq!(validate_reply(&failure, rt), Ok(ReplyClass::Failure));
             let reprompt =
                 serde_json::to_vec(&notice(rt, ResponseState::Reprompt, 400, &body)).unwrap();
             assert_eq!(validate_reply(&reprompt, rt), Ok(ReplyClass::Rejected));
         }
+        // A tool's own OpenAPI reply may still carry a responseState: it is read.
+        let mut stated = success(&a, &body);
+        stated["response"]["responseState"] = json!("FAILURE");
+        assert_eq!(
+            validate_reply(&serde_json::to_vec(&stated).unwrap(), &a),
+            Ok(ReplyClass::Failure)
+        );
         let v = notice(&f, ResponseState::Reprompt, 409, &body);
         assert_eq!(
             v["response"]["functionResponse"]["responseState"],
@@ -439,10 +446,12 @@ mod tests {
         assert_eq!(
             (
                 v["response"]["httpStatusCode"].as_u64(),
-                v["response"]["responseState"].as_str()
+                v["response"].get("responseState")
             ),
-            (Some(503), Some("FAILURE"))
+            (Some(503), None),
+            "an OpenAPI answer has a status and no responseState"
         );
+        assert_eq!(v["response"]["httpMethod"], "post", "echoed as received");
         // A bare status from an OpenAPI tool: 5xx failed while acting (stored), 4xx refused the
         // input (released), 409 and 429 say "not now" and may follow an action (kept).
         for (status, class) in [

@@ -548,4 +548,26 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         charges_before + 1,
         "one charge for the interceptor pair: {entries:?}"
     );
+
+    // The shapes AWS documents, through the real runtime (events/README.md cites the pages): an
+    // HTTP target's interceptor payload and an unknown input version pass on, never a Lambda
+    // error; the Lambda-target door takes the documented client context (six keys, `env` null).
+    for file in ["http-runtime.request.json", "http-runtime.response.json"] {
+        let passed = invoke(&format!("agentcore-interceptor/{file}"));
+        assert_eq!(
+            passed,
+            serde_json::json!({"interceptorOutputVersion": "1.0", "http": {}}),
+            "{file}"
+        );
+    }
+    let future = invoke("agentcore-interceptor/future-version.request.json");
+    assert!(
+        future["mcp"].get("transformedGatewayRequest").is_some(),
+        "{future}"
+    );
+    let first = invoke("agentcore/charge_card-documented-context.json");
+    let again = invoke("agentcore/charge_card-documented-context.json");
+    assert!(first["receipt_id"].is_string(), "{first}");
+    assert_eq!(first, again, "the repeat is answered from the store");
+    executor.assert_running(&dedup_log);
 }

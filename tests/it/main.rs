@@ -10,6 +10,7 @@ mod at_most_once;
 mod bad_input;
 mod bedrock_declared;
 mod caller_keys;
+mod documented_shapes;
 mod e2e_lambda;
 mod fuzz_regressions;
 mod guard;
