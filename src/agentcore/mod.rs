@@ -345,6 +345,30 @@ mod tests {
         assert_eq!(tc.args, r#"{"amount":4200,"customer_id":"cus_1"}"#);
     }
 
+    /// The older tutorial's lower-case names, the gateway as `bedrockagentcoreEndpointId`, key
+    /// the call as the documented names do; the policy is looked up by the listed name.
+    #[test]
+    fn the_tutorials_lower_case_names_read_as_the_documented_ones() {
+        let event = json!({"amount": 1});
+        let lower = custom(&[
+            ("bedrockagentcoreToolName", "payments___charge_card"),
+            ("bedrockagentcoreEndpointId", "gw-1"),
+            ("bedrockagentcoreTargetId", "TGT1"),
+            ("bedrockagentcoreMessageVersion", "1.0"),
+            ("bedrockagentcoreSessionId", "s-1"),
+        ]);
+        let documented = gateway();
+        let key = |ctx| {
+            GatewayCall::parse(&event, ctx)
+                .unwrap()
+                .tool_call(SCOPE, Sessionless::Refuse)
+                .unwrap()
+        };
+        let (a, b) = (key(&lower), key(&documented));
+        assert_eq!((a.namespace, a.run_id), (b.namespace, b.run_id));
+        assert_eq!(a.policy_name.as_deref(), Some("payments___charge_card"));
+    }
+
     #[test]
     fn the_run_comes_from_the_session_or_an_argument_or_the_call_is_refused() {
         let mut ctx = gateway();
