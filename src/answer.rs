@@ -8,7 +8,6 @@ use serde_json::value::RawValue;
 use crate::bedrock::EventError;
 use crate::dispatch::DispatchError;
 use crate::executor::{Finished, Outcome, Settled};
-use crate::interceptor::InterceptorError;
 use crate::seam::{Answers, DedupInfo, Notice, NoticeKind};
 use crate::store::StoreError;
 
@@ -44,9 +43,10 @@ pub enum Unanswerable {
     /// Recognised as an action-group event, but without what a Bedrock response needs.
     #[error(transparent)]
     Bedrock(EventError),
-    /// Marked as a Gateway interceptor invocation, but not one this door can answer.
-    #[error(transparent)]
-    Interceptor(InterceptorError),
+    /// Marked as a Gateway interceptor invocation, but not one this door can answer (the
+    /// interceptor adapter's reason: the flows sit above this module, their error types too).
+    #[error("invalid AgentCore Gateway interceptor event: {0}")]
+    Interceptor(String),
     /// No entry point recognises it.
     #[error(
         "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \

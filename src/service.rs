@@ -89,7 +89,7 @@ impl DoorSettings {
             trusted_annotations: config
                 .trusted_annotations
                 .iter()
-                .map(|g| crate::interceptor::gateway_id(g).to_string())
+                .map(|g| crate::agentcore::gateway_id(g).to_string())
                 .collect(),
             gateway_id: config.gateway_id.clone(),
             served: config.doors,

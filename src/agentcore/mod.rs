@@ -101,6 +101,31 @@ pub enum GatewayError {
     Arguments(String),
 }
 
+/// The Gateway's host names: `<gateway id>.gateway.bedrock-agentcore.<region>.amazonaws.com`.
+const GATEWAY_HOST_INFIX: &str = ".gateway.bedrock-agentcore.";
+
+/// The gateway id in a gateway ARN (`arn:aws:bedrock-agentcore:<region>:<account>:gateway/<id>`).
+pub(crate) fn gateway_id_of_arn(arn: &str) -> Option<&str> {
+    arn.rsplit_once(":gateway/")
+        .map(|(_, id)| id.trim())
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+}
+
+/// The gateway id in a Gateway host name (`<id>.gateway.bedrock-agentcore.<region>...`).
+pub(crate) fn gateway_id_of_host(host: &str) -> Option<&str> {
+    host.split_once(GATEWAY_HOST_INFIX)
+        .map(|(id, _)| id.trim())
+        .filter(|id| !id.is_empty() && !id.contains('.'))
+}
+
+/// One name for a gateway whichever way it is given (its id, its ARN or its host name), so that a
+/// key does not change with the source the Gateway happens to send.
+pub fn gateway_id(named: &str) -> &str {
+    gateway_id_of_arn(named)
+        .or_else(|| gateway_id_of_host(named))
+        .unwrap_or(named.trim())
+}
+
 /// True when `custom` (the client context's custom map) comes from an AgentCore Gateway.
 pub fn is_gateway_call(custom: Option<&HashMap<String, String>>) -> bool {
     custom.is_some_and(|c| context_value(c, TOOL_NAME).is_some())

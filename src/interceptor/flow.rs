@@ -42,7 +42,9 @@ pub(crate) async fn intercept<S: Store>(
             let reason = e.to_string();
             return Answered::new(
                 Outcome::BadRequest,
-                Err(HandlerError::InvalidEvent(Unanswerable::Interceptor(e))),
+                Err(HandlerError::InvalidEvent(Unanswerable::Interceptor(
+                    e.reason().to_string(),
+                ))),
             )
             .because(reason);
         }

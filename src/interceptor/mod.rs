@@ -61,7 +61,7 @@ pub(crate) mod flow;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::agentcore::TOOL_NAME_DELIMITER;
+use crate::agentcore::{TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host};
 use crate::key::CallerKeyScope;
 use crate::seam::{
     Answers, DedupInfo, Notice, NoticeKind, ReplyClass, Sessionless, ToolCall, json_type, refusal,
@@ -86,8 +86,6 @@ pub const DEDUP_ERROR_CODE: i64 = -32000;
 const BATCH_ERROR_CODE: i64 = -32600;
 /// JSON-RPC errors that say the request was refused before anything ran.
 const REFUSED_CODES: [i64; 4] = [-32700, -32600, -32601, -32602];
-/// The Gateway's host names: `<gateway id>.gateway.bedrock-agentcore.<region>.amazonaws.com`.
-const GATEWAY_HOST_INFIX: &str = ".gateway.bedrock-agentcore.";
 
 /// True when `event` is a Gateway interceptor invocation.
 pub fn is_interception(event: &Value) -> bool {
@@ -101,6 +99,15 @@ pub enum InterceptorError {
     /// answer in).
     #[error("invalid AgentCore Gateway interceptor event: {0}")]
     Event(String),
+}
+
+impl InterceptorError {
+    /// What is wrong with the event.
+    pub fn reason(&self) -> &str {
+        match self {
+            InterceptorError::Event(reason) => reason,
+        }
+    }
 }
 
 /// Which interception point invoked us.
@@ -155,28 +162,6 @@ pub struct ToolsCall<'a> {
     meta: Option<&'a Map<String, Value>>,
     /// The request's JSON-RPC id, which every answer carries.
     id: &'a Value,
-}
-
-/// The gateway id in a gateway ARN (`arn:aws:bedrock-agentcore:<region>:<account>:gateway/<id>`).
-fn gateway_id_of_arn(arn: &str) -> Option<&str> {
-    arn.rsplit_once(":gateway/")
-        .map(|(_, id)| id.trim())
-        .filter(|id| !id.is_empty() && !id.contains('/'))
-}
-
-/// The gateway id in a Gateway host name (`<id>.gateway.bedrock-agentcore.<region>...`).
-fn gateway_id_of_host(host: &str) -> Option<&str> {
-    host.split_once(GATEWAY_HOST_INFIX)
-        .map(|(id, _)| id.trim())
-        .filter(|id| !id.is_empty() && !id.contains('.'))
-}
-
-/// One name for a gateway whichever way it is given (its id, its ARN or its host name), so that a
-/// key does not change with the source the Gateway happens to send.
-pub fn gateway_id(named: &str) -> &str {
-    gateway_id_of_arn(named)
-        .or_else(|| gateway_id_of_host(named))
-        .unwrap_or(named.trim())
 }
 
 /// The case-insensitive header `name`, as text.
