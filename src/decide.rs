@@ -16,10 +16,20 @@
 
 use std::time::Duration;
 
-use crate::config::Mode;
 use crate::key::Delivery;
 use crate::seam::ReplyClass;
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
+
+/// What the executor does with a repeat (`DEDUP_MODE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Replay repeats: the tool runs once per key.
+    Enforce,
+    /// Run every call, but record claims and count "would have replayed".
+    Shadow,
+    /// Pass-through kill switch: no key, no store, the tool is invoked as if we were not there.
+    Off,
+}
 
 /// What to do next with one keyed call.
 #[derive(Debug)]

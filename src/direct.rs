@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::answer::{self, Answered, ToolFailure};
-use crate::config::Mode;
+use crate::decide::Mode;
 use crate::dispatch::Dispatcher;
 use crate::executor::{Lease, Outcome, ToolRun, remaining};
 use crate::seam::{EntryPoint, Notice, Scoping, Unkeyed};

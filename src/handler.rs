@@ -50,132 +50,20 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
-use crate::agentcore::{self, GatewayCall};
-use crate::answer::{Answered, raw};
-use crate::bedrock::ActionGroupCall;
+use crate::answer::Answered;
+use crate::catalog::Catalogs;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
-use crate::envelope;
-use crate::executor::Outcome;
-use crate::seam::{EntryPoint, json_type};
+use crate::executor::{Executor, Outcome};
+use crate::key::Keyer;
 use crate::service::Service;
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
 
 pub use crate::answer::{HandlerError, Unanswerable};
+pub use crate::door::{Door, Refusal, door_name};
 pub use crate::executor::Settings;
 pub use crate::service::DoorSettings;
-
-/// One invocation as seen by the entry point it came in by.
-// One per invocation, on the stack and never in a collection: boxing the large variant would only
-// add an allocation.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Door<'a> {
-    /// A Bedrock Agents action-group event.
-    Bedrock(ActionGroupCall<'a>),
-    /// An AgentCore Gateway Lambda-target call.
-    AgentCore(GatewayCall<'a>),
-    /// The harness-neutral invoke envelope.
-    Envelope(envelope::Envelope),
-}
-
-/// An invocation refused before it had a call: already written in the caller's format.
-#[derive(Debug)]
-pub struct Refusal {
-    /// The answer to send.
-    pub response: Result<Box<RawValue>, HandlerError>,
-    /// Why the invocation was refused, for the telemetry line.
-    pub reason: String,
-    /// The tool, when the refusal got that far.
-    pub tool: Option<String>,
-}
-
-/// The door an event is shaped for, by the same cheap look [`Door::detect`] takes (the
-/// interceptor first: its marker member is checked before any other door's). `None`: no door's.
-pub fn door_name(event: &Value, client_context: Option<&ClientContext>) -> Option<&'static str> {
-    if crate::interceptor::is_interception(event) {
-        Some("interceptor")
-    } else if agentcore::is_gateway_call(client_context) {
-        Some("agentcore")
-    } else if event
-        .as_object()
-        .is_some_and(|o| o.contains_key("actionGroup"))
-    {
-        Some("bedrock")
-    } else if envelope::is_envelope(event) {
-        Some("envelope")
-    } else {
-        None
-    }
-}
-
-impl<'a> Door<'a> {
-    /// Flavour detection: the first match wins, in this order (each test is a map lookup):
-    /// 1. the client context names an AgentCore Gateway tool (`bedrockAgentCoreToolName`);
-    /// 2. the event is an object with `actionGroup` (Bedrock Agents);
-    /// 3. the event is an object with `tool` (the invoke envelope).
-    ///
-    /// A recognised event that is malformed is refused in its own format where it can be.
-    pub fn detect(
-        event: &'a Value,
-        client_context: Option<&'a HashMap<String, String>>,
-    ) -> Result<Door<'a>, Refusal> {
-        if let Some(custom) = client_context.filter(|c| agentcore::is_gateway_call(Some(c))) {
-            return GatewayCall::parse(event, custom)
-                .map(Door::AgentCore)
-                .map_err(|e| {
-                    let notice = agentcore::gateway_refusal(&e);
-                    Refusal {
-                        response: raw(notice.body_json()),
-                        reason: e.to_string(),
-                        tool: None,
-                    }
-                });
-        }
-        let object = event.as_object();
-        if object.is_some_and(|o| o.contains_key("actionGroup")) {
-            return ActionGroupCall::parse(event)
-                .map(Door::Bedrock)
-                .map_err(|e| Refusal {
-                    reason: "unrecognised event".into(),
-                    response: Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))),
-                    tool: None,
-                });
-        }
-        if envelope::is_envelope(event) {
-            return envelope::Envelope::parse(event)
-                .map(Door::Envelope)
-                .map_err(|e| {
-                    let notice = envelope::envelope_refusal(&e);
-                    let dedup = crate::answer::dedup(Outcome::BadRequest, None);
-                    Refusal {
-                        response: raw(envelope::error(&notice, &dedup)),
-                        reason: e.to_string(),
-                        tool: None,
-                    }
-                });
-        }
-        let what = match event {
-            Value::Object(_) => "an object with none of those members".to_string(),
-            other => format!("the event is a JSON {}", json_type(other)),
-        };
-        Err(Refusal {
-            reason: "unrecognised event".into(),
-            response: Err(HandlerError::InvalidEvent(Unanswerable::NoEntryPoint(what))),
-            tool: None,
-        })
-    }
-
-    /// The parsed call behind the door (for callers that inspect one without running it).
-    pub fn entry_point(&self) -> &dyn EntryPoint {
-        match self {
-            Door::Bedrock(call) => call,
-            Door::AgentCore(call) => call,
-            Door::Envelope(call) => call,
-        }
-    }
-}
 
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]
@@ -234,8 +122,14 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// A handler over `store` and `dispatcher`, with the keyer, executor and door settings
     /// `config` gives.
     pub fn new(store: S, dispatcher: D, config: &Config, telemetry: Telemetry) -> Handler<S, D> {
+        let keyer = Keyer::new().with_policies(config.policies.clone());
         Handler {
-            service: Service::new(store, config, telemetry),
+            service: Service {
+                executor: Executor::new(store, keyer, executor_settings(config)),
+                doors: door_settings(config),
+                catalogs: Catalogs::new(config.catalog_ttl),
+                telemetry,
+            },
             dispatcher,
         }
     }
@@ -333,7 +227,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             )
             .because(format!("door {door} not served"));
         }
-        if crate::interceptor::is_interception(event) {
+        if crate::door::is_interception(event) {
             return crate::interceptor::flow::intercept(&self.service, event, client_context, end)
                 .await;
         }
@@ -354,6 +248,41 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 answered
             }
         }
+    }
+}
+
+/// The executor's settings: the configured mode, TTL, wait and cache, with its built-in margins.
+/// This module and `main` are the only readers of [`Config`]: each component gets its own
+/// settings from here.
+fn executor_settings(config: &Config) -> Settings {
+    Settings {
+        mode: config.mode,
+        ttl: config.ttl,
+        wait: config.wait,
+        local_cache_items: config.local_cache_items,
+        ..Settings::default()
+    }
+}
+
+/// How the doors scope a call, as configured.
+fn door_settings(config: &Config) -> DoorSettings {
+    DoorSettings {
+        scope: config.scope,
+        step_attribute: config.step_attribute.clone(),
+        run_argument: config.run_argument.clone(),
+        envelope_namespaces: config.envelope_namespaces.clone(),
+        release_on_errors: config.release_on_errors.clone(),
+        sessionless: config.sessionless,
+        trusted_annotations: config
+            .trusted_annotations
+            .iter()
+            .map(|g| crate::agentcore::gateway_id(g).to_string())
+            .collect(),
+        gateway_id: config.gateway_id.clone(),
+        served: config.doors,
+        interceptor_timeout: config.interceptor_timeout,
+        idempotency_key_name: config.idempotency_key_name.clone(),
+        envelope_caller_key_scope: config.envelope_caller_key_scope,
     }
 }
 

@@ -35,12 +35,14 @@
 pub mod agentcore;
 mod answer;
 pub mod aws;
+mod backoff;
 pub mod bedrock;
 pub mod catalog;
 pub mod config;
 pub mod decide;
 mod direct;
 pub mod dispatch;
+mod door;
 pub mod envelope;
 pub mod executor;
 pub mod guard;

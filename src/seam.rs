@@ -601,6 +601,15 @@ pub fn json_type(v: &Value) -> &'static str {
     }
 }
 
+/// A comma-separated list (a setting's names), each item trimmed, empty items dropped.
+pub(crate) fn comma_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

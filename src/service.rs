@@ -6,10 +6,13 @@
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::config::{CallerKeyScope, Config, Doors, ErrorTypes, Scope, Sessionless};
+use crate::dispatch::ErrorTypes;
+use crate::door::Doors;
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
+use crate::key::CallerKeyScope;
 use crate::key::{Call, CallerKeyError, Delivery, KeyError, Keyer};
 use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
+use crate::seam::{Scope, Sessionless};
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -22,16 +25,6 @@ pub(crate) struct Service<S> {
 }
 
 impl<S: Store> Service<S> {
-    pub(crate) fn new(store: S, config: &Config, telemetry: Telemetry) -> Service<S> {
-        let keyer = Keyer::new().with_policies(config.policies.clone());
-        Service {
-            executor: Executor::new(store, keyer, Settings::from_config(config)),
-            doors: DoorSettings::from_config(config),
-            catalogs: Catalogs::new(config.catalog_ttl),
-            telemetry,
-        }
-    }
-
     pub(crate) fn store(&self) -> &S {
         self.executor.store()
     }
@@ -77,28 +70,6 @@ pub struct DoorSettings {
 }
 
 impl DoorSettings {
-    /// The settings `config` gives.
-    pub fn from_config(config: &Config) -> DoorSettings {
-        DoorSettings {
-            scope: config.scope,
-            step_attribute: config.step_attribute.clone(),
-            run_argument: config.run_argument.clone(),
-            envelope_namespaces: config.envelope_namespaces.clone(),
-            release_on_errors: config.release_on_errors.clone(),
-            sessionless: config.sessionless,
-            trusted_annotations: config
-                .trusted_annotations
-                .iter()
-                .map(|g| crate::agentcore::gateway_id(g).to_string())
-                .collect(),
-            gateway_id: config.gateway_id.clone(),
-            served: config.doors,
-            interceptor_timeout: config.interceptor_timeout,
-            idempotency_key_name: config.idempotency_key_name.clone(),
-            envelope_caller_key_scope: config.envelope_caller_key_scope,
-        }
-    }
-
     /// Whether `gateway`'s listings may loosen a key (annotations acted on, `x-dedup` field modes
     /// applied); `gateway` is its id, as keys name it.
     pub fn trusts_gateway(&self, gateway: &str) -> bool {

@@ -13,9 +13,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::config::{Config, LogCalls, Mode};
+use crate::decide::Mode;
 pub use crate::executor::Outcome;
 use crate::key::{Call, Keyer, Strategy};
+
+/// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogCalls {
+    /// No tool-call line (the default).
+    Off,
+    /// Keys under every strategy, no argument values.
+    Hashes,
+    /// Keys and the argument text.
+    Full,
+}
 
 /// Where the structured lines (EMF, tool-call log) go.
 #[derive(Debug, Clone, Default)]
@@ -89,19 +100,19 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
-    /// The Lambda's telemetry: EMF and the call log on stdout.
-    pub fn lambda(config: &Config) -> Telemetry {
+    /// The Lambda's telemetry: EMF under `metrics_namespace` and the call log on stdout.
+    pub fn lambda(metrics_namespace: &str, log_calls: LogCalls) -> Telemetry {
         Telemetry {
-            log_calls: config.log_calls,
-            emf: Some(EmfHead::new(&config.metrics_namespace)),
+            log_calls,
+            emf: Some(EmfHead::new(metrics_namespace)),
             sink: Sink::Stdout,
         }
     }
 
     /// `dedup replay`'s telemetry: the call log on stdout, no EMF.
-    pub fn replay(config: &Config) -> Telemetry {
+    pub fn replay(log_calls: LogCalls) -> Telemetry {
         Telemetry {
-            log_calls: config.log_calls,
+            log_calls,
             emf: None,
             sink: Sink::Stdout,
         }

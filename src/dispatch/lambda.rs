@@ -30,8 +30,9 @@ use tokio::time::Instant;
 
 use base64::Engine as _;
 
+use super::Routes;
 use super::{DispatchError, Dispatcher};
-use crate::config::{MAX_TOOL_TIMEOUT, Routes, TOOL_START_ALLOWANCE};
+use crate::executor::lease::{MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
 use crate::seam::Forward;
 
 /// Attempts on throttling before giving up (the first attempt included).

@@ -3,13 +3,14 @@
 //! demo tool in-process for `dedup replay` and tests.
 
 mod lambda;
+mod routes;
 
 use std::future::Future;
 use std::time::Duration;
 
 pub use lambda::{LambdaDispatcher, build_client};
+pub use routes::{Routes, lambda_timeout};
 
-use crate::config::ErrorTypes;
 use crate::seam::Forward;
 
 /// Boxed error kept as a `source`.
@@ -122,5 +123,51 @@ impl DispatchError {
             }
             DispatchError::Invoke { .. } => "the tool could not be invoked".into(),
         }
+    }
+}
+
+/// The error type a tool raises to say that it did nothing (it refused its input before acting),
+/// so the claim is released and a retry runs. It is ours: no library raises it by accident.
+/// Python: `class DedupNothingRan(Exception)`; Node: `err.name = "DedupNothingRan"`; Java: a class
+/// of that simple name in any package.
+pub const NOTHING_RAN_ERROR: &str = "DedupNothingRan";
+
+/// Lambda's own error types for an invocation that failed or was cut off: whatever ran before
+/// stays done, so they can never release a claim.
+const CRASH_ERROR_TYPES: [&str; 1] = ["Unhandled"];
+const CRASH_ERROR_PREFIXES: [&str; 3] = ["Sandbox.", "Runtime.", "Function."];
+
+/// A set of tool error types (the `errorType` of a Lambda error payload) that prove nothing ran.
+/// [`NOTHING_RAN_ERROR`] is always in it; other types only when `DEDUP_RELEASE_ON_ERRORS` names
+/// them, because an error type alone cannot tell whether a side effect came first (a Node tool
+/// that charged a card and then had a write rejected raises `ValidationException`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ErrorTypes(Vec<String>);
+
+impl ErrorTypes {
+    /// Parses a comma-separated list; `none` is the empty set. Lambda's crash types are refused.
+    pub fn parse(text: &str) -> Result<ErrorTypes, String> {
+        if text.trim().eq_ignore_ascii_case("none") {
+            return Ok(ErrorTypes::default());
+        }
+        let names = crate::seam::comma_list(text);
+        if let Some(crash) = names.iter().find(|n| {
+            CRASH_ERROR_TYPES.contains(&n.as_str())
+                || CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p))
+        }) {
+            return Err(format!(
+                "{crash} is Lambda's error for an invocation that failed or was cut off, after which \
+                 the side effect may have happened; it can never release a claim"
+            ));
+        }
+        Ok(ErrorTypes(names))
+    }
+
+    /// True when a tool error of this type proves that nothing ran: [`NOTHING_RAN_ERROR`] (also
+    /// as the last segment of a qualified name, `com.example.DedupNothingRan`), or a configured
+    /// type (exact, case-sensitive).
+    pub fn contains(&self, error_type: &str) -> bool {
+        let simple = error_type.rsplit(['.', '$']).next().unwrap_or(error_type);
+        simple == NOTHING_RAN_ERROR || self.0.iter().any(|n| n == error_type)
     }
 }

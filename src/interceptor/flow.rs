@@ -10,9 +10,10 @@ use tokio::time::Instant;
 
 use super::{Intercepted, Interception, Phase, ToolsCall};
 use crate::answer::{self, Answered, HandlerError, ToolFailure, Unanswerable};
-use crate::config::{Mode, TOOL_START_ALLOWANCE};
+use crate::decide::Mode;
 use crate::decide::RunEnd;
 use crate::direct::warn_sessionless;
+use crate::executor::lease::TOOL_START_ALLOWANCE;
 use crate::executor::{FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner};
 use crate::key::{Call, Delivery, Schema};
 use crate::seam::{Notice, ToolCall, Unkeyed};

@@ -70,8 +70,7 @@ use crate::seam::{
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub const ENTRY_POINT: &str = "interceptor";
-/// The member that marks an interceptor invocation.
-pub const INPUT_VERSION: &str = "interceptorInputVersion";
+pub use crate::door::{INPUT_VERSION, is_interception};
 /// The input version this adapter reads, and the output version it writes.
 pub const VERSION: &str = "1.0";
 /// The header that names the MCP session: the call's run.
@@ -86,11 +85,6 @@ pub const DEDUP_ERROR_CODE: i64 = -32000;
 const BATCH_ERROR_CODE: i64 = -32600;
 /// JSON-RPC errors that say the request was refused before anything ran.
 const REFUSED_CODES: [i64; 4] = [-32700, -32600, -32601, -32602];
-
-/// True when `event` is a Gateway interceptor invocation.
-pub fn is_interception(event: &Value) -> bool {
-    event.get(INPUT_VERSION).is_some()
-}
 
 /// Why an interceptor invocation cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

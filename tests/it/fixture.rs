@@ -257,12 +257,26 @@ pub async fn stored<S: Store, D: Dispatcher>(
         .unwrap()
 }
 
-/// Asserts a tool-error REPROMPT and returns its message.
+/// Asserts a tool error the model may act on (REPROMPT; an OpenAPI answer: a 5xx status) and returns its message.
 #[track_caller]
 pub fn tool_error_message(h: &Handled) -> String {
+    // A function-details answer says REPROMPT; an OpenAPI one has no responseState, only its
+    // status (documented for function details only).
+    let r = response(h);
+    let expected = if r["response"].get("apiPath").is_some() {
+        assert!(
+            r["response"]["httpStatusCode"]
+                .as_u64()
+                .is_some_and(|s| s >= 500),
+            "{r}"
+        );
+        None
+    } else {
+        Some("REPROMPT")
+    };
     assert_eq!(
         (h.outcome, state(h).as_deref()),
-        (Outcome::ToolError, Some("REPROMPT"))
+        (Outcome::ToolError, expected)
     );
     body(h)["message"].as_str().unwrap().to_string()
 }

@@ -223,7 +223,7 @@ async fn run_with_config(
         Some(path) => DemoTool::new(Ledger::file(path)),
         None => DemoTool::new(Ledger::memory()),
     };
-    let telemetry = Telemetry::replay(config);
+    let telemetry = Telemetry::replay(config.log_calls);
     let progress = progress_bar(files.len() as u64 * u64::from(args.repeat));
     match config.store {
         StoreKind::Memory => {

@@ -8,325 +8,27 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Config, LEASE_MARGIN, Mode};
-use crate::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
-use crate::key::{Call, Delivery, Keyer, Strategy, differing_paths};
-use crate::seam::ReplyClass;
+use crate::backoff::Backoff;
+use crate::decide::{AfterRun, Mode, NextAction, RunEnd, after_run, decide};
+use crate::key::{Delivery, Keyer, Strategy, differing_paths};
 use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
 
-/// How one invocation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    /// The tool ran for this call.
-    Executed,
-    /// A completed record answered.
-    Replayed,
-    /// An identical in-flight call finished while this one waited, and its result answered.
-    Waited,
-    /// An identical call was still running when the wait bound passed: REPROMPT.
-    InProgress,
-    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
-    ToolError,
-    /// The store was unreachable: the tool was not called (fail closed).
-    StoreError,
-    /// The event or its arguments were invalid; nothing was claimed.
-    BadRequest,
-    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
-    ShadowReplay,
-    /// The tool's policy turns deduplication off (`dedup = "off"`): it ran, unclaimed.
-    DedupOff,
-    /// A Gateway call that names no run ran unclaimed (`DEDUP_SESSIONLESS=pass_through`).
-    Sessionless,
-    /// A Gateway interceptor message that is not a keyed call (`tools/list`, `initialize`, our
-    /// own answers seen again at RESPONSE): passed on untouched.
-    PassedOn,
-    /// An `at_most_once` call whose outcome is unknown: the tool was not run again, and the
-    /// caller is told so until an operator settles the call (`dedup settle`).
-    Unknown,
-    /// The caller's idempotency key was first used with other arguments: refused, nothing ran.
-    KeyReused,
-    /// A Gateway interceptor invocation this version does not read (an HTTP target's, an
-    /// unknown input version): passed on untouched.
-    PassedUnread,
-    /// An event of an entry point this deployment does not serve (`DEDUP_DOORS`): refused.
-    DoorRefused,
-}
+mod cache;
+pub mod lease;
+mod outcome;
+#[cfg(test)]
+mod tests;
 
-impl Outcome {
-    /// Every outcome, in the order reports list them.
-    pub const ALL: [Outcome; 15] = [
-        Outcome::Executed,
-        Outcome::Replayed,
-        Outcome::Waited,
-        Outcome::InProgress,
-        Outcome::ToolError,
-        Outcome::StoreError,
-        Outcome::BadRequest,
-        Outcome::ShadowReplay,
-        Outcome::DedupOff,
-        Outcome::Sessionless,
-        Outcome::PassedOn,
-        Outcome::Unknown,
-        Outcome::KeyReused,
-        Outcome::PassedUnread,
-        Outcome::DoorRefused,
-    ];
-
-    /// The outcome's own name (metrics, logs).
-    pub fn name(self) -> &'static str {
-        match self {
-            Outcome::Executed => "executed",
-            Outcome::Replayed => "replayed",
-            Outcome::Waited => "waited",
-            Outcome::InProgress => "in_progress",
-            Outcome::ToolError => "tool_error",
-            Outcome::StoreError => "store_error",
-            Outcome::BadRequest => "bad_request",
-            Outcome::ShadowReplay => "shadow_replay",
-            Outcome::DedupOff => "dedup_off",
-            Outcome::Sessionless => "sessionless",
-            Outcome::PassedOn => "passed_on",
-            Outcome::Unknown => "outcome_unknown",
-            Outcome::KeyReused => "idempotency_key_reused",
-            Outcome::PassedUnread => "passed_unread",
-            Outcome::DoorRefused => "door_refused",
-        }
-    }
-
-    /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
-    /// repeats included), `replayed` for one answered from the store (waited-for calls
-    /// included), else the outcome's own name.
-    pub fn caller_word(self) -> &'static str {
-        match self {
-            Outcome::Executed
-            | Outcome::ShadowReplay
-            | Outcome::DedupOff
-            | Outcome::Sessionless => "executed",
-            Outcome::Replayed | Outcome::Waited => "replayed",
-            other => other.name(),
-        }
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The executor's own knobs (mode, retention, waiting, cache, timing), from [`Config`] plus fixed
-/// margins. How a call is scoped belongs to the handler ([`crate::handler::DoorSettings`]).
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// `DEDUP_MODE`: enforce, shadow (key and report, never replay) or off.
-    pub mode: Mode,
-    /// How long a completed result is replayed (`DEDUP_TTL_SECONDS`).
-    pub ttl: Duration,
-    /// How long a repeat waits for an identical call in flight (`DEDUP_WAIT_MS`).
-    pub wait: Duration,
-    /// Completed records the container keeps (`DEDUP_LOCAL_CACHE_ITEMS`, 0: no cache).
-    pub local_cache_items: usize,
-    /// The lease ends this long after the later of the Lambda deadline and the tool's own
-    /// timeout (clock skew between containers).
-    pub lease_margin: Duration,
-    /// Time kept back before the deadline to store the result: the tool's timeout ends this
-    /// long (plus `reply_margin`) before the deadline, so a completion and its retries finish
-    /// while the invocation still lives.
-    pub completion_reserve: Duration,
-    /// Time kept back before the deadline to write the answer: every store call gives up then.
-    pub reply_margin: Duration,
-    /// The budget of an invocation without a deadline (`dedup replay`, tests), and the guard's
-    /// lease (renewed while its side effect runs).
-    pub default_budget: Duration,
-    /// A claim that took longer than this (store retries) has its lease moved forward just
-    /// before the side effect starts, so the lease covers the side effect from its start.
-    pub slow_claim: Duration,
-}
-
-impl Settings {
-    /// The configured mode, TTL, wait and cache, with the built-in margins.
-    pub fn from_config(config: &Config) -> Settings {
-        Settings {
-            mode: config.mode,
-            ttl: config.ttl,
-            wait: config.wait,
-            local_cache_items: config.local_cache_items,
-            lease_margin: LEASE_MARGIN,
-            completion_reserve: Duration::from_millis(2500),
-            reply_margin: Duration::from_millis(200),
-            default_budget: Duration::from_secs(60),
-            slow_claim: Duration::from_millis(500),
-        }
-    }
-}
-
-impl Default for Settings {
-    fn default() -> Settings {
-        Settings::from_config(&Config::default())
-    }
-}
-
-/// One call, keyed.
-#[derive(Debug, Clone, Copy)]
-pub struct Keyed<'a> {
-    /// The typed key, or the caller's key scoped ([`crate::key::CallerKeyed`]), 32 hex digits.
-    pub key: &'a str,
-    /// The strict fingerprint (keyer B) of the arguments, stored beside the result; for a
-    /// caller-keyed call, the typed canonical form's (a repeat must match it).
-    pub fingerprint: &'a str,
-    /// The key core's view of the call (to explain which rules made a repeat meet the original).
-    pub call: &'a Call<'a>,
-    /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
-    pub delivery: Delivery,
-    /// Set for a call keyed by its caller's key: a record under the key with another fingerprint
-    /// is a mismatch.
-    pub caller: Option<CallerKey<'a>>,
-}
-
-/// What a call keyed by its caller's own key carries beside its key.
-#[derive(Debug, Clone, Copy)]
-pub struct CallerKey<'a> {
-    /// The arguments' leaf digests ([`crate::key::CallerKeyed::path_digests`]), stored with the
-    /// claim so that a mismatch can name its paths; `None` when too many to store.
-    pub path_digests: Option<&'a str>,
-}
-
-/// How long the side effect can run, and so how its claim's lease is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
-    /// A side effect that stops by itself within `max_run_time` of being started (a tool
-    /// Lambda's own timeout and start allowance; zero for one that cannot outlive the
-    /// invocation). The lease is set once, to the later of that and the deadline, plus the margin.
-    Covering {
-        /// Longest the side effect can run once started.
-        max_run_time: Duration,
-    },
-    /// An in-process side effect with no limit of its own (the library guard): the lease is
-    /// `length` plus the margin, renewed every third of `length` while the side effect runs, so
-    /// a long side effect keeps its key and a dead process frees it within one lease.
-    Renewed {
-        /// One lease's length before the margin.
-        length: Duration,
-    },
-}
-
-/// What running the side effect gave.
-#[derive(Debug)]
-pub enum ToolRun<E> {
-    /// A reply, classified by the caller's format.
-    Replied {
-        /// The reply, in the caller's format.
-        reply: Vec<u8>,
-        /// Whether it is a result to keep or an error to release.
-        class: ReplyClass,
-    },
-    /// No usable reply. `outcome_unknown` when the side effect may have happened (a timeout, a
-    /// lost response): the claim is then kept until its lease ends instead of released.
-    Failed {
-        /// Why there is no reply.
-        error: E,
-        /// True when the side effect may have happened.
-        outcome_unknown: bool,
-    },
-}
-
-/// How a keyed call ended.
-#[derive(Debug)]
-pub enum Settled<E> {
-    /// The side effect ran for this call (also shadow mode's repeats: see `outcome`).
-    Executed {
-        /// The tool's reply.
-        reply: Vec<u8>,
-    },
-    /// A completed record answered: from the store, the warm cache, or after waiting.
-    Replayed {
-        /// The stored reply.
-        reply: Arc<[u8]>,
-    },
-    /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
-    /// unsettled): the side effect was not run again, and will not be until an operator settles it.
-    OutcomeUnknown,
-    /// The caller's idempotency key was first used for other arguments: nothing ran. `paths` are
-    /// the argument paths that differ (JSON Pointers, never values); `None` when they were not
-    /// recorded.
-    KeyReused {
-        /// The differing paths.
-        paths: Option<Vec<String>>,
-    },
-    /// A completed record answered whose result was too large to store (`bytes` long): the call
-    /// ran, and its result cannot be shown again.
-    AlreadyRan {
-        /// Size of the result that was not stored.
-        bytes: usize,
-    },
-    /// An identical call still holds the key. `retry_after_ms` is when its lease ends.
-    InProgress {
-        /// Epoch milliseconds when the holder's lease ends, if known.
-        retry_after_ms: Option<i64>,
-    },
-    /// The store could not be asked; the side effect did not run.
-    StoreDown(StoreError),
-    /// The side effect failed (see [`ToolRun::Failed`]).
-    ToolFailed {
-        /// Why the side effect failed.
-        error: E,
-        /// True when the side effect may have happened (the claim is kept, not released).
-        outcome_unknown: bool,
-    },
-    /// Too little time was left to run the side effect; it did not run.
-    NoTime,
-}
-
-/// [`Settled`] with what the report needs.
-#[derive(Debug)]
-pub struct Finished<E> {
-    /// How the call ended.
-    pub settled: Settled<E>,
-    /// The outcome to report.
-    pub outcome: Outcome,
-    /// For replays: the normalization rules that made this call meet the stored one.
-    pub rules: Vec<&'static str>,
-}
-
-/// Who takes a claim for a side effect that runs elsewhere ([`Executor::open`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestOwner {
-    /// The name the claim's token carries ([`LeaseToken::for_owner`]).
-    pub name: String,
-    /// The name stands for one request and no other: a claim found under it is this request's
-    /// own, taken by an earlier invocation for the same request (the Gateway invokes an
-    /// interceptor again after a failure or a timeout), and goes on as the owner's.
-    pub is_one_request: bool,
-}
-
-/// What [`Executor::open`] ended with.
-#[derive(Debug)]
-pub enum Opened<E> {
-    /// This request holds the claim: let the side effect run.
-    Claimed,
-    /// Shadow mode: nothing was claimed for this request (`outcome` says what enforce mode would
-    /// have done); let the side effect run.
-    Unclaimed(Outcome),
-    /// The call is answered without running the side effect (replay, in progress, store down).
-    Answered(Finished<E>),
-}
-
-/// What [`Executor::finish_claimed`] found and did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishedElsewhere {
-    /// This request's claim was completed, released or kept.
-    Settled(AfterRun),
-    /// The call was already completed (a replayed answer, or an earlier owner's reply).
-    AlreadyCompleted,
-    /// No claim of this request holds the key (another request's claim, or none).
-    NoClaim,
-}
+use cache::RecordCache;
+pub use lease::{Lease, Settings};
+pub use outcome::{
+    CallerKey, Finished, FinishedElsewhere, Keyed, Opened, Outcome, RequestOwner, Settled, ToolRun,
+};
 
 /// What the claim loop ended with.
 enum Acquired<E> {
@@ -345,12 +47,16 @@ struct Started {
     claimed_at: Instant,
 }
 
-/// Rounds of claim → wait → claim again before answering "in progress".
-const MAX_CLAIM_ROUNDS: u32 = 3;
+/// Rounds of claim → wait → claim again before answering "in progress" (each claim may itself
+/// be several writes: the store's own retries).
+const MAX_WAIT_ROUNDS: u32 = 3;
 /// Moves of a lease answered too slowly before the call is refused (see `cover_late_start`).
 const MAX_LEASE_MOVES: u32 = 3;
-const FIRST_POLL: Duration = Duration::from_millis(25);
-const MAX_POLL: Duration = Duration::from_millis(500);
+/// The polls of a record in flight.
+const POLL_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(25),
+    most: Duration::from_millis(500),
+};
 
 /// Runs keyed calls against one store.
 pub struct Executor<S> {
@@ -533,7 +239,7 @@ impl<S: Store> Executor<S> {
         }
         self.release_orphans(end).await;
         let wait_until = Instant::now() + self.wait_bound(end);
-        for _round in 0..MAX_CLAIM_ROUNDS {
+        for _round in 0..MAX_WAIT_ROUNDS {
             let claim_started = Instant::now();
             let claim = self
                 .bounded(
@@ -759,7 +465,7 @@ impl<S: Store> Executor<S> {
 
     /// Polls an in-flight record with backoff until it completes, becomes claimable, or `until`.
     async fn wait(&self, key: &str, mut record: Record, until: Instant, end: Instant) -> Waited {
-        let mut backoff = PollBackoff::default();
+        let mut polls = 0;
         loop {
             let now_ms = self.store.now_ms();
             if record.is_outcome_unknown(now_ms) {
@@ -772,7 +478,8 @@ impl<S: Store> Executor<S> {
             if now >= until {
                 return Waited::StillRunning(record);
             }
-            let pause = backoff.next_pause(|most| fastrand::u64(0..=most));
+            polls += 1;
+            let pause = POLL_BACKOFF.jittered(polls);
             tokio::time::sleep(pause.min(until - now)).await;
             match self.bounded(end, self.store.get(key)).await {
                 Err(e) => return Waited::Failed(e),
@@ -1087,31 +794,6 @@ fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) 
     }
 }
 
-/// The pauses between polls of a record in flight: each between half and all of a delay that
-/// starts at [`FIRST_POLL`] and doubles up to [`MAX_POLL`]. The random half spreads the polls of
-/// callers that began waiting together, so they do not reach the store in step.
-#[derive(Debug)]
-struct PollBackoff {
-    delay: Duration,
-}
-
-impl Default for PollBackoff {
-    fn default() -> PollBackoff {
-        PollBackoff { delay: FIRST_POLL }
-    }
-}
-
-impl PollBackoff {
-    /// The next pause; `random(most)` draws a number of microseconds in `0..=most`.
-    fn next_pause(&mut self, random: impl FnOnce(u64) -> u64) -> Duration {
-        let half = self.delay / 2;
-        let most = u64::try_from(half.as_micros()).unwrap_or(u64::MAX);
-        let pause = half + Duration::from_micros(random(most));
-        self.delay = (self.delay * 2).min(MAX_POLL);
-        pause
-    }
-}
-
 /// The time left before `end`.
 pub fn remaining(end: Instant) -> Duration {
     end.saturating_duration_since(Instant::now())
@@ -1119,311 +801,4 @@ pub fn remaining(end: Instant) -> Duration {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Warm-container LRU of completed records (`DEDUP_LOCAL_CACHE_ITEMS`). Only completed records
-/// are cached: they never change until they expire, and expiry is checked on every hit.
-#[derive(Debug)]
-struct RecordCache {
-    inner: Mutex<lru::LruCache<String, CacheEntry>>,
-}
-
-#[derive(Debug, Clone)]
-struct CacheEntry {
-    result: Arc<[u8]>,
-    fingerprint: String,
-    expires_at_s: i64,
-}
-
-impl RecordCache {
-    /// `None` for a capacity of 0 (the cache is off).
-    fn new(capacity: usize) -> Option<RecordCache> {
-        NonZeroUsize::new(capacity).map(|capacity| RecordCache {
-            inner: Mutex::new(lru::LruCache::new(capacity)),
-        })
-    }
-
-    fn get(&self, key: &str, now_ms: i64) -> Option<CacheEntry> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match inner.get(key) {
-            Some(entry) if entry.expires_at_s >= now_ms.div_euclid(1000) => Some(entry.clone()),
-            Some(_) => {
-                inner.pop(key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    fn put(&self, key: &str, record: &Record, now_ms: i64) {
-        let (Status::Completed, Some(result)) = (record.status, &record.result) else {
-            return;
-        };
-        if record.is_expired(now_ms) {
-            return;
-        }
-        self.insert(key, result, &record.fingerprint, record.expires_at_s);
-    }
-
-    /// Caches a completed result.
-    fn insert(&self, key: &str, result: &[u8], fingerprint: &str, expires_at_s: i64) {
-        let entry = CacheEntry {
-            result: Arc::from(result),
-            fingerprint: fingerprint.to_string(),
-            expires_at_s,
-        };
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .put(key.to_string(), entry);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::MemoryStore;
-
-    /// The tool gets the time to the deadline less what the completion and the answer need: a
-    /// tool given more would still be running when its result has to be stored.
-    #[tokio::test]
-    async fn the_tool_is_given_the_time_left_less_the_completion_reserve_and_the_reply_margin() {
-        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
-        let settings = executor.settings().clone();
-        let keyed = keyed("f", None);
-        let budget = Duration::from_secs(10);
-        let end = Instant::now() + budget;
-        let given = Arc::new(Mutex::new(None));
-        let finished: Finished<()> = executor
-            .run(keyed, end, NO_RUN_TIME, |timeout| {
-                *given.lock().unwrap() = Some(timeout);
-                async {
-                    ToolRun::Replied {
-                        reply: b"{}".to_vec(),
-                        class: ReplyClass::Success,
-                    }
-                }
-            })
-            .await;
-        assert_eq!(finished.outcome, Outcome::Executed);
-        let given = given.lock().unwrap().expect("the tool ran");
-        let most = budget - settings.completion_reserve - settings.reply_margin;
-        assert!(
-            given <= most && given > most - Duration::from_secs(1),
-            "the tool was given {given:?}; at most {most:?} fits before the deadline"
-        );
-    }
-
-    const CHARGE: Call<'static> = Call {
-        tool: "charge_card",
-        args: r#"{"amount":42}"#,
-        namespace: None,
-        run_id: Some("run"),
-        step: Some("1"),
-        schema: None,
-        policy: None,
-    };
-
-    fn keyed<'a>(fingerprint: &'a str, caller: Option<CallerKey<'a>>) -> Keyed<'a> {
-        Keyed {
-            key: "k",
-            fingerprint,
-            call: &CHARGE,
-            delivery: Delivery::AtLeastOnce,
-            caller,
-        }
-    }
-
-    const NO_RUN_TIME: Lease = Lease::Covering {
-        max_run_time: Duration::ZERO,
-    };
-
-    async fn replying(_timeout: Duration) -> ToolRun<()> {
-        ToolRun::Replied {
-            reply: b"{}".to_vec(),
-            class: ReplyClass::Success,
-        }
-    }
-
-    /// The interceptor door's two halves: a reply settles only the claim its own request took,
-    /// and never a call that is already completed.
-    #[tokio::test]
-    async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
-        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
-        let end = Instant::now() + Duration::from_secs(10);
-        let call = keyed("f", None);
-        let success = RunEnd::Replied(ReplyClass::Success);
-        let owner = |name: &str, is_one_request| RequestOwner {
-            name: name.into(),
-            is_one_request,
-        };
-        let opened: Opened<()> = executor
-            .open(call, end, NO_RUN_TIME, &owner("request-a", false))
-            .await;
-        assert!(matches!(opened, Opened::Claimed), "{opened:?}");
-        // Invoked again for the same request: a name that may stand for several requests waits
-        // (answered "in progress" here: no wait), one that stands for one request goes on as
-        // the owner, under the claim it already holds.
-        let executor = executor.with_settings(|s| s.wait = Duration::ZERO);
-        let shared: Opened<()> = executor
-            .open(call, end, NO_RUN_TIME, &owner("request-a", false))
-            .await;
-        assert!(matches!(shared, Opened::Answered(_)), "{shared:?}");
-        let before = executor.store().get("k").await.unwrap().unwrap();
-        let again: Opened<()> = executor
-            .open(call, end, NO_RUN_TIME, &owner("request-a", true))
-            .await;
-        assert!(matches!(again, Opened::Claimed), "{again:?}");
-        assert_eq!(
-            executor.store().get("k").await.unwrap().unwrap().token,
-            before.token,
-            "the same claim"
-        );
-        let not_ours: Opened<()> = executor
-            .open(call, end, NO_RUN_TIME, &owner("request-b", true))
-            .await;
-        assert!(matches!(not_ours, Opened::Answered(_)), "{not_ours:?}");
-
-        let other = executor.finish_claimed(call, "request-b", end, success, b"{}");
-        assert_eq!(other.await.unwrap(), FinishedElsewhere::NoClaim);
-        let record = executor.store().get("k").await.unwrap().expect("the claim");
-        assert_eq!(
-            record.status,
-            Status::InProgress,
-            "another request's reply settled it"
-        );
-
-        let own = executor.finish_claimed(call, "request-a", end, success, b"{}");
-        assert_eq!(
-            own.await.unwrap(),
-            FinishedElsewhere::Settled(AfterRun::Complete)
-        );
-        let record = executor
-            .store()
-            .get("k")
-            .await
-            .unwrap()
-            .expect("the result");
-        assert_eq!(record.status, Status::Completed);
-
-        for request in ["request-a", "request-b"] {
-            let again = executor.finish_claimed(call, request, end, success, b"{}");
-            assert_eq!(
-                again.await.unwrap(),
-                FinishedElsewhere::AlreadyCompleted,
-                "{request}"
-            );
-        }
-    }
-
-    /// A caller-keyed repeat with the same arguments is answered by the warm cache without a
-    /// request; with other arguments it goes to the store, whose record says the key was reused.
-    #[tokio::test]
-    async fn the_warm_cache_answers_a_caller_keyed_repeat_only_with_the_same_arguments() {
-        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default())
-            .with_settings(|s| s.local_cache_items = 8);
-        let end = Instant::now() + Duration::from_secs(10);
-        let caller = Some(CallerKey { path_digests: None });
-        let first: Finished<()> = executor
-            .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
-            .await;
-        assert_eq!(first.outcome, Outcome::Executed);
-
-        let before = executor.store().requests().total();
-        let same: Finished<()> = executor
-            .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
-            .await;
-        assert_eq!(same.outcome, Outcome::Replayed);
-        assert_eq!(
-            executor.store().requests().total(),
-            before,
-            "the repeat asked the store"
-        );
-
-        let other: Finished<()> = executor
-            .run(keyed("f2", caller), end, NO_RUN_TIME, replying)
-            .await;
-        assert_eq!(other.outcome, Outcome::KeyReused);
-    }
-
-    /// Each pause is between half and all of the delay, and the delay doubles from the first
-    /// poll's to the longest.
-    #[test]
-    fn the_polls_of_a_wait_back_off_by_doubling_with_a_random_half() {
-        let delays_ms = [25, 50, 100, 200, 400, 500, 500];
-        let mut shortest = PollBackoff::default();
-        let mut longest = PollBackoff::default();
-        for delay_ms in delays_ms {
-            let delay = Duration::from_millis(delay_ms);
-            assert_eq!(shortest.next_pause(|_| 0), delay / 2);
-            let mut asked = None;
-            let pause = longest.next_pause(|most| {
-                asked = Some(most);
-                most
-            });
-            assert_eq!(pause, delay);
-            assert_eq!(asked, Some(delay_ms * 1000 / 2), "the random half's bound");
-        }
-    }
-
-    #[test]
-    fn an_outcome_shows_as_its_metric_name() {
-        for outcome in Outcome::ALL {
-            assert_eq!(outcome.to_string(), outcome.name());
-        }
-        assert_eq!(Outcome::KeyReused.to_string(), "idempotency_key_reused");
-    }
-
-    #[test]
-    fn every_handed_back_token_of_one_key_is_kept_for_release() {
-        let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
-        executor.remember_orphan("k", LeaseToken::new("written"));
-        executor.remember_orphan("k", LeaseToken::new("never-written"));
-        let orphans = executor.orphans.lock().unwrap();
-        assert_eq!(
-            orphans.len(),
-            2,
-            "a later token replaced the written claim's"
-        );
-        assert_eq!(orphans[&LeaseToken::new("written")], "k");
-    }
-
-    fn completed(key: &str, expires_at_s: i64) -> Record {
-        Record {
-            key: key.into(),
-            status: Status::Completed,
-            expires_at_s,
-            lease_until_ms: 0,
-            token: LeaseToken::new("t"),
-            fingerprint: "f".into(),
-            tool: "tool".into(),
-            created_at_ms: 0,
-            result: Some(key.as_bytes().to_vec()),
-            omitted_result_bytes: None,
-            outcome_unknown: false,
-            at_most_once: false,
-            path_digests: None,
-            offloaded: None,
-        }
-    }
-
-    #[test]
-    fn the_record_cache_evicts_the_least_recently_used_and_honours_expiry() {
-        assert!(RecordCache::new(0).is_none(), "capacity 0 is off");
-        let cache = RecordCache::new(2).unwrap();
-        cache.put("a", &completed("a", 100), 0);
-        cache.put("b", &completed("b", 100), 0);
-        assert!(cache.get("a", 0).is_some());
-        cache.put("c", &completed("c", 100), 0);
-        assert!(cache.get("b", 0).is_none(), "b was least recently used");
-        assert!(cache.get("a", 0).is_some() && cache.get("c", 0).is_some());
-        assert!(cache.get("a", 101_000).is_none(), "expired");
-        let mut in_progress = completed("d", 100);
-        in_progress.status = Status::InProgress;
-        cache.put("d", &in_progress, 0);
-        assert!(
-            cache.get("d", 0).is_none(),
-            "in-progress records are never cached"
-        );
-    }
 }

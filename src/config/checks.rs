@@ -1,0 +1,118 @@
+//! The combinations of settings that cannot work, refused at start-up with the variable to fix.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::env::{Vars, invalid};
+use super::{Config, ConfigError};
+use crate::executor::lease::{LEASE_MARGIN, LONGEST_LEASE, MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
+
+/// Refuses what `config` (read from `vars`) cannot do.
+pub(super) fn check<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<F>,
+    config: &Config,
+) -> Result<(), ConfigError> {
+    ttl_covers_the_longest_lease(config)?;
+    failures_are_always_stored(vars)?;
+    policy_ttls_cover_the_longest_lease(config)?;
+    the_bucket_keeps_results_as_long_as_records(vars, config)
+}
+
+fn ttl_covers_the_longest_lease(config: &Config) -> Result<(), ConfigError> {
+    let ttl_s = config.ttl.as_secs();
+    if ttl_s >= LONGEST_LEASE.as_secs() {
+        return Ok(());
+    }
+    Err(invalid(
+        "DEDUP_TTL_SECONDS",
+        &ttl_s.to_string(),
+        format!(
+            "must be at least {} seconds, the longest lease (Lambda's {} s maximum run time, \
+             {} s for a tool's init and throttled invokes, and a {} s margin): a shorter life \
+             would let a record expire while its call may still be running",
+            LONGEST_LEASE.as_secs(),
+            MAX_TOOL_TIMEOUT.as_secs(),
+            TOOL_START_ALLOWANCE.as_secs(),
+            LEASE_MARGIN.as_secs()
+        ),
+    ))
+}
+
+/// Retired: a failure reply says the tool acted, so it is always stored (see
+/// `decide::after_run`); a deployment that asked for re-runs must hear that it no longer gets
+/// them.
+fn failures_are_always_stored<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<F>,
+) -> Result<(), ConfigError> {
+    if vars.flag("DEDUP_CACHE_FAILURES")? != Some(false) {
+        return Ok(());
+    }
+    Err(invalid(
+        "DEDUP_CACHE_FAILURES",
+        "false",
+        "is retired: a failure reply (Bedrock FAILURE, HTTP 5xx, MCP isError) says the tool \
+         failed while acting, so it is always stored and replayed; a tool that refused its \
+         input answers REPROMPT or HTTP 4xx, or raises DedupNothingRan, and is released. \
+         Remove the variable",
+    ))
+}
+
+fn policy_ttls_cover_the_longest_lease(config: &Config) -> Result<(), ConfigError> {
+    let Some((tool, ttl)) = config
+        .policies
+        .iter()
+        .filter_map(|(tool, p)| p.ttl.map(|ttl| (tool, ttl)))
+        .find(|(_, ttl)| *ttl < LONGEST_LEASE)
+    else {
+        return Ok(());
+    };
+    let shown = config
+        .policy_file
+        .as_deref()
+        .unwrap_or(Path::new(""))
+        .display()
+        .to_string();
+    Err(invalid(
+        "DEDUP_POLICY_FILE",
+        &shown,
+        format!(
+            "tool {tool:?} has ttl_seconds {}, under {} seconds, the longest lease: its \
+             record could expire while its call may still be running",
+            ttl.as_secs(),
+            LONGEST_LEASE.as_secs()
+        ),
+    ))
+}
+
+/// A record that outlives its result object would answer "stored result unavailable". Only a
+/// deployment that offloads keeps objects (a stack without a bucket still sets the retention).
+fn the_bucket_keeps_results_as_long_as_records<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<F>,
+    config: &Config,
+) -> Result<(), ConfigError> {
+    let retention_days: Option<u64> = vars.parsed("DEDUP_RESULTS_RETENTION_DAYS")?;
+    let Some(days) = retention_days.filter(|_| config.results_bucket.is_some()) else {
+        return Ok(());
+    };
+    let longest = config
+        .policies
+        .iter()
+        .filter_map(|(tool, p)| {
+            p.ttl
+                .map(|ttl| (format!("tool {tool:?}'s ttl_seconds"), ttl))
+        })
+        .chain([("DEDUP_TTL_SECONDS".to_string(), config.ttl)])
+        .max_by_key(|(_, ttl): &(String, Duration)| *ttl);
+    match longest.filter(|(_, ttl)| ttl.as_secs() > days * 86_400) {
+        Some((what, ttl)) => Err(invalid(
+            "DEDUP_RESULTS_RETENTION_DAYS",
+            &days.to_string(),
+            format!(
+                "{what} is {} seconds, longer than the results bucket keeps an object \
+                 ({days} days): raise the bucket's retention",
+                ttl.as_secs()
+            ),
+        )),
+        None => Ok(()),
+    }
+}

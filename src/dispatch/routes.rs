@@ -1,0 +1,160 @@
+//! `DEDUP_ROUTES`: which tool Lambda each call is sent to.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::executor::lease::MAX_TOOL_TIMEOUT;
+
+/// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
+/// `"actionGroup/*"` or `"*"` → tool function name or ARN, or
+/// `{"function": "name or ARN", "timeout_seconds": 120}` to state the tool's own timeout (else
+/// the Lambda looks it up at cold start). The most specific entry wins.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    exact: HashMap<String, String>,
+    groups: HashMap<String, String>,
+    default: Option<String>,
+    /// Timeouts stated in the routes, by target.
+    timeouts: HashMap<String, Duration>,
+}
+
+impl Routes {
+    /// Parses the JSON object text of `DEDUP_ROUTES`.
+    pub fn parse(text: &str) -> Result<Routes, String> {
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
+        let mut routes = Routes::default();
+        for (pattern, value) in map {
+            let (target, timeout) = route_target(&value)
+                .map_err(|reason| format!("route {pattern:?}: {reason}, got {value}"))?;
+            if let Some(timeout) = timeout {
+                routes.state_timeout(&target, timeout);
+            }
+            routes.insert(&pattern, target)?;
+        }
+        Ok(routes)
+    }
+
+    /// Records that `target` can run for `timeout` (the longest stated one wins).
+    pub fn state_timeout(&mut self, target: &str, timeout: Duration) {
+        let known = self.timeouts.entry(target.to_string()).or_default();
+        *known = (*known).max(timeout);
+    }
+
+    /// The timeout stated for `target` in the routes, if any.
+    pub fn stated_timeout(&self, target: &str) -> Option<Duration> {
+        self.timeouts.get(target).copied()
+    }
+
+    /// Every distinct target, sorted.
+    pub fn targets(&self) -> Vec<&str> {
+        let mut targets: Vec<&str> = self
+            .exact
+            .values()
+            .chain(self.groups.values())
+            .chain(&self.default)
+            .map(String::as_str)
+            .collect();
+        targets.sort_unstable();
+        targets.dedup();
+        targets
+    }
+
+    /// Adds one route; the pattern syntax is the same as in [`Routes::parse`].
+    pub fn insert(&mut self, pattern: &str, target: String) -> Result<(), String> {
+        let pattern = pattern.trim();
+        if pattern == "*" {
+            self.default = Some(target);
+            return Ok(());
+        }
+        let (group, tool) = pattern
+            .split_once('/')
+            .filter(|(g, t)| !g.is_empty() && !t.is_empty())
+            .ok_or_else(|| {
+                format!("route {pattern:?} must be \"actionGroup/function\", \"actionGroup/METHOD /path\", \"actionGroup/*\" or \"*\"")
+            })?;
+        if tool == "*" {
+            self.groups.insert(group.to_string(), target);
+        } else {
+            self.exact
+                .insert(route_key(group, &normalize_tool(tool)), target);
+        }
+        Ok(())
+    }
+
+    /// A route table that sends everything to `target`.
+    pub fn everything_to(target: impl Into<String>) -> Routes {
+        Routes {
+            default: Some(target.into()),
+            ..Routes::default()
+        }
+    }
+
+    /// The target for a call of `tool` (a function name or `"METHOD /path"`) in `action_group`.
+    pub fn resolve(&self, action_group: &str, tool: &str) -> Option<&str> {
+        self.exact
+            .get(&route_key(action_group, tool))
+            .or_else(|| self.groups.get(action_group))
+            .or(self.default.as_ref())
+            .map(String::as_str)
+    }
+
+    /// True when no route at all is configured (the Lambda refuses to start then).
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
+    }
+}
+
+/// A route's value: `"target"` or `{"function": "target", "timeout_seconds": N}`.
+fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>), String> {
+    use serde_json::Value;
+    let non_empty = |v: Option<&Value>| match v {
+        Some(Value::String(t)) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        _ => None,
+    };
+    if let Some(target) = non_empty(Some(value)) {
+        return Ok((target, None));
+    }
+    let Value::Object(fields) = value else {
+        return Err("target must be a non-empty string or an object".into());
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|k| !["function", "timeout_seconds"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "unknown field {unknown:?} (expected \"function\" and \"timeout_seconds\")"
+        ));
+    }
+    let target =
+        non_empty(fields.get("function")).ok_or("\"function\" must be a non-empty string")?;
+    let timeout = match fields.get("timeout_seconds") {
+        None => None,
+        Some(t) => Some(t.as_u64().and_then(lambda_timeout).ok_or(format!(
+            "\"timeout_seconds\" must be a whole number of seconds from 1 to {} (Lambda's maximum)",
+            MAX_TOOL_TIMEOUT.as_secs()
+        ))?),
+    };
+    Ok((target, timeout))
+}
+
+/// `seconds` as a timeout a Lambda function can have (1 s to [`MAX_TOOL_TIMEOUT`]).
+pub fn lambda_timeout(seconds: u64) -> Option<Duration> {
+    (1..=MAX_TOOL_TIMEOUT.as_secs())
+        .contains(&seconds)
+        .then(|| Duration::from_secs(seconds))
+}
+
+fn route_key(action_group: &str, tool: &str) -> String {
+    format!("{action_group}/{tool}")
+}
+
+/// `"post /x"` → `"POST /x"`, the spelling [`crate::bedrock`] gives OpenAPI tools.
+fn normalize_tool(tool: &str) -> String {
+    match tool.split_once(' ') {
+        Some((method, path)) if path.starts_with('/') => {
+            format!("{} {}", method.to_ascii_uppercase(), path.trim())
+        }
+        _ => tool.to_string(),
+    }
+}

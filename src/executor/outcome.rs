@@ -1,0 +1,246 @@
+//! What the executor is handed and what it hands back: a keyed call, what its side effect gave,
+//! and how the call ended.
+
+use std::sync::Arc;
+
+use crate::decide::AfterRun;
+use crate::key::{Call, Delivery};
+use crate::seam::ReplyClass;
+use crate::store::StoreError;
+
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The tool ran for this call.
+    Executed,
+    /// A completed record answered.
+    Replayed,
+    /// An identical in-flight call finished while this one waited, and its result answered.
+    Waited,
+    /// An identical call was still running when the wait bound passed: REPROMPT.
+    InProgress,
+    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
+    ToolError,
+    /// The store was unreachable: the tool was not called (fail closed).
+    StoreError,
+    /// The event or its arguments were invalid; nothing was claimed.
+    BadRequest,
+    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
+    ShadowReplay,
+    /// The tool's policy turns deduplication off (`dedup = "off"`): it ran, unclaimed.
+    DedupOff,
+    /// A Gateway call that names no run ran unclaimed (`DEDUP_SESSIONLESS=pass_through`).
+    Sessionless,
+    /// A Gateway interceptor message that is not a keyed call (`tools/list`, `initialize`, our
+    /// own answers seen again at RESPONSE): passed on untouched.
+    PassedOn,
+    /// An `at_most_once` call whose outcome is unknown: the tool was not run again, and the
+    /// caller is told so until an operator settles the call (`dedup settle`).
+    Unknown,
+    /// The caller's idempotency key was first used with other arguments: refused, nothing ran.
+    KeyReused,
+    /// A Gateway interceptor invocation this version does not read (an HTTP target's, an
+    /// unknown input version): passed on untouched.
+    PassedUnread,
+    /// An event of an entry point this deployment does not serve (`DEDUP_DOORS`): refused.
+    DoorRefused,
+}
+
+impl Outcome {
+    /// Every outcome, in the order reports list them.
+    pub const ALL: [Outcome; 15] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Waited,
+        Outcome::InProgress,
+        Outcome::ToolError,
+        Outcome::StoreError,
+        Outcome::BadRequest,
+        Outcome::ShadowReplay,
+        Outcome::DedupOff,
+        Outcome::Sessionless,
+        Outcome::PassedOn,
+        Outcome::Unknown,
+        Outcome::KeyReused,
+        Outcome::PassedUnread,
+        Outcome::DoorRefused,
+    ];
+
+    /// The outcome's own name (metrics, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Waited => "waited",
+            Outcome::InProgress => "in_progress",
+            Outcome::ToolError => "tool_error",
+            Outcome::StoreError => "store_error",
+            Outcome::BadRequest => "bad_request",
+            Outcome::ShadowReplay => "shadow_replay",
+            Outcome::DedupOff => "dedup_off",
+            Outcome::Sessionless => "sessionless",
+            Outcome::PassedOn => "passed_on",
+            Outcome::Unknown => "outcome_unknown",
+            Outcome::KeyReused => "idempotency_key_reused",
+            Outcome::PassedUnread => "passed_unread",
+            Outcome::DoorRefused => "door_refused",
+        }
+    }
+
+    /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
+    /// repeats included), `replayed` for one answered from the store (waited-for calls
+    /// included), else the outcome's own name.
+    pub fn caller_word(self) -> &'static str {
+        match self {
+            Outcome::Executed
+            | Outcome::ShadowReplay
+            | Outcome::DedupOff
+            | Outcome::Sessionless => "executed",
+            Outcome::Replayed | Outcome::Waited => "replayed",
+            other => other.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One call, keyed.
+#[derive(Debug, Clone, Copy)]
+pub struct Keyed<'a> {
+    /// The typed key, or the caller's key scoped ([`crate::key::CallerKeyed`]), 32 hex digits.
+    pub key: &'a str,
+    /// The strict fingerprint (keyer B) of the arguments, stored beside the result; for a
+    /// caller-keyed call, the typed canonical form's (a repeat must match it).
+    pub fingerprint: &'a str,
+    /// The key core's view of the call (to explain which rules made a repeat meet the original).
+    pub call: &'a Call<'a>,
+    /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
+    pub delivery: Delivery,
+    /// Set for a call keyed by its caller's key: a record under the key with another fingerprint
+    /// is a mismatch.
+    pub caller: Option<CallerKey<'a>>,
+}
+
+/// What a call keyed by its caller's own key carries beside its key.
+#[derive(Debug, Clone, Copy)]
+pub struct CallerKey<'a> {
+    /// The arguments' leaf digests ([`crate::key::CallerKeyed::path_digests`]), stored with the
+    /// claim so that a mismatch can name its paths; `None` when too many to store.
+    pub path_digests: Option<&'a str>,
+}
+
+/// What running the side effect gave.
+#[derive(Debug)]
+pub enum ToolRun<E> {
+    /// A reply, classified by the caller's format.
+    Replied {
+        /// The reply, in the caller's format.
+        reply: Vec<u8>,
+        /// Whether it is a result to keep or an error to release.
+        class: ReplyClass,
+    },
+    /// No usable reply. `outcome_unknown` when the side effect may have happened (a timeout, a
+    /// lost response): the claim is then kept until its lease ends instead of released.
+    Failed {
+        /// Why there is no reply.
+        error: E,
+        /// True when the side effect may have happened.
+        outcome_unknown: bool,
+    },
+}
+
+/// How a keyed call ended.
+#[derive(Debug)]
+pub enum Settled<E> {
+    /// The side effect ran for this call (also shadow mode's repeats: see `outcome`).
+    Executed {
+        /// The tool's reply.
+        reply: Vec<u8>,
+    },
+    /// A completed record answered: from the store, the warm cache, or after waiting.
+    Replayed {
+        /// The stored reply.
+        reply: Arc<[u8]>,
+    },
+    /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
+    /// unsettled): the side effect was not run again, and will not be until an operator settles it.
+    OutcomeUnknown,
+    /// The caller's idempotency key was first used for other arguments: nothing ran. `paths` are
+    /// the argument paths that differ (JSON Pointers, never values); `None` when they were not
+    /// recorded.
+    KeyReused {
+        /// The differing paths.
+        paths: Option<Vec<String>>,
+    },
+    /// A completed record answered whose result was too large to store (`bytes` long): the call
+    /// ran, and its result cannot be shown again.
+    AlreadyRan {
+        /// Size of the result that was not stored.
+        bytes: usize,
+    },
+    /// An identical call still holds the key. `retry_after_ms` is when its lease ends.
+    InProgress {
+        /// Epoch milliseconds when the holder's lease ends, if known.
+        retry_after_ms: Option<i64>,
+    },
+    /// The store could not be asked; the side effect did not run.
+    StoreDown(StoreError),
+    /// The side effect failed (see [`ToolRun::Failed`]).
+    ToolFailed {
+        /// Why the side effect failed.
+        error: E,
+        /// True when the side effect may have happened (the claim is kept, not released).
+        outcome_unknown: bool,
+    },
+    /// Too little time was left to run the side effect; it did not run.
+    NoTime,
+}
+
+/// [`Settled`] with what the report needs.
+#[derive(Debug)]
+pub struct Finished<E> {
+    /// How the call ended.
+    pub settled: Settled<E>,
+    /// The outcome to report.
+    pub outcome: Outcome,
+    /// For replays: the normalization rules that made this call meet the stored one.
+    pub rules: Vec<&'static str>,
+}
+
+/// Who takes a claim for a side effect that runs elsewhere ([`Executor::open`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestOwner {
+    /// The name the claim's token carries ([`LeaseToken::for_owner`]).
+    pub name: String,
+    /// The name stands for one request and no other: a claim found under it is this request's
+    /// own, taken by an earlier invocation for the same request (the Gateway invokes an
+    /// interceptor again after a failure or a timeout), and goes on as the owner's.
+    pub is_one_request: bool,
+}
+
+/// What [`Executor::open`] ended with.
+#[derive(Debug)]
+pub enum Opened<E> {
+    /// This request holds the claim: let the side effect run.
+    Claimed,
+    /// Shadow mode: nothing was claimed for this request (`outcome` says what enforce mode would
+    /// have done); let the side effect run.
+    Unclaimed(Outcome),
+    /// The call is answered without running the side effect (replay, in progress, store down).
+    Answered(Finished<E>),
+}
+
+/// What [`Executor::finish_claimed`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishedElsewhere {
+    /// This request's claim was completed, released or kept.
+    Settled(AfterRun),
+    /// The call was already completed (a replayed answer, or an earlier owner's reply).
+    AlreadyCompleted,
+    /// No claim of this request holds the key (another request's claim, or none).
+    NoClaim,
+}

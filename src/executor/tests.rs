@@ -1,0 +1,247 @@
+//! The executor's unit tests.
+
+use super::*;
+use crate::key::Call;
+use crate::seam::ReplyClass;
+use crate::store::MemoryStore;
+
+/// The tool gets the time to the deadline less what the completion and the answer need: a
+/// tool given more would still be running when its result has to be stored.
+#[tokio::test]
+async fn the_tool_is_given_the_time_left_less_the_completion_reserve_and_the_reply_margin() {
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+    let settings = executor.settings().clone();
+    let keyed = keyed("f", None);
+    let budget = Duration::from_secs(10);
+    let end = Instant::now() + budget;
+    let given = Arc::new(Mutex::new(None));
+    let finished: Finished<()> = executor
+        .run(keyed, end, NO_RUN_TIME, |timeout| {
+            *given.lock().unwrap() = Some(timeout);
+            async {
+                ToolRun::Replied {
+                    reply: b"{}".to_vec(),
+                    class: ReplyClass::Success,
+                }
+            }
+        })
+        .await;
+    assert_eq!(finished.outcome, Outcome::Executed);
+    let given = given.lock().unwrap().expect("the tool ran");
+    let most = budget - settings.completion_reserve - settings.reply_margin;
+    assert!(
+        given <= most && given > most - Duration::from_secs(1),
+        "the tool was given {given:?}; at most {most:?} fits before the deadline"
+    );
+}
+
+const CHARGE: Call<'static> = Call {
+    tool: "charge_card",
+    args: r#"{"amount":42}"#,
+    namespace: None,
+    run_id: Some("run"),
+    step: Some("1"),
+    schema: None,
+    policy: None,
+};
+
+fn keyed<'a>(fingerprint: &'a str, caller: Option<CallerKey<'a>>) -> Keyed<'a> {
+    Keyed {
+        key: "k",
+        fingerprint,
+        call: &CHARGE,
+        delivery: Delivery::AtLeastOnce,
+        caller,
+    }
+}
+
+const NO_RUN_TIME: Lease = Lease::Covering {
+    max_run_time: Duration::ZERO,
+};
+
+async fn replying(_timeout: Duration) -> ToolRun<()> {
+    ToolRun::Replied {
+        reply: b"{}".to_vec(),
+        class: ReplyClass::Success,
+    }
+}
+
+/// The interceptor door's two halves: a reply settles only the claim its own request took,
+/// and never a call that is already completed.
+#[tokio::test]
+async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+    let end = Instant::now() + Duration::from_secs(10);
+    let call = keyed("f", None);
+    let success = RunEnd::Replied(ReplyClass::Success);
+    let owner = |name: &str, is_one_request| RequestOwner {
+        name: name.into(),
+        is_one_request,
+    };
+    let opened: Opened<()> = executor
+        .open(call, end, NO_RUN_TIME, &owner("request-a", false))
+        .await;
+    assert!(matches!(opened, Opened::Claimed), "{opened:?}");
+    // Invoked again for the same request: a name that may stand for several requests waits
+    // (answered "in progress" here: no wait), one that stands for one request goes on as
+    // the owner, under the claim it already holds.
+    let executor = executor.with_settings(|s| s.wait = Duration::ZERO);
+    let shared: Opened<()> = executor
+        .open(call, end, NO_RUN_TIME, &owner("request-a", false))
+        .await;
+    assert!(matches!(shared, Opened::Answered(_)), "{shared:?}");
+    let before = executor.store().get("k").await.unwrap().unwrap();
+    let again: Opened<()> = executor
+        .open(call, end, NO_RUN_TIME, &owner("request-a", true))
+        .await;
+    assert!(matches!(again, Opened::Claimed), "{again:?}");
+    assert_eq!(
+        executor.store().get("k").await.unwrap().unwrap().token,
+        before.token,
+        "the same claim"
+    );
+    let not_ours: Opened<()> = executor
+        .open(call, end, NO_RUN_TIME, &owner("request-b", true))
+        .await;
+    assert!(matches!(not_ours, Opened::Answered(_)), "{not_ours:?}");
+
+    let other = executor.finish_claimed(call, "request-b", end, success, b"{}");
+    assert_eq!(other.await.unwrap(), FinishedElsewhere::NoClaim);
+    let record = executor.store().get("k").await.unwrap().expect("the claim");
+    assert_eq!(
+        record.status,
+        Status::InProgress,
+        "another request's reply settled it"
+    );
+
+    let own = executor.finish_claimed(call, "request-a", end, success, b"{}");
+    assert_eq!(
+        own.await.unwrap(),
+        FinishedElsewhere::Settled(AfterRun::Complete)
+    );
+    let record = executor
+        .store()
+        .get("k")
+        .await
+        .unwrap()
+        .expect("the result");
+    assert_eq!(record.status, Status::Completed);
+
+    for request in ["request-a", "request-b"] {
+        let again = executor.finish_claimed(call, request, end, success, b"{}");
+        assert_eq!(
+            again.await.unwrap(),
+            FinishedElsewhere::AlreadyCompleted,
+            "{request}"
+        );
+    }
+}
+
+/// A caller-keyed repeat with the same arguments is answered by the warm cache without a
+/// request; with other arguments it goes to the store, whose record says the key was reused.
+#[tokio::test]
+async fn the_warm_cache_answers_a_caller_keyed_repeat_only_with_the_same_arguments() {
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default())
+        .with_settings(|s| s.local_cache_items = 8);
+    let end = Instant::now() + Duration::from_secs(10);
+    let caller = Some(CallerKey { path_digests: None });
+    let first: Finished<()> = executor
+        .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed);
+
+    let before = executor.store().requests().total();
+    let same: Finished<()> = executor
+        .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
+        .await;
+    assert_eq!(same.outcome, Outcome::Replayed);
+    assert_eq!(
+        executor.store().requests().total(),
+        before,
+        "the repeat asked the store"
+    );
+
+    let other: Finished<()> = executor
+        .run(keyed("f2", caller), end, NO_RUN_TIME, replying)
+        .await;
+    assert_eq!(other.outcome, Outcome::KeyReused);
+}
+
+/// Each pause is between half and all of the delay, and the delay doubles from the first
+/// poll's to the longest.
+#[test]
+fn the_polls_of_a_wait_back_off_by_doubling_with_a_random_half() {
+    let delays_ms = [25, 50, 100, 200, 400, 500, 500];
+    for (poll, delay_ms) in (1..).zip(delays_ms) {
+        let delay = Duration::from_millis(delay_ms);
+        assert_eq!(POLL_BACKOFF.pause(poll, |_| 0), delay / 2);
+        let mut asked = None;
+        let pause = POLL_BACKOFF.pause(poll, |most| {
+            asked = Some(most);
+            most
+        });
+        assert_eq!(pause, delay);
+        assert_eq!(asked, Some(delay_ms * 1000 / 2), "the random half's bound");
+    }
+}
+
+#[test]
+fn an_outcome_shows_as_its_metric_name() {
+    for outcome in Outcome::ALL {
+        assert_eq!(outcome.to_string(), outcome.name());
+    }
+    assert_eq!(Outcome::KeyReused.to_string(), "idempotency_key_reused");
+}
+
+#[test]
+fn every_handed_back_token_of_one_key_is_kept_for_release() {
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+    executor.remember_orphan("k", LeaseToken::new("written"));
+    executor.remember_orphan("k", LeaseToken::new("never-written"));
+    let orphans = executor.orphans.lock().unwrap();
+    assert_eq!(
+        orphans.len(),
+        2,
+        "a later token replaced the written claim's"
+    );
+    assert_eq!(orphans[&LeaseToken::new("written")], "k");
+}
+
+fn completed(key: &str, expires_at_s: i64) -> Record {
+    Record {
+        key: key.into(),
+        status: Status::Completed,
+        expires_at_s,
+        lease_until_ms: 0,
+        token: LeaseToken::new("t"),
+        fingerprint: "f".into(),
+        tool: "tool".into(),
+        created_at_ms: 0,
+        result: Some(key.as_bytes().to_vec()),
+        omitted_result_bytes: None,
+        outcome_unknown: false,
+        at_most_once: false,
+        path_digests: None,
+        offloaded: None,
+    }
+}
+
+#[test]
+fn the_record_cache_evicts_the_least_recently_used_and_honours_expiry() {
+    assert!(RecordCache::new(0).is_none(), "capacity 0 is off");
+    let cache = RecordCache::new(2).unwrap();
+    cache.put("a", &completed("a", 100), 0);
+    cache.put("b", &completed("b", 100), 0);
+    assert!(cache.get("a", 0).is_some());
+    cache.put("c", &completed("c", 100), 0);
+    assert!(cache.get("b", 0).is_none(), "b was least recently used");
+    assert!(cache.get("a", 0).is_some() && cache.get("c", 0).is_some());
+    assert!(cache.get("a", 101_000).is_none(), "expired");
+    let mut in_progress = completed("d", 100);
+    in_progress.status = Status::InProgress;
+    cache.put("d", &in_progress, 0);
+    assert!(
+        cache.get("d", 0).is_none(),
+        "in-progress records are never cached"
+    );
+}
