@@ -1,0 +1,218 @@
+//! The item layout: the attributes a record is written as, and read back from.
+
+use super::*;
+
+/// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
+pub mod attr {
+    /// `IN_PROGRESS` or `COMPLETED` (S).
+    pub const STATUS: &str = "status";
+    /// End of the claim's lease, epoch milliseconds (N).
+    pub const LEASE_UNTIL: &str = "lease_until";
+    /// The claim's fencing token (S).
+    pub const LEASE_TOKEN: &str = "lease_token";
+    /// Hash of the call's canonical form (S).
+    pub const FINGERPRINT: &str = "fingerprint";
+    /// The tool's name (S).
+    pub const TOOL: &str = "tool";
+    /// When the claim was made, epoch milliseconds (N).
+    pub const CREATED_AT: &str = "created_at";
+    /// The stored result (B).
+    pub const RESULT: &str = "result";
+    /// How `result` is encoded: `raw` or `gzip` (S).
+    pub const RESULT_ENCODING: &str = "result_encoding";
+    /// On a completed record without its result (too large): the result's size in bytes.
+    pub const RESULT_OMITTED: &str = "result_omitted";
+    /// On a completed record settled as outcome unknown: `true` (BOOL).
+    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+    /// On a claim of an `at_most_once` tool: `true` (BOOL); never taken over.
+    pub const AT_MOST_ONCE: &str = "at_most_once";
+    /// On a claim keyed by its caller's key: a digest per argument leaf (S).
+    pub const PATH_DIGESTS: &str = "path_digests";
+    /// On a completed record whose result is in the results bucket: the object's key (S).
+    pub const RESULT_OBJECT: &str = "result_object";
+    /// With `result_object`: the result's SHA-256, hex (S).
+    pub const RESULT_SHA256: &str = "result_sha256";
+    /// With `result_object`: the result's size in bytes (N).
+    pub const RESULT_BYTES: &str = "result_bytes";
+
+    pub(crate) const ALL: [&str; 15] = [
+        STATUS,
+        LEASE_UNTIL,
+        LEASE_TOKEN,
+        FINGERPRINT,
+        TOOL,
+        CREATED_AT,
+        RESULT,
+        RESULT_ENCODING,
+        RESULT_OMITTED,
+        OUTCOME_UNKNOWN,
+        AT_MOST_ONCE,
+        PATH_DIGESTS,
+        RESULT_OBJECT,
+        RESULT_SHA256,
+        RESULT_BYTES,
+    ];
+}
+
+pub(super) type Item = HashMap<String, AttributeValue>;
+
+impl DynamoDbStore {
+    pub(super) fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([(
+            self.cfg.key_attribute.clone(),
+            AttributeValue::S(key.to_owned()),
+        )])
+    }
+
+    pub(super) fn claim_item(
+        &self,
+        req: &ClaimRequest<'_>,
+        token: &LeaseToken,
+        now_ms: i64,
+    ) -> HashMap<String, AttributeValue> {
+        let mut item = self.key_value(req.key);
+        item.insert(attr::STATUS.into(), s(Status::InProgress.as_str()));
+        item.insert(self.cfg.ttl_attribute.clone(), n(req.record_expiry()));
+        item.insert(attr::LEASE_UNTIL.into(), n(req.lease_until_ms));
+        item.insert(attr::LEASE_TOKEN.into(), s(token.as_str()));
+        item.insert(attr::FINGERPRINT.into(), s(req.fingerprint));
+        item.insert(attr::TOOL.into(), s(req.tool));
+        item.insert(attr::CREATED_AT.into(), n(now_ms));
+        if req.at_most_once {
+            item.insert(attr::AT_MOST_ONCE.into(), AttributeValue::Bool(true));
+        }
+        if let Some(digests) = req.path_digests {
+            item.insert(attr::PATH_DIGESTS.into(), s(digests));
+        }
+        item
+    }
+}
+
+/// What a completion writes: the encoded result, or the marker of a result too large to store.
+#[derive(Clone, Copy)]
+pub(super) enum Written<'a> {
+    Result(&'a EncodedResult),
+    Offloaded(&'a Offloaded),
+    Omitted { bytes: usize },
+    Unknown,
+}
+
+pub(super) fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+pub(super) fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Decodes a stored item into a [`Record`], with the result decompressed. Never panics: anything
+/// missing, mistyped or undecodable is [`StoreError::Corrupt`].
+pub fn decode_item(
+    cfg: &DynamoDbConfig,
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Record, StoreError> {
+    let status_text = get_s(item, attr::STATUS)?;
+    let status = Status::parse(status_text).ok_or_else(|| {
+        StoreError::Corrupt(format!("attribute {:?}: unknown status", attr::STATUS))
+    })?;
+    let omitted_result_bytes = match (status, item.get(attr::RESULT_OMITTED)) {
+        (Status::Completed, Some(_)) => Some(
+            usize::try_from(get_n(item, attr::RESULT_OMITTED)?).map_err(|_| {
+                StoreError::Corrupt(format!("attribute {:?} is negative", attr::RESULT_OMITTED))
+            })?,
+        ),
+        _ => None,
+    };
+    let outcome_unknown = status == Status::Completed
+        && matches!(
+            item.get(attr::OUTCOME_UNKNOWN),
+            Some(AttributeValue::Bool(true))
+        );
+    let offloaded = match (status, item.get(attr::RESULT_OBJECT)) {
+        (Status::Completed, Some(_)) => Some(Offloaded {
+            object: get_s(item, attr::RESULT_OBJECT)?.to_owned(),
+            sha256: get_s(item, attr::RESULT_SHA256)?.to_owned(),
+            bytes: usize::try_from(get_n(item, attr::RESULT_BYTES)?).map_err(|_| {
+                StoreError::Corrupt(format!("attribute {:?} is negative", attr::RESULT_BYTES))
+            })?,
+        }),
+        _ => None,
+    };
+    let result = match status {
+        Status::InProgress => None,
+        Status::Completed
+            if omitted_result_bytes.is_some() || outcome_unknown || offloaded.is_some() =>
+        {
+            None
+        }
+        Status::Completed => {
+            let encoding = match item.get(attr::RESULT_ENCODING) {
+                None => ResultEncoding::Raw,
+                Some(AttributeValue::S(e)) => ResultEncoding::parse(e).ok_or_else(|| {
+                    StoreError::Corrupt(format!(
+                        "attribute {:?}: unknown encoding",
+                        attr::RESULT_ENCODING
+                    ))
+                })?,
+                Some(_) => return Err(wrong_type(attr::RESULT_ENCODING, "S")),
+            };
+            let bytes = match item.get(attr::RESULT) {
+                Some(AttributeValue::B(b)) => b.as_ref(),
+                Some(_) => return Err(wrong_type(attr::RESULT, "B")),
+                None => return Err(missing(attr::RESULT)),
+            };
+            Some(decode_result(encoding, bytes)?)
+        }
+    };
+    Ok(Record {
+        key: get_s(item, &cfg.key_attribute)?.to_owned(),
+        status,
+        expires_at_s: get_n(item, &cfg.ttl_attribute)?,
+        lease_until_ms: get_n(item, attr::LEASE_UNTIL)?,
+        token: LeaseToken::new(get_s(item, attr::LEASE_TOKEN)?),
+        fingerprint: get_s(item, attr::FINGERPRINT)?.to_owned(),
+        tool: get_s(item, attr::TOOL)?.to_owned(),
+        created_at_ms: get_n(item, attr::CREATED_AT)?,
+        result,
+        omitted_result_bytes,
+        outcome_unknown,
+        at_most_once: matches!(
+            item.get(attr::AT_MOST_ONCE),
+            Some(AttributeValue::Bool(true))
+        ),
+        path_digests: match item.get(attr::PATH_DIGESTS) {
+            Some(AttributeValue::S(digests)) => Some(digests.clone()),
+            _ => None,
+        },
+        offloaded,
+    })
+}
+
+pub(super) fn missing(name: &str) -> StoreError {
+    StoreError::Corrupt(format!("attribute {name:?} missing"))
+}
+
+pub(super) fn wrong_type(name: &str, want: &str) -> StoreError {
+    StoreError::Corrupt(format!("attribute {name:?} is not of type {want}"))
+}
+
+pub(super) fn get_s<'a>(
+    item: &'a HashMap<String, AttributeValue>,
+    name: &str,
+) -> Result<&'a str, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Ok(v),
+        Some(_) => Err(wrong_type(name, "S")),
+        None => Err(missing(name)),
+    }
+}
+
+pub(super) fn get_n(item: &HashMap<String, AttributeValue>, name: &str) -> Result<i64, StoreError> {
+    match item.get(name) {
+        Some(AttributeValue::N(v)) => v.parse::<i64>().map_err(|_| {
+            StoreError::Corrupt(format!("attribute {name:?} is not an integer in range"))
+        }),
+        Some(_) => Err(wrong_type(name, "N")),
+        None => Err(missing(name)),
+    }
+}
