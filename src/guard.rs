@@ -63,6 +63,7 @@
 //! ```
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -355,21 +356,7 @@ impl<S: Store> Dedup<S> {
         Fut: Future<Output = Result<T, E>>,
     {
         let keyer = self.executor.keyer();
-        let (key, fingerprint, path_digests) = match idempotency_key {
-            None => {
-                let (key, fingerprint) = keyer.key_and_fingerprint(call)?;
-                (key.to_string(), fingerprint.to_string(), None)
-            }
-            Some(idempotency_key) => match keyer.caller_keyed(call, idempotency_key) {
-                Ok(keyed) => (
-                    keyed.key.to_string(),
-                    keyed.fingerprint.to_string(),
-                    Some(keyed.path_digests),
-                ),
-                Err(CallerKeyError::Arguments(e)) => return Err(GuardError::Key(e)),
-                Err(e) => return Err(GuardError::CallerKey(e)),
-            },
-        };
+        let (key, fingerprint, path_digests) = guard_key(keyer, call, idempotency_key)?;
         if !keyer.dedups(call.tool) {
             // Nothing claimed, nothing stored: a retry runs again, as `released` says.
             return match side_effect().await {
@@ -422,26 +409,57 @@ impl<S: Store> Dedup<S> {
                 }
             })
             .await;
-        let value = match finished.settled {
-            Settled::Executed { reply } => serde_json::from_slice(&reply),
-            Settled::Replayed { reply } => serde_json::from_slice(&reply),
-            Settled::InProgress { retry_after_ms } => {
-                return Err(GuardError::InProgress { retry_after_ms });
-            }
-            Settled::AlreadyRan { bytes } => return Err(GuardError::ResultNotStored { bytes }),
-            Settled::OutcomeUnknown => return Err(GuardError::OutcomeUnknown { key }),
-            Settled::KeyReused { paths } => return Err(GuardError::KeyReused { paths }),
-            Settled::StoreDown(e) => return Err(GuardError::Store(e)),
-            Settled::ToolFailed { error, .. } => return Err(error),
-            Settled::NoTime => return Err(GuardError::NoTime),
-        }
-        .map_err(GuardError::Result)?;
+        let outcome = finished.outcome;
+        let reply = stored_reply(finished.settled, &key)?;
+        let value = serde_json::from_slice(&reply).map_err(GuardError::Result)?;
         Ok(Guarded {
             value,
-            outcome: finished.outcome,
+            outcome,
             key,
         })
     }
+}
+
+/// The key, fingerprint and (for a caller's key) leaf digests of `call`.
+type GuardKey = (String, String, Option<Option<String>>);
+
+fn guard_key<E>(
+    keyer: &Keyer,
+    call: &Call<'_>,
+    idempotency_key: Option<&str>,
+) -> Result<GuardKey, GuardError<E>> {
+    match idempotency_key {
+        None => {
+            let (key, fingerprint) = keyer.key_and_fingerprint(call)?;
+            Ok((key.to_string(), fingerprint.to_string(), None))
+        }
+        Some(idempotency_key) => match keyer.caller_keyed(call, idempotency_key) {
+            Ok(keyed) => Ok((
+                keyed.key.to_string(),
+                keyed.fingerprint.to_string(),
+                Some(keyed.path_digests),
+            )),
+            Err(CallerKeyError::Arguments(e)) => Err(GuardError::Key(e)),
+            Err(e) => Err(GuardError::CallerKey(e)),
+        },
+    }
+}
+
+/// The side effect's value as stored (its own, or an identical call's), or why there is none.
+fn stored_reply<E>(settled: Settled<GuardError<E>>, key: &str) -> Result<Arc<[u8]>, GuardError<E>> {
+    Err(match settled {
+        Settled::Executed { reply } => return Ok(Arc::from(reply)),
+        Settled::Replayed { reply } => return Ok(reply),
+        Settled::InProgress { retry_after_ms } => GuardError::InProgress { retry_after_ms },
+        Settled::AlreadyRan { bytes } => GuardError::ResultNotStored { bytes },
+        Settled::OutcomeUnknown => GuardError::OutcomeUnknown {
+            key: key.to_string(),
+        },
+        Settled::KeyReused { paths } => GuardError::KeyReused { paths },
+        Settled::StoreDown(e) => GuardError::Store(e),
+        Settled::ToolFailed { error, .. } => error,
+        Settled::NoTime => GuardError::NoTime,
+    })
 }
 
 /// `: /amount, /currency` for a mismatch's known paths.

@@ -219,23 +219,8 @@ impl<S: Store> Executor<S> {
         lease: Lease,
         owner: Option<&RequestOwner>,
     ) -> Acquired<E> {
-        let mut rules = Vec::new();
-        let shadow = self.settings.mode == Mode::Shadow;
-        if !shadow {
-            if let Some(hit) = self
-                .cache
-                .as_ref()
-                .and_then(|c| c.get(call.key, self.store.now_ms()))
-                // A caller key met with other arguments is answered from the record, which says how.
-                .filter(|hit| call.caller.is_none() || hit.fingerprint == call.fingerprint)
-            {
-                tracing::debug!("replayed from the warm-container cache");
-                return Acquired::Answered(Finished {
-                    rules: self.meeting_rules(&hit.fingerprint, call),
-                    settled: Settled::Replayed { reply: hit.result },
-                    outcome: Outcome::Replayed,
-                });
-            }
+        if let Some(done) = self.from_cache(call) {
+            return Acquired::Answered(done);
         }
         self.release_orphans(end).await;
         let wait_until = Instant::now() + self.wait_bound(end);
@@ -253,76 +238,94 @@ impl<S: Store> Executor<S> {
             if let Err(StoreError::ClaimUnconfirmed { token, .. }) = &claim {
                 self.remember_orphan(call.key, token.clone());
             }
-            let wait_left = wait_until.saturating_duration_since(Instant::now());
-            let now_ms = self.store.now_ms();
-            let caller_fingerprint = call.caller.map(|_| call.fingerprint);
-            let own = owner.filter(|o| o.is_one_request).map(|o| o.name.as_str());
-            let record = match decide(
+            let action = decide(
                 claim,
                 self.settings.mode,
-                wait_left,
-                now_ms,
-                caller_fingerprint,
-                own,
-            ) {
-                NextAction::Execute { token } => {
-                    return Acquired::Owner(Started {
-                        token: Some(token),
-                        claimed_at: claim_started,
-                    });
-                }
-                NextAction::Shadow { seen } => {
-                    let outcome = match &seen {
-                        Some(record) => {
-                            rules = self.meeting_rules(&record.fingerprint, call);
-                            tracing::info!(rules = %rules.join(","), "shadow mode: would have replayed or waited");
-                            Outcome::ShadowReplay
-                        }
-                        None => {
-                            tracing::warn!("shadow mode: store unavailable, executing anyway");
-                            Outcome::Executed
-                        }
-                    };
-                    return Acquired::Shadow {
-                        started: Started {
-                            token: None,
-                            claimed_at: claim_started,
-                        },
-                        outcome,
-                        rules,
-                    };
-                }
-                NextAction::StoreDown(e) => {
-                    return Acquired::Answered(finished(
-                        Settled::StoreDown(e),
-                        Outcome::StoreError,
-                        rules,
-                    ));
-                }
-                NextAction::Replay(record) => {
-                    return Acquired::Answered(self.replay(record, call, Outcome::Replayed));
-                }
-                NextAction::Unknown(_) => return Acquired::Answered(outcome_unknown()),
-                NextAction::Mismatch(record) => {
-                    return Acquired::Answered(key_reused(&record, call));
-                }
-                NextAction::Busy(record) => return Acquired::Answered(self.in_progress(&record)),
-                NextAction::Wait(record) => record,
+                wait_until.saturating_duration_since(Instant::now()),
+                self.store.now_ms(),
+                call.caller.map(|_| call.fingerprint),
+                owner.filter(|o| o.is_one_request).map(|o| o.name.as_str()),
+            );
+            let record = match self.act_on(action, call, claim_started) {
+                Ok(acquired) => return acquired,
+                Err(record) => record,
             };
             let done = match self.wait(call.key, record, wait_until, end).await {
                 Waited::Completed(record) => self.replay(record, call, Outcome::Waited),
                 Waited::Claimable => continue,
                 Waited::StillRunning(record) => self.in_progress(&record),
-                Waited::Failed(e) => finished(Settled::StoreDown(e), Outcome::StoreError, rules),
+                Waited::Failed(e) => store_down(e),
             };
             return Acquired::Answered(done);
         }
         Acquired::Answered(self.settle_after_racing(call, end).await)
     }
 
+    /// A repeat the warm cache answers (never in shadow mode, which always runs the call). A
+    /// caller key met with other arguments goes to the record, which says how they differ.
+    fn from_cache<E>(&self, call: Keyed<'_>) -> Option<Finished<E>> {
+        if self.settings.mode == Mode::Shadow {
+            return None;
+        }
+        let hit = self
+            .cache
+            .as_ref()?
+            .get(call.key, self.store.now_ms())
+            .filter(|hit| call.caller.is_none() || hit.fingerprint == call.fingerprint)?;
+        tracing::debug!("replayed from the warm-container cache");
+        Some(Finished {
+            rules: self.meeting_rules(&hit.fingerprint, call),
+            settled: Settled::Replayed { reply: hit.result },
+            outcome: Outcome::Replayed,
+        })
+    }
+
+    /// What a claim round's [`NextAction`] ends with, or (`Err`) the record of an identical call
+    /// in flight to wait for.
+    fn act_on<E>(
+        &self,
+        action: NextAction,
+        call: Keyed<'_>,
+        claim_started: Instant,
+    ) -> Result<Acquired<E>, Record> {
+        let answered = |done| Ok(Acquired::Answered(done));
+        match action {
+            NextAction::Execute { token } => Ok(Acquired::Owner(Started {
+                token: Some(token),
+                claimed_at: claim_started,
+            })),
+            NextAction::Shadow { seen } => {
+                let (outcome, rules) = match &seen {
+                    Some(record) => {
+                        let rules = self.meeting_rules(&record.fingerprint, call);
+                        tracing::info!(rules = %rules.join(","), "shadow mode: would have replayed or waited");
+                        (Outcome::ShadowReplay, rules)
+                    }
+                    None => {
+                        tracing::warn!("shadow mode: store unavailable, executing anyway");
+                        (Outcome::Executed, Vec::new())
+                    }
+                };
+                Ok(Acquired::Shadow {
+                    started: Started {
+                        token: None,
+                        claimed_at: claim_started,
+                    },
+                    outcome,
+                    rules,
+                })
+            }
+            NextAction::StoreDown(e) => answered(store_down(e)),
+            NextAction::Replay(record) => answered(self.replay(record, call, Outcome::Replayed)),
+            NextAction::Unknown(_) => answered(outcome_unknown()),
+            NextAction::Mismatch(record) => answered(key_reused(&record, call)),
+            NextAction::Busy(record) => answered(self.in_progress(&record)),
+            NextAction::Wait(record) => Err(record),
+        }
+    }
+
     /// After every claim round lost to identical calls: what the record says now.
     async fn settle_after_racing<E>(&self, call: Keyed<'_>, end: Instant) -> Finished<E> {
-        let rules = Vec::new();
         match self.bounded(end, self.store.get(call.key)).await {
             Ok(Some(record)) if record.status == Status::Completed => {
                 self.replay(record, call, Outcome::Waited)
@@ -335,10 +338,10 @@ impl<S: Store> Executor<S> {
                         retry_after_ms: None,
                     },
                     Outcome::InProgress,
-                    rules,
+                    Vec::new(),
                 )
             }
-            Err(e) => finished(Settled::StoreDown(e), Outcome::StoreError, rules),
+            Err(e) => store_down(e),
         }
     }
 
@@ -779,6 +782,11 @@ fn key_reused<E>(record: &Record, call: Keyed<'_>) -> Finished<E> {
         call.caller.and_then(|c| c.path_digests),
     );
     finished(Settled::KeyReused { paths }, Outcome::KeyReused, Vec::new())
+}
+
+/// The answer when the store could not be asked: the side effect did not run.
+fn store_down<E>(e: StoreError) -> Finished<E> {
+    finished(Settled::StoreDown(e), Outcome::StoreError, Vec::new())
 }
 
 /// The answer to a repeat of an `at_most_once` call whose outcome is unknown.

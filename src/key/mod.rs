@@ -450,64 +450,25 @@ impl Keyer {
                 limit: self.limits.max_bytes,
             });
         }
-        let done = |key, canonical: String, rules| Explanation {
-            key,
-            strategy,
-            canonical,
-            rules,
-        };
-        if strategy == Strategy::Raw {
-            let canonical = if explain {
-                call.args.to_string()
-            } else {
-                String::new()
-            };
-            return Ok(done(
-                article::key_raw(call.tool, call.args),
-                canonical,
-                Rules::default(),
-            ));
-        }
-        if strategy == Strategy::Typed {
-            let tape = json::parse_tape(call.args, self.limits.max_depth)?;
-            if !matches!(tape.token(0), json::Token::Object { .. }) {
-                return Err(KeyError::NotAnObject);
+        let (key, canonical, rules) = match strategy {
+            Strategy::Raw => {
+                let canonical = if explain {
+                    call.args.to_string()
+                } else {
+                    String::new()
+                };
+                let key = article::key_raw(call.tool, call.args);
+                (key, canonical, Rules::default())
             }
-            let policy = self.policies.get(call.policy_name());
-            let schema = overlaid(call.schema, policy.and_then(|p| p.schema.as_ref()));
-            let mut normalizer =
-                typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
-            let mut out = Vec::with_capacity(call.args.len() + 16);
-            normalizer.value(
-                &tape,
-                0,
-                schema.as_deref(),
-                policy.map(|p| &p.root),
-                &mut out,
-            )?;
-            let key = typed_hash(call, &out);
-            let canonical = if explain {
-                String::from_utf8(out).unwrap_or_default()
-            } else {
-                String::new()
-            };
-            return Ok(done(key, canonical, normalizer.rules));
-        }
-        if strategy == Strategy::Canonical {
-            let tape = json::parse_tape(call.args, self.limits.max_depth)?;
-            let text = article::canonical_text(&tape);
-            return Ok(done(
-                article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]),
-                text,
-                Rules::default(),
-            ));
-        }
-        let root = json::parse(call.args, self.limits.max_depth)?;
-        match strategy {
-            Strategy::Raw | Strategy::Typed | Strategy::Canonical => {
-                unreachable!("handled above")
+            Strategy::Typed => self.typed(call, explain)?,
+            Strategy::Canonical => {
+                let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+                let text = article::canonical_text(&tape);
+                let key = article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                (key, text, Rules::default())
             }
             Strategy::Normalized | Strategy::Scoped => {
+                let root = json::parse(call.args, self.limits.max_depth)?;
                 let text = article::normalized_text(root)?;
                 let inner = article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
                 let key = if strategy == Strategy::Scoped {
@@ -515,9 +476,41 @@ impl Keyer {
                 } else {
                     inner
                 };
-                Ok(done(key, text, Rules::default()))
+                (key, text, Rules::default())
             }
+        };
+        Ok(Explanation {
+            key,
+            strategy,
+            canonical,
+            rules,
+        })
+    }
+
+    /// Our keyer: the arguments normalized as their schema (and the policy) say, scoped and hashed.
+    fn typed(&self, call: &Call<'_>, explain: bool) -> Result<(Key, String, Rules), KeyError> {
+        let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+        if !matches!(tape.token(0), json::Token::Object { .. }) {
+            return Err(KeyError::NotAnObject);
         }
+        let policy = self.policies.get(call.policy_name());
+        let schema = overlaid(call.schema, policy.and_then(|p| p.schema.as_ref()));
+        let mut normalizer = typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
+        let mut out = Vec::with_capacity(call.args.len() + 16);
+        normalizer.value(
+            &tape,
+            0,
+            schema.as_deref(),
+            policy.map(|p| &p.root),
+            &mut out,
+        )?;
+        let key = typed_hash(call, &out);
+        let canonical = if explain {
+            String::from_utf8(out).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((key, canonical, normalizer.rules))
     }
 }
 

@@ -10,8 +10,9 @@ use super::number::{Decimal, is_canonical_numeral};
 use super::policy::PolicyNode;
 use super::schema::{FieldMode, Format, Schema, Types};
 use super::text::{
-    ascii_shape, casefold, casefold_words, is_email, nfc_and_whitespace, write_casefolded_ascii,
-    write_casefolded_ascii_words, write_json_string, write_shaped_json_string,
+    AsciiShape, ascii_shape, casefold, casefold_words, is_email, nfc_and_whitespace,
+    write_casefolded_ascii, write_casefolded_ascii_words, write_json_string,
+    write_shaped_json_string,
 };
 use super::timestamp::Timestamp;
 use super::{KeyError, Rules};
@@ -168,32 +169,44 @@ impl Normalizer {
                     self.member(tape, name, schema, policy, &mut first, out)?;
                 }
             }
-            Some(schema) => {
-                // Members and the defaults of left-out properties, merged in name order: a
-                // property left out keys as its default, as does one whose `null` means "left out".
-                let mut defaults = schema.defaults().peekable();
-                for &(_, name) in order.iter() {
-                    let present = tape.str(tape.token(name));
-                    while let Some((default_name, property, default)) =
-                        defaults.next_if(|(n, _, _)| n.as_bytes() < present.as_bytes())
-                    {
-                        self.default(default_name, property, default, policy, &mut first, out)?;
-                    }
-                    let written = self.member(tape, name, Some(schema), policy, &mut first, out)?;
-                    if let Some((default_name, property, default)) =
-                        defaults.next_if(|(n, _, _)| *n == present)
-                    {
-                        if written == Member::DroppedNull {
-                            self.default(default_name, property, default, policy, &mut first, out)?;
-                        }
-                    }
-                }
-                for (default_name, property, default) in defaults {
+            Some(schema) => self.members_with_defaults(tape, order, schema, policy, out)?,
+        }
+        out.push(b'}');
+        Ok(())
+    }
+
+    /// The members (`order`: sorted by name) and the defaults of left-out properties, merged in
+    /// name order: a property left out keys as its default, as does one whose `null` means "left
+    /// out".
+    fn members_with_defaults(
+        &mut self,
+        tape: &Tape<'_>,
+        order: &[(u64, usize)],
+        schema: &Schema,
+        policy: Option<&PolicyNode>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        let mut first = true;
+        let mut defaults = schema.defaults().peekable();
+        for &(_, name) in order {
+            let present = tape.str(tape.token(name));
+            while let Some((default_name, property, default)) =
+                defaults.next_if(|(n, _, _)| n.as_bytes() < present.as_bytes())
+            {
+                self.default(default_name, property, default, policy, &mut first, out)?;
+            }
+            let written = self.member(tape, name, Some(schema), policy, &mut first, out)?;
+            if let Some((default_name, property, default)) =
+                defaults.next_if(|(n, _, _)| *n == present)
+            {
+                if written == Member::DroppedNull {
                     self.default(default_name, property, default, policy, &mut first, out)?;
                 }
             }
         }
-        out.push(b'}');
+        for (default_name, property, default) in defaults {
+            self.default(default_name, property, default, policy, &mut first, out)?;
+        }
         Ok(())
     }
 
@@ -302,33 +315,11 @@ impl Normalizer {
         }
         let types = schema.map(|s| s.types).unwrap_or_default();
         let typed_not_string = !types.is_unknown() && !types.contains(Types::STRING);
-
         if typed_not_string {
-            if types.contains(Types::NUMBER) {
-                if let Some(decimal) = Decimal::from_numeric_string(&s) {
-                    self.rules.insert(Rules::SCHEMA_COERCION);
-                    decimal?.write_canonical(out);
-                    return Ok(());
-                }
-            }
-            if types.contains(Types::BOOLEAN) {
-                if let Some(b) = parse_bool(&s) {
-                    self.rules.insert(Rules::SCHEMA_COERCION);
-                    out.extend_from_slice(if b { b"true" } else { b"false" });
-                    return Ok(());
-                }
-            }
-            if (types.contains(Types::ARRAY) && s.starts_with('['))
-                || (types.contains(Types::OBJECT) && s.starts_with('{'))
-            {
-                // Bedrock sends `array` parameters as JSON text inside a string.
-                if let Ok(embedded) = json::parse_tape(&s, self.depth_left) {
-                    self.rules.insert(Rules::SCHEMA_COERCION);
-                    return self.value(&embedded, 0, schema, policy, out);
-                }
+            if let Some(written) = self.coerced(&s, types, schema, policy, out) {
+                return written;
             }
         }
-
         let format = schema.map(|s| s.format).unwrap_or_default();
         if let Some(member) = schema.and_then(|sc| enum_member(sc, &s)) {
             if member != s.as_ref() {
@@ -338,21 +329,7 @@ impl Normalizer {
             return Ok(());
         }
         if let Some(ts) = Timestamp::parse(&s) {
-            // The timestamp rule applies to every string in date-time grammar unless the field is exact:
-            // the grammar is specific enough that no identifier or prose matches it.
-            out.push(b'"');
-            let start = out.len();
-            ts.write_normalized(out, self.keep_subseconds);
-            if out[start..] != *s.as_bytes() {
-                self.rules.insert(if ts.has_nonzero_offset() {
-                    Rules::TIMESTAMP_UTC
-                } else if ts.has_fraction() && !self.keep_subseconds {
-                    Rules::TIMESTAMP_SUBSECOND
-                } else {
-                    Rules::TIMESTAMP_FORMAT
-                });
-            }
-            out.push(b'"');
+            self.timestamp(&ts, &s, out);
             return Ok(());
         }
         if mode == Some(FieldMode::Casefold) || format == Format::CaseInsensitive {
@@ -379,39 +356,102 @@ impl Normalizer {
             }
             return Ok(());
         }
-        // No schema: only safe heuristics (documented in the README's rules table).
-        if shape.is_none_or(|shape| shape.may_be_numeral()) && is_canonical_numeral(&s) {
+        self.schema_free(&s, shape, out)
+    }
+
+    /// A string where the schema says a number, a boolean, an array or an object: the value it
+    /// spells, or `None` when it spells none.
+    fn coerced(
+        &mut self,
+        s: &str,
+        types: Types,
+        schema: Option<&Schema>,
+        policy: Option<&PolicyNode>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), KeyError>> {
+        if types.contains(Types::NUMBER) {
+            if let Some(decimal) = Decimal::from_numeric_string(s) {
+                self.rules.insert(Rules::SCHEMA_COERCION);
+                return Some(decimal.map(|d| d.write_canonical(out)));
+            }
+        }
+        if types.contains(Types::BOOLEAN) {
+            if let Some(b) = parse_bool(s) {
+                self.rules.insert(Rules::SCHEMA_COERCION);
+                out.extend_from_slice(if b { b"true" } else { b"false" });
+                return Some(Ok(()));
+            }
+        }
+        if (types.contains(Types::ARRAY) && s.starts_with('['))
+            || (types.contains(Types::OBJECT) && s.starts_with('{'))
+        {
+            // Bedrock sends `array` parameters as JSON text inside a string.
+            if let Ok(embedded) = json::parse_tape(s, self.depth_left) {
+                self.rules.insert(Rules::SCHEMA_COERCION);
+                return Some(self.value(&embedded, 0, schema, policy, out));
+            }
+        }
+        None
+    }
+
+    /// A string in date-time grammar, as the instant it names. The rule applies to every such
+    /// string unless the field is exact: the grammar is specific enough that no identifier or
+    /// prose matches it.
+    fn timestamp(&mut self, ts: &Timestamp, s: &str, out: &mut Vec<u8>) {
+        out.push(b'"');
+        let start = out.len();
+        ts.write_normalized(out, self.keep_subseconds);
+        if out[start..] != *s.as_bytes() {
+            self.rules.insert(if ts.has_nonzero_offset() {
+                Rules::TIMESTAMP_UTC
+            } else if ts.has_fraction() && !self.keep_subseconds {
+                Rules::TIMESTAMP_SUBSECOND
+            } else {
+                Rules::TIMESTAMP_FORMAT
+            });
+        }
+        out.push(b'"');
+    }
+
+    /// No schema: only safe heuristics (documented in the README's rules table).
+    fn schema_free(
+        &mut self,
+        s: &str,
+        shape: Option<AsciiShape>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        if shape.is_none_or(|shape| shape.may_be_numeral()) && is_canonical_numeral(s) {
             self.rules.insert(Rules::NUMERIC_STRING);
             // The number's canonical text, as a JSON number with the same digits gets: the numeral
             // itself, except past 40 digits, where the canonical form is scientific (found by the
             // keyer fuzz target: written as-is, the output was not idempotent and the string never
             // met the number).
-            match Decimal::from_numeric_string(&s) {
+            match Decimal::from_numeric_string(s) {
                 Some(Ok(decimal)) if s.len() > 40 => decimal.write_canonical(out),
                 _ => out.extend_from_slice(s.as_bytes()),
             }
             return Ok(());
         }
-        if let Some(b) = parse_bool(&s) {
+        if let Some(b) = parse_bool(s) {
             self.rules.insert(Rules::BOOLEAN_STRING);
             out.extend_from_slice(if b { b"true" } else { b"false" });
             return Ok(());
         }
         if let Some(shape) = shape {
-            let changed = if shape.has_at() && is_email(&s) {
-                write_casefolded_ascii(out, &s, shape)
+            let changed = if shape.has_at() && is_email(s) {
+                write_casefolded_ascii(out, s, shape)
             } else {
-                write_casefolded_ascii_words(out, &s, shape)
+                write_casefolded_ascii_words(out, s, shape)
             };
             if changed {
                 self.rules.insert(Rules::CASEFOLD);
             }
             return Ok(());
         }
-        if is_email(&s) {
-            return self.write_folded(casefold(&s), Rules::CASEFOLD, out);
+        if is_email(s) {
+            return self.write_folded(casefold(s), Rules::CASEFOLD, out);
         }
-        self.write_folded(casefold_words(&s), Rules::CASEFOLD, out)
+        self.write_folded(casefold_words(s), Rules::CASEFOLD, out)
     }
 
     fn write_folded(

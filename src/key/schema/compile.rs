@@ -1,6 +1,8 @@
 //! Compiling a JSON Schema (or an OpenAPI operation) into a [`Schema`]: `$ref`s resolved within
 //! the document, unions and intersections merged, bounded in depth and size.
 
+use serde_json::Map;
+
 use super::*;
 
 /// One compilation: the document `$ref`s resolve in, and the work done so far.
@@ -50,57 +52,37 @@ impl<'d> Compiler<'d> {
             return Ok(Schema::default());
         };
         let mut schema = Schema::default();
-        match obj.get("type") {
-            Some(Value::String(t)) => {
-                schema.types = Types::from_name(t).map_err(|e| e.under("/type"))?
-            }
-            Some(Value::Array(ts)) => {
-                for (i, t) in ts.iter().enumerate() {
-                    let t = t
-                        .as_str()
-                        .ok_or_else(|| SchemaError::invalid("type list must hold strings"))
-                        .and_then(Types::from_name)
-                        .map_err(|e| e.under(&format!("/type/{i}")))?;
-                    schema.types = schema.types.union(t);
+        read_types(obj, &mut schema)?;
+        // Before the members: a type `enum` or `const` implies keeps `properties` from implying
+        // an object.
+        read_value_keywords(obj, &mut schema)?;
+        self.members(obj, depth, &mut schema)?;
+        let mut schema = self.combined(obj, depth, schema)?;
+        // OpenAPI 3.0 writes a nullable type as `nullable: true` beside it, also beside a `$ref`.
+        if obj.get("nullable").and_then(Value::as_bool) == Some(true) {
+            schema.types = schema.types.union(Types::NULL);
+        }
+        if let Some(Value::Array(required)) = obj.get("required") {
+            for name in required.iter().filter_map(Value::as_str) {
+                if let Ok(i) = schema
+                    .properties
+                    .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                {
+                    schema.properties[i].1.required = true;
                 }
             }
-            Some(_) => {
-                return Err(SchemaError::invalid("type must be a string or a list").under("/type"));
-            }
-            None => {}
         }
-        let stated_type = obj.contains_key("type");
-        let literal = |value: &Value, schema: &mut Schema| {
-            let implied = match value {
-                Value::String(s) => {
-                    schema.enum_strings.push(s.clone());
-                    Types::STRING
-                }
-                Value::Number(_) => Types::NUMBER,
-                Value::Bool(_) => Types::BOOLEAN,
-                Value::Null => Types::NULL,
-                Value::Array(_) => Types::ARRAY,
-                Value::Object(_) => Types::OBJECT,
-            };
-            if !stated_type {
-                schema.types = schema.types.union(implied);
-            }
-        };
-        if let Some(Value::Array(members)) = obj.get("enum") {
-            for m in members {
-                literal(m, &mut schema);
-            }
-        }
-        if let Some(value) = obj.get("const") {
-            literal(value, &mut schema);
-        }
-        schema.format = match obj.get("format").and_then(Value::as_str) {
-            Some("date-time") => Format::DateTime,
-            Some("email" | "idn-email" | "hostname" | "idn-hostname" | "uuid") => {
-                Format::CaseInsensitive
-            }
-            _ => Format::None,
-        };
+        schema.fills_defaults = schema.properties.iter().any(|(_, s)| s.default.is_some());
+        Ok(schema)
+    }
+
+    /// `properties`, `patternProperties`, `additionalProperties`, `items` and `prefixItems`.
+    fn members(
+        &mut self,
+        obj: &'d Map<String, Value>,
+        depth: usize,
+        schema: &mut Schema,
+    ) -> Result<(), SchemaError> {
         if let Some(Value::Object(props)) = obj.get("properties") {
             for (name, sub) in props {
                 let compiled = self
@@ -144,19 +126,16 @@ impl<'d> Compiler<'d> {
                 }
             }
         }
-        if let Some(mode) = obj.get("x-dedup") {
-            let mode = mode
-                .as_str()
-                .ok_or_else(|| SchemaError::invalid("x-dedup must be a string"))
-                .and_then(FieldMode::parse)
-                .map_err(|e| e.under("/x-dedup"))?;
-            schema.mode = Some(mode);
-        }
-        match obj.get("default") {
-            Some(Value::Null) => schema.default_null = true,
-            Some(default) => schema.default = Some(default.to_string().into_boxed_str()),
-            None => {}
-        }
+        Ok(())
+    }
+
+    /// `schema` combined with what `$ref`, `allOf`, `anyOf` and `oneOf` say.
+    fn combined(
+        &mut self,
+        obj: &'d Map<String, Value>,
+        depth: usize,
+        mut schema: Schema,
+    ) -> Result<Schema, SchemaError> {
         if let Some(reference) = obj.get("$ref").and_then(Value::as_str) {
             let target = self.resolve(reference).map_err(|e| e.under("/$ref"))?;
             // A ref met again while it is being followed is a recursive schema: it is unfolded a
@@ -194,21 +173,6 @@ impl<'d> Compiler<'d> {
                 }
             }
         }
-        // OpenAPI 3.0 writes a nullable type as `nullable: true` beside it, also beside a `$ref`.
-        if obj.get("nullable").and_then(Value::as_bool) == Some(true) {
-            schema.types = schema.types.union(Types::NULL);
-        }
-        if let Some(Value::Array(required)) = obj.get("required") {
-            for name in required.iter().filter_map(Value::as_str) {
-                if let Ok(i) = schema
-                    .properties
-                    .binary_search_by(|(n, _)| n.as_str().cmp(name))
-                {
-                    schema.properties[i].1.required = true;
-                }
-            }
-        }
-        schema.fills_defaults = schema.properties.iter().any(|(_, s)| s.default.is_some());
         Ok(schema)
     }
 
@@ -289,4 +253,78 @@ impl<'d> Compiler<'d> {
         }
         Ok(flat)
     }
+}
+
+/// `type` (a name or a list of names).
+fn read_types(obj: &Map<String, Value>, schema: &mut Schema) -> Result<(), SchemaError> {
+    match obj.get("type") {
+        Some(Value::String(t)) => {
+            schema.types = Types::from_name(t).map_err(|e| e.under("/type"))?
+        }
+        Some(Value::Array(ts)) => {
+            for (i, t) in ts.iter().enumerate() {
+                let t = t
+                    .as_str()
+                    .ok_or_else(|| SchemaError::invalid("type list must hold strings"))
+                    .and_then(Types::from_name)
+                    .map_err(|e| e.under(&format!("/type/{i}")))?;
+                schema.types = schema.types.union(t);
+            }
+        }
+        Some(_) => {
+            return Err(SchemaError::invalid("type must be a string or a list").under("/type"));
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// `enum`, `const` (which imply a type where none is stated), `format`, `x-dedup` and `default`.
+fn read_value_keywords(obj: &Map<String, Value>, schema: &mut Schema) -> Result<(), SchemaError> {
+    let stated_type = obj.contains_key("type");
+    let literal = |value: &Value, schema: &mut Schema| {
+        let implied = match value {
+            Value::String(s) => {
+                schema.enum_strings.push(s.clone());
+                Types::STRING
+            }
+            Value::Number(_) => Types::NUMBER,
+            Value::Bool(_) => Types::BOOLEAN,
+            Value::Null => Types::NULL,
+            Value::Array(_) => Types::ARRAY,
+            Value::Object(_) => Types::OBJECT,
+        };
+        if !stated_type {
+            schema.types = schema.types.union(implied);
+        }
+    };
+    if let Some(Value::Array(members)) = obj.get("enum") {
+        for m in members {
+            literal(m, schema);
+        }
+    }
+    if let Some(value) = obj.get("const") {
+        literal(value, schema);
+    }
+    schema.format = match obj.get("format").and_then(Value::as_str) {
+        Some("date-time") => Format::DateTime,
+        Some("email" | "idn-email" | "hostname" | "idn-hostname" | "uuid") => {
+            Format::CaseInsensitive
+        }
+        _ => Format::None,
+    };
+    if let Some(mode) = obj.get("x-dedup") {
+        let mode = mode
+            .as_str()
+            .ok_or_else(|| SchemaError::invalid("x-dedup must be a string"))
+            .and_then(FieldMode::parse)
+            .map_err(|e| e.under("/x-dedup"))?;
+        schema.mode = Some(mode);
+    }
+    match obj.get("default") {
+        Some(Value::Null) => schema.default_null = true,
+        Some(default) => schema.default = Some(default.to_string().into_boxed_str()),
+        None => {}
+    }
+    Ok(())
 }

@@ -417,35 +417,55 @@ impl DynamoDbStore {
         held.values
             .insert(":true".into(), AttributeValue::Bool(true));
         held.values.insert(":now_ms".into(), n(now));
-        let Resolution::Complete(reply) = resolution else {
-            let sent = self
-                .send("DeleteItem", || {
-                    self.client
-                        .delete_item()
-                        .table_name(&self.cfg.table)
-                        .set_key(Some(self.key_value(key)))
-                        .condition_expression(RESOLVABLE_CONDITION)
-                        .set_expression_attribute_names(Some(held.names.clone()))
-                        .set_expression_attribute_values(Some(held.values.clone()))
-                        .send()
-                })
-                .await;
-            return match sent {
-                Ok(_) => Ok(()),
-                // An earlier attempt may have deleted the record before its response was lost.
-                Err(failed) if failed.maybe_applied_before() => match self.read(key).await? {
-                    None => Ok(()),
-                    Some(_) => Err(StoreError::LeaseLost),
-                },
-                Err(failed) => {
-                    failed.into_condition_failure(|e: &DeleteItemError| match e {
-                        DeleteItemError::ConditionalCheckFailedException(_) => Some(None),
-                        _ => None,
-                    })?;
-                    Err(StoreError::LeaseLost)
-                }
-            };
-        };
+        match resolution {
+            Resolution::Release => self.resolve_by_deleting(key, &held).await,
+            Resolution::Complete(reply) => {
+                self.resolve_by_completing(key, token, held, reply, expires_at_s)
+                    .await
+            }
+        }
+    }
+
+    /// An operator's release: the record goes, while it is still resolvable under the token.
+    async fn resolve_by_deleting(&self, key: &str, held: &Held) -> Result<(), StoreError> {
+        let sent = self
+            .send("DeleteItem", || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(RESOLVABLE_CONDITION)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .send()
+            })
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            // An earlier attempt may have deleted the record before its response was lost.
+            Err(failed) if failed.maybe_applied_before() => match self.read(key).await? {
+                None => Ok(()),
+                Some(_) => Err(StoreError::LeaseLost),
+            },
+            Err(failed) => {
+                failed.into_condition_failure(|e: &DeleteItemError| match e {
+                    DeleteItemError::ConditionalCheckFailedException(_) => Some(None),
+                    _ => None,
+                })?;
+                Err(StoreError::LeaseLost)
+            }
+        }
+    }
+
+    /// An operator's completion with the reply the side effect gave.
+    async fn resolve_by_completing(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        mut held: Held,
+        reply: &[u8],
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
         let EncodedResult { encoding, bytes } = encode_result(reply, self.cfg.compress_threshold)?;
         held.names.insert("#res".into(), attr::RESULT.into());
         held.names
