@@ -5,16 +5,12 @@
 //! on one thread with nothing to wait for, so wall time is CPU time. The summary printed at the end
 //! (`cargo bench` only) lines the stages up in one run and says what the budget compares.
 
-#[path = "support/cpu.rs"]
-mod cpu;
-#[path = "../tests/it/fixture.rs"]
-mod fixture;
+use toolcall_dedup::test_util::{cpu, harness as fixture};
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use dedup_cli::demo::{DemoTool, Ledger};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::bedrock::{self, Envelope};
@@ -26,6 +22,7 @@ use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::seam::{Scoping, Sessionless};
 use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
+use toolcall_dedup::test_util::demo::{DemoTool, Ledger};
 
 /// A typical function-details event: five parameters of four declared types (an `array` among
 /// them), as Bedrock sends it (the shape of `events/fd-charge_card.json`).

@@ -4,8 +4,7 @@
 //! The summary printed at the end (`cargo bench` only) interleaves the strategies round by round so
 //! that the ratios come from one stretch of a noisy machine.
 
-#[path = "support/cpu.rs"]
-mod cpu;
+use toolcall_dedup::test_util::cpu;
 
 use std::collections::BTreeMap;
 use std::path::Path;

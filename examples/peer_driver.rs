@@ -25,15 +25,12 @@
 
 #![recursion_limit = "256"]
 
-#[path = "../benches/support/cpu.rs"]
-#[allow(dead_code)]
-mod cpu;
+use toolcall_dedup::test_util::cpu;
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use dedup_cli::demo::{DemoTool, InProcess, StandIn};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -44,6 +41,7 @@ use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
+use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]

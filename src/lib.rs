@@ -53,6 +53,8 @@ pub mod seam;
 mod service;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "test-util")]
+pub mod test_util;
 
 pub use guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError, Guarded};
 pub use key::{Call, Keyer, Strategy};

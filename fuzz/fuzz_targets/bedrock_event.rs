@@ -2,7 +2,6 @@
 //! the caller's format, and leave nothing behind for a refused call (`fuzz/checks.rs`).
 #![no_main]
 
-#[path = "../checks.rs"]
-mod checks;
+use toolcall_dedup::test_util::fuzz_checks as checks;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::bedrock_event(data));

@@ -149,6 +149,7 @@ macro_rules! on_memory_and_moto {
                     let $store = servers::memory_store($clock.clone());
                     $body.await;
                 }
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test]
                 async fn on_moto() {
                     let $clock = ManualClock::starting_now();

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use crate::fixture;
 
-use dedup_cli::demo::{DemoTool, InProcess, Ledger, StandIn};
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::dispatch::DispatchError;
@@ -27,6 +26,7 @@ use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
 use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::Outcome;
+use toolcall_dedup::test_util::demo::{DemoTool, InProcess, Ledger, StandIn};
 
 // ---------------------------------------------------------------------------------------------
 // helpers

@@ -90,6 +90,10 @@ async fn a_reused_key_is_refused_with_its_paths_and_runs_nothing_on_memory() {
     .await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_reused_key_is_refused_with_its_paths_and_runs_nothing_on_moto() {
     a_reused_key_is_refused_with_its_paths_and_runs_nothing(
@@ -216,6 +220,10 @@ async fn caller_keys_stay_inside_their_session_on_memory() {
     caller_keys_stay_inside_their_session(servers::memory_store(ManualClock::starting_now())).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn caller_keys_stay_inside_their_session_on_moto() {
     caller_keys_stay_inside_their_session(

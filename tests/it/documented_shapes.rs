@@ -127,6 +127,10 @@ async fn a_streamed_response_settles_on_the_answer_to_the_request_on_memory() {
     .await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_streamed_response_settles_on_the_answer_to_the_request_on_moto() {
     a_streamed_response_settles_on_the_answer_to_the_request(

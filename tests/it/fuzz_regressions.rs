@@ -2,8 +2,7 @@
 //! checks the targets run (`fuzz/checks.rs`) on every `cargo test`. `scripts/fuzz` saves a crash in
 //! `fuzz/artifacts/<target>/`; copy it into `fuzz/regressions/<target>/` once it is fixed.
 
-#[path = "../../fuzz/checks.rs"]
-mod checks;
+use toolcall_dedup::test_util::fuzz_checks as checks;
 
 use std::path::Path;
 

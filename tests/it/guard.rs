@@ -376,7 +376,8 @@ macro_rules! on_backends {
         }
         mod moto {
             use super::*;
-            $(#[tokio::test] async fn $name() {
+            $(#[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
+            #[tokio::test] async fn $name() {
                 let clock = ManualClock::starting_now();
                 let inner = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
                 let mut store = Faulty::new(inner);

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::servers;
-use dedup_cli::demo::{DemoTool, InProcess, StandIn};
 use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::bedrock::Envelope;
@@ -19,6 +18,7 @@ use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::seam::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
+use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
 
 // ---------------------------------------------------------------------------------------------
 // events
@@ -868,6 +868,10 @@ async fn sessionless_calls_follow_the_setting_on_memory() {
     sessionless_calls_follow_the_setting([(); 3].map(|()| MemoryStore::new())).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn sessionless_calls_follow_the_setting_on_moto() {
     let clock = toolcall_dedup::store::ManualClock::starting_now;
@@ -911,6 +915,10 @@ async fn a_tools_ttl_seconds_sets_its_records_life_on_memory() {
     a_tools_ttl_seconds_sets_its_records_life(MemoryStore::new()).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_tools_ttl_seconds_sets_its_records_life_on_moto() {
     let clock = toolcall_dedup::store::ManualClock::starting_now();

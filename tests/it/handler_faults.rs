@@ -355,6 +355,10 @@ impl Proxy {
     }
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn the_dynamodb_store_stopping_mid_run_means_no_tool_call() {
     let proxy = Proxy::start(&Backend::Moto.endpoint()).await;
@@ -712,6 +716,7 @@ macro_rules! on_memory_and_moto {
         mod on_moto {
             use super::*;
             $(
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test]
                 async fn $case() {
                     let clock = ManualClock::starting_now();

@@ -304,6 +304,10 @@ async fn a_destructive_listing_makes_an_unknown_outcome_final_on_memory() {
     a_destructive_listing_makes_an_unknown_outcome_final(MemoryStore::new()).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_destructive_listing_makes_an_unknown_outcome_final_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
@@ -316,6 +320,10 @@ async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_requ
         .await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_request_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
@@ -350,6 +358,10 @@ async fn a_retry_pair_runs_the_target_once_on_memory() {
     a_retry_pair_runs_the_target_once(MemoryStore::new()).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_retry_pair_runs_the_target_once_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
@@ -361,6 +373,10 @@ async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim_on_memory() {
     a_refusal_releases_and_an_unknown_outcome_keeps_the_claim(MemoryStore::new()).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_refusal_releases_and_an_unknown_outcome_keeps_the_claim_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;
@@ -372,6 +388,10 @@ async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_me
     other_messages_and_sessionless_calls_pass_without_a_store_request(MemoryStore::new()).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn other_messages_and_sessionless_calls_pass_without_a_store_request_on_moto() {
     let store = servers::dynamodb_store(servers::Backend::Moto, ManualClock::starting_now()).await;

@@ -132,6 +132,10 @@ async fn one_call_has_one_key_in_every_container_on_memory() {
         .await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn one_call_has_one_key_in_every_container_on_moto() {
     one_call_has_one_key_in_every_container(
@@ -183,6 +187,10 @@ async fn two_listings_learned_at_once_are_both_kept_on_memory() {
         .await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn two_listings_learned_at_once_are_both_kept_on_moto() {
     two_listings_learned_at_once_are_both_kept(

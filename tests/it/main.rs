@@ -1,14 +1,21 @@
-//! The product's integration tests, built as one binary so the AWS SDK is linked once.
-//! `fixture` and `servers` are the shared support (events, handlers, scripted tools and stores;
-//! the local DynamoDB-compatible servers); the rest are the suites.
+//! The product's integration tests, built as one binary so the AWS SDK is linked once. The
+//! support they share is the crate's `test-util` feature (`toolcall_dedup::test_util`): `fixture`
+//! (events, handlers, scripted tools, assertions), `servers` (the store backends and the local
+//! DynamoDB-compatible servers) and `shapes`.
+//!
+//! Where a new test goes: a door's contract as AWS documents it in `documented_shapes`; a
+//! handler behaviour in `handler_events` (answers) or `handler_faults` (store and tool faults);
+//! the interceptor in `interceptor` (one container) or `interceptor_containers` (several);
+//! caller keys in `caller_keys`; the store port in `store_conformance` (every backend); the key
+//! core in `key_golden` (vectors) or `key_properties` (properties). A test that needs the local
+//! servers carries `#[cfg_attr(not(feature = "local-servers"), ignore = ...)]`: a plain `cargo
+//! test` runs everything else, and `scripts/test` starts the servers and runs it all. Tests that
+//! need the `dedup` binary, the corpus or the chaos machinery live in `cli/tests/it`.
 
-mod fixture;
-mod servers;
-mod shapes;
+use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
 mod at_most_once;
 mod bad_input;
-mod bedrock_declared;
 mod caller_keys;
 mod documented_shapes;
 mod e2e_lambda;
@@ -17,7 +24,6 @@ mod guard;
 mod handler_dispatch;
 mod handler_events;
 mod handler_faults;
-mod handler_runs_once;
 mod interceptor;
 mod interceptor_containers;
 mod key_golden;

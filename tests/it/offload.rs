@@ -9,6 +9,10 @@ use toolcall_dedup::telemetry::Outcome;
 use crate::fixture::*;
 use crate::servers::{self, Backend};
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn a_one_megabyte_reply_replays_from_s3_and_its_checksum_catches_an_altered_object() {
     let store =

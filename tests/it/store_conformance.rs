@@ -963,6 +963,7 @@ macro_rules! conformance {
         mod moto {
             use super::*;
             $(
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let clock = ManualClock::starting_now();
@@ -974,6 +975,7 @@ macro_rules! conformance {
         mod dynalite {
             use super::*;
             $(
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let clock = ManualClock::starting_now();
@@ -1456,6 +1458,7 @@ macro_rules! dynamodb_only {
     ($($case:ident),* $(,)?) => {
         mod moto_only_dynamodb {
             $(
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     super::$case(super::Backend::Moto).await;
@@ -1464,6 +1467,7 @@ macro_rules! dynamodb_only {
         }
         mod dynalite_only_dynamodb {
             $(
+                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     super::$case(super::Backend::Dynalite).await;
@@ -1575,6 +1579,10 @@ dynamodb_only!(
 
 /// `dedup table create --endpoint URL --table NAME` runs this: the client comes from
 /// `build_client`, with dummy credentials when none are configured.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_create_through_an_endpoint_url() {
     let cfg = servers::config();
@@ -1811,11 +1819,19 @@ async fn memory_twin_agrees_with(backend: Backend) {
     eprintln!("{backend:?} twin steps: {reached:?}");
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_twin_agrees_with_moto() {
     memory_twin_agrees_with(Backend::Moto).await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_twin_agrees_with_dynalite() {
     memory_twin_agrees_with(Backend::Dynalite).await;

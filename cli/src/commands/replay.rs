@@ -20,6 +20,9 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+pub use toolcall_dedup::test_util::events::{
+    CLIENT_CONTEXT_SUFFIX, EventFile, client_context_path,
+};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -29,7 +32,7 @@ use tokio::task::JoinSet;
 use super::CliError;
 use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::{Config, StoreKind};
-use toolcall_dedup::handler::{ClientContext, Handled, Handler, Invocation};
+use toolcall_dedup::handler::{Handled, Handler, Invocation};
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
@@ -104,58 +107,6 @@ impl Summary {
             | None => self.errors += 1,
         }
     }
-}
-
-/// One event file, read and parsed (or why not).
-#[derive(Debug, Clone)]
-pub struct EventFile {
-    pub path: PathBuf,
-    pub event: Result<Value, String>,
-    /// The client context it is sent with, when a file sits beside it.
-    pub client_context: Option<ClientContext>,
-}
-
-/// The suffix of a client-context file beside its event (`x.json` → `x.client-context.json`).
-pub const CLIENT_CONTEXT_SUFFIX: &str = ".client-context.json";
-
-impl EventFile {
-    pub fn read(path: PathBuf) -> Result<EventFile, std::io::Error> {
-        let text = std::fs::read_to_string(&path)?;
-        let mut event = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"));
-        let mut client_context = None;
-        let context_path = client_context_path(&path);
-        if context_path.is_file() {
-            #[derive(serde::Deserialize)]
-            struct ClientContext {
-                #[serde(default)]
-                custom: std::collections::HashMap<String, String>,
-            }
-            match serde_json::from_str::<ClientContext>(&std::fs::read_to_string(&context_path)?) {
-                Ok(context) => client_context = Some(context.custom),
-                Err(e) => {
-                    event = Err(format!(
-                        "{}: not a client context: {e}",
-                        context_path.display()
-                    ))
-                }
-            }
-        }
-        Ok(EventFile {
-            path,
-            event,
-            client_context,
-        })
-    }
-}
-
-/// Where the client context of the event at `path` is kept.
-pub fn client_context_path(path: &std::path::Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".json").unwrap_or(&name);
-    path.with_file_name(format!("{stem}{CLIENT_CONTEXT_SUFFIX}"))
 }
 
 /// What happened to each file: outcome name → count, and the first error message.

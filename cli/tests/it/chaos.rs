@@ -101,11 +101,19 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
     );
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_seed_chaos_soak_on_moto_runs_each_call_once() {
     soak_on(Backend::Moto, "moto", "DEDUP_TEST_MOTO_PID").await;
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_seed_chaos_soak_on_dynalite_runs_each_call_once() {
     soak_on(Backend::Dynalite, "dynalite", "DEDUP_TEST_DYNALITE_PID").await;

@@ -429,6 +429,10 @@ fn every_event_file_runs_through_dedup_replay() {
 }
 
 /// The hand-written events of every entry point on a real DynamoDB-compatible server.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[test]
 fn every_hand_written_event_runs_through_dedup_replay_on_moto() {
     let endpoint = std::env::var("DEDUP_TEST_MOTO_ENDPOINT")

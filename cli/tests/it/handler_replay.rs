@@ -119,6 +119,10 @@ fn dedup_replay_writes_the_call_log_before_the_summary_and_the_ledger_when_asked
     assert!(String::from_utf8_lossy(&out.stderr).contains("DEDUP_SCOPE"));
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[test]
 fn dedup_replay_at_50_way_concurrency_executes_once_on_each_dynamodb_server() {
     for backend in [Backend::Moto, Backend::Dynalite] {

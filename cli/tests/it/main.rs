@@ -1,19 +1,16 @@
 //! The machinery's integration tests (the `dedup` binary, the corpus, the chaos soak), one
-//! binary. They share the product suite's support files rather than copies of them.
+//! binary. They share the product's test support (`toolcall_dedup::test_util`).
 
-#[path = "../../../tests/it/fixture.rs"]
-mod fixture;
-#[path = "../../../tests/it/servers.rs"]
-mod servers;
-#[path = "../../../tests/it/shapes.rs"]
-mod shapes;
+use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
 mod audit_replay;
+mod bedrock_declared;
 mod chaos;
 mod cli_cost_audit;
 mod cli_key;
 mod events_corpus;
 mod handler_replay;
+mod handler_runs_once;
 mod real_shapes;
 mod score;
 mod settle;

@@ -35,6 +35,10 @@ fn assert_refused(out: &Output, says: &str) {
     assert!(out.stdout.is_empty());
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
     let clock = ManualClock::starting_now();

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::fixture;
+use super::harness as fixture;
 
 #[derive(Debug, Clone)]
 pub struct Case {

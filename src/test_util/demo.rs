@@ -27,12 +27,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use toolcall_dedup::bedrock::{
-    self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response,
-};
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
-use toolcall_dedup::seam::Forward;
-use toolcall_dedup::{agentcore, envelope};
+use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
+use crate::dispatch::{DispatchError, Dispatcher};
+use crate::seam::Forward;
+use crate::{agentcore, envelope};
 
 /// The default ledger file name (in the temp directory).
 pub const DEFAULT_LEDGER_FILE: &str = "toolcall-dedup-demo-ledger.jsonl";

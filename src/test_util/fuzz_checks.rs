@@ -1,18 +1,17 @@
-#![allow(dead_code)] // each fuzz target uses one of these checks
 //! The properties the fuzz targets check, shared with `tests/it/fuzz_regressions.rs` (which replays
 //! the inputs saved in `fuzz/regressions/<target>/` through the same functions on every
 //! `cargo test`).
 
 use std::sync::OnceLock;
 
-use dedup_cli::demo::{DemoTool, Ledger};
+use super::demo::{DemoTool, Ledger};
+use crate::bedrock::{self, Envelope};
+use crate::config::{Config, Scope};
+use crate::handler::{Handler, HandlerError, Invocation};
+use crate::key::{Call, Keyer, Schema, Strategy};
+use crate::store::MemoryStore;
+use crate::telemetry::{Outcome, Telemetry};
 use serde_json::Value;
-use toolcall_dedup::bedrock::{self, Envelope};
-use toolcall_dedup::config::{Config, Scope};
-use toolcall_dedup::handler::{Handler, HandlerError, Invocation};
-use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
-use toolcall_dedup::store::MemoryStore;
-use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 /// Every strategy: no panic; the same input always gives the same answer (twice, and from a
 /// clone); the typed canonical form is valid input that keys to itself (idempotence). The input

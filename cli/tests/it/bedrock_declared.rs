@@ -13,7 +13,7 @@
 //!   states; each is then shown fixed by the policy line the README's Limits give for it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use dedup_cli::corpus::events::{DeclaredTypes, Flavour, pair_events};
 use dedup_cli::corpus::{Corpus, Expect, Pair};
@@ -25,8 +25,8 @@ use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+fn root() -> PathBuf {
+    crate::fixture::root()
 }
 
 fn read_json(path: PathBuf) -> Value {

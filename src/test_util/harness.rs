@@ -1,29 +1,29 @@
-//! The handler tests' shared fixture (also used by `benches/handler.rs`): events, handlers, the
+//! The handler tests' harness (also used by `benches/handler.rs` and the CLI's tests): events, handlers, the
 //! demo tool, scripted dispatchers and stores, and the assertions on answers. Each test file uses
 //! part of it.
-#![allow(dead_code, unused_imports)]
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dedup_cli::demo::{DemoTool, InProcess, Ledger, StandIn};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use toolcall_dedup::bedrock::Envelope;
-use toolcall_dedup::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
-use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
-use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::seam::Forward;
-use toolcall_dedup::store::{
+
+use super::demo::{DemoTool, InProcess, Ledger, StandIn};
+use crate::dispatch::{DispatchError, Dispatcher};
+use crate::seam::Forward;
+
+// The names a handler test usually needs, so that `use fixture::*` brings them.
+pub use crate::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
+pub use crate::handler::{Handled, Handler, HandlerError, Invocation};
+pub use crate::key::PolicySet;
+pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
 };
-use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
+pub use crate::telemetry::{Outcome, Sink, Telemetry};
 
 /// The repository root (both packages' tests use this fixture; only the root holds `events/`).
 pub fn root() -> PathBuf {
@@ -66,8 +66,8 @@ pub fn demo_handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
 
 /// The client context an event file is sent with (an AgentCore event's
 /// `<name>.client-context.json`), read the way `dedup replay` reads it.
-pub fn client_context(name: &str) -> Option<toolcall_dedup::handler::ClientContext> {
-    dedup_cli::commands::replay::EventFile::read(events_dir().join(name))
+pub fn client_context(name: &str) -> Option<crate::handler::ClientContext> {
+    super::events::EventFile::read(events_dir().join(name))
         .unwrap()
         .client_context
 }
@@ -237,8 +237,8 @@ pub fn huge_text() -> String {
 /// The answer `event`'s door writes from a stored reply (a Bedrock reply gets the event's own
 /// session attributes): what a replay of `event` answers with.
 pub fn answered_from_stored(event: &Value, stored: &[u8]) -> String {
-    let door = toolcall_dedup::handler::Door::detect(event, None).expect("a valid event");
-    let dedup = toolcall_dedup::seam::DedupInfo {
+    let door = crate::handler::Door::detect(event, None).expect("a valid event");
+    let dedup = crate::seam::DedupInfo {
         outcome: "replayed",
         key: None,
     };

@@ -1,14 +1,13 @@
 //! Store backends for the conformance suite: the memory store, and DynamoDB-compatible servers on
 //! loopback started by `scripts/dynamodb-servers.sh`. Each DynamoDB test gets its own table.
-#![allow(dead_code)]
 
+use crate::store::table::{CreateTableReport, create_table_with_client};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Intercept, Region};
 use std::sync::Mutex;
 use std::time::Duration;
-use toolcall_dedup::store::table::{CreateTableReport, create_table_with_client};
 
-use toolcall_dedup::store::{
+use crate::store::{
     ClaimBudget, ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken,
     ManualClock, MemoryStore, Record, RequestCounts, Resolution, RetryPolicy, Store, StoreError,
 };
@@ -147,7 +146,7 @@ pub fn s3_client() -> aws_sdk_s3::Client {
 }
 
 /// A fresh results bucket on moto's S3.
-pub async fn result_bucket() -> toolcall_dedup::store::ResultBucket {
+pub async fn result_bucket() -> crate::store::ResultBucket {
     let client = s3_client();
     let bucket = format!("dedup-results-{}", uuid::Uuid::new_v4().simple());
     client
@@ -156,7 +155,7 @@ pub async fn result_bucket() -> toolcall_dedup::store::ResultBucket {
         .send()
         .await
         .unwrap_or_else(|e| panic!("creating bucket {bucket} on moto failed: {e:?}\n{START_HINT}"));
-    toolcall_dedup::store::ResultBucket::new(client, bucket)
+    crate::store::ResultBucket::new(client, bucket)
 }
 
 /// Writes `body` as `object` of `bucket` on moto's S3 (a test altering what the store wrote).

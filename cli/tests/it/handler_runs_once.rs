@@ -38,6 +38,10 @@ macro_rules! on_memory_and_moto {
             $case(Faulty::new(servers::memory_store(clock.clone())), clock).await
         }
 
+        #[cfg_attr(
+            not(feature = "local-servers"),
+            ignore = "needs the local DynamoDB servers: run scripts/test"
+        )]
         #[tokio::test]
         async fn $moto() {
             let clock = ManualClock::starting_now();
@@ -427,6 +431,10 @@ async fn a_claim_whose_answers_were_lost_is_released_for_the_retry() {
     assert_eq!(charges(h.dispatcher()), 1);
 }
 
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
 #[tokio::test]
 async fn on_moto_a_claim_whose_answers_were_all_lost_is_released_for_the_retry() {
     let clock = ManualClock::starting_now();
