@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::config::Credentials;
 /// `cargo lambda watch`). With an endpoint, and only then, a missing region defaults to `us-east-1` and
 /// missing credentials (no `AWS_ACCESS_KEY_ID`, no `AWS_PROFILE`) to dummy static ones, which local
 /// servers accept.
-pub async fn sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
+pub(crate) async fn sdk_config(endpoint_url: Option<&str>) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     if let Some(url) = endpoint_url {
         loader = loader.endpoint_url(url);

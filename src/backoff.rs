@@ -7,16 +7,16 @@ use std::time::Duration;
 /// `min(first * 2^(n-1), most)` plus a random share of the other half. The random half spreads
 /// callers that began together, so they do not reach the store in step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// The delay before the second attempt (the first pause).
-    pub first: Duration,
+    pub(crate) first: Duration,
     /// The longest delay.
-    pub most: Duration,
+    pub(crate) most: Duration,
 }
 
 impl Backoff {
     /// The pause before `attempt`; `random(most)` draws a number of microseconds in `0..=most`.
-    pub fn pause(&self, attempt: u32, random: impl FnOnce(u64) -> u64) -> Duration {
+    pub(crate) fn pause(&self, attempt: u32, random: impl FnOnce(u64) -> u64) -> Duration {
         let delay = self
             .first
             .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
@@ -27,7 +27,7 @@ impl Backoff {
     }
 
     /// [`Backoff::pause`] with a uniformly random share.
-    pub fn jittered(&self, attempt: u32) -> Duration {
+    pub(crate) fn jittered(&self, attempt: u32) -> Duration {
         self.pause(attempt, |most| fastrand::u64(0..=most))
     }
 }

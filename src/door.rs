@@ -18,10 +18,10 @@ use crate::seam::{EntryPoint, json_type};
 type ClientContext = HashMap<String, String>;
 
 /// The member that marks a Gateway interceptor invocation.
-pub const INPUT_VERSION: &str = "interceptorInputVersion";
+pub(crate) const INPUT_VERSION: &str = "interceptorInputVersion";
 
 /// True when `event` is a Gateway interceptor invocation.
-pub fn is_interception(event: &Value) -> bool {
+pub(crate) fn is_interception(event: &Value) -> bool {
     event.get(INPUT_VERSION).is_some()
 }
 

@@ -15,7 +15,7 @@
 //! The modules, in the order one call meets them:
 //! - [`handler`]: the Lambda handler: detects the entry point, routes, keys, runs the executor,
 //!   answers in the caller's format.
-//! - [`bedrock`], [`agentcore`], [`envelope`]: the entry points (Bedrock Agents action groups, the
+//! - [`bedrock`], `agentcore`, `envelope`: the entry points (Bedrock Agents action groups, the
 //!   AgentCore Gateway Lambda target, the harness-neutral envelope). Each implements
 //!   [`seam::EntryPoint`].
 //! - [`seam`]: what every entry point hands the executor and writes back (calls, replies,
@@ -26,15 +26,16 @@
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
 //! - [`guard`]: the same executor in-process ([`Dedup`]).
-//! - [`config`], [`telemetry`], [`aws`]: environment, observability, the shared SDK configuration.
+//! - [`config`], [`telemetry`], `aws`: environment, observability, the shared SDK configuration.
 //!
 //! The `dedup` CLI, the replay corpus, the chaos soak, the audit and cost models and the demo tool
 //! live in the workspace's `cli` package, outside the Lambda's build.
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
-pub mod agentcore;
+mod agentcore;
 mod answer;
-pub mod aws;
+mod aws;
 mod backoff;
 pub mod bedrock;
 pub mod catalog;
@@ -43,11 +44,11 @@ pub mod decide;
 mod direct;
 pub mod dispatch;
 mod door;
-pub mod envelope;
+mod envelope;
 pub mod executor;
 pub mod guard;
 pub mod handler;
-pub mod interceptor;
+mod interceptor;
 pub mod key;
 pub mod seam;
 mod service;

@@ -2,7 +2,7 @@
 //! what it writes back, format-free. It imports only the key core, so every module can use it and
 //! it uses none of them.
 //!
-//! An entry point (an *adapter*: [`crate::bedrock`], [`crate::agentcore`], [`crate::envelope`])
+//! An entry point (an *adapter*: [`crate::bedrock`], `agentcore`, `envelope`)
 //! implements [`EntryPoint`] on its parsed call:
 //!
 //! - a [`ToolCall`]: tool, arguments, namespace, run id, step and schema, which is all the key

@@ -45,25 +45,25 @@ use crate::seam::{
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
-pub const ENTRY_POINT: &str = "agentcore";
+pub(crate) const ENTRY_POINT: &str = "agentcore";
 
 /// Client-context key naming the tool as `<target name>___<tool name>`; its presence marks a
 /// Gateway call.
-pub const TOOL_NAME: &str = "bedrockAgentCoreToolName";
+pub(crate) const TOOL_NAME: &str = "bedrockAgentCoreToolName";
 /// Client-context key of the gateway id, the first half of the namespace (`-` when missing).
-pub const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
+pub(crate) const GATEWAY_ID: &str = "bedrockAgentCoreGatewayId";
 /// Client-context key of the target id, the second half of the namespace (the target name when
 /// missing).
-pub const TARGET_ID: &str = "bedrockAgentCoreTargetId";
+pub(crate) const TARGET_ID: &str = "bedrockAgentCoreTargetId";
 /// Client-context key of the Gateway's message version: only `1.0` is accepted (a missing version
 /// passes).
-pub const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
+pub(crate) const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
 /// Client-context key of the session id, which is the call's run; when it is empty, the run comes
 /// from the `DEDUP_RUN_ARGUMENT` argument.
-pub const SESSION_ID: &str = "bedrockAgentCoreSessionId";
+pub(crate) const SESSION_ID: &str = "bedrockAgentCoreSessionId";
 /// Between the target name and the tool name in [`TOOL_NAME`].
-pub const TOOL_NAME_DELIMITER: &str = "___";
-pub use crate::seam::DEDUP_KEY_CONTEXT;
+pub(crate) const TOOL_NAME_DELIMITER: &str = "___";
+pub(crate) use crate::seam::DEDUP_KEY_CONTEXT;
 /// The message versions this adapter reads.
 const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
 
@@ -82,7 +82,10 @@ fn other_spellings(name: &str) -> &'static [&'static str] {
 }
 
 /// The client-context value of `name`, in any of its spellings (the documented camel case first).
-pub fn context_value<'a>(custom: &'a HashMap<String, String>, name: &str) -> Option<&'a String> {
+pub(crate) fn context_value<'a>(
+    custom: &'a HashMap<String, String>,
+    name: &str,
+) -> Option<&'a String> {
     custom.get(name).or_else(|| {
         other_spellings(name)
             .iter()
@@ -120,14 +123,14 @@ pub(crate) fn gateway_id_of_host(host: &str) -> Option<&str> {
 
 /// One name for a gateway whichever way it is given (its id, its ARN or its host name), so that a
 /// key does not change with the source the Gateway happens to send.
-pub fn gateway_id(named: &str) -> &str {
+pub(crate) fn gateway_id(named: &str) -> &str {
     gateway_id_of_arn(named)
         .or_else(|| gateway_id_of_host(named))
         .unwrap_or(named.trim())
 }
 
 /// True when `custom` (the client context's custom map) comes from an AgentCore Gateway.
-pub fn is_gateway_call(custom: Option<&HashMap<String, String>>) -> bool {
+pub(crate) fn is_gateway_call(custom: Option<&HashMap<String, String>>) -> bool {
     custom.is_some_and(|c| context_value(c, TOOL_NAME).is_some())
 }
 
@@ -308,7 +311,7 @@ impl Answers for GatewayCall<'_> {
 }
 
 /// The notice that refuses a Gateway call: the configuration's problem, or the model's.
-pub fn gateway_refusal(e: &GatewayError) -> Notice {
+pub(crate) fn gateway_refusal(e: &GatewayError) -> Notice {
     match e {
         GatewayError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
         GatewayError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),

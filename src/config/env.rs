@@ -1,5 +1,5 @@
 //! Reading the environment: each variable into its typed value, loudly named when it cannot be
-//! read. No variable looks at another here: [`super::checks`] refuses the combinations.
+//! read. No variable looks at another here: the checks refuses the combinations.
 
 use std::path::PathBuf;
 use std::str::FromStr;

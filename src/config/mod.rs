@@ -5,7 +5,7 @@
 //! in-memory store. An empty variable counts as unset (CloudFormation passes `""` for optional
 //! parameters).
 //!
-//! Three steps, each in its own file: [`env`] reads each variable into its typed value (no
+//! Three steps, each in its own file: [`mod@env`] reads each variable into its typed value (no
 //! variable looks at another), `checks` refuses the combinations that cannot work (a time to
 //! live shorter than the longest lease, a bucket that forgets results before their records), and
 //! the policy file named by `DEDUP_POLICY_FILE` is loaded between them. The handler projects the

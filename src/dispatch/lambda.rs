@@ -139,7 +139,7 @@ impl LambdaDispatcher {
 }
 
 /// A Lambda client from the default AWS configuration, optionally pointed at a local endpoint
-/// (see [`crate::aws::sdk_config`]).
+/// (see `aws::sdk_config`).
 pub async fn build_client(endpoint_url: Option<&str>) -> Client {
     Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }
@@ -305,7 +305,7 @@ fn did_not_run(e: &SdkError<InvokeError, HttpResponse>) -> bool {
 /// refused as such (throttled, too large, malformed, not found, not allowed, unsigned, a function
 /// being updated or in a recursive loop). Any other 4xx, such as `EFSIOException` (410), can
 /// come after the function started, so it leaves the outcome unknown.
-pub const REFUSED_BEFORE_START: &[&str] = &[
+pub(crate) const REFUSED_BEFORE_START: &[&str] = &[
     "TooManyRequestsException",
     "RequestTooLargeException",
     "InvalidRequestContentException",

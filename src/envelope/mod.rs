@@ -32,18 +32,18 @@ use crate::seam::{
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
-pub const ENTRY_POINT: &str = "envelope";
+pub(crate) const ENTRY_POINT: &str = "envelope";
 use crate::key::{CallerKeyScope, Schema};
 
 /// The client-context key through which the executor names the tool (beside
 /// [`DEDUP_KEY_CONTEXT`], the key): the tool receives only its arguments.
-pub const DEDUP_TOOL_CONTEXT: &str = "dedupTool";
+pub(crate) const DEDUP_TOOL_CONTEXT: &str = "dedupTool";
 
 /// The namespace of an envelope without one.
-pub const DEFAULT_NAMESPACE: &str = "envelope";
+pub(crate) const DEFAULT_NAMESPACE: &str = "envelope";
 
 /// True when `event` looks like an envelope: an object with a `tool` member.
-pub fn is_envelope(event: &Value) -> bool {
+pub(crate) fn is_envelope(event: &Value) -> bool {
     event.as_object().is_some_and(|o| o.contains_key("tool"))
 }
 
@@ -292,7 +292,7 @@ impl Answers for Envelope {
 }
 
 /// The notice that refuses an envelope: the caller's problem, or the arguments'.
-pub fn envelope_refusal(e: &EnvelopeError) -> Notice {
+pub(crate) fn envelope_refusal(e: &EnvelopeError) -> Notice {
     match e {
         EnvelopeError::Event(m) => refusal(NoticeKind::InvalidEvent, m),
         EnvelopeError::Arguments(m) => refusal(NoticeKind::InvalidArguments, m),
@@ -301,7 +301,7 @@ pub fn envelope_refusal(e: &EnvelopeError) -> Notice {
 
 /// `{"result": <reply>, "dedup": {...}}`; `reply` must be JSON text (it was checked, or stored
 /// after being checked).
-pub fn result(reply: &str, dedup: &DedupInfo<'_>) -> String {
+pub(crate) fn result(reply: &str, dedup: &DedupInfo<'_>) -> String {
     let dedup = dedup.json();
     let mut out = String::with_capacity(reply.len() + dedup.len() + 24);
     out.push_str("{\"result\":");
@@ -313,7 +313,7 @@ pub fn result(reply: &str, dedup: &DedupInfo<'_>) -> String {
 }
 
 /// `{"error": {"type": …, "message": …}, "dedup": {...}}`.
-pub fn error(notice: &Notice, dedup: &DedupInfo<'_>) -> String {
+pub(crate) fn error(notice: &Notice, dedup: &DedupInfo<'_>) -> String {
     let mut out = String::with_capacity(notice.message.len() + 128);
     out.push_str("{\"error\":{\"type\":");
     crate::seam::push_json_str(&mut out, notice.kind.status());

@@ -41,6 +41,12 @@ enum Acquired<E> {
     Answered(Finished<E>),
 }
 
+/// How one claim round ended: the claim loop is done, or waits for an identical call in flight.
+enum RoundEnd<E> {
+    Acquired(Acquired<E>),
+    Wait(Record),
+}
+
 /// The claim a side effect runs under, and when it was sent.
 struct Started {
     token: Option<LeaseToken>,
@@ -219,7 +225,7 @@ impl<S: Store> Executor<S> {
         lease: Lease,
         owner: Option<&RequestOwner>,
     ) -> Acquired<E> {
-        if let Some(done) = self.from_cache(call) {
+        if let Some(done) = self.cached_answer(call) {
             return Acquired::Answered(done);
         }
         self.release_orphans(end).await;
@@ -247,8 +253,8 @@ impl<S: Store> Executor<S> {
                 owner.filter(|o| o.is_one_request).map(|o| o.name.as_str()),
             );
             let record = match self.act_on(action, call, claim_started) {
-                Ok(acquired) => return acquired,
-                Err(record) => record,
+                RoundEnd::Acquired(acquired) => return acquired,
+                RoundEnd::Wait(record) => record,
             };
             let done = match self.wait(call.key, record, wait_until, end).await {
                 Waited::Completed(record) => self.replay(record, call, Outcome::Waited),
@@ -263,7 +269,7 @@ impl<S: Store> Executor<S> {
 
     /// A repeat the warm cache answers (never in shadow mode, which always runs the call). A
     /// caller key met with other arguments goes to the record, which says how they differ.
-    fn from_cache<E>(&self, call: Keyed<'_>) -> Option<Finished<E>> {
+    fn cached_answer<E>(&self, call: Keyed<'_>) -> Option<Finished<E>> {
         if self.settings.mode == Mode::Shadow {
             return None;
         }
@@ -280,17 +286,17 @@ impl<S: Store> Executor<S> {
         })
     }
 
-    /// What a claim round's [`NextAction`] ends with, or (`Err`) the record of an identical call
-    /// in flight to wait for.
+    /// What a claim round's [`NextAction`] ends with, or the record of an identical call in
+    /// flight to wait for.
     fn act_on<E>(
         &self,
         action: NextAction,
         call: Keyed<'_>,
         claim_started: Instant,
-    ) -> Result<Acquired<E>, Record> {
-        let answered = |done| Ok(Acquired::Answered(done));
+    ) -> RoundEnd<E> {
+        let answered = |done| RoundEnd::Acquired(Acquired::Answered(done));
         match action {
-            NextAction::Execute { token } => Ok(Acquired::Owner(Started {
+            NextAction::Execute { token } => RoundEnd::Acquired(Acquired::Owner(Started {
                 token: Some(token),
                 claimed_at: claim_started,
             })),
@@ -306,7 +312,7 @@ impl<S: Store> Executor<S> {
                         (Outcome::Executed, Vec::new())
                     }
                 };
-                Ok(Acquired::Shadow {
+                RoundEnd::Acquired(Acquired::Shadow {
                     started: Started {
                         token: None,
                         claimed_at: claim_started,
@@ -320,7 +326,7 @@ impl<S: Store> Executor<S> {
             NextAction::Unknown(_) => answered(outcome_unknown()),
             NextAction::Mismatch(record) => answered(key_reused(&record, call)),
             NextAction::Busy(record) => answered(self.in_progress(&record)),
-            NextAction::Wait(record) => Err(record),
+            NextAction::Wait(record) => RoundEnd::Wait(record),
         }
     }
 

@@ -211,10 +211,10 @@ pub struct Finished<E> {
     pub rules: Vec<&'static str>,
 }
 
-/// Who takes a claim for a side effect that runs elsewhere ([`Executor::open`]).
+/// Who takes a claim for a side effect that runs elsewhere ([`crate::executor::Executor::open`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestOwner {
-    /// The name the claim's token carries ([`LeaseToken::for_owner`]).
+    /// The name the claim's token carries ([`crate::store::LeaseToken::for_owner`]).
     pub name: String,
     /// The name stands for one request and no other: a claim found under it is this request's
     /// own, taken by an earlier invocation for the same request (the Gateway invokes an
@@ -222,7 +222,7 @@ pub struct RequestOwner {
     pub is_one_request: bool,
 }
 
-/// What [`Executor::open`] ended with.
+/// What [`crate::executor::Executor::open`] ended with.
 #[derive(Debug)]
 pub enum Opened<E> {
     /// This request holds the claim: let the side effect run.
@@ -234,7 +234,7 @@ pub enum Opened<E> {
     Answered(Finished<E>),
 }
 
-/// What [`Executor::finish_claimed`] found and did.
+/// What [`crate::executor::Executor::finish_claimed`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishedElsewhere {
     /// This request's claim was completed, released or kept.

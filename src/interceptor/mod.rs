@@ -69,18 +69,18 @@ use crate::seam::{
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
-pub const ENTRY_POINT: &str = "interceptor";
-pub use crate::door::{INPUT_VERSION, is_interception};
+pub(crate) const ENTRY_POINT: &str = "interceptor";
+pub(crate) use crate::door::INPUT_VERSION;
 /// The input version this adapter reads, and the output version it writes.
-pub const VERSION: &str = "1.0";
+pub(crate) const VERSION: &str = "1.0";
 /// The header that names the MCP session: the call's run.
-pub const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// The client-context key with the gateway's ARN (documented for HTTP targets).
-pub const GATEWAY_ARN_CONTEXT: &str = "GATEWAY_ARN";
+pub(crate) const GATEWAY_ARN_CONTEXT: &str = "GATEWAY_ARN";
 /// The client-context key with the Gateway's id of the request (documented for HTTP targets).
-pub const REQUEST_ID_CONTEXT: &str = "REQUEST_ID";
+pub(crate) const REQUEST_ID_CONTEXT: &str = "REQUEST_ID";
 /// The JSON-RPC error code of the executor's own answers (server-defined range).
-pub const DEDUP_ERROR_CODE: i64 = -32000;
+pub(crate) const DEDUP_ERROR_CODE: i64 = -32000;
 /// The JSON-RPC error code of a refused batch (an invalid request for this server).
 const BATCH_ERROR_CODE: i64 = -32600;
 /// JSON-RPC errors that say the request was refused before anything ran.
@@ -88,7 +88,7 @@ const REFUSED_CODES: [i64; 4] = [-32700, -32600, -32601, -32602];
 
 /// Why an interceptor invocation cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InterceptorError {
+pub(crate) enum InterceptorError {
     /// Not an interceptor payload this adapter can answer (a Lambda error: there is no format to
     /// answer in).
     #[error("invalid AgentCore Gateway interceptor event: {0}")]
@@ -97,7 +97,7 @@ pub enum InterceptorError {
 
 impl InterceptorError {
     /// What is wrong with the event.
-    pub fn reason(&self) -> &str {
+    pub(crate) fn reason(&self) -> &str {
         match self {
             InterceptorError::Event(reason) => reason,
         }
@@ -106,7 +106,7 @@ impl InterceptorError {
 
 /// Which interception point invoked us.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Before the Gateway calls the target.
     Request,
     /// After the target answered (also after a REQUEST interceptor answered for the target).
@@ -115,7 +115,7 @@ pub enum Phase {
 
 /// An interceptor invocation, read.
 #[derive(Debug)]
-pub enum Intercepted<'a> {
+pub(crate) enum Intercepted<'a> {
     /// An MCP invocation of the version this adapter reads.
     Mcp(Interception<'a>),
     /// One this adapter passes on unread: the answer that passes it, and why.
@@ -131,7 +131,7 @@ pub enum Intercepted<'a> {
 
 /// One MCP interceptor invocation.
 #[derive(Debug, Clone)]
-pub struct Interception<'a> {
+pub(crate) struct Interception<'a> {
     /// REQUEST or RESPONSE.
     pub phase: Phase,
     body: &'a Value,
@@ -145,7 +145,7 @@ pub struct Interception<'a> {
 
 /// A `tools/call` inside an interception.
 #[derive(Debug, Clone)]
-pub struct ToolsCall<'a> {
+pub(crate) struct ToolsCall<'a> {
     /// The target name (the prefix of the tool name).
     pub target: &'a str,
     /// The tool name without the target prefix.
@@ -171,7 +171,7 @@ fn header<'a>(headers: Option<&'a Map<String, Value>>, name: &str) -> Option<&'a
 impl<'a> Intercepted<'a> {
     /// Reads the interceptor payload; `custom` is the client context's custom map, if any;
     /// `configured_gateway` the deployment's `DEDUP_GATEWAY_ID`.
-    pub fn parse(
+    pub(crate) fn parse(
         event: &'a Value,
         custom: Option<&'a HashMap<String, String>>,
         configured_gateway: Option<&str>,
@@ -259,7 +259,7 @@ impl<'a> Interception<'a> {
     }
 
     /// The request's `tools/call`, or `None` for every other message (passed through).
-    pub fn tools_call(&self) -> Option<Result<ToolsCall<'a>, Notice>> {
+    pub(crate) fn tools_call(&self) -> Option<Result<ToolsCall<'a>, Notice>> {
         if self.body.get("method").and_then(Value::as_str) != Some("tools/call") {
             return None;
         }
@@ -268,7 +268,7 @@ impl<'a> Interception<'a> {
 
     /// A JSON-RPC batch (an array body) that holds a `tools/call`: it cannot be keyed call by call
     /// and passed on as one request, so it is refused.
-    pub fn is_batch_with_tools_call(&self) -> bool {
+    pub(crate) fn is_batch_with_tools_call(&self) -> bool {
         self.body.as_array().is_some_and(|messages| {
             messages
                 .iter()
@@ -312,24 +312,24 @@ impl<'a> Interception<'a> {
     }
 
     /// The gateway this invocation came through, as named in every key (`-` when unknown).
-    pub fn gateway(&self) -> &str {
+    pub(crate) fn gateway(&self) -> &str {
         self.gateway.as_deref().unwrap_or("-")
     }
 
     /// Whether anything named the gateway (see the module docs).
-    pub fn gateway_is_named(&self) -> bool {
+    pub(crate) fn gateway_is_named(&self) -> bool {
         self.gateway.is_some()
     }
 
     /// The namespace of `target`'s calls (and of its learned catalog).
-    pub fn namespace(&self, target: &str) -> String {
+    pub(crate) fn namespace(&self, target: &str) -> String {
         scoped_namespace(ENTRY_POINT, &format!("{}/{target}", self.gateway()))
     }
 
     /// At RESPONSE, the tools a `tools/list` answer lists, grouped by target (the tool name's
     /// prefix) and then by tool name without it: `{"inputSchema", "annotations"}` of each. `None`
     /// for any other message, or a listing without tools.
-    pub fn listed_tools(&self) -> Option<BTreeMap<&'a str, Map<String, Value>>> {
+    pub(crate) fn listed_tools(&self) -> Option<BTreeMap<&'a str, Map<String, Value>>> {
         if self.phase != Phase::Response
             || self.body.get("method").and_then(Value::as_str) != Some("tools/list")
         {
@@ -361,13 +361,13 @@ impl<'a> Interception<'a> {
     }
 
     /// The `Mcp-Session-Id` header (header names are matched case-insensitively).
-    pub fn session(&self) -> Option<&'a str> {
+    pub(crate) fn session(&self) -> Option<&'a str> {
         header(self.headers, SESSION_HEADER)
     }
 
     /// The call to key, or why there is none (see the module docs). The caller's own idempotency
     /// key is the `_meta` member `caller_key_name` names, else that argument.
-    pub fn tool_call(
+    pub(crate) fn tool_call(
         &self,
         call: &ToolsCall<'_>,
         step_attribute: &str,
@@ -405,14 +405,14 @@ impl<'a> Interception<'a> {
     }
 
     /// The JSON-RPC id of the request (`null` when it has none).
-    pub fn id(&self) -> &'a Value {
+    pub(crate) fn id(&self) -> &'a Value {
         self.body.get("id").unwrap_or(&Value::Null)
     }
 
     /// The name the claim's token carries: a hash of the key, this request's JSON-RPC id and the
     /// Gateway's `REQUEST_ID` when it sends one, so that the RESPONSE invocation of this request,
     /// and only it, recognises the claim.
-    pub fn owner(&self, key: &str) -> String {
+    pub(crate) fn owner(&self, key: &str) -> String {
         let digest = Sha256::new()
             .chain_update(key.as_bytes())
             .chain_update([0])
@@ -426,13 +426,13 @@ impl<'a> Interception<'a> {
     /// Whether [`Interception::owner`] names one request and no other: the Gateway's `REQUEST_ID`
     /// is there, or an MCP session is (a JSON-RPC id is never reused within one). A claim this
     /// owner holds is then this very request's, invoked again by the Gateway.
-    pub fn owner_is_one_request(&self) -> bool {
+    pub(crate) fn owner_is_one_request(&self) -> bool {
         self.request_id.is_some() || self.session().is_some()
     }
 
     /// The answer that lets the message through unchanged: at REQUEST its body only; at RESPONSE
     /// the target's status, headers and body as they came.
-    pub fn pass(&self) -> String {
+    pub(crate) fn pass(&self) -> String {
         match self.phase {
             Phase::Request => output("transformedGatewayRequest", json!({ "body": self.body })),
             Phase::Response => self.pass_response(),
@@ -467,7 +467,7 @@ impl<'a> Interception<'a> {
     }
 
     /// Whether this RESPONSE invocation is one event of a streamed response.
-    pub fn is_streamed(&self) -> bool {
+    pub(crate) fn is_streamed(&self) -> bool {
         self.response
             .and_then(|r| r.get("isStreamingResponse"))
             .and_then(Value::as_bool)
@@ -475,7 +475,7 @@ impl<'a> Interception<'a> {
     }
 
     /// The refusal of a `tools/call` that cannot be read (no tool name, arguments not an object).
-    pub fn refusal(&self, notice: &Notice) -> String {
+    pub(crate) fn refusal(&self, notice: &Notice) -> String {
         let dedup = DedupInfo {
             outcome: "bad_request",
             key: None,
@@ -484,7 +484,7 @@ impl<'a> Interception<'a> {
     }
 
     /// The refusal of a batch holding a `tools/call`: an error for each request in it.
-    pub fn batch_refusal(&self) -> String {
+    pub(crate) fn batch_refusal(&self) -> String {
         let message = "a JSON-RPC batch holding tools/call cannot be deduplicated call by call; \
                        send each call as its own request";
         let errors: Vec<Value> = self
@@ -512,7 +512,7 @@ impl<'a> Interception<'a> {
     /// (our own answers, a message that is not the response to this request: a server request or a
     /// notification on a stream); else the reply to store (the `result` text) and its class, or
     /// `Err(outcome_unknown)` for an error that stores nothing.
-    pub fn target_reply(&self) -> Option<Result<(String, ReplyClass), bool>> {
+    pub(crate) fn target_reply(&self) -> Option<Result<(String, ReplyClass), bool>> {
         let response = self.response?;
         let body = response.get("body").filter(|b| !b.is_null());
         let answers_request = body.is_some_and(|b| {

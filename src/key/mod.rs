@@ -20,7 +20,10 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use article::write_python_json_string;
-pub use caller::{CallerKeyError, CallerKeyScope, CallerKeyed, differing_paths};
+pub use caller::{
+    CallerKeyError, CallerKeyScope, CallerKeyed, MAX_CALLER_KEY_BYTES, MAX_PATH_DIGESTS_BYTES,
+    differing_paths,
+};
 pub use json::{Node, parse as parse_json};
 pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};

@@ -87,3 +87,9 @@ pub fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples[samples.len() / 2]
 }
+
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new()
+    }
+}

@@ -94,7 +94,7 @@ pub fn bedrock_event(data: &[u8]) {
                     tool: call.tool(),
                     args: &call.args,
                     namespace: Some(&namespace),
-                    run_id: Some(&call.session_id),
+                    run_id: Some(call.session_id),
                     step: step.as_deref(),
                     schema: Some(&schema),
                     policy: None,

@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
 use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RequestCounts, Resolution, Status,
     Store, StoreError, SystemClock,
@@ -106,7 +105,7 @@ pub enum ToolFault {
 /// covers from the tool's start.
 pub const LONG_RUN: Duration = super::BUDGET;
 /// The [`ToolFault::SlowClaim`] side effect happens this long before [`LONG_RUN`] ends.
-const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
+pub(super) const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
 /// PutItem answers are held this long past the attempt timeout...
 const SLOW_CLAIM_HOLD: Duration =
     Duration::from_millis(super::ATTEMPT_TIMEOUT.as_millis() as u64 + 100);
@@ -114,7 +113,7 @@ const SLOW_CLAIM_HOLD: Duration =
 /// applies, then the retry's conditional check) are lost, the third is answered.
 const SLOW_CLAIM_HOLD_FOR: Duration = Duration::from_millis(750);
 /// [`ToolFault::SlowCompletionNearDeadline`]: the tool ends this long before its timeout...
-const NEAR_TIMEOUT: Duration = Duration::from_millis(50);
+pub(super) const NEAR_TIMEOUT: Duration = Duration::from_millis(50);
 /// ...the completion's first answers are lost (held past the attempt timeout) for this long...
 const SLOW_COMPLETION_LOST_FOR: Duration = Duration::from_millis(750);
 /// ...and later ones are slow (within the attempt timeout) until the store's deadline.
@@ -337,7 +336,7 @@ impl Attempt {
     }
 }
 
-fn current() -> Option<Arc<Attempt>> {
+pub(super) fn current() -> Option<Arc<Attempt>> {
     ATTEMPT.try_with(Arc::clone).ok()
 }
 
@@ -361,124 +360,6 @@ impl Clock for NotingClock {
     }
 }
 
-/// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
-/// tool (with its timeout enforced).
-pub struct ChaosTool {
-    pub demo: Arc<DemoTool>,
-    /// The `Invoke` path of the invoke fault classes (without it, they run in process).
-    lambda: Option<Arc<ToolLambda>>,
-}
-
-impl ChaosTool {
-    pub fn new(demo: DemoTool) -> ChaosTool {
-        ChaosTool {
-            demo: Arc::new(demo),
-            lambda: None,
-        }
-    }
-
-    /// Sends the invoke fault classes through `lambda`.
-    pub fn with_lambda(mut self, lambda: Arc<ToolLambda>) -> ChaosTool {
-        self.lambda = Some(lambda);
-        self
-    }
-
-    fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
-        effect(&self.demo, current().as_deref(), target, payload)
-    }
-
-    async fn faulted(
-        &self,
-        target: &str,
-        payload: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Vec<u8>, DispatchError> {
-        let Some(attempt) = current() else {
-            return self.effect(target, &payload);
-        };
-        attempt.note(|n| n.invoked = true);
-        // A tool takes a little time, so that identical calls overlap.
-        tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
-        match attempt.fault {
-            ToolFault::None
-            | ToolFault::PauseBeforeComplete
-            | ToolFault::ClaimAnswersLost
-            | ToolFault::ItemTooLarge
-            | ToolFault::ItemTooLargeOnClaim => self.effect(target, &payload),
-            ToolFault::InvokeThrottled
-            | ToolFault::InvokeRefused
-            | ToolFault::InvokePrestartUnknown
-            | ToolFault::Invoke5xx
-            | ToolFault::SandboxTimedout
-            | ToolFault::InvokeConnectionLost => match &self.lambda {
-                Some(lambda) => lambda.invoke(attempt, target, payload, timeout).await,
-                None => self.effect(target, &payload),
-            },
-            ToolFault::SlowClaim => {
-                // A tool Lambda with a timeout of its own: the invoker's client gives up at its
-                // timeout (the outcome is unknown), the function goes on and does its side effect
-                // late, possibly after this invocation ended.
-                let (demo, target) = (self.demo.clone(), target.to_string());
-                tokio::spawn(async move {
-                    tokio::time::sleep(LONG_RUN - LONG_RUN_SLACK).await;
-                    let _ = effect(&demo, Some(&*attempt), &target, &payload);
-                });
-                std::future::pending().await
-            }
-            ToolFault::SlowCompletionNearDeadline => {
-                tokio::time::sleep(timeout.saturating_sub(NEAR_TIMEOUT)).await;
-                self.effect(target, &payload)
-            }
-            ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
-                target: target.into(),
-                kind: toolcall_dedup::config::NOTHING_RAN_ERROR.into(),
-                message: "chaos: the tool rejected the call before doing anything".into(),
-            }),
-            ToolFault::TypedErrorAfterEffect => {
-                self.effect(target, &payload)?;
-                Err(DispatchError::FunctionError {
-                    target: target.into(),
-                    kind: "ValidationException".into(),
-                    message: "chaos: the receipt write was rejected after the side effect".into(),
-                })
-            }
-            ToolFault::FourXxAfterRun => {
-                self.effect(target, &payload)?;
-                Err(DispatchError::Invoke {
-                    target: target.into(),
-                    // What the Lambda dispatcher makes of a 410 EFSIOException.
-                    outcome_unknown: true,
-                    source: "chaos: EFSIOException (410) after the function ran".into(),
-                })
-            }
-            ToolFault::CrashAfterEffect => {
-                self.effect(target, &payload)?;
-                Err(DispatchError::FunctionError {
-                    target: target.into(),
-                    kind: "Runtime.ExitError".into(),
-                    message: "chaos: the tool exited after its side effect".into(),
-                })
-            }
-            ToolFault::HangPastTimeout => std::future::pending().await,
-            ToolFault::SlowPastDeadline => {
-                // Past the dispatch timeout, around the moment the driver kills the invocation.
-                let over = Duration::from_millis(fastrand::u64(0..2000));
-                tokio::time::sleep(timeout + over).await;
-                self.effect(target, &payload)
-            }
-            ToolFault::KillBeforeEffect => {
-                attempt.kill.notify_one();
-                std::future::pending().await
-            }
-            ToolFault::KillAfterEffect => {
-                self.effect(target, &payload)?;
-                attempt.kill.notify_one();
-                std::future::pending().await
-            }
-        }
-    }
-}
-
 /// Does the demo tool's side effect, noting its receipt on `attempt`.
 pub(super) fn effect(
     demo: &DemoTool,
@@ -491,44 +372,6 @@ pub(super) fn effect(
         attempt.note(|n| n.receipt_id = Some(receipt));
     }
     Ok(reply)
-}
-
-impl Dispatcher for ChaosTool {
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
-        Ok("demo-tool".into())
-    }
-
-    fn max_run_time(&self, _target: &str) -> Duration {
-        // In process, a tool cannot outlive its invocation, except the slow-claim one, which
-        // models a tool Lambda with a timeout of its own.
-        match current() {
-            Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
-            Some(a) if a.fault.is_invoke() && self.lambda.is_some() => FUNCTION_TIMEOUT,
-            _ => Duration::ZERO,
-        }
-    }
-
-    async fn invoke(
-        &self,
-        target: &str,
-        payload: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Vec<u8>, DispatchError> {
-        let slow = current().is_some_and(|a| a.fault == ToolFault::SlowPastDeadline);
-        let work = self.faulted(target, payload, timeout);
-        if slow {
-            // This tool's client does not enforce the timeout: the Lambda deadline does.
-            return work.await;
-        }
-        tokio::time::timeout(timeout, work)
-            .await
-            .unwrap_or_else(|_| {
-                Err(DispatchError::Timeout {
-                    target: target.into(),
-                    after: timeout,
-                })
-            })
-    }
 }
 
 /// A store that notes, per invocation, its successful claim and how its completion went, and

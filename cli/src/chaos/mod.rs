@@ -27,6 +27,7 @@ pub mod lambda;
 pub mod oracle;
 pub mod plan;
 pub mod proxy;
+pub mod tool;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -49,10 +50,11 @@ use toolcall_dedup::store::{
 };
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
-use attempt::{ATTEMPT, Attempt, ChaosTool, NotingClock, NotingStore, ToolFault};
+use attempt::{ATTEMPT, Attempt, NotingClock, NotingStore, ToolFault};
 use lambda::ToolLambda;
 use oracle::{Observed, Verdict};
 use proxy::{AccessError, FaultProxy, RequestFaults, StoreFault};
+use tool::ChaosTool;
 
 /// Time each invocation has before its Lambda deadline.
 pub const BUDGET: Duration = Duration::from_millis(3000);
@@ -641,9 +643,11 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             &entries,
             &invocations,
             settle_index,
-            record.as_ref(),
-            &key.as_deref().map(|k| writes.of(k)).unwrap_or_default(),
-            &answered_from,
+            &oracle::StoreSeen {
+                record: record.as_ref(),
+                writes: &key.as_deref().map(|k| writes.of(k)).unwrap_or_default(),
+                answered_from: &answered_from,
+            },
         );
     }
     let mut store_paths = store_paths(&observed);

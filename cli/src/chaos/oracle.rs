@@ -51,6 +51,17 @@ pub struct Observed {
     pub attempt: std::sync::Arc<Attempt>,
 }
 
+/// What the store holds for one call, and how its door answers from a stored result.
+#[derive(Clone, Copy)]
+pub struct StoreSeen<'a> {
+    /// The call's record after the run.
+    pub record: Option<&'a Record>,
+    /// The writes the proxy saw for the call's key.
+    pub writes: &'a [WriteSeen],
+    /// The answer the call's door writes from a stored result.
+    pub answered_from: &'a dyn Fn(&[u8]) -> Option<String>,
+}
+
 /// What the oracle found.
 #[derive(Debug, Default)]
 pub struct Verdict {
@@ -108,10 +119,13 @@ pub fn check_call(
     entries: &[&Value],
     observed: &[&Observed],
     settle_index: usize,
-    record: Option<&Record>,
-    writes: &[WriteSeen],
-    answered_from: &dyn Fn(&[u8]) -> Option<String>,
+    store: &StoreSeen<'_>,
 ) {
+    let StoreSeen {
+        record,
+        writes,
+        answered_from,
+    } = *store;
     verdict.executed += entries.len() as u64;
     let before_settle = entries
         .iter()
@@ -448,9 +462,11 @@ mod tests {
             &entries.iter().collect::<Vec<_>>(),
             &[&first, &second],
             2,
-            None,
-            &writes,
-            &|_| None,
+            &StoreSeen {
+                record: None,
+                writes: &writes,
+                answered_from: &|_| None,
+            },
         );
         verdict
     }

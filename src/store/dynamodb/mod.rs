@@ -78,7 +78,7 @@ pub use retry::BreakerOpen;
 use retry::*;
 
 /// A DynamoDB client from the default AWS configuration, optionally pointed at a local endpoint
-/// (see [`crate::aws::sdk_config`]).
+/// (see `aws::sdk_config`).
 pub async fn build_client(endpoint_url: Option<&str>) -> Client {
     Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }

@@ -1,0 +1,167 @@
+//! The soak's tool: the demo tool behind the planned tool faults, invoked in-process or through
+//! the fake Lambda ([`super::lambda`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::demo::DemoTool;
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+
+use super::attempt::*;
+use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
+
+/// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
+/// tool (with its timeout enforced).
+pub struct ChaosTool {
+    pub demo: Arc<DemoTool>,
+    /// The `Invoke` path of the invoke fault classes (without it, they run in process).
+    lambda: Option<Arc<ToolLambda>>,
+}
+
+impl ChaosTool {
+    pub fn new(demo: DemoTool) -> ChaosTool {
+        ChaosTool {
+            demo: Arc::new(demo),
+            lambda: None,
+        }
+    }
+
+    /// Sends the invoke fault classes through `lambda`.
+    pub fn with_lambda(mut self, lambda: Arc<ToolLambda>) -> ChaosTool {
+        self.lambda = Some(lambda);
+        self
+    }
+
+    fn effect(&self, target: &str, payload: &[u8]) -> Result<Vec<u8>, DispatchError> {
+        effect(&self.demo, current().as_deref(), target, payload)
+    }
+
+    async fn faulted(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let Some(attempt) = current() else {
+            return self.effect(target, &payload);
+        };
+        attempt.note(|n| n.invoked = true);
+        // A tool takes a little time, so that identical calls overlap.
+        tokio::time::sleep(Duration::from_millis(fastrand::u64(1..15))).await;
+        match attempt.fault {
+            ToolFault::None
+            | ToolFault::PauseBeforeComplete
+            | ToolFault::ClaimAnswersLost
+            | ToolFault::ItemTooLarge
+            | ToolFault::ItemTooLargeOnClaim => self.effect(target, &payload),
+            ToolFault::InvokeThrottled
+            | ToolFault::InvokeRefused
+            | ToolFault::InvokePrestartUnknown
+            | ToolFault::Invoke5xx
+            | ToolFault::SandboxTimedout
+            | ToolFault::InvokeConnectionLost => match &self.lambda {
+                Some(lambda) => lambda.invoke(attempt, target, payload, timeout).await,
+                None => self.effect(target, &payload),
+            },
+            ToolFault::SlowClaim => {
+                // A tool Lambda with a timeout of its own: the invoker's client gives up at its
+                // timeout (the outcome is unknown), the function goes on and does its side effect
+                // late, possibly after this invocation ended.
+                let (demo, target) = (self.demo.clone(), target.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(LONG_RUN - LONG_RUN_SLACK).await;
+                    let _ = effect(&demo, Some(&*attempt), &target, &payload);
+                });
+                std::future::pending().await
+            }
+            ToolFault::SlowCompletionNearDeadline => {
+                tokio::time::sleep(timeout.saturating_sub(NEAR_TIMEOUT)).await;
+                self.effect(target, &payload)
+            }
+            ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
+                target: target.into(),
+                kind: toolcall_dedup::config::NOTHING_RAN_ERROR.into(),
+                message: "chaos: the tool rejected the call before doing anything".into(),
+            }),
+            ToolFault::TypedErrorAfterEffect => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::FunctionError {
+                    target: target.into(),
+                    kind: "ValidationException".into(),
+                    message: "chaos: the receipt write was rejected after the side effect".into(),
+                })
+            }
+            ToolFault::FourXxAfterRun => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::Invoke {
+                    target: target.into(),
+                    // What the Lambda dispatcher makes of a 410 EFSIOException.
+                    outcome_unknown: true,
+                    source: "chaos: EFSIOException (410) after the function ran".into(),
+                })
+            }
+            ToolFault::CrashAfterEffect => {
+                self.effect(target, &payload)?;
+                Err(DispatchError::FunctionError {
+                    target: target.into(),
+                    kind: "Runtime.ExitError".into(),
+                    message: "chaos: the tool exited after its side effect".into(),
+                })
+            }
+            ToolFault::HangPastTimeout => std::future::pending().await,
+            ToolFault::SlowPastDeadline => {
+                // Past the dispatch timeout, around the moment the driver kills the invocation.
+                let over = Duration::from_millis(fastrand::u64(0..2000));
+                tokio::time::sleep(timeout + over).await;
+                self.effect(target, &payload)
+            }
+            ToolFault::KillBeforeEffect => {
+                attempt.kill.notify_one();
+                std::future::pending().await
+            }
+            ToolFault::KillAfterEffect => {
+                self.effect(target, &payload)?;
+                attempt.kill.notify_one();
+                std::future::pending().await
+            }
+        }
+    }
+}
+
+impl Dispatcher for ChaosTool {
+    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
+        Ok("demo-tool".into())
+    }
+
+    fn max_run_time(&self, _target: &str) -> Duration {
+        // In process, a tool cannot outlive its invocation, except the slow-claim one, which
+        // models a tool Lambda with a timeout of its own.
+        match current() {
+            Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
+            Some(a) if a.fault.is_invoke() && self.lambda.is_some() => FUNCTION_TIMEOUT,
+            _ => Duration::ZERO,
+        }
+    }
+
+    async fn invoke(
+        &self,
+        target: &str,
+        payload: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        let slow = current().is_some_and(|a| a.fault == ToolFault::SlowPastDeadline);
+        let work = self.faulted(target, payload, timeout);
+        if slow {
+            // This tool's client does not enforce the timeout: the Lambda deadline does.
+            return work.await;
+        }
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(DispatchError::Timeout {
+                    target: target.into(),
+                    after: timeout,
+                })
+            })
+    }
+}
