@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use toolcall_dedup::bedrock::{self, Envelope};
+use toolcall_dedup::bedrock::{self, ActionGroupEvent};
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
@@ -91,7 +91,7 @@ struct Parsed {
 /// declared-type schema (what `Handler::run` does before it keys).
 fn parse(bytes: &[u8]) -> Parsed {
     let event: Value = serde_json::from_slice(bytes).unwrap();
-    let envelope = Envelope::parse(&event).unwrap();
+    let envelope = ActionGroupEvent::parse(&event).unwrap();
     let call = envelope.tool_call().unwrap();
     let schema = Schema::from_declared_types(call.declared_types()).unwrap();
     let step = bedrock::step(&call, "dedup_step", Scope::Turn);

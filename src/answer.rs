@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use crate::bedrock::EventError;
 use crate::dispatch::DispatchError;
 use crate::executor::{Finished, Outcome, Settled};
-use crate::seam::{Answers, DedupInfo, Notice, NoticeKind};
+use crate::seam::{Answers, DedupInfo, MalformedReply, Notice, NoticeKind, Unforwardable};
 use crate::store::StoreError;
 
 /// Errors returned to the Lambda runtime: only for invocations no answer in the caller's format
@@ -114,9 +114,9 @@ impl Answered {
 pub(crate) enum ToolFailure {
     Dispatch(DispatchError),
     /// The event could not be forwarded: the tool did not run.
-    Unforwardable(String),
+    Unforwardable(Unforwardable),
     /// The tool ran, but its reply is not one of the caller's format; the reason says why.
-    MalformedReply(String),
+    MalformedReply(MalformedReply),
 }
 
 /// Turns how the executor settled the call into the caller's answer.
@@ -202,8 +202,8 @@ pub(crate) fn tool_failed(
     key: Option<&str>,
 ) -> Answered {
     let (notice_, reason) = match error {
-        ToolFailure::MalformedReply(reason) => (Notice::malformed_reply(), reason.clone()),
-        ToolFailure::Unforwardable(reason) => (Notice::unforwardable(), reason.clone()),
+        ToolFailure::MalformedReply(e) => (Notice::malformed_reply(), e.to_string()),
+        ToolFailure::Unforwardable(e) => (Notice::unforwardable(), e.to_string()),
         ToolFailure::Dispatch(e) => {
             // The tool's own error message may quote its arguments: only at DEBUG.
             tracing::debug!(error = %e, "tool error");

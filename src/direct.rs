@@ -126,11 +126,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
     ) -> ToolRun<ToolFailure> {
         let forward = match door.forward(key, scoping) {
             Ok(forward) => forward,
-            Err(reason) => {
+            Err(e) => {
                 return ToolRun::Failed {
-                    error: ToolFailure::Unforwardable(format!(
-                        "cannot forward the event: {reason}"
-                    )),
+                    error: ToolFailure::Unforwardable(e),
                     outcome_unknown: false,
                 };
             }
@@ -147,8 +145,8 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
                 },
                 // The tool answered, so it ran: its side effect may have happened even though
                 // its reply is unusable. Keep the claim until the lease ends, as for a timeout.
-                Err(reason) => ToolRun::Failed {
-                    error: ToolFailure::MalformedReply(reason),
+                Err(e) => ToolRun::Failed {
+                    error: ToolFailure::MalformedReply(e),
                     outcome_unknown: true,
                 },
             },

@@ -47,15 +47,30 @@ pub trait EntryPoint: Answers {
     fn call(&self, scoping: Scoping<'_>) -> Result<ToolCall, Unkeyed>;
     /// What the tool receives: what it would have received directly, plus `key` when one was
     /// derived (`None`: pass-through). A key from an earlier call never goes through.
-    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String>;
+    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, Unforwardable>;
     /// Checks the tool's reply before it is stored and returned; `Err` says why it is refused.
-    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String>;
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, MalformedReply>;
     /// The reply as it is stored and replayed, once [`EntryPoint::classify`] accepted it: what in
     /// it belongs to this caller alone (a Bedrock session's attributes) is left out, so that a
     /// replay to another caller never carries it. [`Answers::result`] puts the caller's own back.
     fn stored_form(&self, reply: Vec<u8>) -> Vec<u8> {
         reply
     }
+}
+
+/// The event cannot be forwarded to the tool: the tool did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot forward the event: {0}")]
+pub struct Unforwardable(pub String);
+
+/// The tool's reply is not one of the caller's format: the tool ran, and what it did is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tool reply is not {expected}: {reason}")]
+pub struct MalformedReply {
+    /// What the caller's format needs (`"JSON"`, `"a Bedrock response"`).
+    pub expected: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
 }
 
 /// One tool call, format-free.
@@ -162,14 +177,16 @@ impl ReplyClass {
 
 /// Classifies a reply that only has to be JSON: an object with `"isError": true` (the MCP
 /// `CallToolResult` convention) is a [`ReplyClass::Failure`], anything else a success.
-pub fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, String> {
+pub fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
     #[derive(serde::Deserialize)]
     struct Flags {
         #[serde(default, rename = "isError")]
         is_error: Option<bool>,
     }
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| MalformedReply {
+        expected: "JSON",
+        reason: e.to_string(),
+    })?;
     let failed = value.is_object()
         && serde_json::from_value::<Flags>(value)
             .ok()

@@ -39,9 +39,9 @@ use serde_json::{Map, Value};
 
 use crate::key::CallerKeyScope;
 use crate::seam::{
-    Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass, ScopeArguments,
-    Scoping, Sessionless, ToolCall, Unkeyed, classify_json_reply, json_type, refusal,
-    scoped_namespace, step_value,
+    Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, ReplyClass,
+    ScopeArguments, Scoping, Sessionless, ToolCall, Unforwardable, Unkeyed, classify_json_reply,
+    json_type, refusal, scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -287,12 +287,13 @@ impl EntryPoint for GatewayCall<'_> {
         self.tool_call(scoping.arguments(), scoping.sessionless)
     }
 
-    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, String> {
-        GatewayCall::forward(self, key, scoping.arguments()).map_err(|e| e.to_string())
+    fn forward(&self, key: Option<&str>, scoping: Scoping<'_>) -> Result<Forward, Unforwardable> {
+        GatewayCall::forward(self, key, scoping.arguments())
+            .map_err(|e| Unforwardable(e.to_string()))
     }
 
-    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
-        classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, MalformedReply> {
+        classify_json_reply(reply)
     }
 }
 

@@ -1,10 +1,10 @@
 //! The action-group input event, both flavours, read leniently and then checked strictly.
 //!
 //! Reading happens in two steps so that each failure gets the right answer:
-//! 1. [`Envelope::parse`] finds what a reply needs (action group, function or method + path,
+//! 1. [`ActionGroupEvent::parse`] finds what a reply needs (action group, function or method + path,
 //!    session attributes). Without it no Bedrock response can be built, so the error becomes a
 //!    Lambda error. The pass-through mode (`DEDUP_MODE=off`) needs nothing more.
-//! 2. [`Envelope::tool_call`] checks the session and every parameter against its declared type and
+//! 2. [`ActionGroupEvent::tool_call`] checks the session and every parameter against its declared type and
 //!    builds the arguments the key core reads. Its errors are answered as Bedrock responses.
 
 use std::borrow::Cow;
@@ -181,7 +181,7 @@ pub enum EventError {
     /// A usable envelope with a problem only the caller or the agent's configuration can fix
     /// (no session, an unknown parameter type): answered with a Bedrock FAILURE response.
     #[error("invalid action-group event: {message}")]
-    Envelope {
+    ActionGroupEvent {
         /// Where the FAILURE response is addressed.
         reply_to: Box<ReplyTo>,
         /// What is wrong, for the response body.
@@ -203,16 +203,15 @@ impl EventError {
     pub fn reply_to(&self) -> Option<&ReplyTo> {
         match self {
             EventError::Unrecognised(_) => None,
-            EventError::Envelope { reply_to, .. } | EventError::Arguments { reply_to, .. } => {
-                Some(reply_to)
-            }
+            EventError::ActionGroupEvent { reply_to, .. }
+            | EventError::Arguments { reply_to, .. } => Some(reply_to),
         }
     }
 }
 
 /// The part of an event that routing and replies need, read from the event without copying it.
 #[derive(Debug, Clone)]
-pub struct Envelope<'a> {
+pub struct ActionGroupEvent<'a> {
     /// What every response to this event must echo: action group, function or API path, session
     /// attributes.
     pub reply_to: ReplyTo,
@@ -232,8 +231,8 @@ pub struct Param<'a> {
 
 /// A checked tool call, borrowed from its envelope: what the key core and the dispatcher need.
 #[derive(Debug, Clone)]
-pub struct ToolCall<'a> {
-    /// Where the response is addressed; it also names the tool (see [`ToolCall::tool`]).
+pub struct CheckedCall<'a> {
+    /// Where the response is addressed; it also names the tool (see [`CheckedCall::tool`]).
     pub reply_to: &'a ReplyTo,
     /// `agent.id`: with the action group, the namespace.
     pub agent_id: &'a str,
@@ -245,13 +244,13 @@ pub struct ToolCall<'a> {
     /// `parameters` then (OpenAPI) `requestBody` properties, in event order.
     pub params: Vec<Param<'a>>,
     /// The arguments as the key core reads them: a JSON object of name → value string, in event
-    /// order. The declared types (see [`ToolCall::declared_types`]) say how to compare each value.
+    /// order. The declared types (see [`CheckedCall::declared_types`]) say how to compare each value.
     pub args: String,
 }
 
-impl<'a> Envelope<'a> {
+impl<'a> ActionGroupEvent<'a> {
     /// Reads the envelope of `event`.
-    pub fn parse(event: &'a Value) -> Result<Envelope<'a>, EventError> {
+    pub fn parse(event: &'a Value) -> Result<ActionGroupEvent<'a>, EventError> {
         let Some(object) = event.as_object() else {
             return Err(EventError::Unrecognised(format!(
                 "the event is a JSON {}, not an object",
@@ -296,12 +295,12 @@ impl<'a> Envelope<'a> {
             raw.session_attributes.cloned().unwrap_or_default(),
             raw.prompt_session_attributes.cloned().unwrap_or_default(),
         );
-        Ok(Envelope { reply_to, raw })
+        Ok(ActionGroupEvent { reply_to, raw })
     }
 
     /// Checks the session and the parameters and builds the key core's arguments.
-    pub fn tool_call(&self) -> Result<ToolCall<'_>, EventError> {
-        let envelope_error = |message: String| EventError::Envelope {
+    pub fn tool_call(&self) -> Result<CheckedCall<'_>, EventError> {
+        let envelope_error = |message: String| EventError::ActionGroupEvent {
             reply_to: Box::new(self.reply_to.clone()),
             message,
         };
@@ -353,7 +352,7 @@ impl<'a> Envelope<'a> {
             });
         }
         let args = args_text(&params);
-        Ok(ToolCall {
+        Ok(CheckedCall {
             reply_to: &self.reply_to,
             agent_id,
             session_id,
@@ -364,7 +363,7 @@ impl<'a> Envelope<'a> {
     }
 }
 
-impl ToolCall<'_> {
+impl CheckedCall<'_> {
     /// The tool name: the function, or `"METHOD /apiPath"`.
     pub fn tool(&self) -> &str {
         self.reply_to.tool()
@@ -548,7 +547,7 @@ mod tests {
             {"name": "amount", "type": "number", "value": "42.50"},
             {"name": "capture", "type": "boolean", "value": true}
         ]));
-        let envelope = Envelope::parse(&event).unwrap();
+        let envelope = ActionGroupEvent::parse(&event).unwrap();
         let call = envelope.tool_call().unwrap();
         assert_eq!(call.tool(), "charge_card");
         assert_eq!(call.namespace(), "AG1/payments");
@@ -575,7 +574,7 @@ mod tests {
             "requestBody": {"content": {"application/json": {"properties": [
                 {"name": "amount", "type": "number", "value": "5"}]}}}
         });
-        let envelope = Envelope::parse(&event).unwrap();
+        let envelope = ActionGroupEvent::parse(&event).unwrap();
         let call = envelope.tool_call().unwrap();
         assert_eq!(call.tool(), "POST /charges/{id}/refunds");
         assert_eq!(call.args, r#"{"id":"ch_1","amount":"5"}"#);
@@ -626,7 +625,7 @@ mod tests {
     /// unreadable and is named; a malformed request-body parameter is the agent's configuration.
     #[test]
     fn a_field_of_the_wrong_type_is_named() {
-        let unreadable = |event: Value| match Envelope::parse(&event) {
+        let unreadable = |event: Value| match ActionGroupEvent::parse(&event) {
             Err(EventError::Unrecognised(message)) => message,
             other => panic!("{event}: {other:?}"),
         };
@@ -659,9 +658,9 @@ mod tests {
 
         let mut event = fd(json!([]));
         event["requestBody"] = json!({"content": {"application/json": {"properties": [7]}}});
-        let envelope = Envelope::parse(&event).unwrap();
+        let envelope = ActionGroupEvent::parse(&event).unwrap();
         match envelope.tool_call() {
-            Err(EventError::Envelope { message, .. }) => assert_eq!(
+            Err(EventError::ActionGroupEvent { message, .. }) => assert_eq!(
                 message,
                 r#"requestBody.content["application/json"].properties[0] is a JSON number, expected an object"#
             ),
@@ -671,27 +670,30 @@ mod tests {
 
     #[test]
     fn errors_are_classified_by_who_can_fix_them() {
-        let not_object = Envelope::parse(&json!([1])).unwrap_err();
+        let not_object = ActionGroupEvent::parse(&json!([1])).unwrap_err();
         assert!(matches!(not_object, EventError::Unrecognised(_)));
         let mut no_session = fd(json!([]));
         no_session.as_object_mut().unwrap().remove("sessionId");
-        let err = Envelope::parse(&no_session)
+        let err = ActionGroupEvent::parse(&no_session)
             .unwrap()
             .tool_call()
             .unwrap_err();
-        assert!(matches!(err, EventError::Envelope { .. }), "{err}");
+        assert!(matches!(err, EventError::ActionGroupEvent { .. }), "{err}");
         let bad_arg = fd(json!([{"name": "amount", "type": "number", "value": "abc"}]));
-        let err = Envelope::parse(&bad_arg).unwrap().tool_call().unwrap_err();
+        let err = ActionGroupEvent::parse(&bad_arg)
+            .unwrap()
+            .tool_call()
+            .unwrap_err();
         assert!(matches!(err, EventError::Arguments { .. }), "{err}");
         let dup = fd(json!([{"name": "a", "value": "1"}, {"name": "a", "value": "2"}]));
-        assert!(Envelope::parse(&dup).unwrap().tool_call().is_err());
+        assert!(ActionGroupEvent::parse(&dup).unwrap().tool_call().is_err());
         let object_type = fd(json!([{"name": "a", "type": "object", "value": "{}"}]));
         assert!(matches!(
-            Envelope::parse(&object_type)
+            ActionGroupEvent::parse(&object_type)
                 .unwrap()
                 .tool_call()
                 .unwrap_err(),
-            EventError::Envelope { .. }
+            EventError::ActionGroupEvent { .. }
         ));
     }
 }

@@ -30,13 +30,13 @@ pub mod response;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use event::{DeclaredType, Envelope, EventError, Param, ToolCall};
+pub use event::{ActionGroupEvent, CheckedCall, DeclaredType, EventError, Param};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
 use crate::key::{CallerKeyScope, Schema};
 use crate::seam::{
-    self, Answers, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, Scope, Scoping, Unkeyed,
-    refusal as refused,
+    self, Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, Scope,
+    Scoping, Unforwardable, Unkeyed, refusal as refused,
 };
 
 /// This entry point's name in every key (see [`seam::scoped_namespace`]).
@@ -46,7 +46,7 @@ pub const ENTRY_POINT: &str = "bedrock";
 pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
 
 /// The step of `call`: the caller's step attribute when present, else what `scope` says.
-pub fn step(call: &ToolCall, step_attribute: &str, scope: Scope) -> Option<String> {
+pub fn step(call: &CheckedCall, step_attribute: &str, scope: Scope) -> Option<String> {
     let supplied = match call.reply_to.session_attributes.get(step_attribute) {
         Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_string()),
         Some(Value::Number(n)) => Some(n.to_string()),
@@ -67,17 +67,18 @@ pub fn turn_step(input_text: &str) -> String {
 /// The format-free call of an action-group event: the declared parameter types become its
 /// schema, the session its run, [`step`] its step.
 pub fn call(
-    envelope: &Envelope,
+    envelope: &ActionGroupEvent,
     step_attribute: &str,
     caller_key_name: &str,
     scope: Scope,
 ) -> Result<seam::ToolCall, EventError> {
     let call = envelope.tool_call()?;
-    let schema =
-        Schema::from_declared_types(call.declared_types()).map_err(|e| EventError::Envelope {
+    let schema = Schema::from_declared_types(call.declared_types()).map_err(|e| {
+        EventError::ActionGroupEvent {
             reply_to: Box::new(call.reply_to.clone()),
             message: e.to_string(),
-        })?;
+        }
+    })?;
     let caller_key = call
         .reply_to
         .session_attributes
@@ -100,14 +101,14 @@ pub fn call(
 #[derive(Debug)]
 pub struct ActionGroupCall<'a> {
     event: &'a Value,
-    envelope: Envelope<'a>,
+    envelope: ActionGroupEvent<'a>,
 }
 
 impl<'a> ActionGroupCall<'a> {
     /// Reads what a route and a response need; the arguments are checked by
     /// [`EntryPoint::call`].
     pub fn parse(event: &'a Value) -> Result<ActionGroupCall<'a>, EventError> {
-        Envelope::parse(event).map(|envelope| ActionGroupCall { event, envelope })
+        ActionGroupEvent::parse(event).map(|envelope| ActionGroupCall { event, envelope })
     }
 }
 
@@ -130,18 +131,20 @@ impl EntryPoint for ActionGroupCall<'_> {
         })
     }
 
-    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {
+    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, Unforwardable> {
         forward_bytes(self.event, key)
             .map(|payload| Forward {
                 payload,
                 client_context: None,
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| Unforwardable(e.to_string()))
     }
 
-    fn classify(&self, reply: &[u8]) -> Result<seam::ReplyClass, String> {
-        validate_reply(reply, &self.envelope.reply_to)
-            .map_err(|r| format!("tool reply is not a Bedrock response: {r}"))
+    fn classify(&self, reply: &[u8]) -> Result<seam::ReplyClass, MalformedReply> {
+        validate_reply(reply, &self.envelope.reply_to).map_err(|reason| MalformedReply {
+            expected: "a Bedrock response",
+            reason,
+        })
     }
 
     fn stored_form(&self, reply: Vec<u8>) -> Vec<u8> {
@@ -170,7 +173,7 @@ impl Answers for ActionGroupCall<'_> {
 pub fn refusal(e: &EventError) -> Option<Notice> {
     let (kind, message) = match e {
         EventError::Arguments { message, .. } => (NoticeKind::InvalidArguments, message),
-        EventError::Envelope { message, .. } => (NoticeKind::InvalidEvent, message),
+        EventError::ActionGroupEvent { message, .. } => (NoticeKind::InvalidEvent, message),
         EventError::Unrecognised(_) => return None,
     };
     Some(refused(kind, message))
@@ -264,7 +267,7 @@ mod tests {
     fn step_of(attrs: Value, input: &str, scope: Scope) -> Option<String> {
         let event = json!({"agent": {"id": "A"}, "sessionId": "s", "actionGroup": "g", "function": "f",
                            "inputText": input, "sessionAttributes": attrs});
-        let envelope = Envelope::parse(&event).unwrap();
+        let envelope = ActionGroupEvent::parse(&event).unwrap();
         step(&envelope.tool_call().unwrap(), "dedup_step", scope)
     }
 

@@ -27,8 +27,9 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::seam::{
-    Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, Notice, NoticeKind, ReplyClass,
-    Scoping, ToolCall, Unkeyed, classify_json_reply, refusal, scoped_namespace, step_value,
+    Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
+    ReplyClass, Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal,
+    scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -268,12 +269,12 @@ impl EntryPoint for Envelope {
         .map_err(|e| envelope_refusal(&e).into())
     }
 
-    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, String> {
-        Envelope::forward(self, key).map_err(|e| e.to_string())
+    fn forward(&self, key: Option<&str>, _: Scoping<'_>) -> Result<Forward, Unforwardable> {
+        Envelope::forward(self, key).map_err(|e| Unforwardable(e.to_string()))
     }
 
-    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, String> {
-        classify_json_reply(reply).map_err(|r| format!("tool reply is not JSON: {r}"))
+    fn classify(&self, reply: &[u8]) -> Result<ReplyClass, MalformedReply> {
+        classify_json_reply(reply)
     }
 }
 

@@ -27,7 +27,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::bedrock::{self, DEDUP_KEY_ATTRIBUTE, Envelope, EventError, ResponseState, response};
+use crate::bedrock::{
+    self, ActionGroupEvent, DEDUP_KEY_ATTRIBUTE, EventError, ResponseState, response,
+};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::seam::Forward;
 use crate::{agentcore, envelope};
@@ -210,7 +212,7 @@ impl DemoTool {
     /// [`DemoTool::handle`], also saying which ledger entry (receipt) the call wrote, if any: the
     /// chaos soak ties each side effect to the invocation that made it.
     pub fn perform(&self, event: &Value) -> Result<Performed, DemoError> {
-        let envelope = Envelope::parse(event)?;
+        let envelope = ActionGroupEvent::parse(event)?;
         let reply_to = strip_dedup_key(envelope.reply_to.clone());
         let call = match envelope.tool_call() {
             Ok(call) => call,

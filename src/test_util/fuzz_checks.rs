@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use super::demo::{DemoTool, Ledger};
-use crate::bedrock::{self, Envelope};
+use crate::bedrock::{self, ActionGroupEvent};
 use crate::config::{Config, Scope};
 use crate::handler::{Handler, HandlerError, Invocation};
 use crate::key::{Call, Keyer, Schema, Strategy};
@@ -83,7 +83,7 @@ pub fn bedrock_event(data: &[u8]) {
     let Ok(event) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    if let Ok(envelope) = Envelope::parse(&event) {
+    if let Ok(envelope) = ActionGroupEvent::parse(&event) {
         let _ = bedrock::validate_reply(data, &envelope.reply_to);
         if let Ok(call) = envelope.tool_call() {
             assert!(!call.tool().is_empty());

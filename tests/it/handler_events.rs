@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::servers;
 use fixture::*;
 use serde_json::{Value, json};
-use toolcall_dedup::bedrock::Envelope;
+use toolcall_dedup::bedrock::ActionGroupEvent;
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
@@ -27,7 +27,7 @@ use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
 async fn every_valid_event_file_parses_and_every_bad_one_is_rejected_with_a_clear_error() {
     for name in event_files() {
         let ev = event(&name);
-        let checked = Envelope::parse(&ev).and_then(|e| {
+        let checked = ActionGroupEvent::parse(&ev).and_then(|e| {
             let call = e.tool_call()?;
             Ok((call.args.clone(), call.tool().to_string()))
         });
@@ -354,7 +354,7 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
         ) -> Result<Vec<u8>, DispatchError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
-            let reply_to = Envelope::parse(&ev).unwrap().reply_to;
+            let reply_to = ActionGroupEvent::parse(&ev).unwrap().reply_to;
             let reply = toolcall_dedup::bedrock::notice(
                 &reply_to,
                 toolcall_dedup::bedrock::ResponseState::Reprompt,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::events::{DeclaredTypes, Flavour, pair_events};
 use super::pyjson::J;
 use super::{Corpus, Expect, Pair};
-use toolcall_dedup::bedrock::Envelope;
+use toolcall_dedup::bedrock::ActionGroupEvent;
 use toolcall_dedup::key::{Call, Key, Keyer, Schema, Strategy};
 
 /// What to score and how long to time.
@@ -151,7 +151,7 @@ impl BedrockSide {
     /// The side as the adapter reads its event; `None` when the adapter refuses it.
     fn read(event: &str) -> Option<BedrockSide> {
         let event: serde_json::Value = serde_json::from_str(event).ok()?;
-        let envelope = Envelope::parse(&event).ok()?;
+        let envelope = ActionGroupEvent::parse(&event).ok()?;
         let call = envelope.tool_call().ok()?;
         let schema = Schema::from_declared_types(call.declared_types()).ok()?;
         Some(BedrockSide {

@@ -252,7 +252,7 @@ async fn a_completion_slower_than_the_time_left_still_lands_and_the_answer_is_on
 async fn an_envelope_that_copies_a_bedrock_calls_scope_is_its_own_call() {
     let ev = event("fd-charge_card.json");
     let bedrock_call = toolcall_dedup::bedrock::call(
-        &toolcall_dedup::bedrock::Envelope::parse(&ev).unwrap(),
+        &toolcall_dedup::bedrock::ActionGroupEvent::parse(&ev).unwrap(),
         "dedup_step",
         "idempotency_key",
         Scope::Turn,
