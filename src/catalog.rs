@@ -462,6 +462,112 @@ mod tests {
     }
 
     #[test]
+    fn only_a_destructive_tool_not_marked_idempotent_is_at_most_once() {
+        let tool = |destructive, idempotent| LearnedTool {
+            destructive,
+            idempotent,
+            ..LearnedTool::default()
+        };
+        assert_eq!(tool(Some(true), None).delivery(), Delivery::AtMostOnce);
+        assert_eq!(
+            tool(Some(true), Some(false)).delivery(),
+            Delivery::AtMostOnce
+        );
+        assert_eq!(
+            tool(Some(true), Some(true)).delivery(),
+            Delivery::AtLeastOnce
+        );
+        assert_eq!(
+            tool(Some(false), Some(false)).delivery(),
+            Delivery::AtLeastOnce
+        );
+        assert_eq!(tool(None, None).delivery(), Delivery::AtLeastOnce);
+        assert_eq!(DEFAULT_CATALOG_TTL_SECONDS, 604_800, "a week");
+    }
+
+    /// An untrusted listing loses every `x-dedup` keyword, wherever it sits (under a combinator's
+    /// branches too), and nothing else: a property named `x-dedup` and enum values stay.
+    #[test]
+    fn key_modes_are_stripped_as_keywords_never_as_data() {
+        let mut schema = json!({
+            "type": "object",
+            "x-dedup": "ignore",
+            "properties": {
+                "x-dedup": {"type": "string"},
+                "amount": {"type": "integer", "x-dedup": "ignore"},
+                "kind": {"enum": [{"x-dedup": "data"}], "default": {"x-dedup": "data"}},
+            },
+            "anyOf": [{"properties": {"note": {"x-dedup": "casefold"}}}],
+        });
+        without_key_modes(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "x-dedup": {"type": "string"},
+                    "amount": {"type": "integer"},
+                    "kind": {"enum": [{"x-dedup": "data"}], "default": {"x-dedup": "data"}},
+                },
+                "anyOf": [{"properties": {"note": {}}}],
+            })
+        );
+    }
+
+    /// Each change of a tool's listing keeps the one it replaced, newest first, up to
+    /// [`EARLIER_LISTINGS`]; a listing that changes nothing writes nothing until the record is
+    /// past half its life, when it is written again to live on.
+    #[tokio::test]
+    async fn earlier_listings_are_kept_and_a_record_is_refreshed_past_half_its_life() {
+        let clock = ManualClock::new(1_000_000_000);
+        let store = MemoryStore::new().with_clock(clock.clone());
+        let here = Catalogs::new(Duration::from_secs(1_000));
+        let ns = "interceptor:-/pay";
+        let listing = |kind: &str| {
+            entries(json!({"charge": {"inputSchema": {"type": "object",
+                "properties": {"n": {"type": kind}}}}}))
+        };
+        assert!(
+            here.learn(&store, ns, &listing("integer"), false)
+                .await
+                .unwrap()
+        );
+        let fresh = here.lookup(&store, ns, false).await.unwrap().unwrap();
+        assert!(!fresh.is_empty());
+        assert_eq!(
+            fresh.schemas_of("charge").len(),
+            1,
+            "a first listing has no earlier one"
+        );
+        for kind in ["string", "number", "boolean", "null"] {
+            assert!(here.learn(&store, ns, &listing(kind), false).await.unwrap());
+        }
+        let catalog = here.refresh(&store, ns, false).await.unwrap().unwrap();
+        let schemas = catalog.schemas_of("charge");
+        assert_eq!(schemas.len(), 1 + EARLIER_LISTINGS, "{schemas:?}");
+        assert!(schemas.iter().all(Option::is_some), "{schemas:?}");
+        assert!(catalog.schemas_of("refund").is_empty());
+
+        // Unchanged: no write while more than half its life is left, one write after.
+        clock.advance(Duration::from_secs(499));
+        assert!(
+            !here
+                .learn(&store, ns, &listing("null"), false)
+                .await
+                .unwrap()
+        );
+        clock.advance(Duration::from_secs(2));
+        assert!(
+            here.learn(&store, ns, &listing("null"), false)
+                .await
+                .unwrap()
+        );
+        let record = store.get(&catalog_key(ns)).await.unwrap().unwrap();
+        assert_eq!(record.expires_at_s, store.now_ms() / 1000 + 1_000);
+        assert!(TargetCatalog::default().is_empty());
+    }
+
+    #[test]
     fn catalog_keys_never_look_like_call_keys() {
         let key = catalog_key("interceptor:arn:aws:bedrock-agentcore:us-east-1:1:gateway/g/pay");
         assert!(key.starts_with("catalog:") && key.len() == 40, "{key}");

@@ -129,6 +129,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 doors: door_settings(config),
                 catalogs: Catalogs::new(config.catalog_ttl),
                 telemetry,
+                warned_gateway_unnamed: Default::default(),
             },
             dispatcher,
         }

@@ -22,6 +22,8 @@ pub(crate) struct Service<S> {
     pub(crate) doors: DoorSettings,
     pub(crate) catalogs: Catalogs,
     pub(crate) telemetry: Telemetry,
+    /// Set once this handler has warned that no gateway names itself (see the interceptor flow).
+    pub(crate) warned_gateway_unnamed: std::sync::atomic::AtomicBool,
 }
 
 impl<S: Store> Service<S> {

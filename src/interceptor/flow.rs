@@ -109,7 +109,7 @@ impl<S: Store> Flow<'_, S> {
             }
             _ => return self.pass(Outcome::PassedOn),
         };
-        warn_once_if_gateway_unnamed(interception);
+        warn_once_if_gateway_unnamed(&service.warned_gateway_unnamed, interception);
         let prepared = match self.prepare(&call).await {
             Ok(prepared) => prepared,
             Err(answered) => return answered.tool(call.tool),
@@ -378,10 +378,9 @@ impl<S: Store> Flow<'_, S> {
 }
 
 /// A deployment whose Gateway names itself nowhere keys every gateway's calls as one (`-`): said
-/// once per container, since every call would say it again.
-fn warn_once_if_gateway_unnamed(interception: &Interception<'_>) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    if !interception.gateway_is_named() && !WARNED.swap(true, Ordering::Relaxed) {
+/// once per container (`warned`), since every call would say it again.
+fn warn_once_if_gateway_unnamed(warned: &AtomicBool, interception: &Interception<'_>) {
+    if !interception.gateway_is_named() && !warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             "no gateway id in the invocation (no GATEWAY_ARN, no Host header) and no \
              DEDUP_GATEWAY_ID: every gateway that invokes this function shares keys and catalogs \

@@ -765,4 +765,133 @@ mod tests {
             None
         );
     }
+
+    /// What each kind of RESPONSE settles, by its status and body: an answer with a result but a
+    /// failing status keeps or releases as the status says; a body that answers nothing is
+    /// judged by its status alone; a streamed event that answers nothing settles nothing.
+    #[test]
+    fn a_response_settles_by_its_status_as_well_as_its_body() {
+        let with = |response: Value| {
+            let mut event = request(7, Some("s"));
+            event["mcp"]["gatewayResponse"] = response;
+            event
+        };
+        let class = |response: Value| read(&with(response), None).target_reply();
+        let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"content": []}});
+        assert_eq!(
+            class(json!({"statusCode": 409, "body": result})),
+            Some(Err(true))
+        );
+        assert_eq!(
+            class(json!({"statusCode": 429, "body": result})),
+            Some(Err(true))
+        );
+        assert_eq!(
+            class(json!({"statusCode": 404, "body": result})),
+            Some(Err(false))
+        );
+        assert_eq!(
+            class(json!({"statusCode": 502, "body": result})),
+            Some(Err(true))
+        );
+        let nothing = json!({"jsonrpc": "2.0", "id": 99, "result": {}});
+        assert_eq!(
+            class(json!({"statusCode": 409, "body": nothing})),
+            Some(Err(true))
+        );
+        assert_eq!(
+            class(json!({"statusCode": 429, "body": {}})),
+            Some(Err(true))
+        );
+        assert_eq!(class(json!({"statusCode": 200, "body": nothing})), None);
+        assert_eq!(
+            class(json!({"statusCode": 500, "isStreamingResponse": true, "body": nothing})),
+            None,
+            "a streamed event answering another id settles nothing"
+        );
+        for code in REFUSED_CODES {
+            let refused = json!({"statusCode": 200, "body": {"jsonrpc": "2.0", "id": 7,
+                "error": {"code": code, "message": "refused"}}});
+            assert_eq!(class(refused), Some(Err(false)), "{code}");
+        }
+        assert_eq!(REFUSED_CODES, [-32700, -32600, -32601, -32602]);
+        assert_eq!(DEDUP_ERROR_CODE, -32000);
+    }
+
+    #[test]
+    fn a_buffered_response_passes_on_with_a_status_and_a_batch_is_told_by_its_calls() {
+        let mut event = request(7, Some("s"));
+        event["mcp"]["gatewayResponse"] =
+            json!({"body": {"jsonrpc": "2.0", "id": 7, "result": {}}});
+        let out: Value = serde_json::from_str(&read(&event, None).pass()).unwrap();
+        assert_eq!(
+            out["mcp"]["transformedGatewayResponse"]["statusCode"], 200,
+            "a buffered response always has a status"
+        );
+        let mut batch = request(1, Some("s"));
+        let body = batch["mcp"]["gatewayRequest"]["body"].clone();
+        let notice = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        batch["mcp"]["gatewayRequest"]["body"] = json!([notice.clone(), notice.clone()]);
+        assert!(!read(&batch, None).is_batch_with_tools_call());
+        batch["mcp"]["gatewayRequest"]["body"] = json!([notice, body]);
+        assert!(read(&batch, None).is_batch_with_tools_call());
+        // A tools/list seen at REQUEST is no listing.
+        let mut list = request(1, Some("s"));
+        list["mcp"]["gatewayRequest"]["body"] =
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+        assert!(read(&list, None).listed_tools().is_none());
+    }
+
+    #[test]
+    fn the_gateway_is_named_by_its_arn_its_host_or_the_deployment() {
+        let event = request(1, Some("s"));
+        assert!(!read(&event, None).gateway_is_named());
+        let arn: HashMap<String, String> = [(
+            GATEWAY_ARN_CONTEXT.to_string(),
+            "arn:aws:bedrock-agentcore:us-east-1:123456789012:gateway/gw-1".to_string(),
+        )]
+        .into();
+        let by_arn = read(&event, Some(&arn));
+        assert!(by_arn.gateway_is_named());
+        assert_eq!(by_arn.gateway(), "gw-1");
+        let configured = match Intercepted::parse(&event, None, Some("gw-2")).unwrap() {
+            Intercepted::Mcp(i) => i,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (configured.gateway(), configured.gateway_is_named()),
+            ("gw-2", true)
+        );
+        assert!(!read(&request(1, None), None).owner_is_one_request());
+        assert!(read(&request(1, Some("s")), None).owner_is_one_request());
+        let err = InterceptorError::Event("why".into());
+        assert_eq!(
+            (err.reason(), err.to_string().ends_with(": why")),
+            ("why", true)
+        );
+    }
+
+    #[test]
+    fn an_unread_invocation_says_why_and_warns_only_for_an_unknown_version() {
+        let http = json!({"interceptorInputVersion": "1.0", "http": {"gatewayRequest": {}}});
+        match Intercepted::parse(&http, None, None).unwrap() {
+            Intercepted::Unread { warn, why, .. } => {
+                assert!(!warn, "an HTTP target's invocation is expected");
+                assert!(why.contains("HTTP target"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let future = json!({"interceptorInputVersion": "1.1", "http": {}});
+        match Intercepted::parse(&future, None, None).unwrap() {
+            Intercepted::Unread { warn, why, .. } => {
+                assert!(warn);
+                assert!(why.contains("\"1.1\""), "the version is named: {why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let event = request(1, Some("s"));
+        let call = read(&event, None);
+        let tools = call.tools_call().unwrap().unwrap();
+        assert_eq!(Answers::tool(&tools), "charge_card");
+    }
 }

@@ -442,3 +442,42 @@ async fn an_event_of_a_door_the_deployment_does_not_serve_is_refused() {
     assert_eq!(served.outcome, Outcome::Executed);
     assert!(Doors::parse("bedrock,smtp").is_err());
 }
+
+/// Sessionless, with no `REQUEST_ID`: a JSON-RPC id names no one request (every client counts
+/// from 1), so an identical request with the same id waits for the first, never goes on as its
+/// owner.
+#[tokio::test]
+async fn without_a_session_or_a_request_id_the_same_id_waits() {
+    let config = Config {
+        sessionless: Sessionless::GatewayScope,
+        ..Config::default()
+    };
+    let h = container(servers::memory_store(ManualClock::starting_now()), &config);
+    let shared = request(None, 1, json!({"sku": "SKU-3", "quantity": 3}));
+    assert_eq!(send(&h, &shared).await.outcome, Outcome::Executed);
+    assert_eq!(send(&h, &shared).await.outcome, Outcome::InProgress);
+}
+
+/// A Gateway that names itself nowhere is warned about once per container, and only then.
+#[tokio::test]
+async fn an_unnamed_gateway_is_warned_about_once_per_container() {
+    const WARNING: &str = "no gateway id in the invocation";
+    let h = container(
+        servers::memory_store(ManualClock::starting_now()),
+        &Config::default(),
+    );
+    let call = |id| request(Some("s"), id, json!({"sku": "a", "quantity": 1}));
+    let (_, first) = crate::fixture::logged(send(&h, &call(1))).await;
+    let (_, second) = crate::fixture::logged(send(&h, &call(2))).await;
+    assert!(first.contains(WARNING), "{first}");
+    assert!(!second.contains(WARNING), "{second}");
+    let named = container(
+        servers::memory_store(ManualClock::starting_now()),
+        &Config::default(),
+    );
+    let mut hosted = call(3);
+    hosted["mcp"]["gatewayRequest"]["headers"]["Host"] =
+        json!("gw-x.gateway.bedrock-agentcore.us-east-1.amazonaws.com");
+    let (_, log) = crate::fixture::logged(send(&named, &hosted)).await;
+    assert!(!log.contains(WARNING), "{log}");
+}
