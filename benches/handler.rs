@@ -20,7 +20,7 @@ use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::seam::{Scoping, Sessionless};
-use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
 use toolcall_dedup::test_util::demo::{DemoTool, Ledger};
 
@@ -135,6 +135,7 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         owner: None,
         at_most_once: false,
         path_digests: None,
+        about: CallAbout::default(),
     }
 }
 

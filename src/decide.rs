@@ -211,6 +211,7 @@ mod tests {
             at_most_once: false,
             path_digests: None,
             offloaded: None,
+            about: Default::default(),
         }
     }
 

@@ -15,8 +15,12 @@ use tokio::time::Instant;
 
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, Mode, NextAction, RunEnd, after_run, decide};
-use crate::key::{Delivery, Keyer, Strategy, differing_paths};
-use crate::store::{ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError};
+use crate::key::{
+    CALLER_KEYER_VERSION, Delivery, Keyer, Strategy, TYPED_KEYER_VERSION, differing_paths,
+};
+use crate::store::{
+    CallAbout, ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
+};
 
 mod cache;
 pub mod lease;
@@ -44,7 +48,7 @@ enum Acquired<E> {
 /// How one claim round ended: the claim loop is done, or waits for an identical call in flight.
 enum RoundEnd<E> {
     Acquired(Acquired<E>),
-    Wait(Record),
+    Wait(Box<Record>),
 }
 
 /// The claim a side effect runs under, and when it was sent.
@@ -254,7 +258,7 @@ impl<S: Store> Executor<S> {
             );
             let record = match self.act_on(action, call, claim_started) {
                 RoundEnd::Acquired(acquired) => return acquired,
-                RoundEnd::Wait(record) => record,
+                RoundEnd::Wait(record) => *record,
             };
             let done = match self.wait(call.key, record, wait_until, end).await {
                 Waited::Completed(record) => self.replay(record, call, Outcome::Waited),
@@ -326,7 +330,7 @@ impl<S: Store> Executor<S> {
             NextAction::Unknown(_) => answered(outcome_unknown()),
             NextAction::Mismatch(record) => answered(key_reused(&record, call)),
             NextAction::Busy(record) => answered(self.in_progress(&record)),
-            NextAction::Wait(record) => RoundEnd::Wait(record),
+            NextAction::Wait(record) => RoundEnd::Wait(Box::new(record)),
         }
     }
 
@@ -373,6 +377,15 @@ impl<S: Store> Executor<S> {
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
             path_digests: call.caller.and_then(|c| c.path_digests),
+            about: CallAbout {
+                namespace: call.call.namespace,
+                run: call.call.run_id,
+                step: call.call.step,
+                keyer: Some(match call.caller {
+                    Some(_) => CALLER_KEYER_VERSION,
+                    None => TYPED_KEYER_VERSION,
+                }),
+            },
         }
     }
 

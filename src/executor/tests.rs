@@ -223,6 +223,7 @@ fn completed(key: &str, expires_at_s: i64) -> Record {
         at_most_once: false,
         path_digests: None,
         offloaded: None,
+        about: Default::default(),
     }
 }
 

@@ -100,8 +100,8 @@ impl Keyer {
             (CallerKeyScope::Run, None) => "-".to_string(),
             (CallerKeyScope::Namespace, _) => "*".to_string(),
         };
-        let key = hash(
-            b"toolcall-dedup/caller/v2\0",
+        let key = hash_versioned(
+            CALLER_KEYER_VERSION,
             &[call.namespace.unwrap_or(""), call.tool, &run, caller_key],
         );
         let fingerprint = hash(
@@ -209,6 +209,15 @@ fn pointer_token(name: &str) -> String {
 }
 
 /// SHA-256 over a tag and length-prefixed fields, truncated to a [`Key`].
+/// The caller-key keyer's version: part of every caller-keyed key's hash, and what a record says
+/// keyed it.
+pub const CALLER_KEYER_VERSION: &str = "caller/v2";
+
+/// [`hash`] under the tag `toolcall-dedup/<version>\0`.
+fn hash_versioned(version: &str, fields: &[&str]) -> Key {
+    hash(format!("toolcall-dedup/{version}\0").as_bytes(), fields)
+}
+
 fn hash(tag: &[u8], fields: &[&str]) -> Key {
     let mut hasher = Sha256::new();
     hasher.update(tag);

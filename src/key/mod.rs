@@ -21,8 +21,8 @@ use std::str::FromStr;
 
 pub use article::write_python_json_string;
 pub use caller::{
-    CallerKeyError, CallerKeyScope, CallerKeyed, MAX_CALLER_KEY_BYTES, MAX_PATH_DIGESTS_BYTES,
-    differing_paths,
+    CALLER_KEYER_VERSION, CallerKeyError, CallerKeyScope, CallerKeyed, MAX_CALLER_KEY_BYTES,
+    MAX_PATH_DIGESTS_BYTES, differing_paths,
 };
 pub use json::{Node, parse as parse_json};
 pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
@@ -30,6 +30,10 @@ pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.
 pub const MAX_TOOL_NAME_BYTES: usize = 1024;
+
+/// The typed keyer's version: part of every typed key's hash, and what a record says keyed it.
+/// A new version means new keys (every stored record is then a stranger to its repeats).
+pub const TYPED_KEYER_VERSION: &str = "typed/v1";
 
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -536,7 +540,9 @@ fn overlaid<'s>(
 fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    hasher.update(b"toolcall-dedup/typed/v1\0");
+    hasher.update(b"toolcall-dedup/");
+    hasher.update(TYPED_KEYER_VERSION.as_bytes());
+    hasher.update(b"\0");
     for field in [call.namespace, Some(call.tool), call.run_id, call.step] {
         match field {
             None => hasher.update([0u8]),

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
-    Record, RequestCounter, RequestCounts, Resolution, Status, Store, StoreError, SystemClock,
-    expiry_covering_lease, is_expired, validate_claim, validate_key,
+    Record, RecordAbout, RecordFilter, RecordState, Records, RequestCounter, RequestCounts,
+    Resolution, Status, Store, StoreError, SystemClock, expiry_covering_lease, is_expired,
+    validate_claim, validate_key,
 };
 
 /// Expired records are swept after this many claims, so a long local run does not grow forever.
@@ -51,11 +52,17 @@ struct Stored {
     outcome_unknown: bool,
     at_most_once: bool,
     path_digests: Option<String>,
+    about: RecordAbout,
 }
 
 impl Stored {
     fn is_live(&self, now_ms: i64) -> bool {
         !is_expired(self.expires_at_s, now_ms)
+    }
+
+    /// What [`Records::evict`] may delete: expired, or completed with a known outcome.
+    fn is_evictable(&self, now_ms: i64) -> bool {
+        !self.is_live(now_ms) || (self.status == Status::Completed && !self.outcome_unknown)
     }
 
     fn held_by(&self, token: &LeaseToken, now_ms: i64) -> bool {
@@ -92,6 +99,7 @@ impl Stored {
             at_most_once: self.at_most_once,
             path_digests: self.path_digests.clone(),
             offloaded: None,
+            about: self.about.clone(),
         })
     }
 }
@@ -184,6 +192,7 @@ impl MemoryStore {
                 outcome_unknown: false,
                 at_most_once: req.at_most_once,
                 path_digests: req.path_digests.map(str::to_owned),
+                about: RecordAbout::from_call(&req.about),
             },
         );
         items.claims += 1;
@@ -391,9 +400,47 @@ impl MemoryStore {
                 outcome_unknown: false,
                 at_most_once: false,
                 path_digests: None,
+                about: RecordAbout::default(),
             },
         );
         Ok(token)
+    }
+
+    fn list_now(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.inner.counter.record(Op::Other);
+        let now = self.inner.clock.now_ms();
+        let items = self.items();
+        let mut records = Vec::new();
+        for (key, stored) in &items.map {
+            if !stored.is_live(now) {
+                continue;
+            }
+            let record = stored.decode(key)?;
+            if RecordState::selects(filter, &record, now) {
+                records.push(record);
+            }
+        }
+        records.sort_by(|a, b| {
+            b.created_at_ms
+                .cmp(&a.created_at_ms)
+                .then(a.key.cmp(&b.key))
+        });
+        records.truncate(filter.limit);
+        Ok(records)
+    }
+
+    fn evict_now(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::DeleteItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get(key) {
+            Some(s) if &s.token == token && s.is_evictable(now) => {
+                items.map.remove(key);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
     }
 
     fn get_now(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -405,6 +452,16 @@ impl MemoryStore {
             Some(s) if s.is_live(now) => s.decode(key).map(Some),
             _ => Ok(None),
         }
+    }
+}
+
+impl Records for MemoryStore {
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.list_now(filter)
+    }
+
+    async fn evict(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.evict_now(key, token)
     }
 }
 
@@ -483,7 +540,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::ManualClock;
+    use crate::store::{CallAbout, ManualClock};
 
     /// Claims `key` (a fresh key: the claim must succeed).
     fn claimed(store: &MemoryStore, key: &str, lease_until_ms: i64, expires_at_s: i64) {
@@ -496,6 +553,7 @@ mod tests {
             owner: None,
             at_most_once: false,
             path_digests: None,
+            about: CallAbout::default(),
         };
         assert!(matches!(
             store.claim_now(req),

@@ -44,6 +44,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod codec;
 pub mod dynamodb;
+pub mod inspect;
 pub mod memory;
 pub mod offload;
 pub mod settle;
@@ -153,6 +154,88 @@ pub trait Store: Send + Sync + 'static {
     fn requests(&self) -> RequestCounts;
 }
 
+/// What an operator asks of a store beyond the executor's primitives: the records that need
+/// them, and the eviction of one (`dedup list`, `dedup evict`).
+pub trait Records: Store {
+    /// The live records `filter` selects, newest first, at most `filter.limit`. Records that
+    /// need an operator (an outcome unknown: settled so, or an `at_most_once` claim past its lease)
+    /// come from an index, without a scan; the other states are a scan.
+    fn list(
+        &self,
+        filter: &RecordFilter,
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
+
+    /// Deletes the record of `key` while it still carries `token` (the version an operator read)
+    /// and is expired or completed with a known outcome: never a claim whose call may still be
+    /// running, nor an unknown outcome (that is [`Store::resolve`]'s, which settles it on purpose).
+    /// [`StoreError::LeaseLost`] otherwise.
+    fn evict(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// Which records [`Records::list`] returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFilter {
+    /// Only records in this state (any when `None`).
+    pub state: Option<RecordState>,
+    /// Only this tool's records.
+    pub tool: Option<String>,
+    /// Only records created at or after this time (epoch milliseconds).
+    pub since_ms: Option<i64>,
+    /// At most this many.
+    pub limit: usize,
+}
+
+impl Default for RecordFilter {
+    fn default() -> RecordFilter {
+        RecordFilter {
+            state: None,
+            tool: None,
+            since_ms: None,
+            limit: 100,
+        }
+    }
+}
+
+/// A record's state, as an operator asks for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    /// The call's outcome is unknown until an operator settles it.
+    Unknown,
+    /// A claim: the call may be running.
+    InProgress,
+    /// Settled with a result (or a marker that it ran).
+    Completed,
+}
+
+impl RecordState {
+    /// The state `record` is in at `now_ms`.
+    pub fn of(record: &Record, now_ms: i64) -> RecordState {
+        if record.is_outcome_unknown(now_ms) {
+            RecordState::Unknown
+        } else if record.status == Status::InProgress {
+            RecordState::InProgress
+        } else {
+            RecordState::Completed
+        }
+    }
+
+    /// Whether `record` is in this state at `now_ms`, and `filter`'s other terms hold.
+    pub fn selects(filter: &RecordFilter, record: &Record, now_ms: i64) -> bool {
+        filter
+            .state
+            .is_none_or(|s| s == RecordState::of(record, now_ms))
+            && filter.tool.as_ref().is_none_or(|t| *t == record.tool)
+            && filter
+                .since_ms
+                .is_none_or(|since| record.created_at_ms >= since)
+            && !record.key.starts_with("catalog:")
+    }
+}
+
 /// What a caller asks to claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimRequest<'a> {
@@ -176,6 +259,55 @@ pub struct ClaimRequest<'a> {
     /// For a call keyed by its caller's key: a digest per argument leaf, so that a repeat with
     /// other arguments can be told which paths differ ([`crate::key::differing_paths`]).
     pub path_digests: Option<&'a str>,
+    /// What the record says about the call, for an operator.
+    pub about: CallAbout<'a>,
+}
+
+/// What a call's record says about it, for an operator reading the table (never its arguments).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallAbout<'a> {
+    /// The call's namespace: its entry point and owner (`bedrock:AGENT/payments`).
+    pub namespace: Option<&'a str>,
+    /// The run (session) it belongs to.
+    pub run: Option<&'a str>,
+    /// The step within the run.
+    pub step: Option<&'a str>,
+    /// The keyer that derived the key ([`crate::key::KEYER_VERSION`] and how it keyed).
+    pub keyer: Option<&'a str>,
+}
+
+/// [`CallAbout`], as a record carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecordAbout {
+    /// The call's namespace: its entry point and owner.
+    pub namespace: Option<String>,
+    /// The run (session) it belongs to.
+    pub run: Option<String>,
+    /// The step within the run.
+    pub step: Option<String>,
+    /// The keyer that derived the key.
+    pub keyer: Option<String>,
+}
+
+impl RecordAbout {
+    /// What `about` says, owned.
+    pub fn from_call(about: &CallAbout<'_>) -> RecordAbout {
+        let owned = |v: Option<&str>| v.map(str::to_string);
+        RecordAbout {
+            namespace: owned(about.namespace),
+            run: owned(about.run),
+            step: owned(about.step),
+            keyer: owned(about.keyer),
+        }
+    }
+
+    /// The entry point the call came in by: the namespace's first part.
+    pub fn door(&self) -> Option<&str> {
+        self.namespace
+            .as_deref()
+            .and_then(|n| n.split_once(':'))
+            .map(|(door, _)| door)
+    }
 }
 
 impl ClaimRequest<'_> {
@@ -304,6 +436,8 @@ pub struct Record {
     /// Set on a completed record whose result is in the results bucket ([`offload`]). The store
     /// reads it back into `result` before handing the record out.
     pub offloaded: Option<Offloaded>,
+    /// What the call was, for an operator (empty on records written before records said so).
+    pub about: RecordAbout,
 }
 
 impl Record {
@@ -362,6 +496,7 @@ impl fmt::Debug for Record {
             .field("at_most_once", &self.at_most_once)
             .field("path_digests", &self.path_digests.as_ref().map(String::len))
             .field("offloaded", &self.offloaded)
+            .field("about", &self.about)
             .finish()
     }
 }
@@ -741,6 +876,7 @@ mod tests {
             owner: None,
             at_most_once: false,
             path_digests: None,
+            about: CallAbout::default(),
         };
         assert_eq!(req(65_500, 200).record_expiry(), 200);
         assert_eq!(req(65_500, 1).record_expiry(), 65);

@@ -127,26 +127,6 @@ pub async fn settle<S: Store>(
     }
 }
 
-/// The record as an operator reads it: its state, and the stored reply as text when it is UTF-8.
-pub fn describe(record: &Record) -> Value {
-    let mut out = summary(record);
-    out["key"] = json!(record.key);
-    out["tool"] = json!(record.tool);
-    out["expires_at_s"] = json!(record.expires_at_s);
-    out["created_at_ms"] = json!(record.created_at_ms);
-    out["fingerprint"] = json!(record.fingerprint);
-    if let Some(result) = &record.result {
-        out["result"] = match std::str::from_utf8(result) {
-            Ok(text) => json!(text),
-            Err(_) => json!({"bytes": result.len(), "utf8": false}),
-        };
-    }
-    if let Some(bytes) = record.omitted_result_bytes {
-        out["result_omitted_bytes"] = json!(bytes);
-    }
-    out
-}
-
 fn summary(record: &Record) -> Value {
     json!({
         "status": record.status.as_str(),

@@ -11,12 +11,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification, TimeToLiveStatus,
+    AttributeDefinition, BillingMode, CreateGlobalSecondaryIndexAction, GlobalSecondaryIndex,
+    GlobalSecondaryIndexUpdate, IndexStatus, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
-use super::dynamodb::build_client;
+use super::dynamodb::{ATTENTION_INDEX, attr, build_client};
 use super::{DynamoDbConfig, StoreError};
 
 /// How long to wait for a new table to become `ACTIVE`.
@@ -31,6 +32,8 @@ pub struct CreateTableReport {
     pub created: bool,
     /// Whether TTL is on, and on which attribute.
     pub ttl: TtlState,
+    /// Whether the attention index ([`ATTENTION_INDEX`]) was there or was added by this call.
+    pub index_added: bool,
 }
 
 /// TTL state of the table after [`create_table`].
@@ -61,6 +64,9 @@ impl fmt::Display for CreateTableReport {
             "already exists"
         };
         write!(f, "table {}: {what}; ", self.table)?;
+        if self.index_added && !self.created {
+            write!(f, "index {ATTENTION_INDEX} added; ")?;
+        }
         match &self.ttl {
             TtlState::Enabled { attribute } => write!(f, "TTL enabled on {attribute}"),
             TtlState::AlreadyEnabled { attribute } => {
@@ -73,8 +79,9 @@ impl fmt::Display for CreateTableReport {
     }
 }
 
-/// Creates `cfg.table` on the endpoint (default AWS endpoint if `None`), waits until it is
-/// active and enables TTL. Idempotent: an existing table with the right key schema is kept.
+/// Creates `cfg.table` on the endpoint (default AWS endpoint if `None`) with the attention index,
+/// waits until it is active and enables TTL. Idempotent: an existing table with the right key
+/// schema is kept, and gets the index if it lacks it (tables made before records had one).
 pub async fn create_table(
     endpoint: Option<&str>,
     cfg: &DynamoDbConfig,
@@ -93,17 +100,13 @@ pub async fn create_table_with_client(
         .create_table()
         .table_name(&cfg.table)
         .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(&cfg.key_attribute)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(build_error)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(&cfg.key_attribute)
-                .key_type(KeyType::Hash)
+        .set_attribute_definitions(Some(attribute_definitions(cfg)?))
+        .key_schema(key_element(&cfg.key_attribute, KeyType::Hash)?)
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(ATTENTION_INDEX)
+                .set_key_schema(Some(attention_key_schema()?))
+                .projection(all_attributes())
                 .build()
                 .map_err(build_error)?,
         )
@@ -114,16 +117,85 @@ pub async fn create_table_with_client(
         Err(e) if e.code() == Some("ResourceInUseException") => false,
         Err(e) => return Err(sdk_error("CreateTable", e)),
     };
-    wait_active_with_key(client, cfg).await?;
+    let has_index = wait_active_with_key(client, cfg).await?;
+    let index_added = if has_index {
+        created
+    } else {
+        add_attention_index(client, cfg).await?;
+        wait_active_with_key(client, cfg).await?;
+        true
+    };
     let ttl = enable_ttl(client, cfg).await?;
     Ok(CreateTableReport {
         table: cfg.table.clone(),
         created,
         ttl,
+        index_added,
     })
 }
 
-async fn wait_active_with_key(client: &Client, cfg: &DynamoDbConfig) -> Result<(), StoreError> {
+fn key_element(name: &str, key_type: KeyType) -> Result<KeySchemaElement, StoreError> {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(key_type)
+        .build()
+        .map_err(build_error)
+}
+
+fn attribute_definitions(cfg: &DynamoDbConfig) -> Result<Vec<AttributeDefinition>, StoreError> {
+    [
+        (cfg.key_attribute.as_str(), ScalarAttributeType::S),
+        (attr::ATTENTION, ScalarAttributeType::S),
+        (attr::CREATED_AT, ScalarAttributeType::N),
+    ]
+    .into_iter()
+    .map(|(name, kind)| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(kind)
+            .build()
+            .map_err(build_error)
+    })
+    .collect()
+}
+
+fn attention_key_schema() -> Result<Vec<KeySchemaElement>, StoreError> {
+    Ok(vec![
+        key_element(attr::ATTENTION, KeyType::Hash)?,
+        key_element(attr::CREATED_AT, KeyType::Range)?,
+    ])
+}
+
+/// Records in the index carry no result (they have none yet), so projecting everything costs
+/// little and lets a listing read them without going back to the table.
+fn all_attributes() -> Projection {
+    Projection::builder()
+        .projection_type(ProjectionType::All)
+        .build()
+}
+
+async fn add_attention_index(client: &Client, cfg: &DynamoDbConfig) -> Result<(), StoreError> {
+    let create = CreateGlobalSecondaryIndexAction::builder()
+        .index_name(ATTENTION_INDEX)
+        .set_key_schema(Some(attention_key_schema()?))
+        .projection(all_attributes())
+        .build()
+        .map_err(build_error)?;
+    client
+        .update_table()
+        .table_name(&cfg.table)
+        .set_attribute_definitions(Some(attribute_definitions(cfg)?))
+        .global_secondary_index_updates(
+            GlobalSecondaryIndexUpdate::builder().create(create).build(),
+        )
+        .send()
+        .await
+        .map_err(|e| sdk_error("UpdateTable (adding the index \"attention\")", e))?;
+    Ok(())
+}
+
+/// Waits until the table and its indexes are active; whether it has the attention index.
+async fn wait_active_with_key(client: &Client, cfg: &DynamoDbConfig) -> Result<bool, StoreError> {
     let start = tokio::time::Instant::now();
     loop {
         let out = client
@@ -149,8 +221,14 @@ async fn wait_active_with_key(client: &Client, cfg: &DynamoDbConfig) -> Result<(
                 cfg.table, cfg.key_attribute
             )));
         }
-        if table.table_status() == Some(&TableStatus::Active) {
-            return Ok(());
+        let indexes = table.global_secondary_indexes();
+        let indexes_active = indexes
+            .iter()
+            .all(|i| i.index_status().is_none_or(|s| s == &IndexStatus::Active));
+        if table.table_status() == Some(&TableStatus::Active) && indexes_active {
+            return Ok(indexes
+                .iter()
+                .any(|i| i.index_name() == Some(ATTENTION_INDEX)));
         }
         if start.elapsed() > ACTIVE_TIMEOUT {
             return Err(StoreError::config(format!(
@@ -228,7 +306,11 @@ where
             StoreError::Unavailable(Box::new(e))
         }
         _ => StoreError::Config {
-            message: format!("{operation} failed"),
+            message: match (e.code(), e.message()) {
+                (Some(code), Some(why)) => format!("{operation} failed: {code}: {why}"),
+                (Some(code), None) => format!("{operation} failed: {code}"),
+                _ => format!("{operation} failed"),
+            },
             source: Some(Box::new(e)),
         },
     }

@@ -8,8 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::store::{
-    ClaimBudget, ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken,
-    ManualClock, MemoryStore, Record, RequestCounts, Resolution, RetryPolicy, Store, StoreError,
+    CallAbout, ClaimBudget, ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore,
+    LeaseToken, ManualClock, MemoryStore, Record, RequestCounts, Resolution, RetryPolicy, Store,
+    StoreError,
 };
 
 pub const START_HINT: &str = "start the local DynamoDB servers first: \
@@ -308,6 +309,7 @@ impl<S: Store> Faulty<S> {
                 owner: None,
                 at_most_once: false,
                 path_digests: None,
+                about: CallAbout::default(),
             })
             .await;
         if let Some(result) = last {

@@ -36,7 +36,9 @@ use toolcall_dedup::config::Mode;
 use toolcall_dedup::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use toolcall_dedup::key::Delivery;
 use toolcall_dedup::seam::ReplyClass;
-use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError};
+use toolcall_dedup::store::{
+    CallAbout, ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError,
+};
 
 /// One tick of the model clock, in the product's milliseconds (expiry is per second).
 const TICK_MS: i64 = 1_000;
@@ -178,6 +180,7 @@ impl Protocol {
             at_most_once: stored.at_most_once,
             path_digests: None,
             offloaded: None,
+            about: Default::default(),
         }
     }
 
@@ -234,6 +237,7 @@ impl Protocol {
             owner: None,
             at_most_once: self.delivery == Delivery::AtMostOnce,
             path_digests: None,
+            about: CallAbout::default(),
         };
         let expires_at_s = match self.bug {
             Some(Bug::TtlShorterThanLease) => request.expires_at_s,

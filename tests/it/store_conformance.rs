@@ -26,9 +26,10 @@ use tokio::task::JoinSet;
 use toolcall_dedup::store::dynamodb::BreakerOpen;
 use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
-    ClaimBudget, ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig, LeaseToken,
-    MAX_STORED_RESULT_BYTES, ManualClock, Record, RequestCounts, Resolution, RetriesExhausted,
-    RetryPolicy, Status, Store, StoreError,
+    CallAbout, ClaimBudget, ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig,
+    LeaseToken, MAX_STORED_RESULT_BYTES, ManualClock, Record, RecordAbout, RecordFilter,
+    RecordState, Records, RequestCounts, Resolution, RetriesExhausted, RetryPolicy, Status, Store,
+    StoreError,
 };
 
 const LEASE_MS: i64 = 30_000;
@@ -58,6 +59,7 @@ impl<S: Store + 'static> Ctx<S> {
             owner: None,
             at_most_once: false,
             path_digests: None,
+            about: CallAbout::default(),
         }
     }
 
@@ -894,6 +896,7 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
                     owner: None,
                     at_most_once: false,
                     path_digests: None,
+                    about: CallAbout::default(),
                 };
                 store.claim(req).await
             });
@@ -942,6 +945,203 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
         );
         assert_eq!(in_progress(cx.claim(&key).await).token, *winner);
     }
+}
+
+async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Records + 'static>(
+    cx: Ctx<S>,
+) {
+    let about = CallAbout {
+        namespace: Some("envelope:payments"),
+        run: Some("run-1"),
+        step: Some("3"),
+        keyer: Some("typed/v1"),
+    };
+    let settled = cx.key("settled");
+    let token = match cx
+        .store
+        .claim(ClaimRequest {
+            about,
+            ..cx.req(&settled)
+        })
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    cx.complete(&settled, &token, b"{\"ok\":true}")
+        .await
+        .unwrap();
+    cx.clock.advance(Duration::from_millis(10));
+    let charging = cx.key("charging");
+    let charge = ClaimRequest {
+        tool: "charge_card",
+        at_most_once: true,
+        ..cx.req(&charging)
+    };
+    assert!(matches!(
+        cx.store.claim(charge).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    let catalog = format!("catalog:{}", cx.key("gw"));
+    let expires = cx.store.now_ms().div_euclid(1000) + TTL_S;
+    cx.store
+        .put(&catalog, "catalog", b"{}", expires, None)
+        .await
+        .unwrap();
+
+    let list = |filter: RecordFilter| {
+        let store = cx.store.clone();
+        async move { store.list(&filter).await.expect("list") }
+    };
+    let keys = |records: Vec<Record>| records.into_iter().map(|r| r.key).collect::<Vec<_>>();
+
+    let all = list(RecordFilter::default()).await;
+    assert_eq!(
+        keys(all.clone()),
+        [charging.clone(), settled.clone()],
+        "newest first, no catalog"
+    );
+    let read = all.iter().find(|r| r.key == settled).unwrap();
+    assert_eq!(read.about.namespace.as_deref(), Some("envelope:payments"));
+    assert_eq!(read.about.run.as_deref(), Some("run-1"));
+    assert_eq!(read.about.step.as_deref(), Some("3"));
+    assert_eq!(read.about.keyer.as_deref(), Some("typed/v1"));
+    assert_eq!(read.about.door(), Some("envelope"));
+    assert_eq!(
+        all[0].about,
+        RecordAbout::default(),
+        "nothing said, nothing stored"
+    );
+
+    let by_state = |state| RecordFilter {
+        state: Some(state),
+        ..RecordFilter::default()
+    };
+    assert_eq!(
+        keys(list(by_state(RecordState::Completed)).await),
+        std::slice::from_ref(&settled)
+    );
+    assert_eq!(
+        keys(list(by_state(RecordState::InProgress)).await),
+        std::slice::from_ref(&charging)
+    );
+    assert!(list(by_state(RecordState::Unknown)).await.is_empty());
+    let by_tool = RecordFilter {
+        tool: Some("charge_card".into()),
+        ..RecordFilter::default()
+    };
+    assert_eq!(keys(list(by_tool).await), std::slice::from_ref(&charging));
+    let since = RecordFilter {
+        since_ms: Some(all[0].created_at_ms),
+        ..RecordFilter::default()
+    };
+    assert_eq!(keys(list(since).await), std::slice::from_ref(&charging));
+    let one = RecordFilter {
+        limit: 1,
+        ..RecordFilter::default()
+    };
+    assert_eq!(keys(list(one).await), std::slice::from_ref(&charging));
+
+    // The at-most-once claim's lease ends: its outcome is unknown (found through the index).
+    cx.clock.advance(Duration::from_millis(LEASE_MS as u64 + 1));
+    assert_eq!(
+        keys(list(by_state(RecordState::Unknown)).await),
+        std::slice::from_ref(&charging)
+    );
+    assert!(list(by_state(RecordState::InProgress)).await.is_empty());
+
+    // Settled as unknown by a holder: still listed as unknown, and gone once resolved.
+    let lost = cx.key("lost");
+    let lost_token = match cx
+        .store
+        .claim(ClaimRequest {
+            at_most_once: true,
+            ..cx.req(&lost)
+        })
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    let expires = cx.store.now_ms().div_euclid(1000) + TTL_S;
+    cx.store
+        .settle_unknown(&lost, &lost_token, expires)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(list(by_state(RecordState::Unknown)).await),
+        [lost.clone(), charging.clone()]
+    );
+    cx.store
+        .resolve(&lost, &lost_token, Resolution::Complete(b"{}"), expires)
+        .await
+        .unwrap();
+    assert_eq!(
+        keys(list(by_state(RecordState::Unknown)).await),
+        std::slice::from_ref(&charging)
+    );
+    assert!(
+        keys(list(by_state(RecordState::Completed)).await).contains(&lost),
+        "{:?}",
+        cx.backend
+    );
+}
+
+async fn evict_removes_only_a_completed_record_at_the_version_read<S: Records + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("evict");
+    let token = cx.claimed(&key).await;
+    assert_lease_lost(cx.store.evict(&key, &token).await);
+    assert!(
+        cx.store.get(&key).await.unwrap().is_some(),
+        "a running claim stays"
+    );
+    cx.complete(&key, &token, b"{}").await.unwrap();
+    assert_lease_lost(cx.store.evict(&key, &LeaseToken::new("another")).await);
+    cx.store.evict(&key, &token).await.expect("evict");
+    assert!(cx.store.get(&key).await.unwrap().is_none());
+    assert_lease_lost(cx.store.evict(&key, &token).await);
+    let again = cx.claimed(&key).await;
+    assert_ne!(again, token, "the same call claims and runs again");
+
+    // An unknown outcome is the operator's to settle, not to evict.
+    let unknown = cx.key("unknown");
+    let held = match cx
+        .store
+        .claim(ClaimRequest {
+            at_most_once: true,
+            ..cx.req(&unknown)
+        })
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    let expires = cx.store.now_ms().div_euclid(1000) + TTL_S;
+    cx.store
+        .settle_unknown(&unknown, &held, expires)
+        .await
+        .unwrap();
+    assert_lease_lost(cx.store.evict(&unknown, &held).await);
+    assert!(cx.store.get(&unknown).await.unwrap().is_some());
+
+    // An expired record goes whatever it was.
+    cx.clock.advance(Duration::from_secs(TTL_S as u64 + 1));
+    cx.store
+        .evict(&unknown, &held)
+        .await
+        .expect("evict expired");
+    assert!(
+        cx.store
+            .list(&RecordFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1010,6 +1210,8 @@ conformance!(
     an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown,
     settled_unknown_is_completed_without_a_result_and_only_by_its_holder,
     an_operator_settles_only_what_no_owner_can,
+    records_say_what_the_call_was_and_list_by_state_tool_and_time,
+    evict_removes_only_a_completed_record_at_the_version_read,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -1379,6 +1581,10 @@ async fn table_create_is_idempotent_and_reports_ttl(backend: Backend) {
     let second = create_table_with_client(&client, &cfg).await.unwrap();
     assert!(first.created);
     assert!(!second.created);
+    assert!(
+        first.index_added && !second.index_added,
+        "{first} / {second}"
+    );
     match backend {
         Backend::Moto => {
             assert_eq!(
@@ -1408,6 +1614,80 @@ async fn table_create_is_idempotent_and_reports_ttl(backend: Backend) {
         Err(StoreError::Config { message, .. }) => assert!(message.contains("\"id\""), "{message}"),
         other => panic!("expected a key schema Config error, got {other:?}"),
     }
+}
+
+/// Tables made before records had an attention index get it from `dedup table create`, and the
+/// unknown outcomes written before are listed once the index has them.
+async fn a_table_made_before_the_index_gets_it(backend: Backend) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let client = servers::client(&backend.endpoint(), Vec::new());
+    let cfg = servers::config();
+    client
+        .create_table()
+        .table_name(&cfg.table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(&cfg.key_attribute)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(&cfg.key_attribute)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("an old-style table");
+    let report = match (backend, create_table_with_client(&client, &cfg).await) {
+        (_, Ok(report)) => report,
+        // dynalite wants provisioned throughput for a new index even on an on-demand table
+        // (DynamoDB refuses it there): the failure must say what it was doing.
+        (Backend::Dynalite, Err(StoreError::Config { message, .. })) => {
+            assert!(
+                message.contains("adding the index \"attention\""),
+                "{message}"
+            );
+            return;
+        }
+        (_, Err(e)) => panic!("{e:?}"),
+    };
+    assert!(!report.created && report.index_added, "{report}");
+    assert!(
+        report.to_string().contains("index attention added"),
+        "{report}"
+    );
+    let clock = ManualClock::starting_now();
+    let store = toolcall_dedup::store::DynamoDbStore::new(&client, cfg)
+        .unwrap()
+        .with_clock(clock.clone());
+    let cx = Ctx {
+        store: Arc::new(store),
+        clock,
+        backend,
+    };
+    let key = cx.key("old");
+    let req = ClaimRequest {
+        at_most_once: true,
+        ..cx.req(&key)
+    };
+    assert!(matches!(
+        cx.store.claim(req).await.unwrap(),
+        ClaimOutcome::Claimed { .. }
+    ));
+    cx.clock.advance(Duration::from_millis(LEASE_MS as u64 + 1));
+    let unknown = RecordFilter {
+        state: Some(RecordState::Unknown),
+        ..RecordFilter::default()
+    };
+    let listed = cx.store.list(&unknown).await.unwrap();
+    assert_eq!(listed.iter().map(|r| &r.key).collect::<Vec<_>>(), [&key]);
 }
 
 async fn custom_attribute_names_are_used(backend: Backend) {
@@ -1574,6 +1854,7 @@ dynamodb_only!(
     a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
     store_gives_up_with_unavailable_at_its_deadline,
     table_create_is_idempotent_and_reports_ttl,
+    a_table_made_before_the_index_gets_it,
     custom_attribute_names_are_used,
 );
 
@@ -1658,6 +1939,7 @@ impl<S: Store> Twin<S> {
                     owner: None,
                     at_most_once: false,
                     path_digests: None,
+                    about: CallAbout::default(),
                 };
                 match self.store.claim(req).await {
                     Ok(ClaimOutcome::Claimed { token }) => {

@@ -6,6 +6,7 @@ pub mod chaos;
 pub mod corpus;
 pub mod cost;
 pub mod key;
+pub mod records;
 pub mod replay;
 pub mod score;
 pub mod settle;
@@ -39,6 +40,13 @@ enum Command {
     Table(table::TableCommand),
     /// Settle a call whose outcome is unknown: store its reply, release it, or show it.
     Settle(settle::SettleArgs),
+    /// List the records in the table: by state (`--state unknown` finds what must be settled),
+    /// tool and time.
+    List(records::ListArgs),
+    /// Print one record readably: who and what called, when, its state and its stored reply.
+    Show(records::ShowArgs),
+    /// Delete a completed record (confirmed with --yes), so that the same call runs again.
+    Evict(records::EvictArgs),
     /// Score keyers A–D and ours on the replay corpus (the article's table).
     Score(score::ScoreArgs),
     /// Rebuild the replay corpus files byte for byte.
@@ -58,6 +66,9 @@ pub fn main() -> ExitCode {
         Command::Cost(args) => cost::run(args),
         Command::Table(command) => table::run(command),
         Command::Settle(args) => settle::run(args),
+        Command::List(args) => records::list(args),
+        Command::Show(args) => records::show(args),
+        Command::Evict(args) => records::evict_command(args),
         Command::Score(args) => score::run(args),
         Command::Corpus(args) => corpus::run(args),
         Command::Replay(args) => replay::run(args),
@@ -66,10 +77,26 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("dedup: {error}");
+            eprintln!("dedup: {}", with_causes(&error));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and every cause under it, so that "store unavailable" says why (a refused
+/// connection, an unknown host, a denied request).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Errors a subcommand can end with (per-line input errors are reported inline instead).
@@ -83,4 +110,6 @@ pub enum CliError {
     Usage(String),
     #[error(transparent)]
     Store(#[from] toolcall_dedup::store::StoreError),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
 }

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use toolcall_dedup::store::dynamodb::build_client;
-use toolcall_dedup::store::settle::{Action, describe, settle};
-use toolcall_dedup::store::{DynamoDbStore, Store};
+use toolcall_dedup::store::Store;
+use toolcall_dedup::store::inspect::describe;
+use toolcall_dedup::store::settle::{Action, settle};
 
 use super::CliError;
 use super::table::TableArgs;
@@ -52,16 +52,14 @@ pub fn run(args: SettleArgs) -> Result<ExitCode, CliError> {
         (None, true) => Action::Release,
         (None, false) => Action::Show,
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let client = build_client(args.table.endpoint.as_deref()).await;
-        let store = DynamoDbStore::new(&client, args.table.config())?;
+    args.table.with_store(|store| async move {
         let ttl = Duration::from_secs(args.ttl_seconds);
         match settle(&store, &args.key, action, ttl).await {
             Ok(done) if action == Action::Show => {
-                println!("{}", describe(&done.before));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&describe(&done.before, store.now_ms()))?
+                );
                 Ok(ExitCode::SUCCESS)
             }
             Ok(done) => {

@@ -1,7 +1,13 @@
 //! `dedup table create`: the command line over [`toolcall_dedup::store::table`].
 
-use toolcall_dedup::store::DynamoDbConfig;
+use std::future::Future;
+use std::process::ExitCode;
+
+use toolcall_dedup::store::dynamodb::build_client;
 use toolcall_dedup::store::table::create_table;
+use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore};
+
+use super::CliError;
 
 /// `dedup table ...` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -34,6 +40,21 @@ impl TableArgs {
             ..DynamoDbConfig::new(self.table.clone())
         }
     }
+
+    /// Runs `command` with the table's store, on a runtime of its own.
+    pub fn with_store<F, Fut>(&self, command: F) -> Result<ExitCode, CliError>
+    where
+        F: FnOnce(DynamoDbStore) -> Fut,
+        Fut: Future<Output = Result<ExitCode, CliError>>,
+    {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let client = build_client(self.endpoint.as_deref()).await;
+            command(DynamoDbStore::new(&client, self.config())?).await
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -42,7 +63,7 @@ pub struct TableCreateArgs {
     pub table: TableArgs,
 }
 
-pub fn run(command: TableCommand) -> Result<std::process::ExitCode, super::CliError> {
+pub fn run(command: TableCommand) -> Result<ExitCode, CliError> {
     let TableCommand::Create(args) = command;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -52,5 +73,5 @@ pub fn run(command: TableCommand) -> Result<std::process::ExitCode, super::CliEr
         &args.table.config(),
     ))?;
     println!("{report}");
-    Ok(std::process::ExitCode::SUCCESS)
+    Ok(ExitCode::SUCCESS)
 }

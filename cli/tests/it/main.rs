@@ -12,6 +12,7 @@ mod events_corpus;
 mod handler_replay;
 mod handler_runs_once;
 mod real_shapes;
+mod records;
 mod score;
 mod settle;
 

@@ -4,7 +4,7 @@
 use std::process::Output;
 
 use serde_json::Value;
-use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, Clock, ManualClock, Store};
+use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, Clock, ManualClock, Store};
 
 use crate::servers::{self, Backend};
 
@@ -55,6 +55,7 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
         owner: None,
         at_most_once: true,
         path_digests: None,
+        about: CallAbout::default(),
     };
     let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
         panic!("expected a claim")
@@ -69,7 +70,7 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
         "still held by a running owner",
     );
     let shown = stdout_json(&settle(&table, &[key, "--show"]));
-    assert_eq!(shown["status"], "IN_PROGRESS");
+    assert_eq!(shown["state"], "in_progress");
     assert_eq!(shown["at_most_once"], true);
 
     // The owner settles it as outcome unknown; the operator stores what they found.
@@ -78,8 +79,8 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
         .await
         .unwrap();
     assert_eq!(
-        stdout_json(&settle(&table, &[key, "--show"]))["outcome_unknown"],
-        true
+        stdout_json(&settle(&table, &[key, "--show"]))["state"],
+        "unknown"
     );
     let logged = stdout_json(&settle(&table, &[key, "--completed", reply_path]));
     assert_eq!(logged["dedup_settle"], 1);

@@ -18,26 +18,31 @@ pub(super) struct Held {
     pub(super) names: HashMap<String, String>,
     pub(super) values: Item,
 }
+/// Completion with the result; the record leaves the attention index.
 pub(super) const COMPLETE_UPDATE: &str =
-    "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc";
-/// Settled as outcome unknown: completed, with no result to replay.
-pub(super) const UNKNOWN_UPDATE: &str =
-    "SET #st = :completed, #exp = :exp, #unk = :true REMOVE #res, #enc, #omit";
+    "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #att";
+/// Settled as outcome unknown: completed, with no result to replay, and in the attention index.
+pub(super) const UNKNOWN_UPDATE: &str = "SET #st = :completed, #exp = :exp, #unk = :true, \
+     #att = :att_unknown REMOVE #res, #enc, #omit";
 /// What an operator may settle ([`Store::resolve`]): still carrying the token read, live, and
 /// either settled as outcome unknown or in progress with its lease ended.
 pub(super) const RESOLVABLE_CONDITION: &str = "#tok = :tok AND #exp >= :now_s AND \
      ((#st = :completed AND #unk = :true) OR (#st = :in_progress AND #lease < :now_ms))";
 /// An operator's reply replaces the unknown marker.
 pub(super) const RESOLVE_UPDATE: &str =
-    "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #unk, #omit";
+    "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #unk, #omit, #att";
+/// What an operator may evict ([`Records::evict`]): the version read, expired or completed with
+/// a known outcome.
+pub(super) const EVICTABLE_CONDITION: &str =
+    "#tok = :tok AND (#exp < :now_s OR (#st = :completed AND attribute_not_exists(#unk)))";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 pub(super) const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
 /// Completion without the result (too large to store): the call stays settled.
 pub(super) const COMPLETE_OMITTED_UPDATE: &str =
-    "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc";
+    "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc, #att";
 /// Completion with the result in the results bucket: the record points to it.
 pub(super) const COMPLETE_OFFLOADED_UPDATE: &str = "SET #st = :completed, #exp = :exp, #obj = :obj, \
-     #sha = :sha, #size = :size REMOVE #res, #enc";
+     #sha = :sha, #size = :size REMOVE #res, #enc, #att";
 
 impl DynamoDbStore {
     pub(super) fn held(&self, token: &LeaseToken, now_ms: i64) -> Held {

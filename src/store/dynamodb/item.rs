@@ -34,8 +34,20 @@ pub mod attr {
     pub const RESULT_SHA256: &str = "result_sha256";
     /// With `result_object`: the result's size in bytes (N).
     pub const RESULT_BYTES: &str = "result_bytes";
+    /// The call's namespace: entry point and owner (S).
+    pub const NAMESPACE: &str = "namespace";
+    /// The run (session) the call belongs to (S).
+    pub const RUN: &str = "run";
+    /// The step within the run (S).
+    pub const STEP: &str = "step";
+    /// The keyer that derived the key (S).
+    pub const KEYER: &str = "keyer";
+    /// Set while a record needs an operator's eye: `claim` on an `at_most_once` claim (it needs
+    /// one once its lease ends), `unknown` once settled so. The key of the sparse index
+    /// [`ATTENTION_INDEX`](super::ATTENTION_INDEX) (S).
+    pub const ATTENTION: &str = "attention";
 
-    pub(crate) const ALL: [&str; 15] = [
+    pub(crate) const ALL: [&str; 20] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -51,8 +63,23 @@ pub mod attr {
         RESULT_OBJECT,
         RESULT_SHA256,
         RESULT_BYTES,
+        NAMESPACE,
+        RUN,
+        STEP,
+        KEYER,
+        ATTENTION,
     ];
 }
+
+/// The sparse index of the records that need an operator: partition key
+/// [`attr::ATTENTION`], sort key [`attr::CREATED_AT`]. Only such records carry the attribute,
+/// so the index stays as small as the work waiting for someone.
+pub const ATTENTION_INDEX: &str = "attention";
+
+/// [`attr::ATTENTION`] on an `at_most_once` claim.
+pub(super) const ATTENTION_CLAIM: &str = "claim";
+/// [`attr::ATTENTION`] on a record settled as outcome unknown.
+pub(super) const ATTENTION_UNKNOWN: &str = "unknown";
 
 pub(super) type Item = HashMap<String, AttributeValue>;
 
@@ -81,8 +108,22 @@ impl DynamoDbStore {
         if req.at_most_once {
             item.insert(attr::AT_MOST_ONCE.into(), AttributeValue::Bool(true));
         }
+        if req.at_most_once {
+            item.insert(attr::ATTENTION.into(), s(ATTENTION_CLAIM));
+        }
         if let Some(digests) = req.path_digests {
             item.insert(attr::PATH_DIGESTS.into(), s(digests));
+        }
+        let about = [
+            (attr::NAMESPACE, req.about.namespace),
+            (attr::RUN, req.about.run),
+            (attr::STEP, req.about.step),
+            (attr::KEYER, req.about.keyer),
+        ];
+        for (name, value) in about {
+            if let Some(value) = value.filter(|v| !v.is_empty()) {
+                item.insert(name.into(), s(value));
+            }
         }
         item
     }
@@ -180,12 +221,23 @@ pub fn decode_item(
             item.get(attr::AT_MOST_ONCE),
             Some(AttributeValue::Bool(true))
         ),
-        path_digests: match item.get(attr::PATH_DIGESTS) {
-            Some(AttributeValue::S(digests)) => Some(digests.clone()),
-            _ => None,
-        },
+        path_digests: optional_s(item, attr::PATH_DIGESTS),
         offloaded,
+        about: RecordAbout {
+            namespace: optional_s(item, attr::NAMESPACE),
+            run: optional_s(item, attr::RUN),
+            step: optional_s(item, attr::STEP),
+            keyer: optional_s(item, attr::KEYER),
+        },
     })
+}
+
+/// A string attribute that may be absent (records written before it existed).
+fn optional_s(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
+    match item.get(name) {
+        Some(AttributeValue::S(v)) => Some(v.clone()),
+        _ => None,
+    }
 }
 
 pub(super) fn missing(name: &str) -> StoreError {

@@ -33,6 +33,8 @@
 //! | `result_object` | S | instead of `result`: the results bucket's object holding it |
 //! | `result_sha256` | S | with `result_object`: the result's SHA-256 (hex) |
 //! | `result_bytes` | N | with `result_object`: the result's size |
+//! | `namespace`, `run`, `step`, `keyer` | S | what the call was, for an operator (never its arguments) |
+//! | `attention` | S | `claim` on an `at_most_once` claim, `unknown` once settled so; removed when settled with a result. Key of the sparse index `attention` (sort key `created_at`) |
 
 use std::collections::HashMap;
 use std::fmt;
@@ -57,15 +59,17 @@ use tokio::time::Instant;
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
-    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Offloaded, Op, Record, RequestCounter, RequestCounts,
-    Resolution, ResultBucket, RetriesExhausted, Status, Store, StoreError, SystemClock,
-    expiry_covering_lease, validate_claim, validate_key,
+    DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Offloaded, Op, Record, RecordAbout, RecordFilter,
+    RecordState, Records, RequestCounter, RequestCounts, Resolution, ResultBucket,
+    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
+    validate_claim, validate_key,
 };
 
 mod config;
 mod expressions;
 mod item;
 mod ops;
+mod records;
 mod retry;
 #[cfg(test)]
 mod tests;
@@ -73,7 +77,7 @@ mod tests;
 pub use config::{ClaimBudget, DynamoDbConfig, RetryPolicy};
 use expressions::*;
 use item::*;
-pub use item::{attr, decode_item};
+pub use item::{ATTENTION_INDEX, attr, decode_item};
 pub use retry::BreakerOpen;
 use retry::*;
 

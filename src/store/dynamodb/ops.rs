@@ -262,6 +262,7 @@ impl DynamoDbStore {
                 .set_expression_attribute_values(Some(held.values.clone()))
                 .expression_attribute_names("#res", attr::RESULT)
                 .expression_attribute_names("#enc", attr::RESULT_ENCODING)
+                .expression_attribute_names("#att", attr::ATTENTION)
                 .expression_attribute_values(":completed", s(Status::Completed.as_str()))
                 .expression_attribute_values(":exp", n(expires_at_s))
                 .return_values_on_condition_check_failure(
@@ -297,7 +298,8 @@ impl DynamoDbStore {
                     .update_expression(UNKNOWN_UPDATE)
                     .expression_attribute_names("#omit", attr::RESULT_OMITTED)
                     .expression_attribute_names("#unk", attr::OUTCOME_UNKNOWN)
-                    .expression_attribute_values(":true", AttributeValue::Bool(true)),
+                    .expression_attribute_values(":true", AttributeValue::Bool(true))
+                    .expression_attribute_values(":att_unknown", s(ATTENTION_UNKNOWN)),
             };
             update.send()
         })
@@ -472,6 +474,7 @@ impl DynamoDbStore {
             .insert("#enc".into(), attr::RESULT_ENCODING.into());
         held.names
             .insert("#omit".into(), attr::RESULT_OMITTED.into());
+        held.names.insert("#att".into(), attr::ATTENTION.into());
         held.values.insert(":exp".into(), n(expires_at_s));
         held.values
             .insert(":res".into(), AttributeValue::B(Blob::new(bytes)));
