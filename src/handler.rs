@@ -181,12 +181,14 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let store = self.store();
         let requests_before = store.requests();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let answered = self.answer(event, client_context, end).await;
+        let door = door_name(event, client_context);
+        let answered = self.answer(event, client_context, door, end).await;
         let store_requests = (store.requests() - requests_before).total();
         self.service.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
             mode: self.settings().mode,
             outcome: answered.outcome,
+            door,
             tool: answered.tool.as_deref(),
             key: answered.key.as_deref(),
             latency: started.elapsed(),
@@ -207,10 +209,11 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         &self,
         event: &Value,
         client_context: Option<&ClientContext>,
+        door: Option<&'static str>,
         end: Instant,
     ) -> Answered {
         let doors = self.service.doors.served;
-        if let Some(door) = door_name(event, client_context).filter(|d| !doors.serves(d)) {
+        if let Some(door) = door.filter(|d| !doors.serves(d)) {
             let refused = Unanswerable::DoorNotServed {
                 door,
                 served: match doors.names().join(",") {

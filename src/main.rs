@@ -31,7 +31,7 @@ async fn run() -> Result<(), Error> {
             async move { dispatcher.keep_timeouts_current().await }
         });
     }
-    let telemetry = Telemetry::lambda(&config.metrics_namespace, config.log_calls);
+    let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
     match config.store {
         StoreKind::DynamoDb => {
             let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;

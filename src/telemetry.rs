@@ -75,6 +75,9 @@ pub struct InvocationReport<'a> {
     pub mode: Mode,
     /// How the invocation ended; the EMF line counts it.
     pub outcome: Outcome,
+    /// The entry point the event came in by (`bedrock`, `agentcore`, `interceptor`,
+    /// `envelope`); `None` when it was no door's.
+    pub door: Option<&'a str>,
     /// The tool called; `None` when the event was refused before a tool was known.
     pub tool: Option<&'a str>,
     /// The derived key; `None` when none was derived (pass-through, refused events). Only its
@@ -90,21 +93,104 @@ pub struct InvocationReport<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// What names the EMF metrics: where they go and how they are split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsSettings {
+    /// The CloudWatch namespace (`DEDUP_METRICS_NAMESPACE`).
+    pub namespace: String,
+    /// The `Service` dimension: the function's name (`AWS_LAMBDA_FUNCTION_NAME`, or
+    /// `DEDUP_METRICS_SERVICE`), so that two stacks in one account and namespace stay apart.
+    pub service: String,
+    /// Tools with a `Tool` dimension of their own, per container (`DEDUP_METRICS_MAX_TOOLS`);
+    /// the tools first seen beyond them are counted as `other`. Each named tool costs its own
+    /// custom metrics, so the bound is the bill's.
+    pub max_tools: usize,
+}
+
+/// Default `Service` dimension outside Lambda.
+pub const DEFAULT_METRICS_SERVICE: &str = "toolcall-dedup";
+/// Default for [`MetricsSettings::max_tools`].
+pub const DEFAULT_METRICS_MAX_TOOLS: usize = 25;
+/// The `Tool` dimension of tools past [`MetricsSettings::max_tools`].
+pub const OTHER_TOOLS: &str = "other";
+/// The `Door` or `Tool` dimension of an invocation that had none.
+pub const NO_DIMENSION: &str = "none";
+
+impl MetricsSettings {
+    /// `namespace` with the default service and tool bound.
+    pub fn new(namespace: impl Into<String>) -> MetricsSettings {
+        MetricsSettings {
+            namespace: namespace.into(),
+            service: DEFAULT_METRICS_SERVICE.into(),
+            max_tools: DEFAULT_METRICS_MAX_TOOLS,
+        }
+    }
+}
+
 /// Reports invocations and tool calls.
 #[derive(Debug, Clone)]
 pub struct Telemetry {
     log_calls: LogCalls,
-    /// EMF's per-namespace head, when EMF is on.
-    emf: Option<EmfHead>,
+    /// EMF's head and tool folding, when EMF is on.
+    emf: Option<Arc<Emf>>,
     sink: Sink,
 }
 
+/// The EMF writer of one deployment: the metric definitions written once, and the tools that
+/// have a dimension of their own.
+#[derive(Debug)]
+struct Emf {
+    head: EmfHead,
+    tools: ToolNames,
+}
+
+impl Emf {
+    fn new(settings: &MetricsSettings) -> Arc<Emf> {
+        Arc::new(Emf {
+            head: EmfHead::new(&settings.namespace, &settings.service),
+            tools: ToolNames::new(settings.max_tools),
+        })
+    }
+}
+
+/// The tools with a dimension of their own: the first `max` seen, in the order seen.
+#[derive(Debug)]
+struct ToolNames {
+    named: Mutex<Vec<Box<str>>>,
+    max: usize,
+}
+
+impl ToolNames {
+    fn new(max: usize) -> ToolNames {
+        ToolNames {
+            named: Mutex::new(Vec::new()),
+            max,
+        }
+    }
+
+    /// `tool`'s dimension value: its name while there is room, else [`OTHER_TOOLS`].
+    fn dimension<'t>(&self, tool: Option<&'t str>) -> &'t str {
+        let Some(tool) = tool else {
+            return NO_DIMENSION;
+        };
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        if named.iter().any(|n| **n == *tool) {
+            tool
+        } else if named.len() < self.max {
+            named.push(tool.into());
+            tool
+        } else {
+            OTHER_TOOLS
+        }
+    }
+}
+
 impl Telemetry {
-    /// The Lambda's telemetry: EMF under `metrics_namespace` and the call log on stdout.
-    pub fn lambda(metrics_namespace: &str, log_calls: LogCalls) -> Telemetry {
+    /// The Lambda's telemetry: EMF as `metrics` says and the call log on stdout.
+    pub fn lambda(metrics: &MetricsSettings, log_calls: LogCalls) -> Telemetry {
         Telemetry {
             log_calls,
-            emf: Some(EmfHead::new(metrics_namespace)),
+            emf: Some(Emf::new(metrics)),
             sink: Sink::Stdout,
         }
     }
@@ -139,9 +225,16 @@ impl Telemetry {
         self
     }
 
-    /// Writes an EMF line per invocation under `namespace`, or none with `None`.
+    /// Writes an EMF line per invocation under `namespace` (default service and tool bound), or
+    /// none with `None`.
     pub fn with_emf(mut self, namespace: Option<String>) -> Telemetry {
-        self.emf = namespace.as_deref().map(EmfHead::new);
+        self.emf = namespace.map(|ns| Emf::new(&MetricsSettings::new(ns)));
+        self
+    }
+
+    /// Writes an EMF line per invocation as `metrics` says.
+    pub fn with_metrics(mut self, metrics: &MetricsSettings) -> Telemetry {
+        self.emf = Some(Emf::new(metrics));
         self
     }
 
@@ -180,8 +273,9 @@ impl Telemetry {
                 "dedup invocation"
             ),
         }
-        if let Some(head) = &self.emf {
-            self.sink.write_line(&head.line(r, now_ms()));
+        if let Some(emf) = &self.emf {
+            let tool = emf.tools.dimension(r.tool);
+            self.sink.write_line(&emf.head.line(r, tool, now_ms()));
         }
     }
 
@@ -197,8 +291,27 @@ impl Telemetry {
 
 /// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
 /// (it is on every invocation's path).
-pub fn emf_text(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
-    EmfHead::new(namespace).line(r, timestamp_ms)
+pub fn emf_text(
+    dims: &EmfDimensions<'_>,
+    r: &InvocationReport<'_>,
+    timestamp_ms: i64,
+) -> String {
+    EmfHead::new(dims.namespace, dims.service).line(r, dims.tool, timestamp_ms)
+}
+
+/// The dimension sets every metric is published under: the whole service (what the alarms
+/// watch), and per door and tool (what the dashboard splits by).
+pub const DIMENSION_SETS: [&[&str]; 2] = [&["Service"], &["Service", "Door", "Tool"]];
+
+/// What one EMF line is filed under.
+#[derive(Debug, Clone, Copy)]
+pub struct EmfDimensions<'a> {
+    /// The CloudWatch namespace.
+    pub namespace: &'a str,
+    /// The `Service` dimension.
+    pub service: &'a str,
+    /// The `Tool` dimension (the tool's name, [`OTHER_TOOLS`] or [`NO_DIMENSION`]).
+    pub tool: &'a str,
 }
 
 /// The start of every EMF line of one namespace (the metric definitions), written once: only the
@@ -209,10 +322,14 @@ struct EmfHead {
 }
 
 impl EmfHead {
-    fn new(namespace: &str) -> EmfHead {
+    fn new(namespace: &str, service: &str) -> EmfHead {
         use crate::seam::push_json_str;
-        let mut text = String::with_capacity(640);
-        text.push_str("{\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":[[]],\"Metrics\":[");
+        let mut text = String::with_capacity(720);
+        text.push_str("{\"Service\":");
+        push_json_str(&mut text, service);
+        text.push_str(",\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":");
+        text.push_str(&serde_json::to_string(&DIMENSION_SETS).unwrap_or_default());
+        text.push_str(",\"Metrics\":[");
         for o in Outcome::ALL {
             text.push_str("{\"Name\":\"");
             text.push_str(o.name());
@@ -226,12 +343,16 @@ impl EmfHead {
         EmfHead { text }
     }
 
-    fn line(&self, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
+    fn line(&self, r: &InvocationReport<'_>, tool_dimension: &str, timestamp_ms: i64) -> String {
         use crate::seam::push_json_str;
         use std::fmt::Write as _;
         let mut out = String::with_capacity(self.text.len() + 400);
         out.push_str(&self.text);
         let _ = write!(out, "{timestamp_ms}}}");
+        out.push_str(",\"Door\":");
+        push_json_str(&mut out, r.door.unwrap_or(NO_DIMENSION));
+        out.push_str(",\"Tool\":");
+        push_json_str(&mut out, tool_dimension);
         for o in Outcome::ALL {
             out.push_str(",\"");
             out.push_str(o.name());
@@ -267,7 +388,7 @@ impl EmfHead {
 
 /// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for
 /// the others), so sums give counts per outcome and averages give rates.
-pub fn emf_line(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) -> Value {
+pub fn emf_line(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> Value {
     let mut metrics: Vec<Value> = Outcome::ALL
         .iter()
         .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
@@ -279,9 +400,16 @@ pub fn emf_line(namespace: &str, r: &InvocationReport<'_>, timestamp_ms: i64) ->
         "_aws".into(),
         json!({
             "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{"Namespace": namespace, "Dimensions": [[]], "Metrics": metrics}],
+            "CloudWatchMetrics": [{
+                "Namespace": dims.namespace,
+                "Dimensions": DIMENSION_SETS,
+                "Metrics": metrics,
+            }],
         }),
     );
+    doc.insert("Service".into(), json!(dims.service));
+    doc.insert("Door".into(), json!(r.door.unwrap_or(NO_DIMENSION)));
+    doc.insert("Tool".into(), json!(dims.tool));
     for o in Outcome::ALL {
         doc.insert(o.name().into(), json!(u8::from(o == r.outcome)));
     }
@@ -341,6 +469,7 @@ mod tests {
             request_id: "r1",
             mode: Mode::Enforce,
             outcome,
+            door: Some("bedrock"),
             tool: Some("charge_card"),
             key: Some("0123456789abcdef0123456789abcdef"),
             latency: Duration::from_millis(12),
@@ -350,28 +479,69 @@ mod tests {
         }
     }
 
+    const DIMS: EmfDimensions<'static> = EmfDimensions {
+        namespace: "N\"S",
+        service: "fn-\"1",
+        tool: "charge_card",
+    };
+
     #[test]
     fn the_emf_text_is_the_emf_document() {
         for outcome in Outcome::ALL {
             let mut r = report(outcome);
             r.latency = Duration::from_micros(12_345);
-            let text = emf_text("N\"S", &r, 1_700_000_000_000);
+            let text = emf_text(&DIMS, &r, 1_700_000_000_000);
             let parsed: Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(parsed, emf_line("N\"S", &r, 1_700_000_000_000), "{text}");
+            assert_eq!(parsed, emf_line(&DIMS, &r, 1_700_000_000_000), "{text}");
         }
         let mut r = report(Outcome::Executed);
         r.tool = None;
+        r.door = None;
         r.request_id = "";
-        let parsed: Value = serde_json::from_str(&emf_text("NS", &r, 1)).unwrap();
-        assert_eq!(parsed, emf_line("NS", &r, 1));
+        let parsed: Value = serde_json::from_str(&emf_text(&DIMS, &r, 1)).unwrap();
+        assert_eq!(parsed, emf_line(&DIMS, &r, 1));
+        assert_eq!(parsed["Door"], "none");
+    }
+
+    #[test]
+    fn tools_past_the_bound_are_counted_as_other() {
+        let settings = MetricsSettings {
+            max_tools: 2,
+            ..MetricsSettings::new("NS")
+        };
+        let (sink, lines) = Sink::memory();
+        let telemetry = Telemetry::quiet().with_sink(sink).with_metrics(&settings);
+        for tool in ["a", "b", "c", "a", "b", "d"] {
+            let mut r = report(Outcome::Executed);
+            r.tool = Some(tool);
+            telemetry.invocation(&r);
+        }
+        let tools: Vec<String> = lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["Tool"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(tools, ["a", "b", "other", "a", "b", "other"]);
     }
 
     #[test]
     fn emf_counts_exactly_the_outcome_that_happened() {
-        let doc = emf_line("NS", &report(Outcome::Replayed), 1_700_000_000_000);
+        let doc = emf_line(&DIMS, &report(Outcome::Replayed), 1_700_000_000_000);
         let directive = &doc["_aws"]["CloudWatchMetrics"][0];
-        assert_eq!(directive["Namespace"], "NS");
-        assert_eq!(directive["Dimensions"], json!([[]]));
+        assert_eq!(directive["Namespace"], "N\"S");
+        assert_eq!(
+            directive["Dimensions"],
+            json!([["Service"], ["Service", "Door", "Tool"]])
+        );
+        for set in directive["Dimensions"].as_array().unwrap() {
+            for dimension in set.as_array().unwrap() {
+                assert!(doc[dimension.as_str().unwrap()].is_string(), "{dimension}");
+            }
+        }
+        assert_eq!(doc["Service"], "fn-\"1");
+        assert_eq!(doc["Door"], "bedrock");
+        assert_eq!(doc["Tool"], "charge_card");
         for metric in directive["Metrics"].as_array().unwrap() {
             let name = metric["Name"].as_str().unwrap();
             assert!(

@@ -175,7 +175,16 @@ fn read_executor<F: Fn(&str) -> Option<String>>(
         config.log_calls = v;
     }
     if let Some(v) = vars.get("DEDUP_METRICS_NAMESPACE") {
-        config.metrics_namespace = v;
+        config.metrics.namespace = v;
+    }
+    if let Some(v) = vars
+        .get("DEDUP_METRICS_SERVICE")
+        .or_else(|| vars.get("AWS_LAMBDA_FUNCTION_NAME"))
+    {
+        config.metrics.service = v;
+    }
+    if let Some(v) = vars.parsed("DEDUP_METRICS_MAX_TOOLS")? {
+        config.metrics.max_tools = v;
     }
     config.local_cache_items = vars.parsed("DEDUP_LOCAL_CACHE_ITEMS")?.unwrap_or(0);
     Ok(())

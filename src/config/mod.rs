@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::key::{PolicyError, PolicySet};
 use crate::store::{ClaimBudget, DynamoDbConfig};
+use crate::telemetry::MetricsSettings;
 
 mod checks;
 pub mod env;
@@ -160,9 +161,10 @@ pub struct Config {
     pub mode: Mode,
     /// `DEDUP_LOG_CALLS`: the tool-call line for `dedup audit` (default off).
     pub log_calls: LogCalls,
-    /// `DEDUP_METRICS_NAMESPACE`: the CloudWatch namespace of the EMF metrics (default
-    /// [`DEFAULT_METRICS_NAMESPACE`]).
-    pub metrics_namespace: String,
+    /// The EMF metrics: `DEDUP_METRICS_NAMESPACE` (default [`DEFAULT_METRICS_NAMESPACE`]),
+    /// `DEDUP_METRICS_SERVICE` (default the function's name, `AWS_LAMBDA_FUNCTION_NAME`) and
+    /// `DEDUP_METRICS_MAX_TOOLS`.
+    pub metrics: MetricsSettings,
     /// `DEDUP_POLICY_FILE`: a `.json` or `.toml` file of per-tool key policies and schemas, read
     /// once at start-up.
     pub policy_file: Option<PathBuf>,
@@ -245,7 +247,7 @@ impl Default for Config {
             claim: ClaimBudget::default(),
             mode: Mode::Enforce,
             log_calls: LogCalls::Off,
-            metrics_namespace: DEFAULT_METRICS_NAMESPACE.into(),
+            metrics: MetricsSettings::new(DEFAULT_METRICS_NAMESPACE),
             policy_file: None,
             policies: PolicySet::default(),
             local_cache_items: 0,
