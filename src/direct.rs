@@ -90,7 +90,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
                 .await;
         }
         let key_call = call.key_call();
-        let call_key = match CallKey::derive(keyer, &call, &key_call) {
+        let derived =
+            tracing::info_span!("key").in_scope(|| CallKey::derive(keyer, &call, &key_call));
+        let call_key = match derived {
             Ok(call_key) => call_key,
             Err(notice) if settings.mode == Mode::Shadow => {
                 tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");

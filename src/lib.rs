@@ -26,7 +26,8 @@
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
 //! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
 //! - [`guard`]: the same executor in-process ([`Dedup`]).
-//! - [`config`], [`telemetry`], `aws`: environment, observability, the shared SDK configuration.
+//! - [`config`], [`telemetry`], [`xray`], `aws`: environment, observability (logs, metrics,
+//!   traces), the shared SDK configuration.
 //!
 //! The `dedup` CLI, the replay corpus, the chaos soak, the audit and cost models and the demo tool
 //! live in the workspace's `cli` package, outside the Lambda's build.
@@ -56,6 +57,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+pub mod xray;
 
 pub use guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError, Guarded};
 pub use key::{Call, Keyer, Strategy};

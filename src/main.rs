@@ -13,8 +13,8 @@ use toolcall_dedup::telemetry::Telemetry;
 // only adds cross-thread wake-ups to every store request (docs/performance.md).
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
-    // Also what makes the runtime report errors to CloudWatch.
-    tracing::init_default_subscriber();
+    // Logs as the runtime's default subscriber writes them, and the stage spans to X-Ray.
+    toolcall_dedup::xray::init_lambda_subscriber();
     run()
         .await
         .inspect_err(|e| tracing::error!("toolcall-dedup stopped: {e}"))

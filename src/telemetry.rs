@@ -291,11 +291,7 @@ impl Telemetry {
 
 /// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
 /// (it is on every invocation's path).
-pub fn emf_text(
-    dims: &EmfDimensions<'_>,
-    r: &InvocationReport<'_>,
-    timestamp_ms: i64,
-) -> String {
+pub fn emf_text(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
     EmfHead::new(dims.namespace, dims.service).line(r, dims.tool, timestamp_ms)
 }
 
@@ -520,7 +516,12 @@ mod tests {
             .lock()
             .unwrap()
             .iter()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap()["Tool"].as_str().unwrap().to_string())
+            .map(|l| {
+                serde_json::from_str::<Value>(l).unwrap()["Tool"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(tools, ["a", "b", "other", "a", "b", "other"]);
     }

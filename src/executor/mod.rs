@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, Mode, NextAction, RunEnd, after_run, decide};
@@ -145,7 +146,11 @@ impl<S: Store> Executor<S> {
         F: FnOnce(Duration) -> Fut,
         Fut: Future<Output = ToolRun<E>>,
     {
-        match self.acquire(call, end, lease, None).await {
+        let acquired = self
+            .acquire(call, end, lease, None)
+            .instrument(tracing::info_span!("claim"))
+            .await;
+        match acquired {
             Acquired::Owner(started) => {
                 let settled = self.execute(call, started, end, lease, side_effect).await;
                 finished(settled, Outcome::Executed, Vec::new())
@@ -173,7 +178,11 @@ impl<S: Store> Executor<S> {
         lease: Lease,
         owner: &RequestOwner,
     ) -> Opened<E> {
-        match self.acquire(call, end, lease, Some(owner)).await {
+        let acquired = self
+            .acquire(call, end, lease, Some(owner))
+            .instrument(tracing::info_span!("claim"))
+            .await;
+        match acquired {
             Acquired::Owner(_) => Opened::Claimed,
             Acquired::Shadow { outcome, .. } => Opened::Unclaimed(outcome),
             Acquired::Answered(done) => Opened::Answered(done),
@@ -213,7 +222,11 @@ impl<S: Store> Executor<S> {
         };
         let after = after_run(run_end, claimed_as.delivery);
         match after {
-            AfterRun::Complete => self.complete(call, &token, reply, end, lease).await,
+            AfterRun::Complete => {
+                self.complete(call, &token, reply, end, lease)
+                    .instrument(tracing::info_span!("complete"))
+                    .await
+            }
             AfterRun::Release => self.release(call.key, Some(&token)).await,
             AfterRun::SettleUnknown => self.settle_unknown(claimed_as, &token, end).await,
             AfterRun::Keep => {}
@@ -547,12 +560,14 @@ impl<S: Store> Executor<S> {
             self.release(key, token).await;
             return Settled::NoTime;
         }
+        let invoke = tracing::info_span!("invoke", tool = call.call.tool);
         let run = match (lease, token) {
             (Lease::Renewed { length }, Some(token)) => {
                 self.renewing(call, token, end, lease, length, side_effect(timeout))
+                    .instrument(invoke)
                     .await
             }
-            _ => side_effect(timeout).await,
+            _ => side_effect(timeout).instrument(invoke).await,
         };
         let (run_end, settled) = match run {
             ToolRun::Replied { reply, class } => {
@@ -575,7 +590,9 @@ impl<S: Store> Executor<S> {
         match after_run(run_end, call.delivery) {
             AfterRun::Complete => {
                 if let Settled::Executed { reply } = &settled {
-                    self.complete(call, token, reply, end, lease).await;
+                    self.complete(call, token, reply, end, lease)
+                        .instrument(tracing::info_span!("complete"))
+                        .await;
                 }
             }
             AfterRun::Release => self.release(key, Some(token)).await,

@@ -116,7 +116,9 @@ impl<S: Store> Flow<'_, S> {
         };
         let key_call = prepared.tool_call.key_call();
         let keyer = service.keyer();
-        let call_key = match CallKey::derive(keyer, &prepared.tool_call, &key_call) {
+        let derived = tracing::info_span!("key")
+            .in_scope(|| CallKey::derive(keyer, &prepared.tool_call, &key_call));
+        let call_key = match derived {
             Ok(call_key) => call_key,
             Err(notice) if self.request() && service.settings().mode != Mode::Shadow => {
                 return answer::refuse(&call, notice);

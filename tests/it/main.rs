@@ -29,6 +29,7 @@ mod interceptor_containers;
 mod key_golden;
 mod key_properties;
 mod offload;
+mod operations;
 mod peer_powertools;
 mod protocol_model;
 mod real_shapes;
