@@ -90,7 +90,9 @@ bad = 0
 GATEWAY_KEYS = ("bedrockAgentCoreToolName", "bedrockAgentCoreGatewayId", "bedrockAgentCoreTargetId",
                 "bedrockAgentCoreMessageVersion")
 def either(custom, key):
-    return custom.get(key, custom.get(key.replace("AgentCore", "agentcore", 1)))
+    # Both spellings the runtime reads; the lower-case one names the gateway its endpoint.
+    lower = key.replace("AgentCore", "agentcore", 1)
+    return custom.get(key, custom.get(lower, custom.get(lower.replace("GatewayId", "EndpointId"))))
 # Every event of every entry point, the generated corpus included. Key policies and AgentCore client
 # contexts are not events (a client context is checked with its event).
 files = sorted(f for f in glob.glob("events/**/*.json", recursive=True)

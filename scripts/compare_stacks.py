@@ -81,6 +81,8 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "EnvelopeNamespaces": "payments,support",
         "ReleaseOnErrors": "CardInvalid",
         "ResultsRetentionDays": "30",
+        "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:dedup-oncall",
+        "ReservedConcurrency": "50",
     },
     # Every route states its timeout, so no GetFunctionConfiguration is granted.
     "no-lookup": {
@@ -252,8 +254,10 @@ class Evaluator:
             for attr in ("DeletionPolicy", "UpdateReplacePolicy"):
                 if attr in res:
                     ev[attr] = res[attr]
+            if "UpdatePolicy" in res:
+                ev["UpdatePolicy"] = self.ev(res["UpdatePolicy"])
             out[rid] = ev
-        return out
+        return normalize_versions(out)
 
     def outputs(self) -> dict[str, Any]:
         out = {}
@@ -265,6 +269,23 @@ class Evaluator:
 
 
 # --------------------------------------------------------------------------- helpers
+def normalize_versions(res: dict[str, dict]) -> dict[str, dict]:
+    """A function version's logical id carries a hash of the code (SAM) or of the function's
+    template (CDK): name each `<Function>Version`, and every reference to it likewise."""
+    renames = {}
+    for rid, r in res.items():
+        if r["Type"] == "AWS::Lambda::Version":
+            m = re.fullmatch(r"<Ref:(\w+)>", str(r["Properties"].get("FunctionName")))
+            if m:
+                renames[rid] = f"{m.group(1)}Version"
+    if not renames:
+        return res
+    text = json.dumps(res)
+    for old, new in renames.items():
+        text = text.replace(f"<GetAtt:{old}.", f"<GetAtt:{new}.").replace(f"<Ref:{old}>", f"<Ref:{new}>")
+    return {renames.get(k, k): v for k, v in json.loads(text).items()}
+
+
 def as_list(x: Any) -> list:
     return x if isinstance(x, list) else [x]
 
@@ -323,7 +344,8 @@ def parameter_groups(tpl: dict) -> list:
 def function_view(res: dict[str, dict], fid: str) -> dict:
     p = res[fid]["Properties"]
     return {k: p.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout",
-                                  "Environment", "LoggingConfig", "Description", "Layers")}
+                                  "Environment", "LoggingConfig", "Description", "Layers", "TracingConfig",
+                                  "ReservedConcurrentExecutions")}
 
 
 def normalize_numbers(x: Any) -> Any:
@@ -394,16 +416,25 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             if tid not in c:
                 continue
             sp, cp = s[tid]["Properties"], c[tid]["Properties"]
-            for prop in ("KeySchema", "AttributeDefinitions", "TimeToLiveSpecification", "BillingMode",
-                         "SSESpecification", "PointInTimeRecoverySpecification"):
+            for prop in ("KeySchema", "AttributeDefinitions", "GlobalSecondaryIndexes", "TimeToLiveSpecification",
+                         "BillingMode", "SSESpecification", "PointInTimeRecoverySpecification"):
                 rep.same(f"[{scen}] {tid}.{prop}", sp.get(prop), cp.get(prop))
             for pol in ("DeletionPolicy", "UpdateReplacePolicy"):
                 rep.same(f"[{scen}] {tid} {pol}", s[tid].get(pol), c[tid].get(pol))
             if scen == "defaults":
                 rep.expect(f"[{scen}] {tid} key schema is pk (S) HASH only",
                            sp.get("KeySchema") == [{"AttributeName": "pk", "KeyType": "HASH"}]
-                           and sp.get("AttributeDefinitions") == [{"AttributeName": "pk", "AttributeType": "S"}],
+                           and sp.get("AttributeDefinitions", [None])[0] == {"AttributeName": "pk", "AttributeType": "S"},
                            json.dumps(sp.get("KeySchema")))
+                gsi = sp.get("GlobalSecondaryIndexes", [])
+                rep.expect(f"[{scen}] {tid} has the sparse attention index (attention S HASH, created_at N RANGE, ALL)",
+                           normalize_numbers(gsi) == [{"IndexName": "attention", "KeySchema": [
+                               {"AttributeName": "attention", "KeyType": "HASH"},
+                               {"AttributeName": "created_at", "KeyType": "RANGE"}],
+                               "Projection": {"ProjectionType": "ALL"}}]
+                           and {"AttributeName": "attention", "AttributeType": "S"} in sp["AttributeDefinitions"]
+                           and {"AttributeName": "created_at", "AttributeType": "N"} in sp["AttributeDefinitions"],
+                           json.dumps(gsi))
                 rep.expect(f"[{scen}] {tid} TTL on expires_at",
                            sp.get("TimeToLiveSpecification") == {"AttributeName": "expires_at", "Enabled": True},
                            json.dumps(sp.get("TimeToLiveSpecification")))
@@ -539,6 +570,60 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        + ", DEDUP_RESULTS_RETENTION_DAYS the parameter",
                        normalize_numbers(got_env) == want_env, f"{json.dumps(got_env)}, want {json.dumps(want_env)}")
 
+        # ---- operations: alarms, dashboard, tracing, the alias deploys shift
+        for rid in sorted(k for k, v in s.items() if v["Type"] in (
+                "AWS::CloudWatch::Alarm", "AWS::Lambda::Alias", "AWS::Lambda::Version",
+                "AWS::CodeDeploy::Application", "AWS::CodeDeploy::DeploymentGroup")):
+            if rid in c:
+                rep.same(f"[{scen}] {rid} properties", s[rid]["Properties"], c[rid]["Properties"])
+                for attr in ("UpdatePolicy", "DeletionPolicy"):
+                    rep.same(f"[{scen}] {rid} {attr}", s[rid].get(attr), c[rid].get(attr))
+        for side, r in (("sam", s), ("cdk", c)):
+            body = r.get("Dashboard", {}).get("Properties", {}).get("DashboardBody")
+            try:
+                r.get("Dashboard", {}).get("Properties", {})["DashboardBody"] = json.loads(body)
+            except (TypeError, ValueError) as exc:
+                rep.fail(f"[{scen}] {side}: the dashboard body is not JSON ({exc})")
+        if "Dashboard" in c:
+            rep.same(f"[{scen}] Dashboard properties", s["Dashboard"]["Properties"], c["Dashboard"]["Properties"])
+        alarms = sorted(k for k, v in s.items() if v["Type"] == "AWS::CloudWatch::Alarm")
+        rep.expect(f"[{scen}] alarms: store unavailable, outcome unknown, sessionless, Lambda errors, throttles, "
+                   "duration near the timeout, table throttles and system errors",
+                   alarms == sorted(["StoreUnavailableAlarm", "OutcomeUnknownAlarm", "SessionlessAlarm", "ErrorsAlarm",
+                                     "ThrottlesAlarm", "DurationNearTimeoutAlarm", "TableThrottlesAlarm",
+                                     "TableSystemErrorsAlarm"]), str(alarms))
+        topic_on = s_ev.params.get("AlarmTopicArn") != ""
+        for aid in alarms:
+            p = s[aid]["Properties"]
+            want = [s_ev.params["AlarmTopicArn"]] if topic_on else None
+            rep.expect(f"[{scen}] {aid} notifies the topic iff AlarmTopicArn",
+                       p.get("AlarmActions") == want and p.get("OKActions") == want, json.dumps(p.get("AlarmActions")))
+            watched = json.dumps(p)
+            rep.expect(f"[{scen}] {aid} watches this stack's function or table",
+                       "<Ref:DedupFunction>" in watched or "<Ref:IdempotencyTable>" in watched)
+        widgets = json.dumps(s.get("Dashboard", {}).get("Properties", {}).get("DashboardBody"))
+        rep.expect(f"[{scen}] the dashboard shows every alarm",
+                   all(f"<GetAtt:{a}.Arn>" in widgets for a in alarms))
+        fn = s.get("DedupFunction", {}).get("Properties", {})
+        rep.expect(f"[{scen}] the executor traces to X-Ray (and may write segments)",
+                   fn.get("TracingConfig") == {"Mode": "Active"}
+                   and any(str(m).endswith(":policy/AWSXrayWriteOnlyAccess")
+                           for m in role_permissions(s, "DedupFunctionRole")["managed"]))
+        group = s.get("DedupFunctionDeploymentGroup", {}).get("Properties", {})
+        rep.expect(f"[{scen}] deploys shift the live alias gradually and roll back on the store and error alarms",
+                   "DedupFunctionAliaslive" in s
+                   and s["DedupFunctionAliaslive"]["Properties"].get("FunctionVersion") == "<GetAtt:DedupFunctionVersion.Version>"
+                   and group.get("AlarmConfiguration", {}).get("Alarms") == [{"Name": "<Ref:StoreUnavailableAlarm>"},
+                                                                           {"Name": "<Ref:ErrorsAlarm>"}]
+                   and "DEPLOYMENT_STOP_ON_ALARM" in group.get("AutoRollbackConfiguration", {}).get("Events", []),
+                   json.dumps(group))
+        invokers = [k for k, v in s.items() if v["Type"] == "AWS::Lambda::Permission"]
+        rep.expect(f"[{scen}] agents and gateways invoke the alias, never $LATEST",
+                   all(s[k]["Properties"].get("FunctionName") == "<Ref:DedupFunctionAliaslive>" for k in invokers)
+                   and "<GetAtt:DedupFunction.Arn>" not in json.dumps(
+                       {k: v for k, v in s.items() if v["Type"] in (
+                           "AWS::Bedrock::Agent", "AWS::BedrockAgentCore::Gateway", "AWS::IAM::Role")}))
+
         # ---- other IAM roles (e.g. the demo agent's)
         fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
                     for v in s.values() if v["Type"] == "AWS::Lambda::Function"}
@@ -550,7 +635,8 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
 
         # ---- permissions, agent, alias, log groups
         for rid in sorted(k for k, v in s.items() if v["Type"] in (
-                "AWS::Lambda::Permission", "AWS::Bedrock::Agent", "AWS::Bedrock::AgentAlias", "AWS::Logs::LogGroup")):
+                "AWS::Lambda::Permission", "AWS::Bedrock::Agent", "AWS::Bedrock::AgentAlias", "AWS::Logs::LogGroup",
+                "AWS::BedrockAgentCore::Gateway")):
             if rid in c:
                 rep.same(f"[{scen}] {rid} properties", s[rid]["Properties"], c[rid]["Properties"])
                 if s[rid]["Type"] == "AWS::Lambda::Permission":
@@ -622,10 +708,28 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
     def mut_groups(t):  # a parameter moved to another console group
         groups = t["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
         groups[0]["Parameters"].append(groups[1]["Parameters"].pop())
+    def mut_alarm_metric(t):  # an alarm watching a metric under another name
+        t["Resources"]["OutcomeUnknownAlarm"]["Properties"]["MetricName"] = "unknown"
+    def mut_alarm_gone(t):  # an alarm dropped (and from the dashboard)
+        del t["Resources"]["SessionlessAlarm"]
+        props = t["Resources"]["Dashboard"]["Properties"]
+        props["DashboardBody"] = {"Fn::Sub": props["DashboardBody"]["Fn::Sub"].replace('"${SessionlessAlarm.Arn}",', "")}
+    def mut_tracing(t): del t["Resources"]["DedupFunction"]["Properties"]["TracingConfig"]
+    def mut_index(t): del t["Resources"]["IdempotencyTable"]["Properties"]["GlobalSecondaryIndexes"]
+    def mut_latest(t):  # the gateway's interceptor invoking $LATEST instead of the alias
+        t["Resources"]["InterceptorGateway"]["Properties"]["InterceptorConfigurations"][0]["Interceptor"]["Lambda"]["Arn"] = \
+            {"Fn::GetAtt": ["DedupFunction", "Arn"]}
+    def mut_rollback(t):  # deploys no longer stopped by the store alarm
+        t["Resources"]["DedupFunctionDeploymentGroup"]["Properties"]["AlarmConfiguration"]["Alarms"].pop(0)
+    def mut_dashboard(t):  # a widget dropped from the dashboard
+        props = t["Resources"]["Dashboard"]["Properties"]
+        props["DashboardBody"] = {"Fn::Sub": props["DashboardBody"]["Fn::Sub"].replace(
+            '"title":"Latency (ms)"', '"title":"Latency"')}
     mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
                  mut_cache, mut_layer, mut_ledger, mut_gateway, mut_lookup_env, mut_namespaces, mut_min_ttl,
                  mut_lookup_iam, mut_invoke_iam, mut_route_timeout, mut_expiration, mut_s3_resource,
-                 mut_s3_unconditional, mut_tls, mut_results_env, mut_groups]
+                 mut_s3_unconditional, mut_tls, mut_results_env, mut_groups, mut_alarm_metric, mut_alarm_gone,
+                 mut_tracing, mut_index, mut_latest, mut_rollback, mut_dashboard]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)

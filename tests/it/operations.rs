@@ -57,12 +57,18 @@ async fn a_sampled_invocation_sends_its_stages_to_the_xray_daemon() {
         assert_eq!(doc["parent_id"], PARENT);
         assert_eq!(doc["type"], "subsegment");
         assert_eq!(doc["id"].as_str().unwrap().len(), 16);
-        let (start, end) = (doc["start_time"].as_f64().unwrap(), doc["end_time"].as_f64().unwrap());
+        let (start, end) = (
+            doc["start_time"].as_f64().unwrap(),
+            doc["end_time"].as_f64().unwrap(),
+        );
         assert!(start > 1.7e9 && start <= end, "{doc}");
     }
     // The stages follow one another.
     for pair in first.windows(2) {
-        assert!(pair[0]["end_time"].as_f64() <= pair[1]["start_time"].as_f64(), "{pair:?}");
+        assert!(
+            pair[0]["end_time"].as_f64() <= pair[1]["start_time"].as_f64(),
+            "{pair:?}"
+        );
     }
 
     // A repeat is keyed and replayed from its claim: nothing invoked, nothing completed.
@@ -81,4 +87,217 @@ async fn an_unsampled_invocation_sends_nothing() {
     let h = demo_handler(Telemetry::quiet());
     send(&h, &event("fd-charge_card.json")).await;
     assert!(received(&daemon).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Alarms against the metrics the function emits
+
+use std::collections::BTreeSet;
+
+use serde_yaml_ng::Value as Yaml;
+use toolcall_dedup::config::{Config, StoreKind};
+use toolcall_dedup::handler::Handler;
+use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::store::MemoryStore;
+use toolcall_dedup::telemetry::{Outcome, Sink};
+
+use crate::servers::Faulty;
+
+/// `!Ref NAME` in the template, or `None` for anything else.
+fn reference(value: &Yaml) -> Option<&str> {
+    match value {
+        Yaml::Tagged(tagged) if tagged.tag == "!Ref" => tagged.value.as_str(),
+        _ => None,
+    }
+}
+
+/// A metric an alarm watches: its namespace (as written), name, and dimensions (name → value).
+#[derive(Debug)]
+struct Watched {
+    alarm: String,
+    namespace: Yaml,
+    metric: String,
+    dimensions: Vec<(String, Yaml)>,
+}
+
+fn watched(alarm: &str, metric: &Yaml) -> Watched {
+    let dimensions = metric["Dimensions"]
+        .as_sequence()
+        .map(|dims| {
+            dims.iter()
+                .map(|d| (d["Name"].as_str().unwrap().to_string(), d["Value"].clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    Watched {
+        alarm: alarm.to_string(),
+        namespace: metric["Namespace"].clone(),
+        metric: metric["MetricName"].as_str().unwrap().to_string(),
+        dimensions,
+    }
+}
+
+/// Every metric every alarm of the SAM template watches (metric math included).
+fn alarm_metrics(template: &Yaml) -> Vec<Watched> {
+    let mut out = Vec::new();
+    for (id, resource) in template["Resources"].as_mapping().unwrap() {
+        if resource["Type"].as_str() != Some("AWS::CloudWatch::Alarm") {
+            continue;
+        }
+        let id = id.as_str().unwrap();
+        let props = &resource["Properties"];
+        if props.get("MetricName").is_some() {
+            out.push(watched(id, props));
+        }
+        for query in props["Metrics"].as_sequence().into_iter().flatten() {
+            if let Some(metric) = query.get("MetricStat") {
+                out.push(watched(id, &metric["Metric"]));
+            }
+        }
+    }
+    out
+}
+
+/// The EMF lines of invocations that end in every outcome an alarm of ours counts.
+async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
+    let lookup = |var: &str| match var {
+        "AWS_LAMBDA_FUNCTION_NAME" => Some(service.to_string()),
+        "DEDUP_METRICS_NAMESPACE" => Some(namespace.to_string()),
+        _ => None,
+    };
+    let config = Config {
+        policies: PolicySet::parse(
+            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
+            false,
+        )
+        .unwrap(),
+        ..Config::from_lookup(lookup, StoreKind::Memory).unwrap()
+    };
+    let (sink, lines) = Sink::memory();
+    let store = Faulty::new(MemoryStore::new());
+    let down = store.down.clone();
+    let telemetry = Telemetry::quiet()
+        .with_sink(sink)
+        .with_metrics(&config.metrics);
+    let h = Handler::new(
+        store,
+        Scripted::new(vec![Act::RunThenFail("Sandbox.Timedout")]),
+        &config,
+        telemetry.clone(),
+    );
+    // The Gateway target door calls the demo tool as a Gateway target.
+    let gateway_target = Handler::new(MemoryStore::new(), demo(), &config, telemetry);
+    // An at-most-once tool crashes after its side effect: the retry finds the outcome unknown.
+    assert_eq!(send(&h, &event("fd-charge_card.json")).await.outcome, Outcome::ToolError);
+    let retried = send(&h, &event("fd-charge_card-retry.json")).await;
+    assert_eq!(retried.outcome, Outcome::Unknown);
+    let sessionless = gateway_target
+        .handle_with_context(
+            &event("agentcore/sessionless-refund.json"),
+            &Default::default(),
+            client_context("agentcore/sessionless-refund.json").as_ref(),
+        )
+        .await;
+    assert_eq!(sessionless.outcome, Outcome::Sessionless, "{:?}", sessionless.response);
+    down.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        send(&h, &event("fd-refund.json")).await.outcome,
+        Outcome::StoreError
+    );
+    let lines = lines.lock().unwrap();
+    lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_alarm_watches_a_metric_the_function_emits() {
+    let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
+    let template: Yaml = serde_yaml_ng::from_str(&text).unwrap();
+    let function = &template["Resources"]["DedupFunction"]["Properties"];
+    assert_eq!(
+        reference(&function["Environment"]["Variables"]["DEDUP_METRICS_NAMESPACE"]),
+        Some("MetricsNamespace"),
+        "the function's namespace is the alarms' parameter"
+    );
+    let (service, namespace) = ("toolcall-dedup-DedupFunction-x1", "Ops/Test");
+    let emitted = emf_of_a_bad_day(service, namespace).await;
+    let watched = alarm_metrics(&template);
+    let ours: Vec<&Watched> = watched
+        .iter()
+        .filter(|w| reference(&w.namespace) == Some("MetricsNamespace"))
+        .collect();
+    let names: BTreeSet<&str> = ours.iter().map(|w| w.metric.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["outcome_unknown", "sessionless", "store_error"]),
+        "the alarms on the function's own metrics"
+    );
+    for w in ours {
+        // The Service dimension is the function, as the function names itself.
+        let dims: BTreeSet<&str> = w.dimensions.iter().map(|(n, _)| n.as_str()).collect();
+        for (name, value) in &w.dimensions {
+            assert_eq!(name, "Service", "{}", w.alarm);
+            assert_eq!(reference(value), Some("DedupFunction"), "{}", w.alarm);
+        }
+        let firing: Vec<&Value> = emitted.iter().filter(|line| line[&w.metric] == 1).collect();
+        assert!(
+            !firing.is_empty(),
+            "{}: no line counts {}",
+            w.alarm,
+            w.metric
+        );
+        for line in firing {
+            let directive = &line["_aws"]["CloudWatchMetrics"][0];
+            assert_eq!(directive["Namespace"], namespace);
+            assert!(
+                directive["Metrics"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|m| m["Name"] == w.metric.as_str()),
+                "{}: {} is not a metric of {line}",
+                w.alarm,
+                w.metric
+            );
+            let published = directive["Dimensions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|set| {
+                    set.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|d| d.as_str().unwrap())
+                        .collect::<BTreeSet<_>>()
+                        == dims
+                });
+            assert!(
+                published,
+                "{}: no dimension set {dims:?} in {line}",
+                w.alarm
+            );
+            assert_eq!(line["Service"], service, "{}", w.alarm);
+        }
+    }
+    // The AWS metrics: the executor's own function and table.
+    let literal = |v: &Yaml| match v {
+        Yaml::String(s) => Some(s.clone()),
+        _ => None,
+    };
+    for w in watched.iter().filter(|w| literal(&w.namespace).is_some()) {
+        let expected = match literal(&w.namespace).unwrap().as_str() {
+            "AWS/Lambda" => ("FunctionName", "DedupFunction"),
+            "AWS/DynamoDB" => ("TableName", "IdempotencyTable"),
+            other => panic!("{}: unexpected namespace {other}", w.alarm),
+        };
+        let (name, value) = &w.dimensions[0];
+        assert_eq!(
+            (name.as_str(), reference(value)),
+            (expected.0, Some(expected.1)),
+            "{}",
+            w.alarm
+        );
+    }
 }

@@ -7,6 +7,8 @@ import { Construct } from 'constructs';
 import { Validations } from 'aws-cdk-lib';
 import * as bedrock from 'aws-cdk-lib/aws-bedrock';
 import * as agentcore from 'aws-cdk-lib/aws-bedrockagentcore';
+import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
+import * as codedeploy from 'aws-cdk-lib/aws-codedeploy';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
@@ -27,14 +29,64 @@ const PARAMETER_GROUPS: [string, string[]][] = [
   ['Dedup behaviour', ['Mode', 'ScopeMode', 'StepAttribute', 'RunArgument', 'Sessionless', 'WaitMs',
     'ClaimBudgetMs', 'StoreBreakerMs', 'ReleaseOnErrors', 'EnvelopeNamespaces', 'LocalCacheItems', 'PolicyFile', 'PolicyLayerArn']],
   ['Routing (which tool Lambdas the executor may call)', ['Routes', 'ExtraToolFunctionArns', 'LookUpTimeouts']],
-  ['Observability', ['LogLevel', 'LogCalls', 'MetricsNamespace', 'LogRetentionDays']],
-  ['Function sizing', ['FunctionMemorySize', 'FunctionTimeout']],
+  ['Observability', ['LogLevel', 'LogCalls', 'MetricsNamespace', 'LogRetentionDays', 'AlarmTopicArn']],
+  ['Function sizing', ['FunctionMemorySize', 'FunctionTimeout', 'ReservedConcurrency']],
   ['Bedrock agent wiring', ['AgentArn', 'CreateDemoAgent', 'DemoAgentFoundationModel']],
   ['AgentCore Gateway wiring', ['AgentCoreGatewayArn', 'CreateInterceptorGateway', 'TrustedAnnotations',
     'CatalogTtlSeconds', 'InterceptorTimeoutSeconds']],
 ];
 
+/** The metrics the executor emits (EMF), one Count per outcome: what metricOutcome() takes. */
+export type Outcome = 'executed' | 'replayed' | 'waited' | 'in_progress' | 'store_error' | 'outcome_unknown'
+  | 'sessionless' | 'tool_error' | 'bad_request' | 'dedup_off' | 'passed_unread' | 'door_refused';
+
 export class ToolcallDedupStack extends cdk.Stack {
+  /** The idempotency table. */
+  public readonly table: dynamodb.CfnTable;
+  /** The executor (invoke its `live` alias: {@link aliasArn}). */
+  public readonly dedupFunction: lambda.IFunction;
+  /** The alias deploys shift gradually, which agents and gateways invoke. */
+  public readonly aliasArn: string;
+  private readonly metricsNamespace: string;
+
+  /**
+   * One of the executor's outcome counts for the whole service (the alarms' view), or split by
+   * door and tool with `dimensionsMap: { Service, Door, Tool }`.
+   */
+  public metricOutcome(outcome: Outcome, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: this.metricsNamespace,
+      metricName: outcome,
+      dimensionsMap: { Service: this.dedupFunction.functionName },
+      statistic: 'Sum',
+      ...props,
+    });
+  }
+
+  /** Invocation latency as the executor measures it (ms, event to answer). */
+  public metricLatency(props?: cloudwatch.MetricOptions): cloudwatch.Metric {
+    return new cloudwatch.Metric({
+      namespace: this.metricsNamespace,
+      metricName: 'latency_ms',
+      dimensionsMap: { Service: this.dedupFunction.functionName },
+      statistic: 'p99',
+      ...props,
+    });
+  }
+
+  /**
+   * What `dedup list`, `show`, `evict` and `settle` need: read, query (the attention index), scan,
+   * and the fenced update and delete of one record.
+   */
+  public grantOperator(grantee: iam.IGrantable): iam.Grant {
+    return iam.Grant.addToPrincipal({
+      grantee,
+      actions: ['dynamodb:GetItem', 'dynamodb:Query', 'dynamodb:Scan', 'dynamodb:UpdateItem',
+        'dynamodb:DeleteItem', 'dynamodb:DescribeTable'],
+      resourceArns: [this.table.attrArn, `${this.table.attrArn}/index/attention`],
+    });
+  }
+
   constructor(scope: Construct, id: string, props?: cdk.StackProps) {
     super(scope, id, props);
     this.templateOptions.metadata = {
@@ -159,6 +211,11 @@ export class ToolcallDedupStack extends cdk.Stack {
       type: 'String', default: 'ToolcallDedup', allowedPattern: '^[^:].{0,254}$',
       description: 'CloudWatch EMF namespace, DEDUP_METRICS_NAMESPACE.',
     });
+    const alarmTopicArn = p('AlarmTopicArn', {
+      type: 'String', default: '', allowedPattern: '^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$',
+      description: 'SNS topic the alarms notify (on alarm and on recovery). Empty = the alarms and the dashboard are '
+        + 'still created, and notify no one.',
+    });
     const logRetentionDays = p('LogRetentionDays', {
       // String default: CDK only accepts string AllowedValues, and cfn-lint
       // (E2015) wants the default to be one of them verbatim.
@@ -174,6 +231,11 @@ export class ToolcallDedupStack extends cdk.Stack {
     const timeout = p('FunctionTimeout', {
       type: 'Number', default: 30, minValue: 3, maxValue: 900,
       description: 'Timeout (s) of the dedup executor.',
+    });
+    const reservedConcurrency = p('ReservedConcurrency', {
+      type: 'Number', default: 0, minValue: 0, maxValue: 10000,
+      description: 'Reserved concurrent executions of the executor; 0 = unreserved. Size: peak calls per second '
+        + 'times (the slowest tool plus 1 s) (docs/operations.md).',
     });
     const agentArn = p('AgentArn', {
       type: 'String', default: '',
@@ -238,6 +300,10 @@ export class ToolcallDedupStack extends cdk.Stack {
     const servesBedrock = cond('ServesBedrock', cdk.Fn.conditionOr(hasAgentArn, demoAgentOn));
     const servesEnvelope = cond('ServesEnvelope',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(envelopeNamespaces.valueAsString, '')));
+    const hasAlarmTopic = cond('HasAlarmTopic',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(alarmTopicArn.valueAsString, '')));
+    const hasReservedConcurrency = cond('HasReservedConcurrency',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(reservedConcurrency.valueAsNumber, 0)));
 
     /** Give an L2 construct's resource the same logical ID as in template.yaml. */
     const sameId = (c: Construct, logicalId: string) =>
@@ -252,8 +318,21 @@ export class ToolcallDedupStack extends cdk.Stack {
     // which the L2 Table cannot take for every property.
     const table = new dynamodb.CfnTable(this, 'IdempotencyTable', {
       billingMode: 'PAY_PER_REQUEST',
-      attributeDefinitions: [{ attributeName: keyAttribute.valueAsString, attributeType: 'S' }],
+      attributeDefinitions: [
+        { attributeName: keyAttribute.valueAsString, attributeType: 'S' },
+        { attributeName: 'attention', attributeType: 'S' },
+        { attributeName: 'created_at', attributeType: 'N' },
+      ],
       keySchema: [{ attributeName: keyAttribute.valueAsString, keyType: 'HASH' }],
+      // Sparse: only records that need an operator carry `attention`, so listing them is a query.
+      globalSecondaryIndexes: [{
+        indexName: 'attention',
+        keySchema: [
+          { attributeName: 'attention', keyType: 'HASH' },
+          { attributeName: 'created_at', keyType: 'RANGE' },
+        ],
+        projection: { projectionType: 'ALL' },
+      }],
       timeToLiveSpecification: { attributeName: ttlAttribute.valueAsString, enabled: true },
       sseSpecification: { sseEnabled: true },
       pointInTimeRecoverySpecification: {
@@ -465,10 +544,194 @@ export class ToolcallDedupStack extends cdk.Stack {
       cdk.Fn.conditionIf(hasPolicyLayer.logicalId, [policyLayerArn.valueAsString], cdk.Aws.NO_VALUE),
     );
 
+    // X-Ray (the stages as subsegments) and reserved concurrency, set as SAM sets them: the
+    // managed policy SAM attaches for Tracing: Active, not the inline statement CDK would add.
+    const cfnDedup = dedup.node.defaultChild as lambda.CfnFunction;
+    cfnDedup.tracingConfig = { mode: 'Active' };
+    cfnDedup.addPropertyOverride('ReservedConcurrentExecutions',
+      cdk.Fn.conditionIf(hasReservedConcurrency.logicalId, reservedConcurrency.valueAsNumber, cdk.Aws.NO_VALUE));
+    dedupRole.addManagedPolicy(iam.ManagedPolicy.fromAwsManagedPolicyName('AWSXrayWriteOnlyAccess'));
+    this.table = table;
+    this.dedupFunction = dedup;
+    this.metricsNamespace = metricsNamespace.valueAsString;
+
+    // ---- operations: alarms and the dashboard (docs/operations.md) -----------------------------
+    const notify = cdk.Fn.conditionIf(hasAlarmTopic.logicalId, [alarmTopicArn.valueAsString], cdk.Aws.NO_VALUE);
+    const alarm = (id: string, description: string, props: Partial<cloudwatch.CfnAlarmProps>) => {
+      const a = new cloudwatch.CfnAlarm(this, id, {
+        alarmDescription: description,
+        comparisonOperator: 'GreaterThanOrEqualToThreshold',
+        treatMissingData: 'notBreaching',
+        threshold: 1,
+        evaluationPeriods: 1,
+        ...props,
+      });
+      a.overrideLogicalId(id);
+      a.addPropertyOverride('AlarmActions', notify);
+      a.addPropertyOverride('OKActions', notify);
+      return a;
+    };
+    const service = [{ name: 'Service', value: dedup.functionName }];
+    const fnDims = [{ name: 'FunctionName', value: dedup.functionName }];
+    const tableDims = (operation?: string) => [{ name: 'TableName', value: table.ref },
+      ...(operation ? [{ name: 'Operation', value: operation }] : [])];
+    const stat = (id: string, namespace: string, metricName: string,
+      dimensions: cloudwatch.CfnAlarm.DimensionProperty[], s: string): cloudwatch.CfnAlarm.MetricDataQueryProperty =>
+      ({ id, metricStat: { metric: { namespace, metricName, dimensions }, period: 60, stat: s }, returnData: false });
+    const storeUnavailable = alarm('StoreUnavailableAlarm',
+      'toolcall-dedup: the idempotency table does not answer, so every tool call fails closed (nothing runs). '
+      + 'Runbook: docs/operations.md#store-unavailable', {
+        namespace: metricsNamespace.valueAsString, metricName: 'store_error', dimensions: service,
+        statistic: 'Sum', period: 60, evaluationPeriods: 3, datapointsToAlarm: 2,
+      });
+    const outcomeUnknown = alarm('OutcomeUnknownAlarm',
+      "toolcall-dedup: an at-most-once call's outcome is unknown; its repeats are refused until someone settles it "
+      + '(dedup list --state unknown). Runbook: docs/operations.md#outcome-unknown', {
+        namespace: metricsNamespace.valueAsString, metricName: 'outcome_unknown', dimensions: service,
+        statistic: 'Sum', period: 60,
+      });
+    const sessionlessAlarm = alarm('SessionlessAlarm',
+      'toolcall-dedup: Gateway calls arrive with no session and no run argument and run without dedup. '
+      + 'Runbook: docs/operations.md#sessionless', {
+        namespace: metricsNamespace.valueAsString, metricName: 'sessionless', dimensions: service,
+        statistic: 'Sum', period: 300,
+      });
+    const errors = alarm('ErrorsAlarm',
+      "toolcall-dedup: the executor's invocations fail (Lambda errors). Gates deploys. "
+      + 'Runbook: docs/operations.md#lambda-errors', {
+        namespace: 'AWS/Lambda', metricName: 'Errors', dimensions: fnDims,
+        statistic: 'Sum', period: 60, evaluationPeriods: 3, datapointsToAlarm: 2,
+      });
+    const throttles = alarm('ThrottlesAlarm',
+      'toolcall-dedup: Lambda throttles the executor, so tool calls are not even tried. '
+      + 'Runbook: docs/operations.md#throttles', {
+        namespace: 'AWS/Lambda', metricName: 'Throttles', dimensions: fnDims, statistic: 'Sum', period: 60,
+      });
+    const duration = alarm('DurationNearTimeoutAlarm',
+      "toolcall-dedup: the longest invocation takes over 80% of the executor's timeout; a slower tool will time "
+      + 'out with its outcome unknown. Runbook: docs/operations.md#duration-near-timeout', {
+        metrics: [
+          stat('longest', 'AWS/Lambda', 'Duration', fnDims, 'Maximum'),
+          { id: 'share', label: 'Longest invocation, percent of the timeout',
+            expression: cdk.Fn.sub('longest / (${FunctionTimeout} * 10)'), returnData: true },
+        ],
+        threshold: 80, evaluationPeriods: 3, datapointsToAlarm: 2,
+      });
+    const tableThrottles = alarm('TableThrottlesAlarm',
+      'toolcall-dedup: DynamoDB throttles the idempotency table; claims fail closed once their budget runs out. '
+      + 'Runbook: docs/operations.md#table-throttles', {
+        metrics: [
+          stat('reads', 'AWS/DynamoDB', 'ReadThrottleEvents', tableDims(), 'Sum'),
+          stat('writes', 'AWS/DynamoDB', 'WriteThrottleEvents', tableDims(), 'Sum'),
+          { id: 'throttles', label: 'Throttled reads and writes',
+            expression: 'FILL(reads, 0) + FILL(writes, 0)', returnData: true },
+        ],
+        evaluationPeriods: 3, datapointsToAlarm: 2,
+      });
+    const tableErrors = alarm('TableSystemErrorsAlarm',
+      "toolcall-dedup: DynamoDB answers the executor's item requests with server errors. "
+      + 'Runbook: docs/operations.md#table-system-errors', {
+        metrics: [
+          stat('get', 'AWS/DynamoDB', 'SystemErrors', tableDims('GetItem'), 'Sum'),
+          stat('put', 'AWS/DynamoDB', 'SystemErrors', tableDims('PutItem'), 'Sum'),
+          stat('update', 'AWS/DynamoDB', 'SystemErrors', tableDims('UpdateItem'), 'Sum'),
+          stat('delete', 'AWS/DynamoDB', 'SystemErrors', tableDims('DeleteItem'), 'Sum'),
+          { id: 'errors', label: 'Item requests answered with a server error',
+            expression: 'FILL(get, 0) + FILL(put, 0) + FILL(update, 0) + FILL(delete, 0)', returnData: true },
+        ],
+        evaluationPeriods: 3, datapointsToAlarm: 2,
+      });
+
+    // ---- safe deploys: a version per deploy, the `live` alias shifted by CodeDeploy -------------
+    // (what SAM's AutoPublishAlias + DeploymentPreference generate, resource for resource).
+    const version = dedup.currentVersion.node.defaultChild as lambda.CfnVersion;
+    version.cfnOptions.deletionPolicy = cdk.CfnDeletionPolicy.RETAIN;
+    const application = new codedeploy.CfnApplication(this, 'ServerlessDeploymentApplication',
+      { computePlatform: 'Lambda' });
+    application.overrideLogicalId('ServerlessDeploymentApplication');
+    const deployRole = new iam.CfnRole(this, 'CodeDeployServiceRole', {
+      assumeRolePolicyDocument: {
+        Version: '2012-10-17',
+        Statement: [{ Action: ['sts:AssumeRole'], Effect: 'Allow', Principal: { Service: ['codedeploy.amazonaws.com'] } }],
+      },
+      managedPolicyArns: [`arn:${cdk.Aws.PARTITION}:iam::aws:policy/service-role/AWSCodeDeployRoleForLambda`],
+    });
+    deployRole.overrideLogicalId('CodeDeployServiceRole');
+    const deploymentGroup = new codedeploy.CfnDeploymentGroup(this, 'DedupFunctionDeploymentGroup', {
+      applicationName: application.ref,
+      serviceRoleArn: deployRole.attrArn,
+      alarmConfiguration: { enabled: true, alarms: [{ name: storeUnavailable.ref }, { name: errors.ref }] },
+      autoRollbackConfiguration: {
+        enabled: true, events: ['DEPLOYMENT_FAILURE', 'DEPLOYMENT_STOP_ON_ALARM', 'DEPLOYMENT_STOP_ON_REQUEST'],
+      },
+      deploymentConfigName: 'CodeDeployDefault.LambdaCanary10Percent5Minutes',
+      deploymentStyle: { deploymentType: 'BLUE_GREEN', deploymentOption: 'WITH_TRAFFIC_CONTROL' },
+    });
+    deploymentGroup.overrideLogicalId('DedupFunctionDeploymentGroup');
+    const liveAlias = new lambda.CfnAlias(this, 'DedupFunctionAliaslive', {
+      name: 'live',
+      functionName: dedup.functionName,
+      functionVersion: version.attrVersion,
+    });
+    liveAlias.overrideLogicalId('DedupFunctionAliaslive');
+    liveAlias.cfnOptions.updatePolicy = {
+      codeDeployLambdaAliasUpdate: {
+        applicationName: application.ref,
+        deploymentGroupName: deploymentGroup.ref,
+      },
+    };
+    const aliasArn = liveAlias.ref;
+    this.aliasArn = aliasArn;
+
+    const alarms = [storeUnavailable, outcomeUnknown, sessionlessAlarm, errors, throttles, duration,
+      tableThrottles, tableErrors];
+    const own = (metric: string, extra?: object) =>
+      ['${MetricsNamespace}', metric, 'Service', '${DedupFunction}', ...(extra ? [extra] : [])];
+    const search = (metric: string, id: string) => [{
+      expression: `SEARCH('{\${MetricsNamespace},Service,Door,Tool} MetricName="${metric}" Service="\${DedupFunction}"', 'Sum', 300)`,
+      id,
+    }];
+    const graph = (x: number, y: number, title: string, rest: object) => ({
+      type: 'metric', x, y, width: 12, height: 6,
+      properties: { title, region: '${AWS::Region}', ...rest },
+    });
+    const body = {
+      widgets: [
+        { type: 'alarm', x: 0, y: 0, width: 24, height: 3, properties: {
+          title: 'Alarms (runbook: docs/operations.md)',
+          alarms: alarms.map((a) => `\${${a.logicalId}.Arn}`),
+        } },
+        graph(0, 3, 'Calls by outcome', { stat: 'Sum', period: 60, view: 'timeSeries',
+          metrics: ['executed', 'replayed', 'waited', 'in_progress', 'store_error', 'outcome_unknown', 'sessionless']
+            .map((m) => own(m)) }),
+        graph(12, 3, 'Replays by door and tool', { view: 'timeSeries', metrics: [search('replayed', 'replays')] }),
+        graph(0, 9, 'Executions by door and tool', { view: 'timeSeries', metrics: [search('executed', 'executions')] }),
+        graph(12, 9, 'Latency (ms)', { period: 60, view: 'timeSeries', metrics: [
+          own('latency_ms', { stat: 'p50' }), own('latency_ms', { stat: 'p99' }),
+          ['AWS/Lambda', 'Duration', 'FunctionName', '${DedupFunction}', { stat: 'Maximum' }]] }),
+        graph(0, 15, 'Executor invocations', { period: 60, view: 'timeSeries', metrics: [
+          ['AWS/Lambda', 'Invocations', 'FunctionName', '${DedupFunction}', { stat: 'Sum' }],
+          ['AWS/Lambda', 'Errors', 'FunctionName', '${DedupFunction}', { stat: 'Sum' }],
+          ['AWS/Lambda', 'Throttles', 'FunctionName', '${DedupFunction}', { stat: 'Sum' }],
+          ['AWS/Lambda', 'ConcurrentExecutions', 'FunctionName', '${DedupFunction}', { stat: 'Maximum' }]] }),
+        graph(12, 15, 'Idempotency table', { period: 60, view: 'timeSeries', metrics: [
+          ['AWS/DynamoDB', 'ConsumedWriteCapacityUnits', 'TableName', '${IdempotencyTable}', { stat: 'Sum' }],
+          ['AWS/DynamoDB', 'ConsumedReadCapacityUnits', 'TableName', '${IdempotencyTable}', { stat: 'Sum' }],
+          ['AWS/DynamoDB', 'WriteThrottleEvents', 'TableName', '${IdempotencyTable}', { stat: 'Sum' }],
+          ['AWS/DynamoDB', 'ReadThrottleEvents', 'TableName', '${IdempotencyTable}', { stat: 'Sum' }],
+          own('store_requests', { stat: 'Sum' })] }),
+      ],
+    };
+    const dashboard = new cloudwatch.CfnDashboard(this, 'Dashboard', {
+      dashboardName: `${cdk.Aws.STACK_NAME}-${cdk.Aws.REGION}`,
+      dashboardBody: cdk.Fn.sub(JSON.stringify(body)),
+    });
+    dashboard.overrideLogicalId('Dashboard');
+
     // ---- Bedrock -> executor permissions -------------------------------------------------
     const agentPerm = new lambda.CfnPermission(this, 'AgentInvokePermission', {
       action: 'lambda:InvokeFunction',
-      functionName: dedup.functionArn,
+      functionName: aliasArn,
       principal: 'bedrock.amazonaws.com',
       sourceAccount: cdk.Fn.select(4, cdk.Fn.split(':', agentArn.valueAsString)),
       sourceArn: agentArn.valueAsString,
@@ -487,7 +750,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     // ---- AgentCore Gateway -> executor (Lambda target) permission ---------------------------------
     const gatewayPerm = new lambda.CfnPermission(this, 'AgentCoreGatewayInvokePermission', {
       action: 'lambda:InvokeFunction',
-      functionName: dedup.functionArn,
+      functionName: aliasArn,
       principal: 'bedrock-agentcore.amazonaws.com',
       sourceAccount: cdk.Fn.select(4, cdk.Fn.split(':', gatewayArn.valueAsString)),
       sourceArn: gatewayArn.valueAsString,
@@ -518,7 +781,7 @@ export class ToolcallDedupStack extends cdk.Stack {
             Sid: 'InvokeInterceptor',
             Effect: 'Allow',
             Action: 'lambda:InvokeFunction',
-            Resource: dedup.functionArn,
+            Resource: aliasArn,
           }],
         },
       }],
@@ -532,7 +795,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       authorizerType: 'AWS_IAM',
       roleArn: gatewayRole.attrArn,
       interceptorConfigurations: [{
-        interceptor: { lambda: { arn: dedup.functionArn } },
+        interceptor: { lambda: { arn: aliasArn } },
         interceptionPoints: ['REQUEST', 'RESPONSE'],
         inputConfiguration: { passRequestHeaders: true },
       }],
@@ -589,7 +852,7 @@ export class ToolcallDedupStack extends cdk.Stack {
           actionGroupName: 'payments',
           description: 'Take payments and issue refunds',
           actionGroupState: 'ENABLED',
-          actionGroupExecutor: { lambda: dedup.functionArn },
+          actionGroupExecutor: { lambda: aliasArn },
           functionSchema: {
             functions: [
               {
@@ -619,7 +882,7 @@ export class ToolcallDedupStack extends cdk.Stack {
           actionGroupName: 'support',
           description: 'Open support tickets',
           actionGroupState: 'ENABLED',
-          actionGroupExecutor: { lambda: dedup.functionArn },
+          actionGroupExecutor: { lambda: aliasArn },
           functionSchema: {
             functions: [
               {
@@ -650,7 +913,7 @@ export class ToolcallDedupStack extends cdk.Stack {
 
     const demoPerm = new lambda.CfnPermission(this, 'DemoAgentInvokePermission', {
       action: 'lambda:InvokeFunction',
-      functionName: dedup.functionArn,
+      functionName: aliasArn,
       principal: 'bedrock.amazonaws.com',
       sourceAccount: cdk.Aws.ACCOUNT_ID,
       sourceArn: agent.attrAgentArn,
@@ -662,7 +925,12 @@ export class ToolcallDedupStack extends cdk.Stack {
     const out = (id: string, value: string, condition?: cdk.CfnCondition, description?: string) =>
       new cdk.CfnOutput(this, id, { value, condition, description });
     out('DedupFunctionName', dedup.functionName, undefined, 'Executor to set as the action-group Lambda of your agent');
-    out('DedupFunctionArn', dedup.functionArn, undefined, 'ARN for ActionGroupExecutor.Lambda');
+    out('DedupFunctionArn', dedup.functionArn, undefined, "The function's unqualified ARN (invoke the alias instead)");
+    out('DedupFunctionAliasArn', aliasArn, undefined,
+      'ARN for ActionGroupExecutor.Lambda and Gateway targets (the live alias deploys shift gradually)');
+    out('DashboardUrl',
+      `https://${cdk.Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${cdk.Aws.REGION}#dashboards/dashboard/${dashboard.ref}`,
+      undefined, "The operator's dashboard");
     out('DedupFunctionRoleArn', dedupRole.roleArn);
     out('DemoToolFunctionName', demoTool.functionName);
     out('DemoToolFunctionArn', demoTool.functionArn);
