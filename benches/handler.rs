@@ -516,6 +516,20 @@ fn summary(_: &mut Criterion) {
     };
     let first_logged = tracing::subscriber::with_default(lambda_log(), || first(&emf));
     let repeat_logged = tracing::subscriber::with_default(lambda_log(), || repeat(&emf));
+    // With Lambda tracing on and every invocation sampled: the stage spans sent to a daemon (a
+    // local socket nobody reads) as well.
+    let daemon = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let traced = || {
+        use tracing_subscriber::layer::SubscriberExt;
+        let xray = toolcall_dedup::xray::XrayLayer::new(daemon.local_addr().unwrap(), || {
+            Some(
+                "Root=1-6752c0de-0123456789abcdef01234567;Parent=53995c3f42cd8ad8;Sampled=1".into(),
+            )
+        })
+        .unwrap();
+        lambda_log().with(xray)
+    };
+    let first_traced = tracing::subscriber::with_default(traced(), || first(&emf));
     rows.push(("handle(), first sight, quiet telemetry", first_quiet));
     rows.push(("handle(), repeat, quiet telemetry", repeat_quiet));
     rows.push(("handle(), first sight, EMF line built", first_emf));
@@ -525,6 +539,10 @@ fn summary(_: &mut Criterion) {
         first_logged,
     ));
     rows.push(("handle(), repeat, EMF + log line formatted", repeat_logged));
+    rows.push((
+        "handle(), first sight, EMF + log line + X-Ray subsegments",
+        first_traced,
+    ));
 
     let get = |name: &str| rows.iter().find(|r| r.0.starts_with(name)).unwrap().1;
     let (key_us, tool_us) = (get("key "), get("demo tool"));
@@ -538,13 +556,15 @@ fn summary(_: &mut Criterion) {
     let value_us = get("  of which bytes");
     eprintln!(
         "  beyond the keyer, with the runtime's bytes → Value: first sight {:.2} µs (value + handle − key − tool), \
-         repeat {:.2} µs (value + handle − key); with EMF {:.2} / {:.2} µs; with EMF and the log line {:.2} / {:.2} µs",
+         repeat {:.2} µs (value + handle − key); with EMF {:.2} / {:.2} µs; with EMF and the log line {:.2} / {:.2} µs; \
+         first sight traced to X-Ray {:.2} µs",
         value_us + first_quiet - key_us - tool_us,
         value_us + repeat_quiet - key_us,
         value_us + first_emf - key_us - tool_us,
         value_us + repeat_emf - key_us,
         value_us + first_logged - key_us - tool_us,
         value_us + repeat_logged - key_us,
+        value_us + first_traced - key_us - tool_us,
     );
     // Every entry point, the same way: the runtime's bytes → Value, the adapter's call keyed, the
     // demo tool's own work, and handle() at first sight with EMF and the log line.

@@ -188,7 +188,10 @@ async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
     // The Gateway target door calls the demo tool as a Gateway target.
     let gateway_target = Handler::new(MemoryStore::new(), demo(), &config, telemetry);
     // An at-most-once tool crashes after its side effect: the retry finds the outcome unknown.
-    assert_eq!(send(&h, &event("fd-charge_card.json")).await.outcome, Outcome::ToolError);
+    assert_eq!(
+        send(&h, &event("fd-charge_card.json")).await.outcome,
+        Outcome::ToolError
+    );
     let retried = send(&h, &event("fd-charge_card-retry.json")).await;
     assert_eq!(retried.outcome, Outcome::Unknown);
     let sessionless = gateway_target
@@ -198,7 +201,12 @@ async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
             client_context("agentcore/sessionless-refund.json").as_ref(),
         )
         .await;
-    assert_eq!(sessionless.outcome, Outcome::Sessionless, "{:?}", sessionless.response);
+    assert_eq!(
+        sessionless.outcome,
+        Outcome::Sessionless,
+        "{:?}",
+        sessionless.response
+    );
     down.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(
         send(&h, &event("fd-refund.json")).await.outcome,
