@@ -180,6 +180,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let started = Instant::now();
         let store = self.store();
         let requests_before = store.requests();
+        let unknown_before = self.service.executor.settled_unknown();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
         let door = door_name(event, client_context);
         let answered = self.answer(event, client_context, door, end).await;
@@ -193,6 +194,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: answered.key.as_deref(),
             latency: started.elapsed(),
             store_requests,
+            settled_unknown: self.service.executor.settled_unknown() - unknown_before,
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });

@@ -87,6 +87,9 @@ pub struct InvocationReport<'a> {
     pub latency: Duration,
     /// Requests this invocation sent to the idempotency store (retries included).
     pub store_requests: u64,
+    /// Calls this invocation left with their outcome unknown, for an operator to settle
+    /// (`dedup list --state unknown`).
+    pub settled_unknown: u64,
     /// Normalization rules that made a replayed call meet the stored one.
     pub rules: &'a [&'static str],
     /// A short reason for error outcomes (never argument values).
@@ -332,7 +335,8 @@ impl EmfHead {
             text.push_str("\",\"Unit\":\"Count\"},");
         }
         text.push_str(
-            "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"}],\"Namespace\":",
+            "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"},\
+             {\"Name\":\"settled_unknown\",\"Unit\":\"Count\"}],\"Namespace\":",
         );
         push_json_str(&mut text, namespace);
         text.push_str("}],\"Timestamp\":");
@@ -364,8 +368,9 @@ impl EmfHead {
         }
         let _ = write!(
             out,
-            ",\"store_requests\":{},\"outcome\":\"{}\",\"mode\":\"{}\"",
+            ",\"store_requests\":{},\"settled_unknown\":{},\"outcome\":\"{}\",\"mode\":\"{}\"",
             r.store_requests,
+            r.settled_unknown,
             r.outcome.name(),
             r.mode.name()
         );
@@ -391,6 +396,7 @@ pub fn emf_line(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms
         .collect();
     metrics.push(json!({"Name": "latency_ms", "Unit": "Milliseconds"}));
     metrics.push(json!({"Name": "store_requests", "Unit": "Count"}));
+    metrics.push(json!({"Name": "settled_unknown", "Unit": "Count"}));
     let mut doc = Map::new();
     doc.insert(
         "_aws".into(),
@@ -414,6 +420,7 @@ pub fn emf_line(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms
         json!((r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
     );
     doc.insert("store_requests".into(), json!(r.store_requests));
+    doc.insert("settled_unknown".into(), json!(r.settled_unknown));
     doc.insert("outcome".into(), json!(r.outcome.name()));
     doc.insert("mode".into(), json!(r.mode.name()));
     if let Some(tool) = r.tool {
@@ -470,6 +477,7 @@ mod tests {
             key: Some("0123456789abcdef0123456789abcdef"),
             latency: Duration::from_millis(12),
             store_requests: 1,
+            settled_unknown: 0,
             rules: &[],
             reason: None,
         }

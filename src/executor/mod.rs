@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -83,6 +84,9 @@ pub struct Executor<S> {
     /// Keyed by token, not by key: several sends of one call can each hand a token back, and
     /// only one of them may be the claim that was written, so none may replace another.
     orphans: Mutex<HashMap<LeaseToken, String>>,
+    /// Calls left with their outcome unknown for an operator, counted for the telemetry (read
+    /// as a difference around each invocation, like the store's request count).
+    settled_unknown: AtomicU64,
 }
 
 /// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
@@ -107,7 +111,14 @@ impl<S: Store> Executor<S> {
             settings,
             cache,
             orphans: Mutex::default(),
+            settled_unknown: AtomicU64::new(0),
         }
+    }
+
+    /// How many calls this executor has left with their outcome unknown, for an operator to
+    /// settle, since it started.
+    pub fn settled_unknown(&self) -> u64 {
+        self.settled_unknown.load(Ordering::Relaxed)
     }
 
     /// Adjusts the settings (tests shorten margins and budgets).
@@ -736,6 +747,8 @@ impl<S: Store> Executor<S> {
     /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
     /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
     async fn settle_unknown(&self, call: Keyed<'_>, token: &LeaseToken, end: Instant) {
+        // Counted whether or not the write lands: either way the call waits for an operator.
+        self.settled_unknown.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             key = call.key,
             "the side effect may have happened and the tool is at_most_once: the call is settled \

@@ -47,6 +47,9 @@ async fn a_sampled_invocation_sends_its_stages_to_the_xray_daemon() {
         .unwrap();
     let layer = XrayLayer::new(daemon.local_addr().unwrap(), sampled).unwrap();
     let _traced = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    // Another test's thread may have registered a stage's callsite while this subscriber was
+    // being set: recompute every callsite's interest with it in place.
+    tracing::callsite::rebuild_interest_cache();
     let h = demo_handler(Telemetry::quiet());
 
     send(&h, &event("fd-charge_card.json")).await;
@@ -84,6 +87,9 @@ async fn an_unsampled_invocation_sends_nothing() {
         .unwrap();
     let layer = XrayLayer::new(daemon.local_addr().unwrap(), unsampled).unwrap();
     let _traced = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    // Another test's thread may have registered a stage's callsite while this subscriber was
+    // being set: recompute every callsite's interest with it in place.
+    tracing::callsite::rebuild_interest_cache();
     let h = demo_handler(Telemetry::quiet());
     send(&h, &event("fd-charge_card.json")).await;
     assert!(received(&daemon).is_empty());
@@ -239,7 +245,12 @@ async fn every_alarm_watches_a_metric_the_function_emits() {
     let names: BTreeSet<&str> = ours.iter().map(|w| w.metric.as_str()).collect();
     assert_eq!(
         names,
-        BTreeSet::from(["outcome_unknown", "sessionless", "store_error"]),
+        BTreeSet::from([
+            "outcome_unknown",
+            "sessionless",
+            "settled_unknown",
+            "store_error"
+        ]),
         "the alarms on the function's own metrics"
     );
     for w in ours {

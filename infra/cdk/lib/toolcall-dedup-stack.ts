@@ -585,10 +585,14 @@ export class ToolcallDedupStack extends cdk.Stack {
         statistic: 'Sum', period: 60, evaluationPeriods: 3, datapointsToAlarm: 2,
       });
     const outcomeUnknown = alarm('OutcomeUnknownAlarm',
-      "toolcall-dedup: an at-most-once call's outcome is unknown; its repeats are refused until someone settles it "
-      + '(dedup list --state unknown). Runbook: docs/operations.md#outcome-unknown', {
-        namespace: metricsNamespace.valueAsString, metricName: 'outcome_unknown', dimensions: service,
-        statistic: 'Sum', period: 60,
+      'toolcall-dedup: an at-most-once call was left with its outcome unknown, or a repeat found one; repeats are '
+      + 'refused until someone settles it (dedup list --state unknown). Runbook: docs/operations.md#outcome-unknown', {
+        metrics: [
+          stat('settled', metricsNamespace.valueAsString, 'settled_unknown', service, 'Sum'),
+          stat('refused', metricsNamespace.valueAsString, 'outcome_unknown', service, 'Sum'),
+          { id: 'unknown', label: 'Calls left unknown, and repeats refused for it',
+            expression: 'FILL(settled, 0) + FILL(refused, 0)', returnData: true },
+        ],
       });
     const sessionlessAlarm = alarm('SessionlessAlarm',
       'toolcall-dedup: Gateway calls arrive with no session and no run argument and run without dedup. '
@@ -702,7 +706,8 @@ export class ToolcallDedupStack extends cdk.Stack {
           alarms: alarms.map((a) => `\${${a.logicalId}.Arn}`),
         } },
         graph(0, 3, 'Calls by outcome', { stat: 'Sum', period: 60, view: 'timeSeries',
-          metrics: ['executed', 'replayed', 'waited', 'in_progress', 'store_error', 'outcome_unknown', 'sessionless']
+          metrics: ['executed', 'replayed', 'waited', 'in_progress', 'store_error', 'settled_unknown', 'outcome_unknown',
+            'sessionless']
             .map((m) => own(m)) }),
         graph(12, 3, 'Replays by door and tool', { view: 'timeSeries', metrics: [search('replayed', 'replays')] }),
         graph(0, 9, 'Executions by door and tool', { view: 'timeSeries', metrics: [search('executed', 'executions')] }),
