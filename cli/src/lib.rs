@@ -11,6 +11,7 @@ pub mod chaos;
 pub mod commands;
 pub mod corpus;
 pub mod cost;
+pub mod progress;
 /// The demo tool, from the product's test support.
 pub use toolcall_dedup::test_util::demo;
 

@@ -512,6 +512,10 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     let gate = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let mut probes = tokio::task::JoinSet::new();
+    let progress = crate::progress::bar(
+        plan.sends.len() as u64,
+        &format!("invocations on {}", cfg.server),
+    );
     for send in &plan.sends {
         tokio::time::sleep_until(run_start + send.at).await;
         let permit = gate.clone().acquire_owned().await.expect("never closed");
@@ -531,7 +535,9 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             drop(permit);
             (send.fault, observed)
         });
+        progress.inc(1);
     }
+    progress.finish_and_clear();
     let mut observed: Vec<Observed> = Vec::with_capacity(plan.sends.len());
     let mut faults: BTreeMap<String, u64> = fault_names()
         .into_iter()

@@ -16,7 +16,6 @@
 //! "error"}` with the Lambda error (`errorType`, `errorMessage`) Bedrock would get instead.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -175,7 +174,7 @@ async fn run_with_config(
         None => DemoTool::new(Ledger::memory()),
     };
     let telemetry = Telemetry::replay(config.log_calls);
-    let progress = progress_bar(files.len() as u64 * u64::from(args.repeat));
+    let progress = crate::progress::bar(files.len() as u64 * u64::from(args.repeat), "invocations");
     match config.store {
         StoreKind::Memory => {
             let handler = Handler::new(MemoryStore::new(), tool, config, telemetry);
@@ -384,20 +383,6 @@ fn notice_message(response: &str) -> String {
         .ok()
         .and_then(|b| b.get("message").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| body.to_string())
-}
-
-/// A progress bar on a terminal; a hidden one when stderr is piped.
-fn progress_bar(total: u64) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} invocations ({per_sec})",
-    ) {
-        bar.set_style(style);
-    }
-    bar
 }
 
 /// Handler logs go to stderr at WARN unless `RUST_LOG` says otherwise; stdout is for results.

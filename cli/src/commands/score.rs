@@ -61,7 +61,9 @@ pub fn run(args: ScoreArgs) -> Result<ExitCode, CliError> {
         runs: args.runs,
         iterations: args.iterations,
     };
+    let progress = crate::progress::spinner("scoring keyers A–D and typed on the corpus");
     let mut report = score::score(&corpus, &options);
+    progress.finish_and_clear();
     report.wall_clock = started.elapsed();
 
     let text = if args.json {
