@@ -51,6 +51,7 @@ pub mod guard;
 pub mod handler;
 mod interceptor;
 pub mod key;
+pub mod reload;
 pub mod seam;
 mod service;
 pub mod store;

@@ -3,10 +3,13 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, tracing};
+use toolcall_dedup::config::document::Document;
+use toolcall_dedup::config::source::Loader;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::{self, LambdaDispatcher};
 use toolcall_dedup::handler::{Handler, serve};
-use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, dynamodb, offload};
+use toolcall_dedup::reload::{Reloading, document_from_env};
+use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, Store, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;
 
 // One thread: Lambda hands a container one invocation at a time, and a multi-threaded runtime
@@ -21,7 +24,15 @@ async fn main() -> Result<(), Error> {
 }
 
 async fn run() -> Result<(), Error> {
-    let config = Config::lambda_from_env()?;
+    // The config document first (DEDUP_CONFIG): its settings are part of the configuration.
+    let document = match document_from_env().await? {
+        Some((loader, every)) => {
+            let loaded = loader.load().await?;
+            Some((loader, loaded, every))
+        }
+        None => None,
+    };
+    let config = Config::lambda_with_document(document.as_ref().map(|(_, l, _)| &l.document))?;
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
     let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone());
     // In the background: until a tool's timeout is known, its lease assumes Lambda's maximum.
@@ -31,7 +42,6 @@ async fn run() -> Result<(), Error> {
             async move { dispatcher.keep_timeouts_current().await }
         });
     }
-    let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
     match config.store {
         StoreKind::DynamoDb => {
             let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
@@ -40,16 +50,35 @@ async fn run() -> Result<(), Error> {
                 let s3 = offload::build_client(config.s3_endpoint.as_deref()).await;
                 store = store.with_result_bucket(ResultBucket::new(s3, bucket));
             }
-            serve(Handler::new(store, dispatcher, &config, telemetry)).await
+            run_with(store, dispatcher, config, document).await
         }
-        StoreKind::Memory => {
-            serve(Handler::new(
-                MemoryStore::new(),
-                dispatcher,
-                &config,
-                telemetry,
-            ))
-            .await
-        }
+        StoreKind::Memory => run_with(MemoryStore::new(), dispatcher, config, document).await,
     }
+}
+
+/// Serves the handler `config` describes; with a config document, the one its latest good
+/// version describes.
+async fn run_with<S: Store + Clone>(
+    store: S,
+    dispatcher: LambdaDispatcher,
+    config: Config,
+    document: Option<(
+        Loader,
+        toolcall_dedup::config::source::Loaded,
+        std::time::Duration,
+    )>,
+) -> Result<(), Error> {
+    let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
+    let Some((loader, loaded, every)) = document else {
+        return serve(Handler::new(store, dispatcher, &config, telemetry)).await;
+    };
+    let build = move |document: &Document| {
+        let config = Config::lambda_with_document(Some(document))?;
+        let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
+        let routed = dispatcher.with_routes(config.routes.clone());
+        Ok(Handler::new(store.clone(), routed, &config, telemetry))
+    };
+    Reloading::start(loader, loaded, build, every, telemetry)?
+        .serve()
+        .await
 }

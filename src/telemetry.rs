@@ -116,6 +116,8 @@ pub const DEFAULT_METRICS_SERVICE: &str = "toolcall-dedup";
 pub const DEFAULT_METRICS_MAX_TOOLS: usize = 25;
 /// The `Tool` dimension of tools past [`MetricsSettings::max_tools`].
 pub const OTHER_TOOLS: &str = "other";
+/// The metric of a refused config document ([`Telemetry::config_rejected`]).
+pub const CONFIG_REJECTED: &str = "config_rejected";
 /// The `Door` or `Tool` dimension of an invocation that had none.
 pub const NO_DIMENSION: &str = "none";
 
@@ -145,6 +147,8 @@ pub struct Telemetry {
 struct Emf {
     head: EmfHead,
     tools: ToolNames,
+    namespace: String,
+    service: String,
 }
 
 impl Emf {
@@ -152,6 +156,8 @@ impl Emf {
         Arc::new(Emf {
             head: EmfHead::new(&settings.namespace, &settings.service),
             tools: ToolNames::new(settings.max_tools),
+            namespace: settings.namespace.clone(),
+            service: settings.service.clone(),
         })
     }
 }
@@ -280,6 +286,25 @@ impl Telemetry {
             let tool = emf.tools.dimension(r.tool);
             self.sink.write_line(&emf.head.line(r, tool, now_ms()));
         }
+    }
+
+    /// One `config_rejected` count: a config document was refused and the last good one stays
+    /// (an EMF line of its own, under the `Service` dimension).
+    pub fn config_rejected(&self) {
+        let Some(emf) = &self.emf else { return };
+        let line = json!({
+            "_aws": {
+                "Timestamp": now_ms(),
+                "CloudWatchMetrics": [{
+                    "Namespace": emf.namespace,
+                    "Dimensions": [["Service"]],
+                    "Metrics": [{"Name": CONFIG_REJECTED, "Unit": "Count"}],
+                }],
+            },
+            "Service": emf.service,
+            CONFIG_REJECTED: 1,
+        });
+        self.sink.write_line(&line.to_string());
     }
 
     /// The tool-call line for `dedup audit`, if `DEDUP_LOG_CALLS` asks for it.

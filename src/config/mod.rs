@@ -20,9 +20,12 @@ use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::key::{PolicyError, PolicySet};
 use crate::store::{ClaimBudget, DynamoDbConfig};
 use crate::telemetry::MetricsSettings;
+use document::Document;
 
 mod checks;
+pub mod document;
 pub mod env;
+pub mod source;
 #[cfg(test)]
 mod tests;
 
@@ -276,16 +279,45 @@ impl Config {
         lookup: impl Fn(&str) -> Option<String>,
         default_store: StoreKind,
     ) -> Result<Config, ConfigError> {
-        let vars = env::Vars { lookup };
+        Config::from_lookup_and_document(lookup, None, default_store)
+    }
+
+    /// [`Config::from_lookup`] with a config document: its settings apply where the variables
+    /// do not say otherwise, its routes and policies replace `DEDUP_ROUTES` and the policy file
+    /// (giving both is refused: one place for each).
+    pub fn from_lookup_and_document(
+        lookup: impl Fn(&str) -> Option<String>,
+        document: Option<&Document>,
+        default_store: StoreKind,
+    ) -> Result<Config, ConfigError> {
+        let vars = env::Vars {
+            lookup: |var: &str| {
+                lookup(var).or_else(|| document.and_then(|d| d.settings.get(var).cloned()))
+            },
+        };
         let mut config = env::read(&vars, default_store)?;
         if let Some(path) = &config.policy_file {
             config.policies = PolicySet::load(path)?;
+        }
+        if let Some(document) = document {
+            take_from_document(&vars, document, &mut config)?;
         }
         checks::check(&vars, &config)?;
         if config.store == StoreKind::DynamoDb {
             config.dynamodb()?;
         }
         Ok(config)
+    }
+
+    /// The Lambda's configuration from the process environment and the config document it names
+    /// (`DEDUP_CONFIG`, already loaded); see [`Config::for_lambda`].
+    pub fn lambda_with_document(document: Option<&Document>) -> Result<Config, ConfigError> {
+        Config::from_lookup_and_document(
+            |name| std::env::var(name).ok(),
+            document,
+            StoreKind::DynamoDb,
+        )?
+        .for_lambda()
     }
 
     /// The Lambda's configuration from the process environment; see [`Config::for_lambda`].
@@ -342,4 +374,34 @@ impl Config {
         })?;
         Ok(cfg)
     }
+}
+
+/// The document's routes and policies, where no variable gives them too.
+fn take_from_document<F: Fn(&str) -> Option<String>>(
+    vars: &env::Vars<F>,
+    document: &Document,
+    config: &mut Config,
+) -> Result<(), ConfigError> {
+    if let Some(routes) = &document.routes {
+        if let Some(given) = vars.get("DEDUP_ROUTES") {
+            return Err(env::invalid(
+                "DEDUP_ROUTES",
+                &given,
+                "the config document (DEDUP_CONFIG) has routes too: keep them in one place",
+            ));
+        }
+        config.routes = routes.clone();
+    }
+    if !document.policies.is_empty() {
+        if let Some(given) = vars.get("DEDUP_POLICY_FILE") {
+            return Err(env::invalid(
+                "DEDUP_POLICY_FILE",
+                &given,
+                "the config document (DEDUP_CONFIG) has tools or tool_definitions too: keep \
+                 them in one place",
+            ));
+        }
+        config.policies = document.policies.clone();
+    }
+    Ok(())
 }

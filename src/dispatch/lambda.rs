@@ -74,6 +74,15 @@ impl LambdaDispatcher {
         &self.routes
     }
 
+    /// The same client and looked-up timeouts, under new routes (a reloaded config document).
+    pub fn with_routes(&self, routes: Routes) -> LambdaDispatcher {
+        LambdaDispatcher {
+            client: self.client.clone(),
+            routes,
+            looked_up: Arc::clone(&self.looked_up),
+        }
+    }
+
     /// Calls [`LambdaDispatcher::look_up_timeouts`] now and every five minutes after (the Lambda
     /// runs it in the background when `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply
     /// refreshes late).

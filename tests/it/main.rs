@@ -17,6 +17,7 @@ use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 mod at_most_once;
 mod bad_input;
 mod caller_keys;
+mod config_document;
 mod documented_shapes;
 mod e2e_lambda;
 mod fuzz_regressions;

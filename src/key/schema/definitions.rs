@@ -119,13 +119,19 @@ pub(super) fn collect_definitions(container: &Value, label: &str, found: &mut Ve
     }
     if let Some(payload) = container.pointer("/apiSchema/payload") {
         let named = |e: SchemaError| Err((label.to_string(), e));
-        match payload.as_str().map(serde_json::from_str::<Value>) {
-            Some(Ok(document)) => openapi_document(&document, found),
-            Some(Err(e)) => found.push(named(SchemaError::invalid(format!(
-                "apiSchema.payload is not JSON ({e}); give the OpenAPI document as JSON"
-            )))),
-            None => found.push(named(SchemaError::invalid(
-                "apiSchema.payload must be the OpenAPI document's text (an S3 location cannot be read here)",
+        // The text as Bedrock keeps it, or the document already read (a config document reads
+        // YAML payloads and S3 schemas into their value).
+        match payload {
+            Value::Object(_) => openapi_document(payload, found),
+            Value::String(text) => match serde_json::from_str::<Value>(text) {
+                Ok(document) => openapi_document(&document, found),
+                Err(e) => found.push(named(SchemaError::invalid(format!(
+                    "apiSchema.payload is not JSON ({e}); give the OpenAPI document as JSON, or \
+                     load it through a config document, which reads YAML"
+                )))),
+            },
+            _ => found.push(named(SchemaError::invalid(
+                "apiSchema.payload must be the OpenAPI document or its text",
             ))),
         }
         return;
