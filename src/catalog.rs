@@ -556,7 +556,8 @@ mod tests {
                 .await
                 .unwrap()
         );
-        clock.advance(Duration::from_secs(2));
+        // Exactly half its life left (500 of 1,000 s) is past the half: rewritten.
+        clock.advance(Duration::from_secs(1));
         assert!(
             here.learn(&store, ns, &listing("null"), false)
                 .await

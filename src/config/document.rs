@@ -117,7 +117,7 @@ pub fn from_value(mut value: Value) -> Result<Document, DocumentError> {
             format!("unknown member; a document has {}", MEMBERS.join(", ")),
         ));
     }
-    if let Some(version) = top.get("version").filter(|v| **v != Value::from(1)) {
+    if let Some(version) = top.get("version").filter(|v| v.as_u64() != Some(1)) {
         return Err(at(
             "version",
             format!("{version} is not a version this reads (1)"),

@@ -642,6 +642,16 @@ mod tests {
     }
 
     #[test]
+    fn only_a_tools_list_answer_is_a_listing() {
+        // A tools/call whose result happens to carry a `tools` array settles its claim; it
+        // teaches the catalog nothing.
+        let mut event = request(7, Some("s"));
+        event["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "body": {"jsonrpc": "2.0",
+            "id": 7, "result": {"content": [], "tools": [{"name": "payments___charge_card"}]}}});
+        assert!(read(&event, None).listed_tools().is_none());
+    }
+
+    #[test]
     fn a_tools_call_is_keyed_by_gateway_target_tool_and_session() {
         let event = request(7, Some("sess-1"));
         let i = read(&event, None);
