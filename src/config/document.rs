@@ -141,18 +141,20 @@ pub fn from_value(mut value: Value) -> Result<Document, DocumentError> {
         }
     }
     let schema_sources = schema_sources(&policy);
-    let policies = PolicySet::parse(&Value::Object(policy).to_string(), false).map_err(|e| {
-        let path = match &e {
-            PolicyError::Schema { tool, .. } if tool.starts_with("tool_definitions") => {
-                tool.clone()
-            }
-            PolicyError::Schema { tool, .. } | PolicyError::EmptyPath { tool } => {
-                format!("tools.{tool}")
-            }
-            _ => "tools".to_string(),
-        };
-        at(path, e.to_string())
-    })?;
+    let policies =
+        PolicySet::parse(&Value::Object(policy.clone()).to_string(), false).map_err(|e| {
+            let path = match &e {
+                PolicyError::Schema { tool, .. } if tool.starts_with("tool_definitions") => {
+                    tool.clone()
+                }
+                PolicyError::Schema { tool, .. } => {
+                    definition_of(&policy, tool).unwrap_or_else(|| format!("tools.{tool}"))
+                }
+                PolicyError::EmptyPath { tool } => format!("tools.{tool}"),
+                _ => "tools".to_string(),
+            };
+            at(path, e.to_string())
+        })?;
     Ok(Document {
         routes,
         settings,
@@ -229,6 +231,30 @@ fn read_payloads(value: &mut Value, path: &str) -> Result<(), DocumentError> {
         _ => {}
     }
     Ok(())
+}
+
+/// The `tool_definitions` entry whose definitions name `tool` (its schema failed there), unless
+/// the tool's own `schema` is the one.
+fn definition_of(policy: &Map<String, Value>, tool: &str) -> Option<String> {
+    let own = policy
+        .get("tools")
+        .and_then(|t| t.get(tool))
+        .and_then(|t| t.get("schema"));
+    if own.is_some() {
+        return None;
+    }
+    let Some(Value::Array(containers)) = policy.get("tool_definitions") else {
+        return None;
+    };
+    containers.iter().enumerate().find_map(|(i, container)| {
+        let label = format!("tool_definitions[{i}]");
+        crate::key::tool_definitions(container, &label)
+            .into_iter()
+            .any(|d| match d {
+                Ok((name, _)) | Err((name, _)) => name == tool,
+            })
+            .then_some(label)
+    })
 }
 
 /// Where each tool's schema comes from: its own `schema`, else the first definition naming it.

@@ -99,6 +99,28 @@ impl Routes {
             .map(String::as_str)
     }
 
+    /// The routes a call of `tool` may take, most specific first, as `(pattern, target)`: its own
+    /// routes in any action group, then the group-wide ones, then the default (which of the group
+    /// routes applies depends on the call's action group).
+    pub fn candidates(&self, tool: &str) -> Vec<(String, &str)> {
+        let mut own: Vec<(String, &str)> = self
+            .exact
+            .iter()
+            .filter(|(pattern, _)| pattern.split_once('/').is_some_and(|(_, t)| t == tool))
+            .map(|(pattern, target)| (pattern.clone(), target.as_str()))
+            .collect();
+        own.sort();
+        let mut groups: Vec<(String, &str)> = self
+            .groups
+            .iter()
+            .map(|(group, target)| (format!("{group}/*"), target.as_str()))
+            .collect();
+        groups.sort();
+        own.extend(groups);
+        own.extend(self.default.iter().map(|t| ("*".to_string(), t.as_str())));
+        own
+    }
+
     /// True when no route at all is configured (the Lambda refuses to start then).
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod chaos;
+pub mod config;
 pub mod corpus;
 pub mod cost;
 pub mod key;
@@ -35,6 +36,9 @@ enum Command {
     Audit(audit::AuditArgs),
     /// Model what duplicates waste in tokens against what the store costs.
     Cost(cost::CostArgs),
+    /// Check a config document (routes, settings, policies, schemas) as the function reads it.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Manage the idempotency table on a DynamoDB endpoint.
     #[command(subcommand)]
     Table(table::TableCommand),
@@ -65,6 +69,7 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Cost(args) => cost::run(args),
         Command::Table(command) => table::run(command),
+        Command::Config(command) => config::run(command),
         Command::Settle(args) => settle::run(args),
         Command::List(args) => records::list(args),
         Command::Show(args) => records::show(args),

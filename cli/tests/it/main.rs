@@ -8,6 +8,7 @@ mod bedrock_declared;
 mod chaos;
 mod cli_cost_audit;
 mod cli_key;
+mod config_check;
 mod events_corpus;
 mod handler_replay;
 mod handler_runs_once;

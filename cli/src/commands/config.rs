@@ -1,0 +1,156 @@
+//! `dedup config check FILE`: the function's own reading of a config document, run locally: for
+//! each tool its routes, where its schema comes from, its delivery and TTL; an error names the
+//! path in the document.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use toolcall_dedup::config::source::{ConfigSource, Loader};
+use toolcall_dedup::config::{Config, StoreKind};
+use toolcall_dedup::key::{DedupSwitch, Delivery};
+
+use super::CliError;
+
+/// `dedup config ...` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// Read a config document as the function would, and say what it does for each tool.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The document: a file, ssm:NAME or s3://bucket/key.
+    pub document: String,
+    /// S3 endpoint for schemas kept in S3 (a local server); AWS when absent.
+    #[arg(long, env = "DEDUP_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// SSM endpoint for an ssm: document (a local server); AWS when absent.
+    #[arg(long, env = "DEDUP_SSM_ENDPOINT")]
+    pub ssm_endpoint: Option<String>,
+    /// The report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
+    let ConfigCommand::Check(args) = command;
+    let source: ConfigSource = args
+        .document
+        .parse()
+        .map_err(|e| CliError::Usage(format!("{}: {e}", args.document)))?;
+    if let ConfigSource::File(path) = &source {
+        if !PathBuf::from(path).exists() {
+            return Err(CliError::Usage(format!("{}: no such file", path.display())));
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let loaded = runtime.block_on(async {
+        let loader = Loader::new(
+            source,
+            args.ssm_endpoint.as_deref(),
+            args.s3_endpoint.as_deref(),
+        )
+        .await;
+        loader.load().await
+    });
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            eprintln!("dedup config check: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let document = &loaded.document;
+    // What the function would run with: the document over the defaults, checked as at start-up.
+    let config = match Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)
+    {
+        Ok(config) => config,
+        Err(e) => {
+            // A setting the document gave is named where the document gives it.
+            let at = match &e {
+                toolcall_dedup::config::ConfigError::Invalid { var, .. }
+                    if document.settings.contains_key(*var) =>
+                {
+                    let name = var.trim_start_matches("DEDUP_").to_ascii_lowercase();
+                    format!("settings.{name}: ")
+                }
+                _ => String::new(),
+            };
+            eprintln!("dedup config check: {}: {at}{e}", args.document);
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let tools: BTreeSet<&str> = config.policies.iter().map(|(name, _)| name).collect();
+    let mut report = Vec::new();
+    for tool in &tools {
+        let policy = config.policies.get(tool).expect("listed");
+        let routes: Vec<String> = config
+            .routes
+            .candidates(tool)
+            .into_iter()
+            .map(|(pattern, target)| format!("{pattern} → {target}"))
+            .collect();
+        let ttl = policy.ttl.unwrap_or(config.ttl).as_secs();
+        report.push(serde_json::json!({
+            "tool": tool,
+            "routes": routes,
+            "schema": document.schema_sources.get(*tool).map(String::as_str).unwrap_or("none (declared types only)"),
+            "delivery": match policy.delivery {
+                Delivery::AtMostOnce => "at_most_once",
+                Delivery::AtLeastOnce => "at_least_once",
+            },
+            "ttl_seconds": ttl,
+            "dedup": policy.dedup == DedupSwitch::On,
+        }));
+    }
+    let settings: Vec<String> = document
+        .settings
+        .iter()
+        .map(|(var, value)| format!("{var}={value}"))
+        .collect();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"document": args.document, "settings": settings, "tools": report})
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{}: ok", args.document);
+    println!(
+        "settings: {}",
+        if settings.is_empty() {
+            "none".into()
+        } else {
+            settings.join(", ")
+        }
+    );
+    println!("routes: {}", config.routes.targets().join(", "));
+    for entry in &report {
+        println!(
+            "  {}: schema {}; {}; ttl {} s{}\n    routes: {}",
+            entry["tool"].as_str().unwrap_or(""),
+            entry["schema"].as_str().unwrap_or(""),
+            entry["delivery"].as_str().unwrap_or(""),
+            entry["ttl_seconds"],
+            if entry["dedup"] == true {
+                ""
+            } else {
+                "; dedup off"
+            },
+            entry["routes"]
+                .as_array()
+                .map(|r| r
+                    .iter()
+                    .filter_map(|v| v.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .filter(|r| !r.is_empty())
+                .unwrap_or_else(|| "none: its calls are answered with a no-route error".into()),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
