@@ -16,18 +16,21 @@ evaluated templates it checks:
   * the results bucket (only when CreateResultsBucket): all its properties and
     deletion/replace policies, and its TLS-only bucket policy; the contract
     SSE-S3, public access blocked, bucket owner enforced, one lifecycle rule
-    expiring results/ after ResultsRetentionDays, retained;
+    expiring results/ after 32 days, retained;
   * every Lambda function: runtime, architectures, handler, memory, timeout,
     environment, logging config;
   * IAM: for every role, the (effect, action, resource) triples of all its
     inline and attached policies, its managed policy ARNs and trust policy;
     plus least-privilege assertions on the dedup role (exactly the 4 item
-    actions on the table ARN, InvokeFunction only on routed tools and always
-    on the demo tool, GetFunctionConfiguration only when LookUpTimeouts,
-    exactly s3:GetObject/PutObject on the bucket's results/* when
-    CreateResultsBucket and no s3 action otherwise); DEDUP_RESULTS_BUCKET is
-    the bucket or "" and DEDUP_RESULTS_RETENTION_DAYS the parameter;
-  * the default route (no Routes) names the demo tool and states its Timeout;
+    actions on the table ARN, InvokeFunction and GetFunctionConfiguration on
+    the demo tool and on functions tagged toolcall-dedup:tool=true only,
+    ssm:GetParameter on the config document only, exactly
+    s3:GetObject/PutObject on the bucket's results/* when CreateResultsBucket
+    and no s3 action otherwise); DEDUP_RESULTS_BUCKET is the bucket or "",
+    DEDUP_CONFIG names the document's parameter;
+  * the stack's own config document (no ConfigParameterName) routes every
+    tool to the demo tool and states its Timeout;
+  * alarms, dashboard, tracing, the live alias and its deployment group;
   * Lambda permissions (principal, source account/ARN: Bedrock agents, one
     AgentCore Gateway), the Bedrock agent's action groups, parameters, the set
     of resources and outputs.
@@ -69,36 +72,15 @@ SCENARIOS: dict[str, dict[str, str]] = {
         "CreateInterceptorGateway": "true",
         "AgentArn": "arn:aws:bedrock:us-east-1:210987654321:agent/AGENT12345",
         "AgentCoreGatewayArn": "arn:aws:bedrock-agentcore:us-east-1:210987654321:gateway/demo-gateway-k3x9q2",
-        "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn,"
-                                 "arn:aws:lambda:us-east-1:123456789012:function:charge-fn:*",
-        "Routes": '{"payments/charge_card":"charge-fn","*":"default-fn"}',
-        "PointInTimeRecovery": "false",
         "Mode": "shadow",
-        "LogLevel": "DEBUG",
-        "LocalCacheItems": "500",
-        "PolicyFile": "/opt/dedup-policy.json",
-        "PolicyLayerArn": "arn:aws:lambda:us-east-1:123456789012:layer:dedup-policy:3",
         "EnvelopeNamespaces": "payments,support",
-        "ReleaseOnErrors": "CardInvalid",
-        "ResultsRetentionDays": "30",
         "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:dedup-oncall",
         "ReservedConcurrency": "50",
-    },
-    # Every route states its timeout, so no GetFunctionConfiguration is granted.
-    "no-lookup": {
-        "LookUpTimeouts": "false",
-        "ExtraToolFunctionArns": "arn:aws:lambda:us-east-1:123456789012:function:charge-fn",
-        "Routes": '{"payments/charge_card":{"function":"charge-fn","timeout_seconds":60}}',
-        "TtlSeconds": "916",
-    },
-    # The demo tool's own route; the lookup is off but it needs none.
-    "no-lookup-default-route": {
-        "LookUpTimeouts": "false",
+        "ConfigParameterName": "/ops/toolcall-dedup/config",
     },
     # No results bucket: no bucket, no s3 permission, DEDUP_RESULTS_BUCKET "".
     "no-results-bucket": {
         "CreateResultsBucket": "false",
-        "ResultsRetentionDays": "7",
     },
 }
 
@@ -107,6 +89,11 @@ IGNORED_PARAMETERS = {"BootstrapVersion"}
 IGNORED_RESOURCE_TYPES = {"AWS::CDK::Metadata"}
 
 DEDUP_ITEM_ACTIONS = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+# Fixed in both stacks (the config document holds the behaviour).
+RESULTS_RETENTION_DAYS = "32"
+# Tools the executor may invoke: tagged so, in this account and region (ABAC).
+TAGGED_TOOLS = "arn:aws:lambda:us-east-1:123456789012:function:*"
+TOOL_TAG_CONDITION = json.dumps({"StringEquals": {"aws:ResourceTag/toolcall-dedup:tool": "true"}}, sort_keys=True)
 TOOL_ACTIONS = {"lambda:InvokeFunction", "lambda:GetFunctionConfiguration"}
 RESULT_OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject"}
 # How the dedup role names the result objects (the evaluator renders it, e.g. "<GetAtt:ResultsBucket.Arn>/results/*").
@@ -344,7 +331,7 @@ def parameter_groups(tpl: dict) -> list:
 def function_view(res: dict[str, dict], fid: str) -> dict:
     p = res[fid]["Properties"]
     return {k: p.get(k) for k in ("Runtime", "Architectures", "Handler", "MemorySize", "Timeout",
-                                  "Environment", "LoggingConfig", "Description", "Layers", "TracingConfig",
+                                  "Environment", "LoggingConfig", "Description", "TracingConfig",
                                   "ReservedConcurrentExecutions")}
 
 
@@ -467,9 +454,9 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        bp.get("OwnershipControls") == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]})
             rules = bp.get("LifecycleConfiguration", {}).get("Rules", [])
             want = {"Id": "ExpireResults", "Status": "Enabled", "Prefix": "results/",
-                    "ExpirationInDays": s_ev.params["ResultsRetentionDays"],
+                    "ExpirationInDays": RESULTS_RETENTION_DAYS,
                     "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": "1"}}
-            rep.expect(f"[{scen}] ResultsBucket: one lifecycle rule expiring results/ after ResultsRetentionDays",
+            rep.expect(f"[{scen}] ResultsBucket: one lifecycle rule expiring results/ after {RESULTS_RETENTION_DAYS} days",
                        normalize_numbers(rules) == [want], f"{json.dumps(rules)}, want [{json.dumps(want)}]")
             rep.expect(f"[{scen}] ResultsBucket: retained on delete and replacement",
                        b.get("DeletionPolicy") == "Retain" and b.get("UpdateReplacePolicy") == "Retain")
@@ -512,24 +499,27 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             ddb = {(a, r) for (_, a, r, _) in st if a.startswith("dynamodb:")}
             rep.expect(f"[{scen}] dedup role: exactly GetItem/PutItem/UpdateItem/DeleteItem on the table ARN",
                        ddb == {(a, "<GetAtt:IdempotencyTable.Arn>") for a in DEDUP_ITEM_ACTIONS}, str(sorted(ddb)))
-            allowed_targets = {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} | \
-                set(s_ev.params.get("ExtraToolFunctionArns", [])) - {""}
-            # GetFunctionConfiguration: the timeout of a tool whose route states none, looked up at cold start
-            # and every five minutes to size the lease (only when LookUpTimeouts).
-            lam = {r for (_, a, r, _) in st if a in TOOL_ACTIONS}
-            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction/GetFunctionConfiguration only on routed tools",
-                       lam <= allowed_targets, str(sorted(lam - allowed_targets)))
-            invoke = {r for (_, a, r, _) in st if a == "lambda:InvokeFunction"}
-            rep.expect(f"[{scen}] dedup role: lambda:InvokeFunction on the demo tool, unconditionally",
-                       {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"} <= invoke, str(sorted(invoke)))
-            # GetFunctionConfiguration also returns the tool's environment: only when LookUpTimeouts.
-            reads = {r for (_, a, r, _) in st if a == "lambda:GetFunctionConfiguration"}
-            if s_ev.params.get("LookUpTimeouts") == "true":
-                rep.expect(f"[{scen}] dedup role: GetFunctionConfiguration on every invoked tool (LookUpTimeouts)",
-                           reads == invoke, str(sorted(invoke ^ reads)))
-            else:
-                rep.expect(f"[{scen}] dedup role: no GetFunctionConfiguration (LookUpTimeouts=false)",
-                           not reads, str(sorted(reads)))
+            # Tools: the demo tool, and the functions tagged toolcall-dedup:tool=true (the routed
+            # tools are named once, in the config document's routes); GetFunctionConfiguration reads
+            # a tool's timeout when its route states none.
+            demo = {"<GetAtt:DemoToolFunction.Arn>", "<GetAtt:DemoToolFunction.Arn>:*"}
+            lam = {(a, r, cnd) for (_, a, r, cnd) in st if a in TOOL_ACTIONS}
+            want_lam = {(a, r, "null") for a in TOOL_ACTIONS for r in demo} | \
+                {(a, TAGGED_TOOLS, TOOL_TAG_CONDITION) for a in TOOL_ACTIONS}
+            rep.expect(f"[{scen}] dedup role: tool actions on the demo tool and on tagged functions only",
+                       lam == want_lam, f"{sorted(lam ^ want_lam)}")
+            # The config document: GetParameter on its one parameter.
+            config_name = s_ev.params.get("ConfigParameterName") or "<Ref:ConfigParameter>"
+            ssm_actions = {(a, r) for (_, a, r, _) in st if a.startswith("ssm:")}
+            want_ssm = {("ssm:GetParameter", f"arn:aws:ssm:us-east-1:123456789012:parameter{config_name}")}
+            rep.expect(f"[{scen}] dedup role: ssm:GetParameter on the config document only",
+                       ssm_actions == want_ssm, f"{sorted(ssm_actions)}, want {sorted(want_ssm)}")
+            for side, r in (("sam", s), ("cdk", c)):
+                env = r.get("DedupFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+                rep.expect(f"[{scen}] {side}: DEDUP_CONFIG names the document's parameter",
+                           env.get("DEDUP_CONFIG") == f"ssm:{config_name}", str(env.get("DEDUP_CONFIG")))
+                rep.expect(f"[{scen}] {side}: the stack's own document exists iff no ConfigParameterName",
+                           ("ConfigParameter" in r) == (not s_ev.params.get("ConfigParameterName")))
             # Offloaded results: get and put objects under results/ only, and only with the bucket.
             s3 = {(e, a, r, cnd) for (e, a, r, cnd) in st if a.startswith("s3:")}
             objects = s_ev.ev(RESULT_OBJECTS) if bucket_on else None
@@ -538,25 +528,31 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                                                    if bucket_on else "no s3 action (CreateResultsBucket=false)"),
                        s3 == want_s3, f"{sorted(s3)}, want {sorted(want_s3)}")
             other = {a for (_, a, _, _) in st
-                     if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS and a not in RESULT_OBJECT_ACTIONS}
+                     if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS and a not in RESULT_OBJECT_ACTIONS
+                     and a != "ssm:GetParameter"}
             rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
-            rep.expect(f"[{scen}] dedup role: no wildcard actions or resources",
-                       not any("*" == a or a.endswith(":*") or r == "*" for (_, a, r, _) in st))
+            rep.expect(f"[{scen}] dedup role: no wildcard actions or resources (but the tag-bound function:*)",
+                       not any("*" == a or a.endswith(":*") or r == "*"
+                               or (r.endswith(":function:*") and cnd != TOOL_TAG_CONDITION)
+                               for (_, a, r, cnd) in st))
 
-        # ---- the default route states the demo tool's own timeout (no lookup needed)
-        if "DedupFunction" in s and "DemoToolFunction" in s and s_ev.params.get("Routes") == "":
-            for side, r in (("sam", s), ("cdk", c)):
-                if "DedupFunction" not in r or "DemoToolFunction" not in r:
-                    continue
-                text = r["DedupFunction"]["Properties"].get("Environment", {}).get("Variables", {}).get("DEDUP_ROUTES")
-                try:
-                    route = json.loads(text)
-                except (TypeError, ValueError):
-                    route = None
-                want = {"*": {"function": "<Ref:DemoToolFunction>",
-                              "timeout_seconds": int(r["DemoToolFunction"]["Properties"]["Timeout"])}}
-                rep.expect(f"[{scen}] {side}: default route is the demo tool with its Timeout stated",
-                           route == want, f"{text!r}, want {json.dumps(want)}")
+        # ---- the stack's own config document routes every tool to the demo tool, its Timeout stated
+        import yaml  # PyYAML, which cfn-lint depends on
+        for side, r in (("sam", s), ("cdk", c)):
+            if "ConfigParameter" not in r or "DemoToolFunction" not in r:
+                continue
+            props = r["ConfigParameter"]["Properties"]
+            try:
+                document = yaml.safe_load(props.get("Value"))
+            except (TypeError, yaml.YAMLError):
+                document = None
+            want = {"routes": {"*": {"function": "<Ref:DemoToolFunction>",
+                                     "timeout_seconds": int(r["DemoToolFunction"]["Properties"]["Timeout"])}}}
+            rep.expect(f"[{scen}] {side}: the stack's config document routes to the demo tool with its Timeout",
+                       document == want, f"{props.get('Value')!r}, want {json.dumps(want)}")
+            rep.same(f"[{scen}] {side}: ConfigParameter name, type and tier",
+                     {k: props.get(k) for k in ("Name", "Type", "Tier")},
+                     {"Name": "/toolcall-dedup/config", "Type": "String", "Tier": "Intelligent-Tiering"})
 
         # ---- the results bucket the executor is told about
         for side, r in (("sam", s), ("cdk", c)):
@@ -564,10 +560,10 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                 continue
             env = r["DedupFunction"]["Properties"].get("Environment", {}).get("Variables", {})
             want_env = {"DEDUP_RESULTS_BUCKET": "<Ref:ResultsBucket>" if bucket_on else "",
-                        "DEDUP_RESULTS_RETENTION_DAYS": s_ev.params["ResultsRetentionDays"]}
+                        "DEDUP_RESULTS_RETENTION_DAYS": RESULTS_RETENTION_DAYS}
             got_env = {k: env.get(k) for k in want_env}
             rep.expect(f"[{scen}] {side}: DEDUP_RESULTS_BUCKET is " + ("the bucket" if bucket_on else '""')
-                       + ", DEDUP_RESULTS_RETENTION_DAYS the parameter",
+                       + f", DEDUP_RESULTS_RETENTION_DAYS {RESULTS_RETENTION_DAYS}",
                        normalize_numbers(got_env) == want_env, f"{json.dumps(got_env)}, want {json.dumps(want_env)}")
 
         # ---- operations: alarms, dashboard, tracing, the alias deploys shift
@@ -664,33 +660,31 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
         t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][0]["Action"].append("dynamodb:Scan")
     def mut_resource(t):
         t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"][1]["Resource"] = "*"
-    def mut_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_WAIT_MS"]
-    def mut_param(t): t["Parameters"]["TtlSeconds"]["Default"] = 3600
+    def mut_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_MODE"]
+    def mut_param(t): t["Parameters"]["FunctionTimeout"]["Default"] = 60
     def mut_perm(t): del t["Resources"]["AgentInvokePermission"]["Properties"]["SourceAccount"]
     def mut_gateway(t): t["Resources"]["AgentCoreGatewayInvokePermission"]["Properties"]["Principal"] = "bedrock.amazonaws.com"
-    def mut_cache(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOCAL_CACHE_ITEMS"]
-    def mut_layer(t): del t["Resources"]["DedupFunction"]["Properties"]["Layers"]
+    def mut_config_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_CONFIG"]
     def mut_ledger(t): t["Resources"]["DemoToolFunction"]["Properties"]["Environment"]["Variables"]["DEMO_LEDGER"] = "/var/x"
-    def mut_lookup_env(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_LOOK_UP_TIMEOUTS"]
     def mut_namespaces(t): del t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]["DEDUP_ENVELOPE_NAMESPACES"]
-    def mut_min_ttl(t): t["Parameters"]["TtlSeconds"]["MinValue"] = 905
-    def mut_lookup_iam(t):  # the GetFunctionConfiguration statements made unconditional
-        stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        for i, st in enumerate(stmts):
-            if "Fn::If" in st and "GetFunctionConfiguration" in json.dumps(st["Fn::If"][1]):
-                stmts[i] = st["Fn::If"][1]
-    def mut_invoke_iam(t):  # InvokeFunction on the demo tool made conditional on the lookup
-        stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        stmts[1] = {"Fn::If": ["LookUpTimeouts", stmts[1], {"Ref": "AWS::NoValue"}]}
-    def mut_route_timeout(t):  # the default route states another timeout than the demo tool's
-        def walk(x):
-            if isinstance(x, dict):
-                return {k: walk(v) for k, v in x.items()}
-            if isinstance(x, list):
-                return [walk(v) for v in x]
-            return x.replace('"timeout_seconds":10', '"timeout_seconds":30') if isinstance(x, str) else x
-        env = t["Resources"]["DedupFunction"]["Properties"]["Environment"]["Variables"]
-        env["DEDUP_ROUTES"] = walk(env["DEDUP_ROUTES"])
+    def mut_min_timeout(t): t["Parameters"]["FunctionTimeout"]["MinValue"] = 1
+    def dedup_statements(t):
+        return t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    def mut_tag_condition(t):  # tagged tools without their tag: every function of the account
+        for st in dedup_statements(t):
+            if isinstance(st, dict) and st.get("Sid") == "InvokeTaggedTools":
+                del st["Condition"]
+    def mut_invoke_iam(t):  # no InvokeFunction on the demo tool
+        for st in dedup_statements(t):
+            if isinstance(st, dict) and st.get("Sid") == "InvokeDemoTool":
+                st["Action"] = ["lambda:GetFunctionConfiguration"]
+    def mut_ssm_any(t):  # the config read widened to every parameter
+        for st in dedup_statements(t):
+            if isinstance(st, dict) and st.get("Sid") == "ReadConfigDocument":
+                st["Resource"] = {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/*"}
+    def mut_route_timeout(t):  # the stack's document states another timeout than the demo tool's
+        value = t["Resources"]["ConfigParameter"]["Properties"]["Value"]
+        value["Fn::Sub"] = value["Fn::Sub"].replace("timeout_seconds: 10", "timeout_seconds: 30")
     def result_objects(t):  # the dedup role's conditional ResultObjects statement
         stmts = t["Resources"]["DedupFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
         return stmts, next(i for i, st in enumerate(stmts) if "ResultObjects" in json.dumps(st))
@@ -726,8 +720,8 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
         props["DashboardBody"] = {"Fn::Sub": props["DashboardBody"]["Fn::Sub"].replace(
             '"title":"Latency (ms)"', '"title":"Latency"')}
     mutations = [mut_ttl, mut_key, mut_runtime, mut_arch, mut_action, mut_resource, mut_env, mut_param, mut_perm,
-                 mut_cache, mut_layer, mut_ledger, mut_gateway, mut_lookup_env, mut_namespaces, mut_min_ttl,
-                 mut_lookup_iam, mut_invoke_iam, mut_route_timeout, mut_expiration, mut_s3_resource,
+                 mut_config_env, mut_ledger, mut_gateway, mut_namespaces, mut_min_timeout,
+                 mut_tag_condition, mut_invoke_iam, mut_ssm_any, mut_route_timeout, mut_expiration, mut_s3_resource,
                  mut_s3_unconditional, mut_tls, mut_results_env, mut_groups, mut_alarm_metric, mut_alarm_gone,
                  mut_tracing, mut_index, mut_latest, mut_rollback, mut_dashboard]
     bad = 0

@@ -13,7 +13,11 @@ fn check(args: &[&str]) -> std::process::Output {
 #[test]
 fn a_yaml_document_with_an_openapi_schema_behind_refs_names_each_tool_and_its_schema_source() {
     let out = check(&["tests/cases/config/payments.yaml", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let tool = |name: &str| {
         report["tools"]
@@ -39,7 +43,10 @@ fn a_yaml_document_with_an_openapi_schema_behind_refs_names_each_tool_and_its_sc
     );
     let text = check(&["tests/cases/config/payments.yaml"]);
     let shown = String::from_utf8_lossy(&text.stdout);
-    assert!(shown.contains("charge_card: schema tool_definitions[0]; at_most_once"), "{shown}");
+    assert!(
+        shown.contains("charge_card: schema tool_definitions[0]; at_most_once"),
+        "{shown}"
+    );
 }
 
 #[test]
@@ -60,7 +67,10 @@ fn errors_name_the_path_in_the_document() {
         let out = check(&[file.to_str().unwrap()]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{text}: {stderr}");
-        assert!(stderr.contains(&format!("{}: {path}", file.display())), "{text}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: {path}", file.display())),
+            "{text}: {stderr}"
+        );
     }
     let missing = check(&["no/such/document.yaml"]);
     assert_eq!(missing.status.code(), Some(2));

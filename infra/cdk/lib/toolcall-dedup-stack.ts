@@ -14,6 +14,7 @@ import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
 import * as s3 from 'aws-cdk-lib/aws-s3';
+import * as ssm from 'aws-cdk-lib/aws-ssm';
 import { RustFunction } from 'cargo-lambda-cdk';
 
 /** Cargo manifest of the crate that holds both binaries (repo root). */
@@ -24,16 +25,11 @@ const DEMO_TOOL_TIMEOUT_S = 10;
 
 /** Console parameter groups (template.yaml: Metadata AWS::CloudFormation::Interface, the same). */
 const PARAMETER_GROUPS: [string, string[]][] = [
-  ['Idempotency table', ['KeyAttribute', 'TtlAttribute', 'TtlSeconds', 'PointInTimeRecovery']],
-  ['Results bucket', ['CreateResultsBucket', 'ResultsRetentionDays']],
-  ['Dedup behaviour', ['Mode', 'ScopeMode', 'StepAttribute', 'RunArgument', 'Sessionless', 'WaitMs',
-    'ClaimBudgetMs', 'StoreBreakerMs', 'ReleaseOnErrors', 'EnvelopeNamespaces', 'LocalCacheItems', 'PolicyFile', 'PolicyLayerArn']],
-  ['Routing (which tool Lambdas the executor may call)', ['Routes', 'ExtraToolFunctionArns', 'LookUpTimeouts']],
-  ['Observability', ['LogLevel', 'LogCalls', 'MetricsNamespace', 'LogRetentionDays', 'AlarmTopicArn']],
-  ['Function sizing', ['FunctionMemorySize', 'FunctionTimeout', 'ReservedConcurrency']],
-  ['Bedrock agent wiring', ['AgentArn', 'CreateDemoAgent', 'DemoAgentFoundationModel']],
-  ['AgentCore Gateway wiring', ['AgentCoreGatewayArn', 'CreateInterceptorGateway', 'TrustedAnnotations',
-    'CatalogTtlSeconds', 'InterceptorTimeoutSeconds']],
+  ['Dedup behaviour (the rest lives in the config document)',
+    ['Mode', 'ConfigParameterName', 'EnvelopeNamespaces', 'CreateResultsBucket']],
+  ['Bedrock agent wiring', ['AgentArn', 'CreateDemoAgent']],
+  ['AgentCore Gateway wiring', ['AgentCoreGatewayArn', 'CreateInterceptorGateway']],
+  ['Operations and sizing', ['AlarmTopicArn', 'FunctionMemorySize', 'FunctionTimeout', 'ReservedConcurrency']],
 ];
 
 /** The metrics the executor emits (EMF), one Count per outcome: what metricOutcome() takes. */
@@ -97,132 +93,47 @@ export class ToolcallDedupStack extends cdk.Stack {
 
     // ---- parameters (mirror template.yaml) --------------------------------
     const p = (name: string, props: cdk.CfnParameterProps) => new cdk.CfnParameter(this, name, props);
-    const keyAttribute = p('KeyAttribute', {
-      type: 'String', default: 'pk', allowedPattern: '^[A-Za-z0-9_.-]{1,255}$',
-      description: 'Partition key attribute (type S), DEDUP_KEY_ATTRIBUTE. Changing it REPLACES the table (the old one is retained).',
-    });
-    const ttlAttribute = p('TtlAttribute', {
-      type: 'String', default: 'expires_at', allowedPattern: '^[A-Za-z0-9_.-]{1,255}$',
-      description: 'TTL attribute (epoch seconds), DEDUP_TTL_ATTRIBUTE.',
-    });
-    const ttlSeconds = p('TtlSeconds', {
-      type: 'Number', default: 86400, minValue: 916, maxValue: 31536000,
-      description: 'How long a completed call is remembered and replayed, counted from completion, DEDUP_TTL_SECONDS. '
-        + 'At least 916 (the longest lease: Lambda\'s 900 s maximum, an 11 s start allowance for a tool\'s init '
-        + 'phase and throttled invokes, and a 5 s margin).',
-    });
-    const pitr = p('PointInTimeRecovery', {
-      type: 'String', default: 'true', allowedValues: ['true', 'false'],
-      description: 'Enable DynamoDB point-in-time recovery on the idempotency table.',
-    });
-    const createResultsBucket = p('CreateResultsBucket', {
-      type: 'String', default: 'true', allowedValues: ['true', 'false'],
-      description: 'Create the results bucket (DEDUP_RESULTS_BUCKET) for tool replies past DynamoDB\'s 400 KB item '
-        + 'limit. "false" = such replies are not stored: repeats are told the call already ran instead of getting the reply.',
-    });
-    const resultsRetentionDays = p('ResultsRetentionDays', {
-      type: 'Number', default: 2, minValue: 1, maxValue: 3650,
-      description: 'Lifecycle expiration (days) of the result objects, DEDUP_RESULTS_RETENTION_DAYS. Must cover '
-        + 'TtlSeconds and every policy ttl_seconds: the function checks this at start-up and refuses to start otherwise.',
-    });
     const mode = p('Mode', {
       type: 'String', default: 'enforce', allowedValues: ['enforce', 'shadow', 'off'],
-      description: 'DEDUP_MODE: enforce | shadow | off.',
+      description: 'DEDUP_MODE (wins over the document): enforce | shadow | off.',
     });
-    const scopeMode = p('ScopeMode', {
-      type: 'String', default: 'turn', allowedValues: ['turn', 'session'],
-      description: 'DEDUP_SCOPE used when the caller sends no step attribute.',
-    });
-    const stepAttribute = p('StepAttribute', {
-      type: 'String', default: 'dedup_step', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
-      description: 'Session attribute carrying the caller step, DEDUP_STEP_ATTRIBUTE.',
-    });
-    const runArgument = p('RunArgument', {
-      type: 'String', default: 'dedup_run_id', allowedPattern: '^[A-Za-z0-9_.:-]{1,128}$',
-      description: 'AgentCore Gateway calls without a session id name their run in this argument, DEDUP_RUN_ARGUMENT.',
-    });
-    const sessionless = p('Sessionless', {
-      type: 'String', default: 'pass_through', allowedValues: ['pass_through', 'gateway_scope', 'refuse'],
-      description: 'DEDUP_SESSIONLESS, what an AgentCore Gateway call with neither a session id nor the run argument gets. pass_through runs it without dedup (a sessionless metric and a warning each time); gateway_scope keys it by gateway and target only; refuse answers invalid_event.',
-    });
-    const waitMs = p('WaitMs', {
-      type: 'Number', default: 10000, minValue: 0, maxValue: 900000,
-      description: 'Upper bound (ms) on waiting for an identical in-flight call, DEDUP_WAIT_MS.',
-    });
-    const claimBudgetMs = p('ClaimBudgetMs', {
-      type: 'Number', default: 150, minValue: 10, maxValue: 60000,
-      description: 'DEDUP_CLAIM_BUDGET_MS: how soon a claim fails closed on a store that errors, throttles or refuses '
-        + '(a slow first attempt still gets its 2 s).',
-    });
-    const storeBreakerMs = p('StoreBreakerMs', {
-      type: 'Number', default: 2000, minValue: 0, maxValue: 600000,
-      description: 'DEDUP_STORE_BREAKER_MS: after a claim ran out of its budget, later claims in the container fail '
-        + 'closed at once for this long, then one probes the store; 0 = off.',
-    });
-    const releaseOnErrors = p('ReleaseOnErrors', {
-      type: 'String', default: '', allowedPattern: '^[A-Za-z0-9_.,: -]*$',
-      description: 'DEDUP_RELEASE_ON_ERRORS, comma-separated tool errorTypes that prove nothing ran, so the claim is '
-        + 'released for an immediate retry. The reserved type DedupNothingRan always releases; empty (or "none") = no '
-        + 'other type. Unhandled, Sandbox.*, Runtime.* and Function.* are refused. Any other tool error keeps the claim '
-        + 'until its lease ends.',
+    const configParameterName = p('ConfigParameterName', {
+      type: 'String', default: '', allowedPattern: '^$|^/[A-Za-z0-9_.\\-/]{1,1000}$',
+      description: 'SSM parameter holding the config document (docs/configuration.md). Empty = the stack creates '
+        + '/<stack name>/config, routing every tool to the demo tool.',
     });
     const envelopeNamespaces = p('EnvelopeNamespaces', {
       type: 'String', default: '', allowedPattern: '^([A-Za-z0-9_.:-]+(, *[A-Za-z0-9_.:-]+)*)?$',
       description: 'DEDUP_ENVELOPE_NAMESPACES, comma-separated namespaces an invoke-envelope caller may name. '
         + 'Empty = any namespace.',
     });
-    const localCacheItems = p('LocalCacheItems', {
-      type: 'Number', default: 0, minValue: 0, maxValue: 1000000,
-      description: 'DEDUP_LOCAL_CACHE_ITEMS: completed records each warm container keeps in memory; 0 = off.',
-    });
-    const policyFile = p('PolicyFile', {
-      type: 'String', default: '', allowedPattern: '^$|^/[^\\s]*$',
-      description: 'DEDUP_POLICY_FILE: absolute path of a per-tool key policy inside the function, e.g. /opt/dedup-policy.json from PolicyLayerArn. Empty = none.',
-    });
-    const policyLayerArn = p('PolicyLayerArn', {
-      type: 'String', default: '',
-      allowedPattern: '^$|^arn:aws[a-z-]*:lambda:[a-z0-9-]+:[0-9]{12}:layer:[A-Za-z0-9_-]+:[0-9]+$',
-      description: 'Layer version ARN attached to the executor (e.g. holding the PolicyFile). Empty = no layer.',
-    });
-    const routes = p('Routes', {
-      type: 'String', default: '',
-      description: 'DEDUP_ROUTES JSON object (values: a function, or {"function": ..., "timeout_seconds": N}); '
-        + 'empty = everything to the demo tool, its timeout stated. Functions named here must be in ExtraToolFunctionArns.',
-    });
-    const extraToolArns = p('ExtraToolFunctionArns', {
-      type: 'CommaDelimitedList', default: '',
-      description: 'Full ARNs of the extra tool Lambdas the routes point at.',
-    });
-    const lookUpTimeouts = p('LookUpTimeouts', {
+    const createResultsBucket = p('CreateResultsBucket', {
       type: 'String', default: 'true', allowedValues: ['true', 'false'],
-      description: 'DEDUP_LOOK_UP_TIMEOUTS: look up (lambda:GetFunctionConfiguration, granted only when true) the '
-        + 'timeout of a tool whose route states no timeout_seconds. That permission also returns the tool\'s '
-        + 'environment variables.',
+      description: 'Create the results bucket (DEDUP_RESULTS_BUCKET) for tool replies past DynamoDB\'s 400 KB item '
+        + 'limit. "false" = such replies are not stored: repeats are told the call already ran instead of getting the reply.',
     });
-    const logLevel = p('LogLevel', {
-      type: 'String', default: 'INFO', allowedValues: ['TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR', 'FATAL'],
-      description: 'Lambda application log level (keep <= INFO or EMF metric lines are filtered out).',
+    const agentArn = p('AgentArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:[0-9]{12}:agent/[A-Za-z0-9*]+$',
+      description: 'ARN of an existing Bedrock agent allowed to invoke the executor. Empty = none.',
     });
-    const logCalls = p('LogCalls', {
-      type: 'String', default: 'off', allowedValues: ['off', 'hashes', 'full'],
-      description: 'DEDUP_LOG_CALLS.',
+    const createDemoAgent = p('CreateDemoAgent', {
+      type: 'String', default: 'false', allowedValues: ['true', 'false'],
+      description: 'Create a demo Bedrock agent executed by DedupFunction.',
     });
-    const metricsNamespace = p('MetricsNamespace', {
-      type: 'String', default: 'ToolcallDedup', allowedPattern: '^[^:].{0,254}$',
-      description: 'CloudWatch EMF namespace, DEDUP_METRICS_NAMESPACE.',
+    const gatewayArn = p('AgentCoreGatewayArn', {
+      type: 'String', default: '',
+      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]+:[0-9]{12}:gateway/[A-Za-z0-9_-]+$',
+      description: 'ARN of an AgentCore Gateway whose Lambda target is the executor. Empty = none.',
+    });
+    const createInterceptorGateway = p('CreateInterceptorGateway', {
+      type: 'String', default: 'false', allowedValues: ['true', 'false'],
+      description: 'Create an AgentCore Gateway with the executor as its REQUEST and RESPONSE interceptor.',
     });
     const alarmTopicArn = p('AlarmTopicArn', {
       type: 'String', default: '', allowedPattern: '^$|^arn:aws[a-z-]*:sns:[a-z0-9-]+:[0-9]{12}:[A-Za-z0-9_.-]+$',
       description: 'SNS topic the alarms notify (on alarm and on recovery). Empty = the alarms and the dashboard are '
         + 'still created, and notify no one.',
-    });
-    const logRetentionDays = p('LogRetentionDays', {
-      // String default: CDK only accepts string AllowedValues, and cfn-lint
-      // (E2015) wants the default to be one of them verbatim.
-      type: 'Number', default: '30',
-      allowedValues: ['1', '3', '5', '7', '14', '30', '60', '90', '120', '150', '180', '365', '400', '545',
-        '731', '1096', '1827', '2192', '2557', '2922', '3288', '3653'],
-      description: "Retention of the two functions' log groups.",
     });
     const memorySize = p('FunctionMemorySize', {
       type: 'Number', default: 256, minValue: 128, maxValue: 10240,
@@ -237,41 +148,11 @@ export class ToolcallDedupStack extends cdk.Stack {
       description: 'Reserved concurrent executions of the executor; 0 = unreserved. Size: peak calls per second '
         + 'times (the slowest tool plus 1 s) (docs/operations.md).',
     });
-    const agentArn = p('AgentArn', {
-      type: 'String', default: '',
-      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock:[a-z0-9-]+:[0-9]{12}:agent/[A-Za-z0-9*]+$',
-      description: 'ARN of an existing Bedrock agent allowed to invoke the executor. Empty = none.',
-    });
-    const gatewayArn = p('AgentCoreGatewayArn', {
-      type: 'String', default: '',
-      allowedPattern: '^$|^arn:aws[a-z-]*:bedrock-agentcore:[a-z0-9-]+:[0-9]{12}:gateway/[A-Za-z0-9_-]+$',
-      description: 'ARN of an AgentCore Gateway whose Lambda target is the executor. Empty = none.',
-    });
-    const trustedAnnotations = p('TrustedAnnotations', {
-      type: 'String', default: '', allowedPattern: '^([A-Za-z0-9_.:/*-]+(, *[A-Za-z0-9_.:/*-]+)*)?$',
-      description: 'DEDUP_TRUSTED_ANNOTATIONS: gateways whose MCP readOnlyHint skips the claim. Empty = none.',
-    });
-    const catalogTtl = p('CatalogTtlSeconds', {
-      type: 'Number', default: 604800, minValue: 60,
-      description: 'DEDUP_CATALOG_TTL_SECONDS: life of a tool catalog learned from tools/list.',
-    });
-    const interceptorTimeout = p('InterceptorTimeoutSeconds', {
-      type: 'Number', default: 900, minValue: 1, maxValue: 900,
-      description: 'DEDUP_INTERCEPTOR_TIMEOUT_SECONDS: the longest a Gateway target may take.',
-    });
-    const createInterceptorGateway = p('CreateInterceptorGateway', {
-      type: 'String', default: 'false', allowedValues: ['true', 'false'],
-      description: 'Create an AgentCore Gateway with the executor as its REQUEST and RESPONSE interceptor.',
-    });
-    const createDemoAgent = p('CreateDemoAgent', {
-      type: 'String', default: 'false', allowedValues: ['true', 'false'],
-      description: 'Create a demo Bedrock agent executed by DedupFunction.',
-    });
-    const demoModel = p('DemoAgentFoundationModel', {
-      type: 'String', default: 'anthropic.claude-3-haiku-20240307-v1:0',
-      allowedPattern: '^[a-z0-9-]+\\.[A-Za-z0-9.:-]+$',
-      description: 'On-demand foundation model ID for the demo agent.',
-    });
+    /** Fixed here (the config document holds the behaviour): see docs/configuration.md. */
+    const METRICS_NAMESPACE = 'ToolcallDedup';
+    const RESULTS_RETENTION_DAYS = 32;
+    const LOG_RETENTION_DAYS = 30;
+    const DEMO_MODEL = 'anthropic.claude-3-haiku-20240307-v1:0';
 
     // ---- conditions ---------------------------------------------------------
     // Construct ids get a "Condition" suffix (a parameter and a condition may
@@ -282,17 +163,12 @@ export class ToolcallDedupStack extends cdk.Stack {
       c.overrideLogicalId(id);
       return c;
     };
-    const enablePitr = cond('EnablePITR', cdk.Fn.conditionEquals(pitr.valueAsString, 'true'));
-    const hasRoutes = cond('HasRoutes', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(routes.valueAsString, '')));
-    const hasExtraTools = cond('HasExtraTools',
-      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(cdk.Fn.join('', extraToolArns.valueAsList), '')));
-    const lookUp = cond('LookUpTimeouts', cdk.Fn.conditionEquals(lookUpTimeouts.valueAsString, 'true'));
-    const lookUpExtra = cond('LookUpExtraToolTimeouts', cdk.Fn.conditionAnd(lookUp, hasExtraTools));
+    const hasConfigParameter = cond('HasConfigParameter',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(configParameterName.valueAsString, '')));
+    const noConfigParameter = cond('NoConfigParameter', cdk.Fn.conditionEquals(configParameterName.valueAsString, ''));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
     const hasGateway = cond('HasAgentCoreGateway',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(gatewayArn.valueAsString, '')));
-    const hasPolicyLayer = cond('HasPolicyLayer',
-      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(policyLayerArn.valueAsString, '')));
     const demoAgentOn = cond('CreateDemoAgent', cdk.Fn.conditionEquals(createDemoAgent.valueAsString, 'true'));
     const interceptorOn = cond('CreateInterceptorGateway',
       cdk.Fn.conditionEquals(createInterceptorGateway.valueAsString, 'true'));
@@ -319,11 +195,11 @@ export class ToolcallDedupStack extends cdk.Stack {
     const table = new dynamodb.CfnTable(this, 'IdempotencyTable', {
       billingMode: 'PAY_PER_REQUEST',
       attributeDefinitions: [
-        { attributeName: keyAttribute.valueAsString, attributeType: 'S' },
+        { attributeName: 'pk', attributeType: 'S' },
         { attributeName: 'attention', attributeType: 'S' },
         { attributeName: 'created_at', attributeType: 'N' },
       ],
-      keySchema: [{ attributeName: keyAttribute.valueAsString, keyType: 'HASH' }],
+      keySchema: [{ attributeName: 'pk', keyType: 'HASH' }],
       // Sparse: only records that need an operator carry `attention`, so listing them is a query.
       globalSecondaryIndexes: [{
         indexName: 'attention',
@@ -333,11 +209,9 @@ export class ToolcallDedupStack extends cdk.Stack {
         ],
         projection: { projectionType: 'ALL' },
       }],
-      timeToLiveSpecification: { attributeName: ttlAttribute.valueAsString, enabled: true },
+      timeToLiveSpecification: { attributeName: 'expires_at', enabled: true },
       sseSpecification: { sseEnabled: true },
-      pointInTimeRecoverySpecification: {
-        pointInTimeRecoveryEnabled: cdk.Fn.conditionIf(enablePitr.logicalId, true, false) as unknown as boolean,
-      },
+      pointInTimeRecoverySpecification: { pointInTimeRecoveryEnabled: true },
       tags: [{ key: 'app', value: 'toolcall-dedup' }],
     });
     table.overrideLogicalId('IdempotencyTable');
@@ -364,7 +238,7 @@ export class ToolcallDedupStack extends cdk.Stack {
           id: 'ExpireResults',
           status: 'Enabled',
           prefix: 'results/',
-          expirationInDays: resultsRetentionDays.valueAsNumber,
+          expirationInDays: RESULTS_RETENTION_DAYS,
           abortIncompleteMultipartUpload: { daysAfterInitiation: 1 },
         }],
       },
@@ -403,7 +277,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     };
 
     const logGroup = (id: string) => {
-      const lg = new logs.CfnLogGroup(this, id, { retentionInDays: logRetentionDays.valueAsNumber });
+      const lg = new logs.CfnLogGroup(this, id, { retentionInDays: LOG_RETENTION_DAYS });
       lg.overrideLogicalId(id);
       retain(lg);
       return logs.LogGroup.fromLogGroupName(this, `${id}Ref`, lg.ref);
@@ -419,7 +293,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       timeout: cdk.Duration.seconds(DEMO_TOOL_TIMEOUT_S),
       role: lambdaRole('DemoToolFunctionRole'),
       loggingFormat: lambda.LoggingFormat.JSON,
-      applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
+      applicationLogLevelV2: lambda.ApplicationLogLevel.INFO,
       systemLogLevelV2: lambda.SystemLogLevel.WARN,
       logGroup: logGroup('DemoToolLogGroup'),
       environment: {
@@ -428,15 +302,34 @@ export class ToolcallDedupStack extends cdk.Stack {
       },
     });
     sameId(demoTool, 'DemoToolFunction');
+    // A tool the executor may invoke (its InvokeTaggedTools statement).
+    (demoTool.node.defaultChild as lambda.CfnFunction).tags.setTag('toolcall-dedup:tool', 'true');
+
+    // ---- the config document (unless ConfigParameterName names one of yours) ----------------
+    const configParameter = new ssm.CfnParameter(this, 'ConfigParameter', {
+      name: `/${cdk.Aws.STACK_NAME}/config`,
+      type: 'String',
+      tier: 'Intelligent-Tiering',
+      description: 'toolcall-dedup config document (docs/configuration.md)',
+      value: cdk.Fn.sub([
+        '# toolcall-dedup config document: routes, settings, key policies, schemas.',
+        '# Check an edit with `dedup config check FILE`, then put it here.',
+        'routes:',
+        `  "*": {function: "\${DemoToolFunction}", timeout_seconds: ${DEMO_TOOL_TIMEOUT_S}}`,
+        '',
+      ].join('\n')),
+    });
+    configParameter.overrideLogicalId('ConfigParameter');
+    configParameter.cfnOptions.condition = noConfigParameter;
+    const configName = cdk.Token.asString(cdk.Fn.conditionIf(
+      hasConfigParameter.logicalId, configParameterName.valueAsString, configParameter.ref));
 
     // ---- dedup executor ------------------------------------------------------------------
-    // Exactly the four item actions the store uses, on the table ARN, and
-    // InvokeFunction on the routed tools only (the demo tool, its versions and
-    // aliases, and the ExtraToolFunctionArns list when it is not empty).
-    // GetFunctionConfiguration on the same tools only when LookUpTimeouts: the
-    // timeout of a tool whose route states no timeout_seconds, looked up at cold
-    // start and every five minutes to size the lease. It also returns the tool's
-    // environment variables, hence the switch.
+    // Exactly the four item actions the store uses, on the table ARN; InvokeFunction (and
+    // GetFunctionConfiguration, a tool's timeout when its route states none) on the demo tool
+    // and on the functions tagged toolcall-dedup:tool=true: the routed tools are named in one
+    // place, the document's routes; GetParameter on the config document.
+    const toolActions = ['lambda:InvokeFunction', 'lambda:GetFunctionConfiguration'];
     const dedupPolicy = new iam.PolicyDocument({
       statements: [
         new iam.PolicyStatement({
@@ -446,39 +339,33 @@ export class ToolcallDedupStack extends cdk.Stack {
         }),
         new iam.PolicyStatement({
           sid: 'InvokeDemoTool',
-          actions: ['lambda:InvokeFunction'],
+          actions: toolActions,
           resources: [demoTool.functionArn, `${demoTool.functionArn}:*`],
+        }),
+        new iam.PolicyStatement({
+          sid: 'InvokeTaggedTools',
+          actions: toolActions,
+          resources: [`arn:${cdk.Aws.PARTITION}:lambda:${cdk.Aws.REGION}:${cdk.Aws.ACCOUNT_ID}:function:*`],
+          conditions: { StringEquals: { 'aws:ResourceTag/toolcall-dedup:tool': 'true' } },
+        }),
+        new iam.PolicyStatement({
+          sid: 'ReadConfigDocument',
+          actions: ['ssm:GetParameter'],
+          resources: [cdk.Fn.sub('arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${Name}',
+            { Name: configName })],
         }),
       ],
     });
     const dedupRole = lambdaRole('DedupFunctionRole', { DedupFunctionRolePolicy0: dedupPolicy });
-    // Statements that exist only under a condition: PolicyStatement cannot
-    // carry Fn::If, so splice them into the synthesized inline policy.
-    const conditionalStatements: [cdk.CfnCondition, object][] = [
-      [hasExtraTools, {
-        Sid: 'InvokeRoutedTools', Effect: 'Allow', Action: 'lambda:InvokeFunction',
-        Resource: extraToolArns.valueAsList,
-      }],
-      [lookUp, {
-        Sid: 'ReadDemoToolTimeout', Effect: 'Allow', Action: 'lambda:GetFunctionConfiguration',
-        Resource: [demoTool.functionArn, `${demoTool.functionArn}:*`],
-      }],
-      [lookUpExtra, {
-        Sid: 'ReadRoutedToolTimeouts', Effect: 'Allow', Action: 'lambda:GetFunctionConfiguration',
-        Resource: extraToolArns.valueAsList,
-      }],
-      // Offloaded results: write and read objects under results/ only (no list,
-      // no delete: the lifecycle rule expires them).
-      [resultsOn, {
+    // Offloaded results: write and read objects under results/ only (no list, no delete: the
+    // lifecycle rule expires them). PolicyStatement cannot carry Fn::If: spliced in.
+    (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
+      'Policies.0.PolicyDocument.Statement.4',
+      cdk.Fn.conditionIf(resultsOn.logicalId, {
         Sid: 'ResultObjects', Effect: 'Allow', Action: ['s3:GetObject', 's3:PutObject'],
         Resource: `${bucket.attrArn}/results/*`,
-      }],
-    ];
-    conditionalStatements.forEach(([condition, statement], i) =>
-      (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
-        `Policies.0.PolicyDocument.Statement.${2 + i}`,
-        cdk.Fn.conditionIf(condition.logicalId, statement, cdk.Aws.NO_VALUE),
-      ));
+      }, cdk.Aws.NO_VALUE),
+    );
 
     const dedup = new RustFunction(this, 'DedupFunction', {
       manifestPath: MANIFEST,
@@ -489,37 +376,18 @@ export class ToolcallDedupStack extends cdk.Stack {
       timeout: cdk.Duration.seconds(timeout.valueAsNumber),
       role: dedupRole,
       loggingFormat: lambda.LoggingFormat.JSON,
-      applicationLogLevelV2: logLevel.valueAsString as lambda.ApplicationLogLevel,
+      applicationLogLevelV2: lambda.ApplicationLogLevel.INFO,
       systemLogLevelV2: lambda.SystemLogLevel.WARN,
       logGroup: logGroup('DedupLogGroup'),
       environment: {
+        // The wiring: what the stack built and decides. Everything else is the document's.
         DEDUP_TABLE_NAME: table.ref,
-        DEDUP_KEY_ATTRIBUTE: keyAttribute.valueAsString,
-        DEDUP_TTL_ATTRIBUTE: ttlAttribute.valueAsString,
-        DEDUP_TTL_SECONDS: ttlSeconds.valueAsString,
-        DEDUP_SCOPE: scopeMode.valueAsString,
-        DEDUP_STEP_ATTRIBUTE: stepAttribute.valueAsString,
-        DEDUP_RUN_ARGUMENT: runArgument.valueAsString,
-        DEDUP_SESSIONLESS: sessionless.valueAsString,
-        DEDUP_ROUTES: cdk.Token.asString(cdk.Fn.conditionIf(
-          hasRoutes.logicalId,
-          routes.valueAsString,
-          // The demo tool's timeout stated, so the stack's own tool never needs the lookup.
-          cdk.Fn.join('', ['{"*":{"function":"', demoTool.functionName, `","timeout_seconds":${DEMO_TOOL_TIMEOUT_S}}}`]),
-        )),
-        DEDUP_WAIT_MS: waitMs.valueAsString,
-        DEDUP_CLAIM_BUDGET_MS: claimBudgetMs.valueAsString,
-        DEDUP_STORE_BREAKER_MS: storeBreakerMs.valueAsString,
+        DEDUP_KEY_ATTRIBUTE: 'pk',
+        DEDUP_TTL_ATTRIBUTE: 'expires_at',
+        DEDUP_CONFIG: cdk.Fn.sub('ssm:${Name}', { Name: configName }),
         DEDUP_MODE: mode.valueAsString,
-        DEDUP_LOG_CALLS: logCalls.valueAsString,
-        DEDUP_METRICS_NAMESPACE: metricsNamespace.valueAsString,
-        DEDUP_RELEASE_ON_ERRORS: releaseOnErrors.valueAsString,
+        DEDUP_METRICS_NAMESPACE: METRICS_NAMESPACE,
         DEDUP_ENVELOPE_NAMESPACES: envelopeNamespaces.valueAsString,
-        DEDUP_TRUSTED_ANNOTATIONS: trustedAnnotations.valueAsString,
-        DEDUP_CATALOG_TTL_SECONDS: catalogTtl.valueAsString,
-        DEDUP_INTERCEPTOR_TIMEOUT_SECONDS: interceptorTimeout.valueAsString,
-        DEDUP_LOOK_UP_TIMEOUTS: lookUpTimeouts.valueAsString,
-        DEDUP_LOCAL_CACHE_ITEMS: localCacheItems.valueAsString,
         // The doors this stack wires, and no other (the envelope once EnvelopeNamespaces is set).
         DEDUP_DOORS: cdk.Fn.join(',', [
           'none',
@@ -531,18 +399,12 @@ export class ToolcallDedupStack extends cdk.Stack {
           ] as [cdk.CfnCondition, string][]).map(([on, door]) =>
             cdk.Token.asString(cdk.Fn.conditionIf(on.logicalId, door, 'none'))),
         ]),
-        DEDUP_POLICY_FILE: policyFile.valueAsString,
         // Empty = no offload: a reply past the item limit is not stored.
         DEDUP_RESULTS_BUCKET: cdk.Token.asString(cdk.Fn.conditionIf(resultsOn.logicalId, bucket.ref, '')),
-        DEDUP_RESULTS_RETENTION_DAYS: resultsRetentionDays.valueAsString,
+        DEDUP_RESULTS_RETENTION_DAYS: String(RESULTS_RETENTION_DAYS),
       },
     });
     sameId(dedup, 'DedupFunction');
-    // Layers: [PolicyLayerArn] only under HasPolicyLayer (an L2 layer list cannot carry Fn::If).
-    (dedup.node.defaultChild as lambda.CfnFunction).addPropertyOverride(
-      'Layers',
-      cdk.Fn.conditionIf(hasPolicyLayer.logicalId, [policyLayerArn.valueAsString], cdk.Aws.NO_VALUE),
-    );
 
     // X-Ray (the stages as subsegments) and reserved concurrency, set as SAM sets them: the
     // managed policy SAM attaches for Tracing: Active, not the inline statement CDK would add.
@@ -553,7 +415,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     dedupRole.addManagedPolicy(iam.ManagedPolicy.fromAwsManagedPolicyName('AWSXrayWriteOnlyAccess'));
     this.table = table;
     this.dedupFunction = dedup;
-    this.metricsNamespace = metricsNamespace.valueAsString;
+    this.metricsNamespace = METRICS_NAMESPACE;
 
     // ---- operations: alarms and the dashboard (docs/operations.md) -----------------------------
     const notify = cdk.Fn.conditionIf(hasAlarmTopic.logicalId, [alarmTopicArn.valueAsString], cdk.Aws.NO_VALUE);
@@ -581,15 +443,15 @@ export class ToolcallDedupStack extends cdk.Stack {
     const storeUnavailable = alarm('StoreUnavailableAlarm',
       'toolcall-dedup: the idempotency table does not answer, so every tool call fails closed (nothing runs). '
       + 'Runbook: docs/operations.md#store-unavailable', {
-        namespace: metricsNamespace.valueAsString, metricName: 'store_error', dimensions: service,
+        namespace: METRICS_NAMESPACE, metricName: 'store_error', dimensions: service,
         statistic: 'Sum', period: 60, evaluationPeriods: 3, datapointsToAlarm: 2,
       });
     const outcomeUnknown = alarm('OutcomeUnknownAlarm',
       'toolcall-dedup: an at-most-once call was left with its outcome unknown, or a repeat found one; repeats are '
       + 'refused until someone settles it (dedup list --state unknown). Runbook: docs/operations.md#outcome-unknown', {
         metrics: [
-          stat('settled', metricsNamespace.valueAsString, 'settled_unknown', service, 'Sum'),
-          stat('refused', metricsNamespace.valueAsString, 'outcome_unknown', service, 'Sum'),
+          stat('settled', METRICS_NAMESPACE, 'settled_unknown', service, 'Sum'),
+          stat('refused', METRICS_NAMESPACE, 'outcome_unknown', service, 'Sum'),
           { id: 'unknown', label: 'Calls left unknown, and repeats refused for it',
             expression: 'FILL(settled, 0) + FILL(refused, 0)', returnData: true },
         ],
@@ -597,7 +459,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     const sessionlessAlarm = alarm('SessionlessAlarm',
       'toolcall-dedup: Gateway calls arrive with no session and no run argument and run without dedup. '
       + 'Runbook: docs/operations.md#sessionless', {
-        namespace: metricsNamespace.valueAsString, metricName: 'sessionless', dimensions: service,
+        namespace: METRICS_NAMESPACE, metricName: 'sessionless', dimensions: service,
         statistic: 'Sum', period: 300,
       });
     const errors = alarm('ErrorsAlarm',
@@ -690,9 +552,9 @@ export class ToolcallDedupStack extends cdk.Stack {
     const alarms = [storeUnavailable, outcomeUnknown, sessionlessAlarm, errors, throttles, duration,
       tableThrottles, tableErrors];
     const own = (metric: string, extra?: object) =>
-      ['${MetricsNamespace}', metric, 'Service', '${DedupFunction}', ...(extra ? [extra] : [])];
+      [METRICS_NAMESPACE, metric, 'Service', '${DedupFunction}', ...(extra ? [extra] : [])];
     const search = (metric: string, id: string) => [{
-      expression: `SEARCH('{\${MetricsNamespace},Service,Door,Tool} MetricName="${metric}" Service="\${DedupFunction}"', 'Sum', 300)`,
+      expression: `SEARCH('{${METRICS_NAMESPACE},Service,Door,Tool} MetricName="${metric}" Service="\${DedupFunction}"', 'Sum', 300)`,
       id,
     }];
     const graph = (x: number, y: number, title: string, rest: object) => ({
@@ -831,7 +693,7 @@ export class ToolcallDedupStack extends cdk.Stack {
             Sid: 'InvokeDemoModel',
             Effect: 'Allow',
             Action: ['bedrock:InvokeModel', 'bedrock:InvokeModelWithResponseStream'],
-            Resource: `arn:${cdk.Aws.PARTITION}:bedrock:${cdk.Aws.REGION}::foundation-model/${demoModel.valueAsString}`,
+            Resource: `arn:${cdk.Aws.PARTITION}:bedrock:${cdk.Aws.REGION}::foundation-model/${DEMO_MODEL}`,
           }],
         },
       }],
@@ -845,7 +707,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       agentName: `${cdk.Aws.STACK_NAME}-demo-agent`,
       description: 'Demo agent whose tools run behind toolcall-dedup',
       agentResourceRoleArn: agentRole.attrArn,
-      foundationModel: demoModel.valueAsString,
+      foundationModel: DEMO_MODEL,
       autoPrepare: true,
       idleSessionTtlInSeconds: 900,
       instruction: 'You are a billing and support assistant. Use charge_card to take a payment, refund to return '
