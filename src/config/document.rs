@@ -67,6 +67,9 @@ pub struct Document {
     pub policies: PolicySet,
     /// Where each tool's schema came from (`tools.charge_card.schema`, `tool_definitions[0]`).
     pub schema_sources: BTreeMap<String, String>,
+    /// The action group a tool's definition came in (a definition with `actionGroupName`), so
+    /// that its routes can be told from other groups'.
+    pub action_groups: BTreeMap<String, String>,
 }
 
 /// Why a document was refused, and where in it.
@@ -141,6 +144,7 @@ pub fn from_value(mut value: Value) -> Result<Document, DocumentError> {
         }
     }
     let schema_sources = schema_sources(&policy);
+    let action_groups = action_groups(&policy);
     let policies =
         PolicySet::parse(&Value::Object(policy.clone()).to_string(), false).map_err(|e| {
             let path = match &e {
@@ -160,7 +164,28 @@ pub fn from_value(mut value: Value) -> Result<Document, DocumentError> {
         settings,
         policies,
         schema_sources,
+        action_groups,
     })
+}
+
+/// The action group each tool of a `tool_definitions` entry naming one belongs to.
+fn action_groups(policy: &Map<String, Value>) -> BTreeMap<String, String> {
+    let mut groups = BTreeMap::new();
+    let Some(Value::Array(containers)) = policy.get("tool_definitions") else {
+        return groups;
+    };
+    for container in containers {
+        let Some(group) = container.get("actionGroupName").and_then(Value::as_str) else {
+            continue;
+        };
+        for (tool, _) in crate::key::tool_definitions(container, "")
+            .into_iter()
+            .flatten()
+        {
+            groups.entry(tool).or_insert_with(|| group.to_string());
+        }
+    }
+    groups
 }
 
 fn settings(value: Option<&Value>) -> Result<BTreeMap<String, String>, DocumentError> {

@@ -17,6 +17,9 @@ use super::CliError;
 pub enum ConfigCommand {
     /// Read a config document as the function would, and say what it does for each tool.
     Check(CheckArgs),
+    /// Write a config document from a Bedrock agent's action groups (routes to today's executors,
+    /// their schemas as tool definitions).
+    FromAgent(super::agent::FromAgentArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -35,7 +38,10 @@ pub struct CheckArgs {
 }
 
 pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
-    let ConfigCommand::Check(args) = command;
+    let args = match command {
+        ConfigCommand::Check(args) => args,
+        ConfigCommand::FromAgent(args) => return super::agent::from_agent(args),
+    };
     let source: ConfigSource = args
         .document
         .parse()
@@ -88,10 +94,16 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
     let mut report = Vec::new();
     for tool in &tools {
         let policy = config.policies.get(tool).expect("listed");
+        // A tool whose definition names its action group takes that group's routes only.
+        let group = document.action_groups.get(*tool);
         let routes: Vec<String> = config
             .routes
             .candidates(tool)
             .into_iter()
+            .filter(|(pattern, _)| match (group, pattern.split_once('/')) {
+                (Some(group), Some((g, _))) => g == group,
+                _ => true,
+            })
             .map(|(pattern, target)| format!("{pattern} → {target}"))
             .collect();
         let ttl = policy.ttl.unwrap_or(config.ttl).as_secs();

@@ -1,6 +1,7 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
+pub mod agent;
 pub mod audit;
 pub mod chaos;
 pub mod config;
@@ -39,6 +40,10 @@ enum Command {
     /// Check a config document (routes, settings, policies, schemas) as the function reads it.
     #[command(subcommand)]
     Config(config::ConfigCommand),
+    /// Point a Bedrock agent's action groups at the dedup function (the plan first; --yes to do it).
+    Attach(agent::AttachArgs),
+    /// Put back what `dedup attach` replaced.
+    Detach(agent::DetachArgs),
     /// Manage the idempotency table on a DynamoDB endpoint.
     #[command(subcommand)]
     Table(table::TableCommand),
@@ -70,6 +75,8 @@ pub fn main() -> ExitCode {
         Command::Cost(args) => cost::run(args),
         Command::Table(command) => table::run(command),
         Command::Config(command) => config::run(command),
+        Command::Attach(args) => agent::attach(args),
+        Command::Detach(args) => agent::detach(args),
         Command::Settle(args) => settle::run(args),
         Command::List(args) => records::list(args),
         Command::Show(args) => records::show(args),

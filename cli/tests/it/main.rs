@@ -3,6 +3,8 @@
 
 use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
+mod agent_api;
+mod agent_commands;
 mod audit_replay;
 mod bedrock_declared;
 mod chaos;

@@ -1,0 +1,271 @@
+//! `dedup config from-agent`, `dedup attach` and `dedup detach` against the local stand-in for the
+//! Bedrock Agent API (`agent_api`), with an action group whose schema is kept in S3 (moto).
+
+use std::collections::BTreeMap;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use crate::agent_api::{Agent, AgentApi, group};
+use crate::servers::{self, Backend};
+
+const DEDUP_ALIAS: &str =
+    "arn:aws:lambda:us-east-1:123456789012:function:toolcall-dedup-DedupFunction:live";
+const CHARGE_FN: &str = "arn:aws:lambda:us-east-1:123456789012:function:charge-fn";
+const SUPPORT_FN: &str = "arn:aws:lambda:us-east-1:123456789012:function:support-fn";
+const BILLING_FN: &str = "arn:aws:lambda:us-east-1:123456789012:function:billing-fn";
+
+/// Our own agent: an OpenAPI group (inline JSON), a function-details group, a group whose YAML
+/// schema is in S3 (`bucket`), and a return-of-control group.
+fn agent(bucket: &str) -> Agent {
+    let openapi = json!({
+        "openapi": "3.0.0", "info": {"title": "payments", "version": "1"},
+        "paths": {"/charge": {"post": {"operationId": "charge_card", "requestBody": {"content": {"application/json":
+            {"schema": {"type": "object", "properties": {"amount": {"type": "number"}, "currency": {"type": "string"}}}}}}}}}
+    });
+    let functions = json!({"functions": [{"name": "create_ticket", "description": "Open a ticket",
+        "parameters": {"subject": {"type": "string", "required": true, "description": "one line"},
+                       "priority": {"type": "integer", "required": false, "description": "1-4"}}}]});
+    Agent {
+        id: "AGENT0001".into(),
+        groups: [
+            group(
+                "G1PAY",
+                "payments",
+                json!({"lambda": CHARGE_FN}),
+                ("apiSchema", json!({"payload": openapi.to_string()})),
+            ),
+            group(
+                "G2SUP",
+                "support",
+                json!({"lambda": SUPPORT_FN}),
+                ("functionSchema", functions),
+            ),
+            group(
+                "G3BIL",
+                "billing",
+                json!({"lambda": BILLING_FN}),
+                (
+                    "apiSchema",
+                    json!({"s3": {"s3BucketName": bucket, "s3ObjectKey": "schemas/billing.yaml"}}),
+                ),
+            ),
+            group(
+                "G4ASK",
+                "ask_user",
+                json!({"customControl": "RETURN_CONTROL"}),
+                ("", Value::Null),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        ..Agent::default()
+    }
+}
+
+const BILLING_YAML: &str = "openapi: 3.0.0\ninfo: {title: billing, version: '1'}\npaths:\n  /refund:\n    post:\n      operationId: refund\n      requestBody:\n        content:\n          application/json:\n            schema:\n              $ref: '#/components/schemas/Refund'\ncomponents:\n  schemas:\n    Refund:\n      type: object\n      properties:\n        charge_id: {type: string}\n";
+
+fn dedup(api: &AgentApi, args: &[&str]) -> Output {
+    crate::dedup()
+        .args(args)
+        .env("DEDUP_BEDROCK_AGENT_ENDPOINT", &api.endpoint)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("dedup runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn no_refusals(api: &AgentApi) {
+    let refused: Vec<_> = api
+        .seen()
+        .into_iter()
+        .filter(|s| s.refused.is_some())
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "requests outside the SDK's shapes: {refused:?}"
+    );
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn from_agent_writes_a_document_that_routes_to_todays_executors_and_reads_the_s3_schema() {
+    let bucket = servers::result_bucket().await;
+    servers::s3_put(
+        bucket.bucket(),
+        "schemas/billing.yaml",
+        BILLING_YAML.as_bytes().to_vec(),
+    )
+    .await;
+    let api = AgentApi::start(agent(bucket.bucket()));
+    let document = ok(&dedup(
+        &api,
+        &["config", "from-agent", "--agent-id", "AGENT0001"],
+    ));
+    no_refusals(&api);
+    assert!(
+        document.contains("ask_user"),
+        "the return-of-control group is named as not routed: {document}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, &document).unwrap();
+
+    let moto = Backend::Moto.endpoint();
+    let out = dedup(
+        &api,
+        &[
+            "config",
+            "check",
+            file.to_str().unwrap(),
+            "--json",
+            "--s3-endpoint",
+            &moto,
+        ],
+    );
+    let report: Value = serde_json::from_str(&ok(&out)).unwrap();
+    let tools: BTreeMap<String, Value> = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["tool"].as_str().unwrap().to_string(), t.clone()))
+        .collect();
+    assert_eq!(
+        tools["charge_card"]["routes"][0],
+        format!("payments/* → {CHARGE_FN}")
+    );
+    assert_eq!(
+        tools["create_ticket"]["routes"][0],
+        format!("support/* → {SUPPORT_FN}")
+    );
+    assert_eq!(
+        tools["refund"]["routes"][0],
+        format!("billing/* → {BILLING_FN}")
+    );
+    assert_eq!(
+        tools["refund"]["schema"], "tool_definitions[2]",
+        "the S3 schema, $ref resolved: {report}"
+    );
+    assert!(!tools.contains_key("ask_user"));
+}
+
+#[test]
+fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
+    let api = AgentApi::start(agent("unused-bucket"));
+    let before = api.executors();
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("attach.json");
+    let record = record.to_str().unwrap();
+
+    let plan = ok(&dedup(
+        &api,
+        &[
+            "attach",
+            "--agent-id",
+            "AGENT0001",
+            "--function-arn",
+            DEDUP_ALIAS,
+            "--record",
+            record,
+        ],
+    ));
+    assert!(
+        plan.contains(&format!("payments: executor {CHARGE_FN} -> {DEDUP_ALIAS}")),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("ask_user: return of control, left as it is"),
+        "{plan}"
+    );
+    assert_eq!(api.executors(), before, "a plan changes nothing");
+    assert!(!std::path::Path::new(record).exists());
+
+    ok(&dedup(
+        &api,
+        &[
+            "attach",
+            "--agent-id",
+            "AGENT0001",
+            "--function-arn",
+            DEDUP_ALIAS,
+            "--record",
+            record,
+            "--yes",
+        ],
+    ));
+    no_refusals(&api);
+    let attached = api.executors();
+    for name in ["payments", "support", "billing"] {
+        assert_eq!(attached[name], json!({"lambda": DEDUP_ALIAS}), "{name}");
+    }
+    assert_eq!(
+        attached["ask_user"],
+        json!({"customControl": "RETURN_CONTROL"})
+    );
+    assert_eq!(api.agent.lock().unwrap().prepared, 1);
+    // Every update re-sent what it replaces: the schemas are still there.
+    let agent = api.agent.lock().unwrap();
+    assert!(agent.groups["G1PAY"]["apiSchema"]["payload"].is_string());
+    assert!(agent.groups["G2SUP"]["functionSchema"]["functions"].is_array());
+    assert!(agent.groups["G3BIL"]["apiSchema"]["s3"].is_object());
+    drop(agent);
+
+    // from-agent on an attached agent would route the tools to the dedup function itself.
+    let looped = dedup(
+        &api,
+        &[
+            "config",
+            "from-agent",
+            "--agent-id",
+            "AGENT0001",
+            "--function-arn",
+            DEDUP_ALIAS,
+        ],
+    );
+    assert_eq!(looped.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&looped.stderr).contains("already executed by the dedup function")
+    );
+    let again = ok(&dedup(
+        &api,
+        &[
+            "attach",
+            "--agent-id",
+            "AGENT0001",
+            "--function-arn",
+            DEDUP_ALIAS,
+            "--record",
+            record,
+        ],
+    ));
+    assert!(again.contains("payments: already attached"), "{again}");
+
+    let plan = ok(&dedup(&api, &["detach", "--record", record]));
+    assert!(
+        plan.contains(&format!("payments: executor {DEDUP_ALIAS} -> {CHARGE_FN}")),
+        "{plan}"
+    );
+    assert_eq!(api.executors(), attached, "a plan changes nothing");
+    ok(&dedup(&api, &["detach", "--record", record, "--yes"]));
+    no_refusals(&api);
+    assert_eq!(api.executors(), before, "every executor as it was");
+    assert_eq!(api.agent.lock().unwrap().prepared, 2);
+    assert!(
+        !std::path::Path::new(record).exists(),
+        "the record is set aside once used"
+    );
+}
