@@ -11,7 +11,9 @@ use super::json::find_string_special;
 ///
 /// The whitespace rule keeps every space that can carry meaning:
 /// - trailing whitespace goes, and so do leading blank lines;
-/// - text on one line (no line break, no tab) is trimmed at the start too;
+/// - one token on one line (no inner whitespace: a path, a name, an id) is trimmed at the start
+///   too; several words on one line keep their leading spaces, which may be indentation (a
+///   schema's `format` or `enum`, or the `trim` field mode, trims them: see [`super::typed`]);
 /// - between two words on a line, a run of spaces (or a non-ASCII space) becomes one space, except
 ///   inside quotes (`'...'`, `"..."`, `` `...` ``: a literal in SQL or code);
 /// - everything else is kept exactly: line breaks, tabs, indentation at the start of a line, and
@@ -77,10 +79,15 @@ fn apply_whitespace_rule(s: &str) -> String {
         Some(i) => &s[i + s[i..].chars().next().map_or(1, char::len_utf8)..],
         None => s,
     };
-    let s = if s.contains(|c: char| c == '\t' || is_line_break(c)) {
-        s
+    // One line of one token (a path, a name, an id) loses its leading spaces: a stray space there
+    // means nothing. One line of several words keeps them: it may be a line of code whose
+    // indentation is its meaning (`    return None` is not `        return None`).
+    let trimmed = s.trim_start();
+    let one_line = !s.contains(|c: char| c == '\t' || is_line_break(c));
+    let s = if one_line && !trimmed.contains(char::is_whitespace) {
+        trimmed
     } else {
-        s.trim_start()
+        s
     };
     let mut out = String::with_capacity(s.len());
     let mut quote: Option<char> = None;
@@ -496,7 +503,12 @@ mod tests {
     #[test]
     fn one_line_text_is_trimmed_and_its_word_gaps_collapse() {
         let rule = |s| nfc_and_whitespace(s).0.into_owned();
-        assert_eq!(rule("  a  b\u{3000}\u{a0}c  "), "a b c");
+        assert_eq!(rule("a  b\u{3000}\u{a0}c  "), "a b c");
+        assert_eq!(rule("  /tmp/report.csv "), "/tmp/report.csv");
+        // Several words: the leading spaces may be indentation, and indentation is meaning.
+        assert_eq!(rule("    return None"), "    return None");
+        assert_eq!(rule("        return  None "), "        return None");
+        assert_ne!(rule("    return None"), rule("        return None"));
         assert!(matches!(nfc_and_whitespace("a b c").0, Cow::Borrowed(_)));
         assert_eq!(rule(""), "");
         assert_eq!(rule("   "), "");

@@ -313,6 +313,17 @@ impl Normalizer {
         if ws_changed {
             self.rules.insert(Rules::WHITESPACE);
         }
+        // An enum or a format names a value, never a line of code: its leading spaces go too.
+        let s = match schema {
+            Some(sc)
+                if (!sc.enum_strings.is_empty() || sc.format != Format::None)
+                    && s.starts_with(char::is_whitespace) =>
+            {
+                self.rules.insert(Rules::WHITESPACE);
+                Cow::Owned(s.trim_start().to_string())
+            }
+            _ => s,
+        };
         let types = schema.map(|s| s.types).unwrap_or_default();
         let typed_not_string = !types.is_unknown() && !types.contains(Types::STRING);
         if typed_not_string {

@@ -201,7 +201,10 @@ impl Writer {
             s = s.to_lowercase();
         }
         if self.drift.has("whitespace") {
-            s = format!(" {} ", s.replace(' ', "  "));
+            // Words doubled apart and a space after; a space before only for one token: before
+            // several words, spaces may be indentation, which keys apart.
+            let before = if s.contains(' ') { "" } else { " " };
+            s = format!("{before}{} ", s.replace(' ', "  "));
         }
         if self.drift.has("nfd") {
             s = s.nfd().collect();
