@@ -25,7 +25,7 @@ pub use caller::{
     MAX_PATH_DIGESTS_BYTES, differing_paths,
 };
 pub use json::{Node, parse as parse_json};
-pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy};
+pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy, Undeclared};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.
@@ -221,6 +221,8 @@ rules! {
     FIELD_NOT_KEYED = 14, "field-not-keyed";
     JSON_TEXT = 15, "json-text";
     SCHEMA_DEFAULT = 16, "schema-default";
+    UNDECLARED_IGNORED = 17, "undeclared-ignored";
+    LIST_ORDER = 18, "list-order";
 }
 
 impl Rules {
@@ -503,6 +505,8 @@ impl Keyer {
         let policy = self.policies.get(call.policy_name());
         let schema = overlaid(call.schema, policy.and_then(|p| p.schema.as_ref()));
         let mut normalizer = typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
+        normalizer.ignore_undeclared =
+            policy.is_some_and(|p| p.undeclared == policy::Undeclared::Ignore);
         let mut out = Vec::with_capacity(call.args.len() + 16);
         normalizer.value(
             &tape,

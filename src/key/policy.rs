@@ -87,6 +87,21 @@ struct ToolPolicySpec {
     destructive: bool,
     /// What an unknown outcome allows; `None`: as `destructive` says.
     delivery: Option<Delivery>,
+    /// `ignore`: members the tool's schema does not declare leave the key, at every depth where
+    /// the schema declares properties.
+    #[serde(default)]
+    undeclared: Undeclared,
+}
+
+/// What a member the schema does not declare does to the key (`undeclared` in a tool's policy).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Undeclared {
+    /// Keyed like any member (the default: without a schema that says otherwise, it may matter).
+    #[default]
+    Key,
+    /// Left out: the tool ignores members it does not declare (a model adds echoes of context).
+    Ignore,
 }
 
 /// What may happen to a call whose outcome is unknown (the tool crashed, timed out or lost its
@@ -191,6 +206,8 @@ pub struct ToolPolicy {
     /// What an unknown outcome allows: `delivery` in the policy file, else `at_most_once` for a
     /// tool marked `destructive`, else `at_least_once`.
     pub delivery: Delivery,
+    /// What members the schema does not declare do to the key.
+    pub undeclared: Undeclared,
 }
 
 /// Policies for every tool, by tool name.
@@ -252,10 +269,19 @@ impl PolicySet {
                 }
             }
             for (path, mode) in &spec.fields {
-                if bad_path(path) {
+                // A JSON pointer (`/order/item_ids`) or a dotted path (`order.item_ids`).
+                let path = match path.strip_prefix('/') {
+                    Some(pointer) => pointer
+                        .split('/')
+                        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+                        .collect::<Vec<_>>()
+                        .join("."),
+                    None => path.clone(),
+                };
+                if bad_path(&path) {
                     return Err(PolicyError::EmptyPath { tool });
                 }
-                root.descend(path).mode = Some(*mode);
+                root.descend(&path).mode = Some(*mode);
             }
             let schema = match &spec.schema {
                 Some(s) => Some(
@@ -278,6 +304,7 @@ impl PolicySet {
                     delivery: spec
                         .delivery
                         .unwrap_or(Delivery::default_for(spec.destructive)),
+                    undeclared: spec.undeclared,
                 },
             );
         }
@@ -328,6 +355,7 @@ impl ToolPolicy {
             dedup: DedupSwitch::On,
             ttl: None,
             delivery: Delivery::AtLeastOnce,
+            undeclared: Undeclared::Key,
         }
     }
 }

@@ -22,6 +22,8 @@ pub(crate) struct Normalizer {
     pub(crate) rules: Rules,
     /// Depth left for JSON embedded in strings (Bedrock `array` parameters).
     pub(crate) depth_left: usize,
+    /// The tool's policy says `undeclared: ignore`: members no schema declares leave the key.
+    pub(crate) ignore_undeclared: bool,
 }
 
 impl Normalizer {
@@ -30,6 +32,7 @@ impl Normalizer {
             keep_subseconds,
             rules: Rules::default(),
             depth_left: max_depth,
+            ignore_undeclared: false,
         }
     }
 
@@ -66,6 +69,12 @@ impl Normalizer {
             }
             Token::Array { len, .. } => {
                 let item_schema = schema.and_then(|s| s.items.as_deref());
+                let mode = policy
+                    .and_then(|p| p.mode)
+                    .or_else(|| schema.and_then(|s| s.mode));
+                if mode == Some(FieldMode::Unordered) {
+                    return self.multiset(tape, at + 1, len, item_schema, policy, out);
+                }
                 out.push(b'[');
                 let mut item = at + 1;
                 for i in 0..len {
@@ -79,6 +88,39 @@ impl Normalizer {
             }
             Token::Object { len, .. } => self.object(tape, at, len, schema, policy, out)?,
         }
+        Ok(())
+    }
+
+    /// An array whose order the tool ignores: its items' canonical texts sorted, duplicates kept.
+    fn multiset(
+        &mut self,
+        tape: &Tape<'_>,
+        first_item: usize,
+        len: usize,
+        item_schema: Option<&Schema>,
+        policy: Option<&PolicyNode>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), KeyError> {
+        let mut items = Vec::with_capacity(len);
+        let mut item = first_item;
+        for _ in 0..len {
+            let mut text = Vec::new();
+            self.value(tape, item, item_schema, policy, &mut text)?;
+            items.push(text);
+            item = tape.skip(item);
+        }
+        if !items.is_sorted() {
+            items.sort_unstable();
+            self.rules.insert(Rules::LIST_ORDER);
+        }
+        out.push(b'[');
+        for (i, text) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(text);
+        }
+        out.push(b']');
         Ok(())
     }
 
@@ -255,6 +297,12 @@ impl Normalizer {
         let name_token = tape.token(name);
         let name = tape.str(name_token);
         let child_schema = schema.and_then(|s| s.property(name));
+        let ignoring = self.ignore_undeclared || schema.is_some_and(|s| s.ignores_undeclared);
+        if ignoring && child_schema.is_none() && schema.is_some_and(Schema::declares_properties) {
+            // A member the tool does not declare, which it ignores.
+            self.rules.insert(Rules::UNDECLARED_IGNORED);
+            return Ok(Member::NotKeyed);
+        }
         if tape.token(value) == Token::Null && !child_schema.is_some_and(Schema::keeps_null) {
             // `null` is "left out" unless the schema makes it a value of its own.
             self.rules.insert(Rules::NULL_DROPPED);

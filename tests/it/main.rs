@@ -19,6 +19,7 @@ mod bad_input;
 mod caller_keys;
 mod config_document;
 mod documented_shapes;
+mod drift;
 mod e2e_lambda;
 mod fuzz_regressions;
 mod guard;

@@ -217,11 +217,25 @@ fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
         json!({"customControl": "RETURN_CONTROL"})
     );
     assert_eq!(api.agent.lock().unwrap().prepared, 1);
-    let updates: Vec<_> = api.seen().into_iter().filter(|s| s.method == "PUT").collect();
-    assert_eq!(updates.len(), 3, "one UpdateAgentActionGroup per Lambda-executed group");
+    let updates: Vec<_> = api
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PUT")
+        .collect();
+    assert_eq!(
+        updates.len(),
+        3,
+        "one UpdateAgentActionGroup per Lambda-executed group"
+    );
     for update in &updates {
-        assert!(update.path.ends_with(&format!("/actiongroups/{}", update.path.rsplit('/').next().unwrap())));
-        assert_eq!(update.body["actionGroupExecutor"], json!({"lambda": DEDUP_ALIAS}));
+        assert!(update.path.ends_with(&format!(
+            "/actiongroups/{}",
+            update.path.rsplit('/').next().unwrap()
+        )));
+        assert_eq!(
+            update.body["actionGroupExecutor"],
+            json!({"lambda": DEDUP_ALIAS})
+        );
     }
     // Every update re-sent what it replaces: the schemas are still there.
     let agent = api.agent.lock().unwrap();

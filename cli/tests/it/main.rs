@@ -11,6 +11,7 @@ mod chaos;
 mod cli_cost_audit;
 mod cli_key;
 mod config_check;
+mod drift_cases;
 mod events_corpus;
 mod handler_replay;
 mod handler_runs_once;

@@ -313,13 +313,31 @@ fn read_value_keywords(obj: &Map<String, Value>, schema: &mut Schema) -> Result<
         }
         _ => Format::None,
     };
-    if let Some(mode) = obj.get("x-dedup") {
-        let mode = mode
-            .as_str()
-            .ok_or_else(|| SchemaError::invalid("x-dedup must be a string"))
-            .and_then(FieldMode::parse)
-            .map_err(|e| e.under("/x-dedup"))?;
-        schema.mode = Some(mode);
+    match obj.get("x-dedup") {
+        None => {}
+        Some(Value::String(mode)) => {
+            schema.mode = Some(FieldMode::parse(mode).map_err(|e| e.under("/x-dedup"))?);
+        }
+        Some(Value::Object(options)) => {
+            for (option, value) in options {
+                match (option.as_str(), value.as_str()) {
+                    ("undeclared", Some("ignore")) => schema.ignores_undeclared = true,
+                    ("undeclared", Some("key")) => {}
+                    _ => {
+                        return Err(SchemaError::invalid(format!(
+                            "unknown x-dedup option {option:?}: {value} (undeclared: ignore|key)"
+                        ))
+                        .under("/x-dedup"));
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(
+                SchemaError::invalid("x-dedup must be a mode or an object of options")
+                    .under("/x-dedup"),
+            );
+        }
     }
     match obj.get("default") {
         Some(Value::Null) => schema.default_null = true,

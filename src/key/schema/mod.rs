@@ -37,6 +37,9 @@ pub enum FieldMode {
     Trim,
     /// Compared without case, even where the schema says plain string.
     Casefold,
+    /// An array compared as a multiset: its items sorted by their canonical text, duplicates
+    /// kept (`[a, b, b]` is not `[a, b]`). For a list whose order the tool ignores.
+    Unordered,
 }
 
 impl FieldMode {
@@ -46,8 +49,10 @@ impl FieldMode {
             "exact" => Ok(Self::Exact),
             "trim" => Ok(Self::Trim),
             "casefold" => Ok(Self::Casefold),
+            "unordered" => Ok(Self::Unordered),
             other => Err(SchemaError::invalid(format!(
-                "unknown x-dedup mode {other:?} (ignore|exact|trim|casefold)"
+                "unknown x-dedup mode {other:?} (ignore|exact|trim|casefold|unordered, or \
+                 {{\"undeclared\": \"ignore\"}} on an object)"
             ))),
         }
     }
@@ -188,6 +193,8 @@ pub struct Schema {
     default_null: bool,
     /// Some property has a default: an object under this schema is keyed with them filled in.
     pub(crate) fills_defaults: bool,
+    /// `"x-dedup": {"undeclared": "ignore"}`: members this object does not declare leave the key.
+    pub(crate) ignores_undeclared: bool,
 }
 
 /// Bounds on compiling: refs followed in a row, and schema nodes in all (a chain of definitions that
@@ -363,7 +370,14 @@ impl Schema {
         }
         self.patterns.extend(extra.patterns.iter().cloned());
         self.fills_defaults |= extra.fills_defaults;
+        self.ignores_undeclared |= extra.ignores_undeclared;
         self
+    }
+
+    /// Whether this object names its members (`properties` or `patternProperties`): only then can
+    /// a member be undeclared.
+    pub(crate) fn declares_properties(&self) -> bool {
+        !self.properties.is_empty() || !self.patterns.is_empty()
     }
 
     /// The schema of the member `name`: its own, else the first `patternProperties` entry whose
@@ -468,6 +482,7 @@ impl Schema {
         }
         self.required |= other.required;
         self.fills_defaults = self.properties.iter().any(|(_, s)| s.default.is_some());
+        self.ignores_undeclared |= other.ignores_undeclared;
         self
     }
 
@@ -503,6 +518,11 @@ impl Schema {
                 self.enum_strings = other.enum_strings;
                 self.mode = other.mode;
             }
+            _ => {}
+        }
+        match objects {
+            (true, true) => self.ignores_undeclared &= other.ignores_undeclared,
+            (false, true) => self.ignores_undeclared = other.ignores_undeclared,
             _ => {}
         }
         match objects {
