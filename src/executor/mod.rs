@@ -390,7 +390,12 @@ impl<S: Store> Executor<S> {
         running + self.settings.lease_margin
     }
 
-    fn claim_request<'a>(&self, call: Keyed<'a>, end: Instant, lease: Lease) -> ClaimRequest<'a> {
+    fn claim_request<'a>(
+        &'a self,
+        call: Keyed<'a>,
+        end: Instant,
+        lease: Lease,
+    ) -> ClaimRequest<'a> {
         let now = self.store.now_ms();
         ClaimRequest {
             key: call.key,
@@ -409,6 +414,7 @@ impl<S: Store> Executor<S> {
                     Some(_) => CALLER_KEYER_VERSION,
                     None => TYPED_KEYER_VERSION,
                 }),
+                policy: self.keyer.policy_fingerprint(call.call.policy_name()),
             },
         }
     }

@@ -428,6 +428,15 @@ impl Keyer {
         (keys, rules)
     }
 
+    /// The fingerprint of `tool`'s policy ([`ToolPolicy::fingerprint`]), when it has one: what a
+    /// record stores beside the keyer's version.
+    pub fn policy_fingerprint(&self, tool: &str) -> Option<&str> {
+        self.policies
+            .get(tool)
+            .map(|p| p.fingerprint.as_str())
+            .filter(|f| !f.is_empty())
+    }
+
     /// A strict fingerprint of the arguments alone (canonical JSON, no value rules, no scope). Stored
     /// with a claim so a replay can tell which rules made two different calls meet.
     pub fn fingerprint(&self, call: &Call<'_>) -> Result<Key, KeyError> {

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::schema::{FieldMode, Schema, SchemaError, tool_definitions};
 
@@ -72,7 +72,7 @@ struct PolicyFile {
     tool_definitions: Vec<serde_json::Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct ToolPolicySpec {
     key_fields: Option<Vec<String>>,
@@ -94,7 +94,7 @@ struct ToolPolicySpec {
 }
 
 /// What a member the schema does not declare does to the key (`undeclared` in a tool's policy).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Undeclared {
     /// Keyed like any member (the default: without a schema that says otherwise, it may matter).
@@ -106,7 +106,7 @@ pub enum Undeclared {
 
 /// What may happen to a call whose outcome is unknown (the tool crashed, timed out or lost its
 /// answer, and may or may not have acted).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// The claim is kept until its lease ends; a retry after that runs the tool again.
@@ -138,7 +138,7 @@ impl Delivery {
 
 /// Whether a tool's identical calls are answered from one another (`dedup = "on"`, the default)
 /// or each run (`"off"`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DedupSwitch {
     /// A repeat is answered with the first call's result.
@@ -208,6 +208,10 @@ pub struct ToolPolicy {
     pub delivery: Delivery,
     /// What members the schema does not declare do to the key.
     pub undeclared: Undeclared,
+    /// What the tool's keys depend on in the policy (its own entry and the definitions that type
+    /// it), hashed: 12 hex digits, stored with each record. Another fingerprint may mean other
+    /// keys for the same calls (`dedup key --compare-policy` says which).
+    pub fingerprint: String,
 }
 
 /// Policies for every tool, by tool name.
@@ -248,7 +252,12 @@ impl PolicySet {
             serde_json::from_str(text).map_err(|e| parse_error(e.to_string()))?
         };
         let mut tools = HashMap::new();
+        let mut inputs: HashMap<String, Vec<String>> = HashMap::new();
         for (tool, spec) in file.tools {
+            inputs
+                .entry(tool.clone())
+                .or_default()
+                .push(serde_json::to_string(&spec).unwrap_or_default());
             let mut root = PolicyNode::default();
             let bad_path = |p: &str| p.is_empty() || p.split('.').any(str::is_empty);
             if let Some(fields) = &spec.key_fields {
@@ -305,6 +314,7 @@ impl PolicySet {
                         .delivery
                         .unwrap_or(Delivery::default_for(spec.destructive)),
                     undeclared: spec.undeclared,
+                    fingerprint: String::new(),
                 },
             );
         }
@@ -314,11 +324,15 @@ impl PolicySet {
                 // merge what the schema keeps apart, and nobody would notice.
                 let (name, schema) =
                     definition.map_err(|(tool, source)| PolicyError::Schema { tool, source })?;
-                let policy = tools.entry(name).or_default();
+                let policy = tools.entry(name.clone()).or_default();
                 if policy.schema.is_none() {
                     policy.schema = Some(schema);
+                    inputs.entry(name).or_default().push(container.to_string());
                 }
             }
+        }
+        for (name, policy) in &mut tools {
+            policy.fingerprint = fingerprint(inputs.get(name).map_or(&[][..], Vec::as_slice));
         }
         Ok(Self { tools })
     }
@@ -346,6 +360,20 @@ impl PolicySet {
     }
 }
 
+/// SHA-256 of the texts a tool's policy was made from, 12 hex digits.
+fn fingerprint(texts: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for text in texts {
+        hasher.update((text.len() as u64).to_be_bytes());
+        hasher.update(text.as_bytes());
+    }
+    hasher.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 impl ToolPolicy {
     /// A policy that only carries a schema.
     pub fn with_schema(schema: Schema) -> Self {
@@ -356,6 +384,7 @@ impl ToolPolicy {
             ttl: None,
             delivery: Delivery::AtLeastOnce,
             undeclared: Undeclared::Key,
+            fingerprint: String::new(),
         }
     }
 }

@@ -58,6 +58,9 @@ pub fn describe(record: &Record, now_ms: i64) -> Value {
     if let Some(keyer) = &record.about.keyer {
         fields.insert("keyer".into(), json!(keyer));
     }
+    if let Some(policy) = &record.about.policy {
+        fields.insert("policy".into(), json!(policy));
+    }
     fields.insert("version".into(), json!(record.token.as_str()));
     fields.insert("at_most_once".into(), json!(record.at_most_once));
     if record.status == Status::InProgress {

@@ -272,8 +272,11 @@ pub struct CallAbout<'a> {
     pub run: Option<&'a str>,
     /// The step within the run.
     pub step: Option<&'a str>,
-    /// The keyer that derived the key ([`crate::key::KEYER_VERSION`] and how it keyed).
+    /// The keyer that derived the key ([`crate::key::TYPED_KEYER_VERSION`] or the caller-key
+    /// keyer's).
     pub keyer: Option<&'a str>,
+    /// The fingerprint of the tool's policy when it was keyed, if it has one.
+    pub policy: Option<&'a str>,
 }
 
 /// [`CallAbout`], as a record carries it.
@@ -287,6 +290,8 @@ pub struct RecordAbout {
     pub step: Option<String>,
     /// The keyer that derived the key.
     pub keyer: Option<String>,
+    /// The fingerprint of the tool's policy when it was keyed.
+    pub policy: Option<String>,
 }
 
 impl RecordAbout {
@@ -298,6 +303,7 @@ impl RecordAbout {
             run: owned(about.run),
             step: owned(about.step),
             keyer: owned(about.keyer),
+            policy: owned(about.policy),
         }
     }
 

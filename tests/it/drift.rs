@@ -21,9 +21,7 @@ async fn each_drift_case_runs_once_or_twice_as_it_says() {
     .unwrap();
     for (i, pair) in cases["pairs"].as_array().unwrap().iter().enumerate() {
         let h = handler(MemoryStore::new(), demo(), &config);
-        let envelope = |side: &str| {
-            json!({"tool": pair["tool"], "run_id": format!("run-{i}"), "args": pair[side].to_string()})
-        };
+        let envelope = |side: &str| json!({"tool": pair["tool"], "run_id": format!("run-{i}"), "args": pair[side].to_string()});
         let first = send(&h, &envelope("a")).await;
         assert_eq!(first.outcome, Outcome::Executed, "{}", pair["id"]);
         let second = send(&h, &envelope("b")).await;
@@ -32,7 +30,11 @@ async fn each_drift_case_runs_once_or_twice_as_it_says() {
         } else {
             Outcome::Executed
         };
-        assert_eq!(second.outcome, want, "{}: {:?}", pair["id"], second.response);
+        assert_eq!(
+            second.outcome, want,
+            "{}: {:?}",
+            pair["id"], second.response
+        );
     }
 }
 

@@ -955,6 +955,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
         run: Some("run-1"),
         step: Some("3"),
         keyer: Some("typed/v1"),
+        policy: Some("0a1b2c3d4e5f"),
     };
     let settled = cx.key("settled");
     let token = match cx
@@ -1007,6 +1008,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
     assert_eq!(read.about.run.as_deref(), Some("run-1"));
     assert_eq!(read.about.step.as_deref(), Some("3"));
     assert_eq!(read.about.keyer.as_deref(), Some("typed/v1"));
+    assert_eq!(read.about.policy.as_deref(), Some("0a1b2c3d4e5f"));
     assert_eq!(read.about.door(), Some("envelope"));
     assert_eq!(
         all[0].about,

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::CliError;
-use toolcall_dedup::key::{Call, Keyer, PolicySet, Schema, Strategy};
+use toolcall_dedup::key::{Call, Keyer, PolicySet, Schema, Strategy, TYPED_KEYER_VERSION};
 
 #[derive(Debug, clap::Args)]
 pub struct KeyArgs {
@@ -26,6 +26,10 @@ pub struct KeyArgs {
     /// Per-tool policy file (JSON or TOML).
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// Key the calls on stdin (`dedup key` lines, or call-log lines of `DEDUP_LOG_CALLS=full`)
+    /// under two policy files and list those whose key changes.
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["policy", "explain"])]
+    pub compare_policy: Option<Vec<PathBuf>>,
 }
 
 /// clap wrapper so `--help` lists the strategies.
@@ -77,6 +81,14 @@ impl Step {
 }
 
 pub fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
+    if let Some(files) = &args.compare_policy {
+        let old = Keyer::new().with_policies(PolicySet::load(&files[0])?);
+        let new = Keyer::new().with_policies(PolicySet::load(&files[1])?);
+        let stdin = std::io::stdin().lock();
+        let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        compare_policies(&old, &new, stdin, stdout)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let keyer = match &args.policy {
         Some(path) => Keyer::new().with_policies(PolicySet::load(path)?),
         None => Keyer::new(),
@@ -152,6 +164,11 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
         json!({
             "key": e.key.to_string(),
             "strategy": strategy.name(),
+            "keyer_version": match strategy {
+                Strategy::Typed => TYPED_KEYER_VERSION,
+                other => other.name(),
+            },
+            "policy": keyer.policy_fingerprint(&request.tool),
             "canonical": e.canonical,
             "rules": e.rules.names().collect::<Vec<_>>(),
         })
@@ -164,4 +181,75 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
         out["dedup"] = json!("off");
     }
     Ok(out)
+}
+
+/// Keys each call of `input` under `old` and `new` policies; writes one line per call whose key
+/// changes (`{"line", "tool", "old", "new", "old_policy", "new_policy"}`) and a summary line
+/// (`{"calls", "rekeyed", "by_tool"}`). Lines that are not calls are counted as skipped.
+pub fn compare_policies(
+    old: &Keyer,
+    new: &Keyer,
+    input: impl BufRead,
+    mut output: impl Write,
+) -> std::io::Result<()> {
+    let (mut calls, mut skipped) = (0u64, 0u64);
+    let mut by_tool: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for (i, line) in input.lines().enumerate() {
+        let line = line?;
+        let Ok(value) = serde_json::from_str::<Value>(&line) else {
+            skipped += 1;
+            continue;
+        };
+        let text = |name: &str| value.get(name).and_then(Value::as_str);
+        let (Some(tool), Some(args)) = (text("tool"), text("args")) else {
+            skipped += 1;
+            continue;
+        };
+        let step = value.get("step").map(|s| match s {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+        let call = Call {
+            tool,
+            args,
+            namespace: text("namespace"),
+            run_id: text("run_id"),
+            step: step.as_deref().filter(|s| *s != "null"),
+            ..Call::default()
+        };
+        let (Ok(before), Ok(after)) = (
+            old.key(Strategy::Typed, &call),
+            new.key(Strategy::Typed, &call),
+        ) else {
+            skipped += 1;
+            continue;
+        };
+        calls += 1;
+        let counts = by_tool.entry(tool.to_string()).or_default();
+        counts.0 += 1;
+        if before != after {
+            counts.1 += 1;
+            let changed = json!({
+                "line": i + 1,
+                "tool": tool,
+                "old": before.to_string(),
+                "new": after.to_string(),
+                "old_policy": old.policy_fingerprint(tool),
+                "new_policy": new.policy_fingerprint(tool),
+            });
+            serde_json::to_writer(&mut output, &changed)?;
+            output.write_all(b"\n")?;
+        }
+    }
+    let rekeyed: u64 = by_tool.values().map(|(_, r)| r).sum();
+    let by_tool: serde_json::Map<String, Value> = by_tool
+        .into_iter()
+        .map(|(tool, (n, r))| (tool, json!({"calls": n, "rekeyed": r})))
+        .collect();
+    serde_json::to_writer(
+        &mut output,
+        &json!({"calls": calls, "rekeyed": rekeyed, "skipped": skipped, "by_tool": by_tool}),
+    )?;
+    output.write_all(b"\n")?;
+    output.flush()
 }

@@ -70,3 +70,74 @@ fn explain_names_the_structural_rules() {
     );
     assert!(!out[0]["canonical"].as_str().unwrap().contains("extra"));
 }
+
+#[test]
+fn compare_policy_lists_the_calls_a_policy_change_rekeys() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.json");
+    // The same tool without the structural options.
+    let mut policy: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("tests/cases/drift/policy.json")).unwrap(),
+    )
+    .unwrap();
+    let tool = policy["tools"]["exchange_items"].as_object_mut().unwrap();
+    tool.remove("undeclared");
+    tool.remove("fields");
+    std::fs::write(&old, policy.to_string()).unwrap();
+    let calls = [
+        // Unaffected: no undeclared member, lists already in order.
+        r##"{"tool": "exchange_items", "run_id": "r1", "step": 1, "args": "{\"order_id\": \"#W1\", \"item_ids\": [\"1\", \"2\"], \"new_item_ids\": [\"3\"], \"payment_method_id\": \"p\"}"}"##,
+        // Re-keyed: an undeclared member now leaves the key.
+        r##"{"dedup_call": 1, "tool": "exchange_items", "run_id": "r1", "step": 2, "keys": {}, "args": "{\"order_id\": \"#W1\", \"item_ids\": [\"1\"], \"new_item_ids\": [\"3\"], \"payment_method_id\": \"p\", \"note\": \"x\"}"}"##,
+        // Re-keyed: a list out of order is now sorted.
+        r##"{"tool": "exchange_items", "run_id": "r1", "step": 3, "args": "{\"order_id\": \"#W1\", \"item_ids\": [\"2\", \"1\"], \"new_item_ids\": [\"3\"], \"payment_method_id\": \"p\"}"}"##,
+        // Another tool, untouched by the change.
+        r##"{"tool": "book_trip", "run_id": "r1", "step": 4, "args": "{\"user_id\": \"u\"}"}"##,
+        "not a call",
+    ];
+    let mut child = crate::dedup()
+        .args([
+            "key",
+            "--compare-policy",
+            old.to_str().unwrap(),
+            "tests/cases/drift/policy.json",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for call in calls {
+        writeln!(stdin, "{call}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rekeyed: Vec<u64> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["line"].as_u64().unwrap())
+        .collect();
+    assert_eq!(rekeyed, [2, 3]);
+    assert_ne!(lines[0]["old_policy"], lines[0]["new_policy"]);
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["calls"], 4);
+    assert_eq!(summary["rekeyed"], 2);
+    assert_eq!(summary["skipped"], 1);
+    assert_eq!(summary["by_tool"]["book_trip"]["rekeyed"], 0);
+}
+
+#[test]
+fn explain_prints_the_keyer_version_and_the_policy_fingerprint() {
+    let call = serde_json::json!({"tool": "book_trip", "args": r#"{"user_id": "u"}"#});
+    let out = keys(&[call]);
+    assert_eq!(out[0]["keyer_version"], "typed/v1");
+    let fingerprint = out[0]["policy"].as_str().unwrap();
+    assert_eq!(fingerprint.len(), 12, "{fingerprint}");
+    let other = serde_json::json!({"tool": "no_policy", "args": "{}"});
+    assert!(keys(&[other])[0]["policy"].is_null());
+}

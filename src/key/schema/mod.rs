@@ -26,7 +26,7 @@ use definitions::*;
 pub use definitions::{Definition, tool_definitions};
 
 /// How a field is compared, set per field by a policy file or by `"x-dedup"` in the schema.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldMode {
     /// Left out of the key: free text the model rewords between attempts.

@@ -42,12 +42,14 @@ pub mod attr {
     pub const STEP: &str = "step";
     /// The keyer that derived the key (S).
     pub const KEYER: &str = "keyer";
+    /// The fingerprint of the tool's policy when it was keyed (S).
+    pub const POLICY: &str = "policy";
     /// Set while a record needs an operator's eye: `claim` on an `at_most_once` claim (it needs
     /// one once its lease ends), `unknown` once settled so. The key of the sparse index
     /// [`ATTENTION_INDEX`](super::ATTENTION_INDEX) (S).
     pub const ATTENTION: &str = "attention";
 
-    pub(crate) const ALL: [&str; 20] = [
+    pub(crate) const ALL: [&str; 21] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -67,6 +69,7 @@ pub mod attr {
         RUN,
         STEP,
         KEYER,
+        POLICY,
         ATTENTION,
     ];
 }
@@ -119,6 +122,7 @@ impl DynamoDbStore {
             (attr::RUN, req.about.run),
             (attr::STEP, req.about.step),
             (attr::KEYER, req.about.keyer),
+            (attr::POLICY, req.about.policy),
         ];
         for (name, value) in about {
             if let Some(value) = value.filter(|v| !v.is_empty()) {
@@ -228,6 +232,7 @@ pub fn decode_item(
             run: optional_s(item, attr::RUN),
             step: optional_s(item, attr::STEP),
             keyer: optional_s(item, attr::KEYER),
+            policy: optional_s(item, attr::POLICY),
         },
     })
 }

@@ -33,7 +33,7 @@
 //! | `result_object` | S | instead of `result`: the results bucket's object holding it |
 //! | `result_sha256` | S | with `result_object`: the result's SHA-256 (hex) |
 //! | `result_bytes` | N | with `result_object`: the result's size |
-//! | `namespace`, `run`, `step`, `keyer` | S | what the call was, for an operator (never its arguments) |
+//! | `namespace`, `run`, `step`, `keyer`, `policy` | S | what the call was and what keyed it (the keyer's version, the tool policy's fingerprint), for an operator (never its arguments) |
 //! | `attention` | S | `claim` on an `at_most_once` claim, `unknown` once settled so; removed when settled with a result. Key of the sparse index `attention` (sort key `created_at`) |
 
 use std::collections::HashMap;
