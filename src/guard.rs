@@ -44,7 +44,7 @@
 //!     namespace: Some("payments"),
 //!     run_id: Some("run-42"),
 //!     step: Some("7"),
-//!     schema: None,
+//!     ..Call::default()
 //! };
 //! for args in [r#"{"customer_id": "cus_1", "amount": 4200, "currency": "USD"}"#,
 //!              // the model's retry: keys reordered, 4200.0, "usd"
