@@ -617,6 +617,30 @@ mod tests {
         assert!(keyer.policies().get("refund").is_none());
     }
 
+    /// JSON text in a declared string is read before the text rules: an escaped quote in it is
+    /// JSON's, not an opening quote of prose, so a space after it is kept as the unquoted value
+    /// keeps it (found by `declared_text_keys_like_no_schema`).
+    #[test]
+    fn declared_json_text_keys_as_the_value_it_writes() {
+        let declared = Schema::from_declared_types([("a", "string"), ("b", "array")]).unwrap();
+        let keyer = Keyer::new();
+        let key = |args: &str, schema| {
+            let call = Call {
+                tool: "t",
+                args,
+                schema,
+                ..Call::default()
+            };
+            keyer.explain(Strategy::Typed, &call).unwrap().canonical
+        };
+        let plain = key(r#"{"a": ["\"\u2000x"], "b": ["\" y"]}"#, None);
+        let as_text = key(
+            r#"{"a": "[\"\\\"\u2000x\"]", "b": " [\"\\\" y\"] "}"#,
+            Some(&declared),
+        );
+        assert_eq!(as_text, plain);
+    }
+
     /// However deep a caller allows, the reader never recurses past the hard limit.
     #[test]
     fn the_nesting_limit_is_capped_whatever_is_asked() {

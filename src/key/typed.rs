@@ -375,7 +375,7 @@ impl Normalizer {
         let types = schema.map(|s| s.types).unwrap_or_default();
         let typed_not_string = !types.is_unknown() && !types.contains(Types::STRING);
         if typed_not_string {
-            if let Some(written) = self.coerced(&s, types, schema, policy, out) {
+            if let Some(written) = self.coerced(raw, &s, types, schema, policy, out) {
                 return written;
             }
         }
@@ -400,10 +400,10 @@ impl Normalizer {
             }
             return self.write_folded(casefold(&s), Rules::CASEFOLD, out);
         }
-        if types.contains(Types::TEXT) && (s.starts_with('{') || s.starts_with('[')) {
+        if types.contains(Types::TEXT) && is_json_text(raw, &['{', '[']) {
             // Declared only as text: a transport without an object type (Bedrock) sends objects as
             // JSON text, so JSON text is keyed as the value it writes, as if it had come unquoted.
-            if let Ok(embedded) = json::parse_tape(&s, self.depth_left) {
+            if let Ok(embedded) = json::parse_tape(raw.trim(), self.depth_left) {
                 self.rules.insert(Rules::JSON_TEXT);
                 return self.value(&embedded, 0, None, policy, out);
             }
@@ -419,9 +419,11 @@ impl Normalizer {
     }
 
     /// A string where the schema says a number, a boolean, an array or an object: the value it
-    /// spells, or `None` when it spells none.
+    /// spells, or `None` when it spells none. `s` is the string after the text rules; JSON text is
+    /// read from `raw`, since those rules read quotes as prose does, not as JSON escapes them.
     fn coerced(
         &mut self,
+        raw: &str,
         s: &str,
         types: Types,
         schema: Option<&Schema>,
@@ -441,11 +443,11 @@ impl Normalizer {
                 return Some(Ok(()));
             }
         }
-        if (types.contains(Types::ARRAY) && s.starts_with('['))
-            || (types.contains(Types::OBJECT) && s.starts_with('{'))
+        if (types.contains(Types::ARRAY) && is_json_text(raw, &['[']))
+            || (types.contains(Types::OBJECT) && is_json_text(raw, &['{']))
         {
             // Bedrock sends `array` parameters as JSON text inside a string.
-            if let Ok(embedded) = json::parse_tape(s, self.depth_left) {
+            if let Ok(embedded) = json::parse_tape(raw.trim(), self.depth_left) {
                 self.rules.insert(Rules::SCHEMA_COERCION);
                 return Some(self.value(&embedded, 0, schema, policy, out));
             }
@@ -593,4 +595,10 @@ fn enum_member<'s>(schema: &'s Schema, s: &str) -> Option<&'s str> {
     let first = matches.next()?;
     // Two members that differ only by case are distinct values; refuse to guess between them.
     matches.next().is_none().then_some(first.as_str())
+}
+
+/// Whether `raw` may be JSON text opening with one of `opens` (whitespace around it means nothing).
+/// JSON text is read before the text rules, whose quote-awareness would misread its escapes.
+fn is_json_text(raw: &str, opens: &[char]) -> bool {
+    raw.trim_start().starts_with(opens)
 }
