@@ -266,6 +266,8 @@ fn executor_settings(config: &Config) -> Settings {
         ttl: config.ttl,
         wait: config.wait,
         local_cache_items: config.local_cache_items,
+        // A release is a write, as a claim's first part is: the same budget.
+        orphan_release_within: config.claim.write_within,
         ..Settings::default()
     }
 }

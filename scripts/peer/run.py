@@ -276,6 +276,15 @@ TAKEOVER = {
 LARGE_RESULT_BYTES = 600_000
 
 
+def during_outage(run: Run, worker: Worker, event: dict) -> tuple:
+    """One invocation while every DynamoDB request fails with 500: its answer and the requests sent."""
+    run.outage(True)
+    try:
+        return run.requests_during(lambda: worker.invoke(event))
+    finally:
+        run.outage(False)
+
+
 def behaviours(run: Run, workers: dict, event: dict) -> None:
     for name in SYSTEMS:
         worker = workers[name]
@@ -324,12 +333,30 @@ def behaviours(run: Run, workers: dict, event: dict) -> None:
         # Store outage: every DynamoDB request fails with 500 until the call has been answered.
         run.reset(worker)
         before = worker.executions()
-        run.outage(True)
-        try:
-            answer, requests = run.requests_during(lambda: worker.invoke(event))
-        finally:
-            run.outage(False)
+        answer, requests = during_outage(run, worker, event)
         scenario("outage", [step(worker, answer, before)], requests=requests)
+
+
+# A container's breaker (toolcall-dedup) fails later claims at once for 2 s after an outage; each
+# interleaved outage run waits longer than that, so every run measures a first encounter.
+BREAKER_OPEN_S = 2.0
+OUTAGE_SYSTEMS = ("powertools", "toolcall_dedup")
+
+
+def outages(run: Run, workers: dict, event: dict, runs: int) -> None:
+    """The store outage, `runs` times per system, interleaved (the order alternates per round) so
+    that load on the machine falls on both alike; summary.py reports the median and keeps each run."""
+    for i in range(runs):
+        order = OUTAGE_SYSTEMS if i % 2 == 0 else tuple(reversed(OUTAGE_SYSTEMS))
+        for name in order:
+            worker = workers[name]
+            run.reset(worker)
+            time.sleep(BREAKER_OPEN_S + 0.5)
+            before = worker.executions()
+            answer, requests = during_outage(run, worker, event)
+            run.record({"kind": "outage", "system": name, "run": i, "fail_closed_ms": answer.get("elapsed_ms"),
+                        "requests": sum(requests.values()), "executions": worker.executions() - before,
+                        "outcome": answer.get("outcome"), "error": answer.get("error")})
 
 
 def main() -> None:
@@ -345,6 +372,7 @@ def main() -> None:
     parser.add_argument("--cold-starts", type=int, default=10, help="fresh processes per system")
     parser.add_argument("--build", default="", help="how the driver was built (recorded)")
     parser.add_argument("--skip-behaviours", action="store_true")
+    parser.add_argument("--outage-runs", type=int, default=5, help="interleaved store-outage runs per system")
     args = parser.parse_args()
 
     run = Run(args)
@@ -368,6 +396,9 @@ def main() -> None:
         if not args.skip_behaviours:
             print("peer-powertools: behaviours", file=sys.stderr)
             behaviours(run, workers, load(os.path.join(args.events, BEHAVIOUR_EVENT)))
+        if args.outage_runs:
+            print(f"peer-powertools: {args.outage_runs} interleaved outage runs", file=sys.stderr)
+            outages(run, workers, load(os.path.join(args.events, BEHAVIOUR_EVENT)), args.outage_runs)
     finally:
         for worker in workers.values():
             worker.close()

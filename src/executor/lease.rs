@@ -58,6 +58,9 @@ pub struct Settings {
     /// A claim that took longer than this (store retries) has its lease moved forward just
     /// before the side effect starts, so the lease covers the side effect from its start.
     pub slow_claim: Duration,
+    /// How long the claims whose answers were lost may take to release before a call's own claim
+    /// (all of them together); past it they wait for the next call.
+    pub orphan_release_within: Duration,
 }
 
 impl Default for Settings {
@@ -72,6 +75,7 @@ impl Default for Settings {
             reply_margin: Duration::from_millis(200),
             default_budget: Duration::from_secs(60),
             slow_claim: Duration::from_millis(500),
+            orphan_release_within: Duration::from_millis(100),
         }
     }
 }

@@ -256,7 +256,21 @@ impl<S: Store> Executor<S> {
         if let Some(done) = self.cached_answer(call) {
             return Acquired::Answered(done);
         }
-        self.release_orphans(end).await;
+        if let Err(refused) = self.release_orphans(end).await {
+            // The store answered a release with a failure: a claim now would fail the same way,
+            // only later, so the call fails closed (or runs unclaimed in shadow mode) at once.
+            let action = decide(
+                Err(refused),
+                self.settings.mode,
+                Duration::ZERO,
+                self.store.now_ms(),
+                None,
+                None,
+            );
+            if let RoundEnd::Acquired(acquired) = self.act_on(action, call, Instant::now()) {
+                return acquired;
+            }
+        }
         let wait_until = Instant::now() + self.wait_bound(end);
         for _round in 0..MAX_WAIT_ROUNDS {
             let claim_started = Instant::now();
@@ -471,28 +485,55 @@ impl<S: Store> Executor<S> {
     }
 
     /// Releases the claims written while their answers were lost (fenced: a claim someone else
-    /// took over since is left alone). One that cannot be released yet is kept for next time,
-    /// whatever the error: a refusal now (an expired credential, a throttled table, a garbled
-    /// answer) says nothing about the next call, and a forgotten claim blocks its key until its
-    /// lease ends.
-    async fn release_orphans(&self, end: Instant) {
+    /// took over since is left alone), within [`Settings::orphan_release_within`] in all: they only
+    /// free keys early (each ends with its lease anyway), so they must not hold up this call. The
+    /// first that fails, and every one not tried, are kept for the next call, whatever the error:
+    /// a refusal now (an expired credential, a throttled table, a garbled answer) says nothing
+    /// about the next call, and a forgotten claim blocks its key until its lease ends. `Err` when
+    /// the store failed in a way that may pass (an outage, or no answer within the budget, which
+    /// a warm container's store gives only when in trouble): the call fails closed at once, where
+    /// a claim would fail the same way after its own budget (before, each lost claim cost a later
+    /// call the store's whole 5 s deadline, one after the other).
+    async fn release_orphans(&self, end: Instant) -> Result<(), StoreError> {
         let pending: Vec<(LeaseToken, String)> = {
             let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
             if orphans.is_empty() {
-                return;
+                return Ok(());
             }
             orphans.drain().collect()
         };
-        for (token, key) in pending {
-            match self.bounded(end, self.store.release(&key, &token)).await {
-                Ok(()) => tracing::info!("released a claim whose answers were lost"),
-                Err(StoreError::LeaseLost) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not release a claim whose answers were lost; trying again at the next call");
-                    self.remember_orphan(&key, token)
+        let within = self
+            .settings
+            .orphan_release_within
+            .min(self.until_answer(end));
+        let deadline = Instant::now() + within;
+        let mut pending = pending.into_iter();
+        while let Some((token, key)) = pending.next() {
+            let released =
+                tokio::time::timeout_at(deadline, self.store.release(&key, &token)).await;
+            let failed = match released {
+                Ok(Ok(())) => {
+                    tracing::info!("released a claim whose answers were lost");
+                    continue;
                 }
+                Ok(Err(StoreError::LeaseLost)) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => StoreError::Unavailable(
+                    format!("no answer to releasing a lost claim within {within:?}").into(),
+                ),
+            };
+            tracing::warn!(error = %failed, "could not release a claim whose answers were lost; trying again at the next call");
+            self.remember_orphan(&key, token);
+            for (token, key) in pending {
+                self.remember_orphan(&key, token);
             }
+            return if failed.is_retryable() {
+                Err(failed)
+            } else {
+                Ok(())
+            };
         }
+        Ok(())
     }
 
     /// The expiry of a record of `tool` written at `now_ms`: the tool policy's `ttl_seconds`

@@ -1546,6 +1546,67 @@ async fn a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a
     );
 }
 
+/// A store answering every request with a 500, in front of the guard: each call fails closed
+/// within the claim budget, however many claims it left behind. A claim whose answers were lost
+/// is released at the next call; that release must not take the store's 5 s deadline (it did,
+/// one lost claim after another, so the n-th call of an outage waited about 5(n - 1) s), and once
+/// the store has answered it with a failure, the call fails closed without claiming.
+async fn an_outage_fails_every_call_closed_within_the_budget_however_many_claims_were_lost(
+    backend: Backend,
+) {
+    use toolcall_dedup::guard::{Dedup, GuardError};
+    use toolcall_dedup::key::{Call, Keyer};
+
+    let clock = ManualClock::starting_now();
+    let faults = ["PutItem", "GetItem", "DeleteItem"]
+        .map(|op| Fault::new(op, FaultKind::ServerError, u32::MAX))
+        .into();
+    let store = budgeted_store(backend, clock, Duration::ZERO, faults).await;
+    let counter = store.clone();
+    let dedup = Dedup::new(store, Keyer::new());
+    let runs = AtomicU32::new(0);
+    for n in 1..=3 {
+        let args = format!(r#"{{"order": "o-{n}"}}"#);
+        let call = Call {
+            tool: "charge_card",
+            args: &args,
+            run_id: Some("run-outage"),
+            ..Call::default()
+        };
+        let before = counter.requests();
+        let started = std::time::Instant::now();
+        let result = dedup
+            .run(&call, || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, std::io::Error>(())
+            })
+            .await;
+        let took = started.elapsed();
+        assert!(
+            matches!(result, Err(GuardError::Store(_))),
+            "{backend:?} call {n}: {result:?}"
+        );
+        assert!(
+            took < RetryPolicy::default().attempt_timeout,
+            "{backend:?} call {n} failed closed after {took:?}"
+        );
+        let sent = counter.requests();
+        if n == 1 {
+            assert!(sent.put_item > before.put_item, "the first call claims");
+        } else {
+            assert!(
+                sent.delete_item > before.delete_item,
+                "{backend:?} call {n}: the lost claims are released first"
+            );
+            assert_eq!(
+                sent.put_item, before.put_item,
+                "{backend:?} call {n}: refused releases fail the call closed without a claim"
+            );
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "fail closed: nothing ran");
+}
+
 async fn store_gives_up_with_unavailable_at_its_deadline(backend: Backend) {
     let clock = ManualClock::starting_now();
     let mut cfg = servers::config();
@@ -1854,6 +1915,7 @@ dynamodb_only!(
     a_claim_that_may_have_applied_then_was_refused_hands_its_token_back,
     a_lost_claim_read_back_under_another_token_is_left_alone,
     a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
+    an_outage_fails_every_call_closed_within_the_budget_however_many_claims_were_lost,
     store_gives_up_with_unavailable_at_its_deadline,
     table_create_is_idempotent_and_reports_ttl,
     a_table_made_before_the_index_gets_it,
