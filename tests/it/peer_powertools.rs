@@ -126,23 +126,28 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
     );
     let records = records();
     for system in ["powertools", "toolcall_dedup"] {
-        let outage = records
+        let got = &last["outage"][system];
+        let runs = of(&records, "outage", system);
+        assert!(runs.len() >= 5, "{system}: at least five interleaved outage runs");
+        let each: Vec<f64> = runs
             .iter()
-            .find(|r| {
-                r["kind"] == "behaviour" && r["system"] == system && r["scenario"] == "outage"
-            })
-            .expect("the outage scenario");
-        assert_eq!(
-            last["outage"][system]["fail_closed_ms"],
-            outage["steps"][0]["elapsed_ms"]
-        );
-        let requests: u64 = outage["requests"]
-            .as_object()
+            .map(|r| r["fail_closed_ms"].as_f64().unwrap())
+            .collect();
+        assert_eq!(got["fail_closed_ms"].as_f64(), Some(median(each.clone())));
+        let listed: Vec<f64> = got["runs_ms"]
+            .as_array()
             .unwrap()
-            .values()
-            .map(|n| n.as_u64().unwrap())
-            .sum();
-        assert_eq!(last["outage"][system]["requests"], requests);
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(listed, each, "{system}: every run's figure is kept");
+        let requests = median(
+            runs.iter()
+                .map(|r| r["requests"].as_f64().unwrap())
+                .collect(),
+        );
+        assert_eq!(got["requests"].as_f64(), Some(requests));
+        assert_eq!(got["tool_called"], 0, "{system}: fail closed runs nothing");
     }
     for system in ["powertools", "toolcall_dedup"] {
         let starts = of(&records, "cold_start", system);
