@@ -520,6 +520,15 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                            env.get("DEDUP_CONFIG") == f"ssm:{config_name}", str(env.get("DEDUP_CONFIG")))
                 rep.expect(f"[{scen}] {side}: the stack's own document exists iff no ConfigParameterName",
                            ("ConfigParameter" in r) == (not s_ev.params.get("ConfigParameterName")))
+            # Unknown outcomes: PutEvents on the account's default bus, which DEDUP_EVENT_BUS names.
+            events = {(a, r) for (_, a, r, _) in st if a.startswith("events:")}
+            want_events = {("events:PutEvents", "arn:aws:events:us-east-1:123456789012:event-bus/default")}
+            rep.expect(f"[{scen}] dedup role: events:PutEvents on the default bus only",
+                       events == want_events, f"{sorted(events)}, want {sorted(want_events)}")
+            for side, r in (("sam", s), ("cdk", c)):
+                env = r.get("DedupFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
+                rep.expect(f"[{scen}] {side}: DEDUP_EVENT_BUS names the bus the role may put events on",
+                           env.get("DEDUP_EVENT_BUS") == "default", str(env.get("DEDUP_EVENT_BUS")))
             # Offloaded results: get and put objects under results/ only, and only with the bucket.
             s3 = {(e, a, r, cnd) for (e, a, r, cnd) in st if a.startswith("s3:")}
             objects = s_ev.ev(RESULT_OBJECTS) if bucket_on else None
@@ -529,7 +538,7 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        s3 == want_s3, f"{sorted(s3)}, want {sorted(want_s3)}")
             other = {a for (_, a, _, _) in st
                      if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS and a not in RESULT_OBJECT_ACTIONS
-                     and a != "ssm:GetParameter"}
+                     and a not in ("ssm:GetParameter", "events:PutEvents")}
             rep.expect(f"[{scen}] dedup role: no other inline actions", not other, str(sorted(other)))
             rep.expect(f"[{scen}] dedup role: no wildcard actions or resources (but the tag-bound function:*)",
                        not any("*" == a or a.endswith(":*") or r == "*"

@@ -50,6 +50,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::time::Instant;
 
+use crate::announce::{EventBus, UnknownOutcome};
 use crate::answer::Answered;
 use crate::catalog::Catalogs;
 use crate::config::Config;
@@ -116,6 +117,8 @@ pub struct Handled {
 pub struct Handler<S, D> {
     service: Service<S>,
     dispatcher: D,
+    /// Where calls left with their outcome unknown are announced, if anywhere.
+    events: Option<EventBus>,
 }
 
 impl<S: Store, D: Dispatcher> Handler<S, D> {
@@ -132,7 +135,14 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 warned_gateway_unnamed: Default::default(),
             },
             dispatcher,
+            events: None,
         }
+    }
+
+    /// Announces each call an invocation leaves with its outcome unknown on `events`.
+    pub fn with_event_bus(mut self, events: EventBus) -> Handler<S, D> {
+        self.events = Some(events);
+        self
     }
 
     /// Adjusts the settings (tests shorten margins and budgets).
@@ -198,6 +208,19 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });
+        if let (Some(events), Some(key)) = (&self.events, answered.key.as_deref()) {
+            if self.service.executor.settled_unknown() > unknown_before {
+                let call = UnknownOutcome {
+                    key,
+                    tool: answered.tool.as_deref(),
+                    door,
+                    request_id: &invocation.request_id,
+                };
+                let within =
+                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
+                events.outcome_unknown(&call, within).await;
+            }
+        }
         Handled {
             outcome: answered.outcome,
             response: answered.response,

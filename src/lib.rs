@@ -35,6 +35,7 @@
 #![warn(unreachable_pub)]
 
 mod agentcore;
+pub mod announce;
 mod answer;
 mod aws;
 mod backoff;

@@ -3,6 +3,7 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, tracing};
+use toolcall_dedup::announce::EventBus;
 use toolcall_dedup::config::document::Document;
 use toolcall_dedup::config::source::Loader;
 use toolcall_dedup::config::{Config, StoreKind};
@@ -69,14 +70,31 @@ async fn run_with<S: Store + Clone>(
     )>,
 ) -> Result<(), Error> {
     let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
+    let events = match &config.event_bus {
+        Some(bus) => {
+            let client = EventBus::build_client(config.events_endpoint.as_deref()).await;
+            Some(EventBus::new(client, bus, &config.metrics.service))
+        }
+        None => None,
+    };
+    let announcing = move |handler: Handler<S, LambdaDispatcher>| match &events {
+        Some(events) => handler.with_event_bus(events.clone()),
+        None => handler,
+    };
     let Some((loader, loaded, every)) = document else {
-        return serve(Handler::new(store, dispatcher, &config, telemetry)).await;
+        let handler = Handler::new(store, dispatcher, &config, telemetry);
+        return serve(announcing(handler)).await;
     };
     let build = move |document: &Document| {
         let config = Config::lambda_with_document(Some(document))?;
         let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
         let routed = dispatcher.with_routes(config.routes.clone());
-        Ok(Handler::new(store.clone(), routed, &config, telemetry))
+        Ok(announcing(Handler::new(
+            store.clone(),
+            routed,
+            &config,
+            telemetry,
+        )))
     };
     Reloading::start(loader, loaded, build, every, telemetry)?
         .serve()

@@ -93,6 +93,8 @@ fn read_store<F: Fn(&str) -> Option<String>>(
             .unwrap_or(defaults.ttl_attribute),
         results_bucket: vars.get("DEDUP_RESULTS_BUCKET"),
         s3_endpoint: vars.get("DEDUP_S3_ENDPOINT"),
+        event_bus: vars.get("DEDUP_EVENT_BUS"),
+        events_endpoint: vars.get("DEDUP_EVENTS_ENDPOINT"),
         offload_above: vars.parsed("DEDUP_OFFLOAD_THRESHOLD_BYTES")?,
         claim: claim_budget(vars)?,
         allow_memory_store: vars.flag("DEDUP_ALLOW_MEMORY_STORE")?.unwrap_or(false),

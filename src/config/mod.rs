@@ -152,6 +152,11 @@ pub struct Config {
     pub results_bucket: Option<String>,
     /// `DEDUP_S3_ENDPOINT`: a local S3-compatible server for the results bucket.
     pub s3_endpoint: Option<String>,
+    /// `DEDUP_EVENT_BUS`: the EventBridge bus (a name or an ARN) that hears of each call left
+    /// with its outcome unknown; `None`: no events.
+    pub event_bus: Option<String>,
+    /// `DEDUP_EVENTS_ENDPOINT`: a local EventBridge-compatible server.
+    pub events_endpoint: Option<String>,
     /// `DEDUP_OFFLOAD_THRESHOLD_BYTES`: with a results bucket, results longer than this go to it
     /// even when they would fit in an item.
     pub offload_above: Option<usize>,
@@ -244,6 +249,8 @@ impl Default for Config {
             routes: Routes::default(),
             lambda_endpoint: None,
             results_bucket: None,
+            event_bus: None,
+            events_endpoint: None,
             s3_endpoint: None,
             offload_above: None,
             wait: Duration::from_millis(DEFAULT_WAIT_MS),

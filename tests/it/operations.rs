@@ -325,3 +325,169 @@ async fn every_alarm_watches_a_metric_the_function_emits() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// the unknown-outcome event
+
+use toolcall_dedup::announce::{EventBus, OUTCOME_UNKNOWN, SOURCE};
+
+/// An SDK configuration for moto, with dummy credentials.
+async fn moto_config() -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(crate::servers::Backend::Moto.endpoint())
+        .region(aws_config::Region::from_static("us-east-1"))
+        .credentials_provider(aws_sdk_sqs::config::Credentials::new(
+            "test", "test", None, None, "moto",
+        ))
+        .load()
+        .await
+}
+
+/// With an event bus, each call an invocation leaves with its outcome unknown is announced, with
+/// the key an operator settles; a call that ends otherwise is not. On moto: a rule on the
+/// default bus sends the events of this test's function to a queue the test reads.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
+    let aws = moto_config().await;
+    let (events, sqs) = (
+        aws_sdk_eventbridge::Client::new(&aws),
+        aws_sdk_sqs::Client::new(&aws),
+    );
+    let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
+    let queue = sqs
+        .create_queue()
+        .queue_name(&service)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let queue_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&queue)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    let pattern = serde_json::json!({"source": [SOURCE], "detail": {"service": [service]}});
+    events
+        .put_rule()
+        .name(&service)
+        .event_pattern(pattern.to_string())
+        .send()
+        .await
+        .unwrap();
+    events
+        .put_targets()
+        .rule(&service)
+        .targets(
+            aws_sdk_eventbridge::types::Target::builder()
+                .id("queue")
+                .arn(&queue_arn)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let config = Config {
+        policies: PolicySet::parse(
+            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
+            false,
+        )
+        .unwrap(),
+        ..Config::default()
+    };
+    let h = Handler::new(
+        MemoryStore::new(),
+        Scripted::new(vec![Act::Run, Act::RunThenFail("Sandbox.Timedout")]),
+        &config,
+        Telemetry::quiet(),
+    )
+    .with_event_bus(EventBus::new(events, "default", &service));
+    // A refund that runs, then a charge whose tool crashes after its side effect.
+    assert_eq!(
+        send(&h, &event("fd-refund.json")).await.outcome,
+        Outcome::Executed
+    );
+    let crashed = send(&h, &event("fd-charge_card.json")).await;
+    assert_eq!(crashed.outcome, Outcome::ToolError);
+    let key = crashed.key.expect("the crashed call was keyed");
+
+    let received = sqs
+        .receive_message()
+        .queue_url(&queue)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<Value> = received
+        .messages()
+        .iter()
+        .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+        .collect();
+    assert_eq!(
+        bodies.len(),
+        1,
+        "one event, for the unknown outcome only: {bodies:?}"
+    );
+    let announced = &bodies[0];
+    assert_eq!(announced["detail-type"], OUTCOME_UNKNOWN);
+    assert_eq!(announced["detail"]["key"], key.as_str());
+    assert_eq!(announced["detail"]["tool"], "charge_card");
+    assert_eq!(announced["detail"]["door"], "bedrock");
+    assert!(
+        announced["detail"]["settle"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("dedup settle {key}")),
+        "{announced}"
+    );
+}
+
+/// A bus that cannot be reached costs the caller at most the send's bound, and changes nothing
+/// in the answer.
+#[tokio::test]
+async fn an_unreachable_event_bus_changes_no_answer() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let config = Config {
+        policies: PolicySet::parse(
+            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
+            false,
+        )
+        .unwrap(),
+        ..Config::default()
+    };
+    let client = EventBus::build_client(Some(&endpoint)).await;
+    let h = Handler::new(
+        MemoryStore::new(),
+        Scripted::new(vec![Act::RunThenFail("Sandbox.Timedout")]),
+        &config,
+        Telemetry::quiet(),
+    )
+    .with_event_bus(EventBus::new(client, "default", "dedup-test"));
+    let started = std::time::Instant::now();
+    let crashed = send(&h, &event("fd-charge_card.json")).await;
+    assert_eq!(crashed.outcome, Outcome::ToolError);
+    assert_eq!(
+        send(&h, &event("fd-charge_card-retry.json")).await.outcome,
+        Outcome::Unknown,
+        "the record says what it said without the bus"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -128,7 +128,10 @@ fn the_json_line_holds_the_figures_of_the_recorded_run() {
     for system in ["powertools", "toolcall_dedup"] {
         let got = &last["outage"][system];
         let runs = of(&records, "outage", system);
-        assert!(runs.len() >= 5, "{system}: at least five interleaved outage runs");
+        assert!(
+            runs.len() >= 5,
+            "{system}: at least five interleaved outage runs"
+        );
         let each: Vec<f64> = runs
             .iter()
             .map(|r| r["fail_closed_ms"].as_f64().unwrap())

@@ -354,13 +354,18 @@ export class ToolcallDedupStack extends cdk.Stack {
           resources: [cdk.Fn.sub('arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter${Name}',
             { Name: configName })],
         }),
+        new iam.PolicyStatement({
+          sid: 'AnnounceUnknownOutcomes',
+          actions: ['events:PutEvents'],
+          resources: [cdk.Fn.sub('arn:${AWS::Partition}:events:${AWS::Region}:${AWS::AccountId}:event-bus/default')],
+        }),
       ],
     });
     const dedupRole = lambdaRole('DedupFunctionRole', { DedupFunctionRolePolicy0: dedupPolicy });
     // Offloaded results: write and read objects under results/ only (no list, no delete: the
     // lifecycle rule expires them). PolicyStatement cannot carry Fn::If: spliced in.
     (dedupRole.node.defaultChild as iam.CfnRole).addPropertyOverride(
-      'Policies.0.PolicyDocument.Statement.4',
+      'Policies.0.PolicyDocument.Statement.5',
       cdk.Fn.conditionIf(resultsOn.logicalId, {
         Sid: 'ResultObjects', Effect: 'Allow', Action: ['s3:GetObject', 's3:PutObject'],
         Resource: `${bucket.attrArn}/results/*`,
@@ -402,6 +407,8 @@ export class ToolcallDedupStack extends cdk.Stack {
         // Empty = no offload: a reply past the item limit is not stored.
         DEDUP_RESULTS_BUCKET: cdk.Token.asString(cdk.Fn.conditionIf(resultsOn.logicalId, bucket.ref, '')),
         DEDUP_RESULTS_RETENTION_DAYS: String(RESULTS_RETENTION_DAYS),
+        // Each call left with its outcome unknown is announced here (docs/operations.md).
+        DEDUP_EVENT_BUS: 'default',
       },
     });
     sameId(dedup, 'DedupFunction');
