@@ -66,7 +66,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
                 .pass_through(door, &target, scoping, end, Outcome::Executed)
                 .await;
         }
-        let call = match door.call(scoping) {
+        let mut call = match door.call(scoping) {
             Ok(call) => call,
             Err(_) if settings.mode == Mode::Shadow => {
                 tracing::warn!("shadow mode: invalid event passed through unkeyed");
@@ -83,6 +83,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             }
             Err(Unkeyed::Refused(notice)) => return answer::refuse(door, notice),
         };
+        if let Some(namespace) = service.doors.routes.namespace(group, tool_name) {
+            call.rename_namespace(namespace);
+        }
         let keyer = service.keyer();
         if !keyer.dedups(call.policy_key()) {
             return self

@@ -314,6 +314,7 @@ fn door_settings(config: &Config) -> DoorSettings {
         interceptor_timeout: config.interceptor_timeout,
         idempotency_key_name: config.idempotency_key_name.clone(),
         envelope_caller_key_scope: config.envelope_caller_key_scope,
+        routes: config.routes.clone(),
     }
 }
 

@@ -103,6 +103,15 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
+    /// Keys the call in `namespace` (one a route states), still behind its entry point's name.
+    pub fn rename_namespace(&mut self, namespace: &str) {
+        let entry_point = self
+            .namespace
+            .split_once(':')
+            .map_or("", |(entry_point, _)| entry_point);
+        self.namespace = scoped_namespace(entry_point, namespace);
+    }
+
     /// The key core's view of this call (the keyer lays the policy file's schema over the
     /// declared one).
     pub fn key_call(&self) -> Call<'_> {

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::dispatch::ErrorTypes;
+use crate::dispatch::{ErrorTypes, Routes};
 use crate::door::Doors;
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::CallerKeyScope;
@@ -69,6 +69,9 @@ pub struct DoorSettings {
     pub idempotency_key_name: String,
     /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches.
     pub envelope_caller_key_scope: CallerKeyScope,
+    /// The routes, for the namespace a route states (`{"namespace": ...}`): calls of a routed
+    /// door are keyed in it instead of the one the door derives.
+    pub routes: Routes,
 }
 
 impl DoorSettings {

@@ -7,8 +7,10 @@ use crate::executor::lease::MAX_TOOL_TIMEOUT;
 
 /// Route table from `DEDUP_ROUTES`: `"actionGroup/function"`, `"actionGroup/METHOD /path"`,
 /// `"actionGroup/*"` or `"*"` → tool function name or ARN, or
-/// `{"function": "name or ARN", "timeout_seconds": 120}` to state the tool's own timeout (else
-/// the Lambda looks it up at cold start). The most specific entry wins.
+/// `{"function": "name or ARN", "timeout_seconds": 120, "namespace": "payments"}` to state the
+/// tool's own timeout (else the Lambda looks it up at cold start) and the namespace its calls
+/// are keyed in (else the one the entry point derives: agent id and action group, gateway and
+/// target, so renaming those re-keys the calls). The most specific entry wins.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Routes {
     exact: HashMap<String, String>,
@@ -16,6 +18,15 @@ pub struct Routes {
     default: Option<String>,
     /// Timeouts stated in the routes, by target.
     timeouts: HashMap<String, Duration>,
+    /// Namespaces stated in the routes, by the entry's own key (see [`Routes::entry`]).
+    namespaces: HashMap<String, String>,
+}
+
+/// A route's value, read from `"target"` or its object form.
+struct RouteValue {
+    target: String,
+    timeout: Option<Duration>,
+    namespace: Option<String>,
 }
 
 impl Routes {
@@ -25,14 +36,45 @@ impl Routes {
             serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
         let mut routes = Routes::default();
         for (pattern, value) in map {
-            let (target, timeout) = route_target(&value)
+            let RouteValue {
+                target,
+                timeout,
+                namespace,
+            } = route_target(&value)
                 .map_err(|reason| format!("route {pattern:?}: {reason}, got {value}"))?;
             if let Some(timeout) = timeout {
                 routes.state_timeout(&target, timeout);
             }
-            routes.insert(&pattern, target)?;
+            let entry = routes.insert(&pattern, target)?;
+            if let Some(namespace) = namespace {
+                routes.namespaces.insert(entry, namespace);
+            }
         }
         Ok(routes)
+    }
+
+    /// The namespace the route a call of `tool` in `action_group` takes states, if it states one.
+    pub fn namespace(&self, action_group: &str, tool: &str) -> Option<&str> {
+        let entry = Routes::entry(action_group, tool);
+        let taken = if self.exact.contains_key(&entry) {
+            entry
+        } else if self.groups.contains_key(action_group) {
+            Routes::entry(action_group, "*")
+        } else {
+            "*".to_string()
+        };
+        self.namespaces.get(&taken).map(String::as_str)
+    }
+
+    /// The namespace the route written as `pattern` states (patterns as [`Routes::candidates`]
+    /// gives them).
+    pub fn stated_namespace(&self, pattern: &str) -> Option<&str> {
+        self.namespaces.get(pattern).map(String::as_str)
+    }
+
+    /// The key of an entry: `group/tool`, `group/*`, or `*` for the default.
+    fn entry(action_group: &str, tool: &str) -> String {
+        route_key(action_group, tool)
     }
 
     /// Records that `target` can run for `timeout` (the longest stated one wins).
@@ -60,12 +102,13 @@ impl Routes {
         targets
     }
 
-    /// Adds one route; the pattern syntax is the same as in [`Routes::parse`].
-    pub fn insert(&mut self, pattern: &str, target: String) -> Result<(), String> {
+    /// Adds one route; the pattern syntax is the same as in [`Routes::parse`]. Returns the
+    /// entry's key.
+    pub fn insert(&mut self, pattern: &str, target: String) -> Result<String, String> {
         let pattern = pattern.trim();
         if pattern == "*" {
             self.default = Some(target);
-            return Ok(());
+            return Ok("*".to_string());
         }
         let (group, tool) = pattern
             .split_once('/')
@@ -73,13 +116,13 @@ impl Routes {
             .ok_or_else(|| {
                 format!("route {pattern:?} must be \"actionGroup/function\", \"actionGroup/METHOD /path\", \"actionGroup/*\" or \"*\"")
             })?;
+        let entry = Routes::entry(group, &normalize_tool(tool));
         if tool == "*" {
             self.groups.insert(group.to_string(), target);
         } else {
-            self.exact
-                .insert(route_key(group, &normalize_tool(tool)), target);
+            self.exact.insert(entry.clone(), target);
         }
-        Ok(())
+        Ok(entry)
     }
 
     /// A route table that sends everything to `target`.
@@ -127,25 +170,29 @@ impl Routes {
     }
 }
 
-/// A route's value: `"target"` or `{"function": "target", "timeout_seconds": N}`.
-fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>), String> {
+/// A route's value: `"target"` or `{"function": "target", "timeout_seconds": N, "namespace": "ns"}`.
+fn route_target(value: &serde_json::Value) -> Result<RouteValue, String> {
     use serde_json::Value;
     let non_empty = |v: Option<&Value>| match v {
         Some(Value::String(t)) if !t.trim().is_empty() => Some(t.trim().to_string()),
         _ => None,
     };
     if let Some(target) = non_empty(Some(value)) {
-        return Ok((target, None));
+        return Ok(RouteValue {
+            target,
+            timeout: None,
+            namespace: None,
+        });
     }
     let Value::Object(fields) = value else {
         return Err("target must be a non-empty string or an object".into());
     };
     if let Some(unknown) = fields
         .keys()
-        .find(|k| !["function", "timeout_seconds"].contains(&k.as_str()))
+        .find(|k| !["function", "timeout_seconds", "namespace"].contains(&k.as_str()))
     {
         return Err(format!(
-            "unknown field {unknown:?} (expected \"function\" and \"timeout_seconds\")"
+            "unknown field {unknown:?} (expected \"function\", \"timeout_seconds\" and \"namespace\")"
         ));
     }
     let target =
@@ -157,7 +204,15 @@ fn route_target(value: &serde_json::Value) -> Result<(String, Option<Duration>),
             MAX_TOOL_TIMEOUT.as_secs()
         ))?),
     };
-    Ok((target, timeout))
+    let namespace = match fields.get("namespace") {
+        None => None,
+        Some(v) => Some(non_empty(Some(v)).ok_or("\"namespace\" must be a non-empty string")?),
+    };
+    Ok(RouteValue {
+        target,
+        timeout,
+        namespace,
+    })
 }
 
 /// `seconds` as a timeout a Lambda function can have (1 s to [`MAX_TOOL_TIMEOUT`]).

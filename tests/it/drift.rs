@@ -68,3 +68,66 @@ fn an_object_schema_can_ignore_its_undeclared_members_itself() {
     assert!(schema(json!({"undeclared": "sometimes"})).is_err());
     assert!(schema(json!(7)).is_err());
 }
+
+/// A route can state the namespace its calls are keyed in, so that renaming an action group, or
+/// moving it to another agent, keeps its calls' keys: a retry that spans the rename replays.
+/// Without one, the namespace is the one the door derives (agent id and group), and the same
+/// retry runs again.
+#[tokio::test]
+async fn a_namespace_a_route_states_keeps_keys_across_a_renamed_action_group() {
+    use toolcall_dedup::dispatch::Routes;
+    let original = event("fd-charge_card.json");
+    let mut renamed = original.clone();
+    renamed["actionGroup"] = json!("billing");
+    renamed["agent"]["id"] = json!("AGENT00002");
+    let stated = r#"{"payments/*": {"function": "demo", "namespace": "payments"},
+                     "billing/*": {"function": "demo", "namespace": "payments"}}"#;
+    for (routes, want) in [
+        (r#"{"*": "demo"}"#, Outcome::Executed),
+        (stated, Outcome::Replayed),
+    ] {
+        let config = Config {
+            routes: Routes::parse(routes).unwrap(),
+            ..Config::default()
+        };
+        let h = handler(MemoryStore::new(), demo(), &config);
+        let first = send(&h, &original).await;
+        assert_eq!(first.outcome, Outcome::Executed);
+        let retry = send(&h, &renamed).await;
+        assert_eq!(retry.outcome, want, "{routes}: {:?}", retry.response);
+        let record = h.store().get(first.key.as_deref().unwrap()).await.unwrap();
+        let namespace = record.unwrap().about.namespace;
+        let expected = if want == Outcome::Replayed {
+            "bedrock:payments"
+        } else {
+            "bedrock:K7QZ2M4RTB/payments"
+        };
+        assert_eq!(namespace.as_deref(), Some(expected), "{routes}");
+    }
+}
+
+#[test]
+fn a_route_namespace_must_be_text() {
+    use toolcall_dedup::dispatch::Routes;
+    for bad in [
+        r#"{"*": {"function": "demo", "namespace": ""}}"#,
+        r#"{"*": {"function": "demo", "namespace": 7}}"#,
+    ] {
+        let err = Routes::parse(bad).unwrap_err();
+        assert!(
+            err.contains("\"namespace\" must be a non-empty string"),
+            "{err}"
+        );
+    }
+    let routes = Routes::parse(
+        r#"{"payments/charge_card": "exact", "payments/*": {"function": "group", "namespace": "pay"}}"#,
+    )
+    .unwrap();
+    assert_eq!(routes.namespace("payments", "refund"), Some("pay"));
+    assert_eq!(
+        routes.namespace("payments", "charge_card"),
+        None,
+        "the namespace of the route the call takes, not of a wider one"
+    );
+    assert_eq!(routes.namespace("support", "refund"), None);
+}

@@ -227,7 +227,13 @@ pub fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
                 )));
             }
             Some(arn) => {
-                routes.insert(format!("{name}/*"), json!(arn));
+                // The namespace the Bedrock door derives today (agent id and group name), stated,
+                // so that renaming the group or moving to another agent keeps the calls' keys.
+                let namespace = format!("{}/{name}", args.api.agent_id);
+                routes.insert(
+                    format!("{name}/*"),
+                    json!({"function": arn, "namespace": namespace}),
+                );
             }
             None => skipped.push(name.to_string()),
         }

@@ -104,7 +104,12 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
                 (Some(group), Some((g, _))) => g == group,
                 _ => true,
             })
-            .map(|(pattern, target)| format!("{pattern} → {target}"))
+            .map(
+                |(pattern, target)| match config.routes.stated_namespace(&pattern) {
+                    Some(namespace) => format!("{pattern} → {target} (namespace {namespace})"),
+                    None => format!("{pattern} → {target}"),
+                },
+            )
             .collect();
         let ttl = policy.ttl.unwrap_or(config.ttl).as_secs();
         report.push(serde_json::json!({

@@ -146,15 +146,15 @@ async fn from_agent_writes_a_document_that_routes_to_todays_executors_and_reads_
         .collect();
     assert_eq!(
         tools["charge_card"]["routes"][0],
-        format!("payments/* → {CHARGE_FN}")
+        format!("payments/* → {CHARGE_FN} (namespace AGENT0001/payments)")
     );
     assert_eq!(
         tools["create_ticket"]["routes"][0],
-        format!("support/* → {SUPPORT_FN}")
+        format!("support/* → {SUPPORT_FN} (namespace AGENT0001/support)")
     );
     assert_eq!(
         tools["refund"]["routes"][0],
-        format!("billing/* → {BILLING_FN}")
+        format!("billing/* → {BILLING_FN} (namespace AGENT0001/billing)")
     );
     assert_eq!(
         tools["refund"]["schema"], "tool_definitions[2]",
