@@ -51,6 +51,13 @@ pub struct AttachArgs {
     /// Where to record what was replaced, for `dedup detach`.
     #[arg(long, default_value = "dedup-attach.json")]
     pub record: PathBuf,
+    /// Attach only if the function runs in shadow mode (it keys and reports, and never answers
+    /// from a record): its configuration is read first (`lambda:GetFunctionConfiguration`).
+    #[arg(long)]
+    pub shadow: bool,
+    /// A Lambda API endpoint (a local stand-in) for `--shadow`'s check; AWS when absent.
+    #[arg(long, env = "DEDUP_LAMBDA_ENDPOINT")]
+    pub lambda_endpoint: Option<String>,
     /// Make the change (without it, only the plan is printed).
     #[arg(long)]
     pub yes: bool,
@@ -87,6 +94,12 @@ pub struct AttachedGroup {
 }
 
 async fn client(endpoint: Option<&str>) -> Client {
+    Client::new(&sdk_config(endpoint).await)
+}
+
+/// The AWS configuration, or one for a local stand-in at `endpoint` (with a region and dummy
+/// credentials when none are set).
+async fn sdk_config(endpoint: Option<&str>) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(url) = endpoint {
         loader = loader.endpoint_url(url);
@@ -107,7 +120,7 @@ async fn client(endpoint: Option<&str>) -> Client {
             ));
         }
     }
-    Client::new(&loader.load().await)
+    loader.load().await
 }
 
 fn api_error(what: &str, e: impl std::error::Error) -> CliError {
@@ -303,6 +316,20 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode, CliError> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        if args.shadow {
+            let lambda =
+                aws_sdk_lambda::Client::new(&sdk_config(args.lambda_endpoint.as_deref()).await);
+            let mode = function_mode(&lambda, &args.function_arn).await?;
+            if mode.as_deref() != Some("shadow") {
+                return Err(CliError::Usage(format!(
+                    "--shadow: {} runs with DEDUP_MODE={}; deploy it with Mode=shadow \
+                     (sam deploy --parameter-overrides Mode=shadow) and attach again",
+                    args.function_arn,
+                    mode.as_deref().unwrap_or("(unset)")
+                )));
+            }
+            println!("mode: shadow (read from {})", args.function_arn);
+        }
         let client = client(args.api.endpoint.as_deref()).await;
         let groups = action_groups(&client, &args.api).await?;
         let to_change: Vec<&AgentActionGroup> = groups
@@ -374,6 +401,29 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode, CliError> {
         println!("agent prepared; record: {}", args.record.display());
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The `DEDUP_MODE` the function (or the version an alias ARN names) runs with.
+async fn function_mode(
+    lambda: &aws_sdk_lambda::Client,
+    function: &str,
+) -> Result<Option<String>, CliError> {
+    let config = lambda
+        .get_function_configuration()
+        .function_name(function)
+        .send()
+        .await
+        .map_err(|e| {
+            CliError::Usage(format!(
+                "--shadow: cannot read {function}'s configuration: {}",
+                aws_sdk_lambda::error::DisplayErrorContext(&e)
+            ))
+        })?;
+    Ok(config
+        .environment()
+        .and_then(|env| env.variables())
+        .and_then(|vars| vars.get("DEDUP_MODE"))
+        .cloned())
 }
 
 pub fn detach(args: DetachArgs) -> Result<ExitCode, CliError> {

@@ -1,5 +1,6 @@
 //! A local stand-in for the Bedrock Agent API (the four operations `dedup config from-agent`,
-//! `attach` and `detach` call), holding one agent in memory. Every request is checked against the
+//! `attach` and `detach` call), holding one agent in memory, and for the one Lambda operation
+//! `attach --shadow` calls (`GetFunctionConfiguration`, the functions' environments held beside it). Every request is checked against the
 //! SDK's shapes (method, path, the members each operation takes and requires, the unions'
 //! one-member rule); a request that breaks them is answered `ValidationException` and recorded,
 //! so a test sees it.
@@ -28,6 +29,8 @@ pub struct Agent {
     pub groups: BTreeMap<String, Value>,
     pub prepared: u32,
     pub seen: Vec<Seen>,
+    /// Lambda functions by name or ARN: their environment variables.
+    pub functions: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The running stand-in.
@@ -232,6 +235,17 @@ fn answer(agent: &Mutex<Agent>, method: &str, path: &str, body: &Value) -> Answe
     let mut agent = agent.lock().unwrap();
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method, parts.as_slice()) {
+        ("GET", ["2015-03-31", "functions", name, "configuration"]) => {
+            let name = name.replace("%3A", ":").replace("%3a", ":");
+            match agent.functions.get(&name) {
+                Some(env) => (
+                    200,
+                    None,
+                    json!({"FunctionName": name, "Environment": {"Variables": env}}),
+                ),
+                None => not_found(format!("function {name}")),
+            }
+        }
         ("POST", ["agents", id, "agentversions", version, "actiongroups"]) if *id == agent.id => {
             if let Err(e) = members(
                 body,

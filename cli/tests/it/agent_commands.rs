@@ -289,3 +289,64 @@ fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
         "the record is set aside once used"
     );
 }
+
+/// `attach --shadow` reads the function's mode first: a function in enforce mode is refused with
+/// how to deploy it in shadow mode, and nothing on the agent changes; one in shadow mode is
+/// attached.
+#[test]
+fn attach_in_shadow_mode_attaches_only_a_function_that_runs_in_shadow_mode() {
+    let with_mode = |mode: &str| {
+        let mut agent = agent("unused-bucket");
+        agent.functions.insert(
+            DEDUP_ALIAS.to_string(),
+            [("DEDUP_MODE".to_string(), mode.to_string())].into(),
+        );
+        AgentApi::start(agent)
+    };
+    let attach = |api: &AgentApi, record: &str| {
+        crate::dedup()
+            .args([
+                "attach",
+                "--agent-id",
+                "AGENT0001",
+                "--function-arn",
+                DEDUP_ALIAS,
+                "--record",
+                record,
+                "--shadow",
+                "--yes",
+            ])
+            .env("DEDUP_BEDROCK_AGENT_ENDPOINT", &api.endpoint)
+            .env("DEDUP_LAMBDA_ENDPOINT", &api.endpoint)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .expect("dedup runs")
+    };
+    let dir = tempfile::tempdir().unwrap();
+
+    let enforcing = with_mode("enforce");
+    let before = enforcing.executors();
+    let record = dir.path().join("enforce.json");
+    let refused = attach(&enforcing, record.to_str().unwrap());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("DEDUP_MODE=enforce") && stderr.contains("Mode=shadow"),
+        "{stderr}"
+    );
+    assert_eq!(enforcing.executors(), before, "nothing changed");
+    assert!(!record.exists());
+
+    let shadowing = with_mode("shadow");
+    let record = dir.path().join("shadow.json");
+    let out = ok(&attach(&shadowing, record.to_str().unwrap()));
+    assert!(out.contains("mode: shadow"), "{out}");
+    no_refusals(&shadowing);
+    assert_eq!(
+        shadowing.executors()["payments"],
+        json!({"lambda": DEDUP_ALIAS})
+    );
+    assert!(record.exists());
+}
