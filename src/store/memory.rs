@@ -456,6 +456,16 @@ impl MemoryStore {
 }
 
 impl Records for MemoryStore {
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.resolve_now(key, token, resolution, expires_at_s)
+    }
+
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
         self.list_now(filter)
     }
@@ -512,16 +522,6 @@ impl Store for MemoryStore {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.settle_unknown_now(key, token, expires_at_s)
-    }
-
-    async fn resolve(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        resolution: Resolution<'_>,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.resolve_now(key, token, resolution, expires_at_s)
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -1,5 +1,5 @@
 //! An operator's settlement of one call (`dedup settle`): read the record, then complete it with
-//! a reply or release it, fenced by the lease token just read ([`Store::resolve`]). Only a call no
+//! a reply or release it, fenced by the lease token just read ([`Records::resolve`]). Only a call no
 //! owner can settle any more is touched: one settled as outcome unknown (an `at_most_once` tool
 //! that crashed, timed out or lost its answer), or one whose claim's lease ended. A running owner,
 //! a completed call and a record that changed since it was read are refused, never overwritten.
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Record, Resolution, Status, Store, StoreError};
+use super::{Record, Records, Resolution, Status, Store, StoreError};
 
 /// What the operator does with the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +84,7 @@ impl Settlement {
 
 /// Reads `key` and performs `action` on it (see the module docs). A completed record lives
 /// `ttl` from now.
-pub async fn settle<S: Store>(
+pub async fn settle<S: Store + Records>(
     store: &S,
     key: &str,
     action: Action<'_>,

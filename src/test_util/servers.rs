@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::store::{
     CallAbout, ClaimBudget, ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore,
-    LeaseToken, ManualClock, MemoryStore, Record, RequestCounts, Resolution, RetryPolicy, Store,
-    StoreError,
+    LeaseToken, ManualClock, MemoryStore, Record, RequestCounts, RetryPolicy, Store, StoreError,
 };
 
 pub const START_HINT: &str = "start the local DynamoDB servers first: \
@@ -399,18 +398,6 @@ impl<S: Store> Store for Faulty<S> {
     ) -> Result<(), StoreError> {
         self.check()?;
         self.inner.settle_unknown(key, token, expires_at_s).await
-    }
-    async fn resolve(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        resolution: Resolution<'_>,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.check()?;
-        self.inner
-            .resolve(key, token, resolution, expires_at_s)
-            .await
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         self.check()?;

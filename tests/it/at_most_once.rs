@@ -8,7 +8,7 @@ use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::Handled;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::settle::{Action, SettleError, settle};
-use toolcall_dedup::store::{ManualClock, Status, Store};
+use toolcall_dedup::store::{ManualClock, Records, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 
 use crate::fixture::*;
@@ -42,7 +42,11 @@ fn assert_outcome_unknown(h: &Handled, key: &str) {
 
 /// A crash after the side effect: settled unknown, never re-run (not even once the lease would
 /// have ended), until the operator stores the reply they found, which repeats then replay.
-async fn crash_then_operator_completes<S: Store>(store: S, clock: ManualClock, policy: &str) {
+async fn crash_then_operator_completes<S: Store + Records>(
+    store: S,
+    clock: ManualClock,
+    policy: &str,
+) {
     let h = handler(
         store,
         Scripted::new(vec![Act::RunThenFail("Sandbox.Timedout"), Act::Run]),
@@ -83,7 +87,10 @@ async fn crash_then_operator_completes<S: Store>(store: S, clock: ManualClock, p
 
 /// An owner killed mid-call writes nothing: once its lease ends the call is outcome unknown (an
 /// at-least-once tool would run again). The operator releases it, and a retry runs once.
-async fn killed_owner_then_operator_releases<S: Store + 'static>(store: S, clock: ManualClock) {
+async fn killed_owner_then_operator_releases<S: Store + Records + 'static>(
+    store: S,
+    clock: ManualClock,
+) {
     let gate = std::sync::Arc::new(tokio::sync::Notify::new());
     let (h, task) = hung_in_tool(
         store,

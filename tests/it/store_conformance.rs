@@ -732,7 +732,7 @@ async fn settled_unknown_is_completed_without_a_result_and_only_by_its_holder<
     assert!(!completed(cx.claim(&done).await).outcome_unknown);
 }
 
-async fn an_operator_settles_only_what_no_owner_can<S: Store + 'static>(cx: Ctx<S>) {
+async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static>(cx: Ctx<S>) {
     let expires_at_s = cx.store.now_ms().div_euclid(1000) + TTL_S;
     // A running owner (its lease not ended) is never overwritten, nor deleted.
     let running = cx.key("running");

@@ -17,8 +17,8 @@ use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RequestCounts, Resolution, Status,
-    Store, StoreError, SystemClock,
+    ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RequestCounts, Status, Store,
+    StoreError, SystemClock,
 };
 
 tokio::task_local! {
@@ -768,18 +768,6 @@ impl<S: Store> Store for NotingStore<S> {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.inner.settle_unknown(key, token, expires_at_s).await
-    }
-
-    async fn resolve(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        resolution: Resolution<'_>,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .resolve(key, token, resolution, expires_at_s)
-            .await
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -24,7 +24,7 @@ pub(super) const COMPLETE_UPDATE: &str =
 /// Settled as outcome unknown: completed, with no result to replay, and in the attention index.
 pub(super) const UNKNOWN_UPDATE: &str = "SET #st = :completed, #exp = :exp, #unk = :true, \
      #att = :att_unknown REMOVE #res, #enc, #omit";
-/// What an operator may settle ([`Store::resolve`]): still carrying the token read, live, and
+/// What an operator may settle ([`Records::resolve`]): still carrying the token read, live, and
 /// either settled as outcome unknown or in progress with its lease ended.
 pub(super) const RESOLVABLE_CONDITION: &str = "#tok = :tok AND #exp >= :now_s AND \
      ((#st = :completed AND #unk = :true) OR (#st = :in_progress AND #lease < :now_ms))";

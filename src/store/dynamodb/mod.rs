@@ -243,17 +243,6 @@ impl Store for DynamoDbStore {
         self.settle_unknown_inner(key, token, expires_at_s).await
     }
 
-    async fn resolve(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        resolution: Resolution<'_>,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.resolve_inner(key, token, resolution, expires_at_s)
-            .await
-    }
-
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         match self.get_inner(key).await? {
             Some(record) => Ok(Some(self.with_result(record).await?)),

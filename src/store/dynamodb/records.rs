@@ -7,6 +7,17 @@ use aws_sdk_dynamodb::operation::scan::ScanError;
 use super::*;
 
 impl Records for DynamoDbStore {
+    async fn resolve(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        resolution: Resolution<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.resolve_inner(key, token, resolution, expires_at_s)
+            .await
+    }
+
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
         let now = self.clock.now_ms();
         let mut records = match filter.state {
