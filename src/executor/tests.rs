@@ -3,7 +3,7 @@
 use super::*;
 use crate::key::Call;
 use crate::seam::ReplyClass;
-use crate::store::MemoryStore;
+use crate::store::{ClaimOutcome, MemoryStore};
 
 /// The tool gets the time to the deadline less what the completion and the answer need: a
 /// tool given more would still be running when its result has to be stored.
@@ -205,6 +205,37 @@ fn every_handed_back_token_of_one_key_is_kept_for_release() {
         "a later token replaced the written claim's"
     );
     assert_eq!(orphans[&LeaseToken::new("written")], "k");
+}
+
+/// A claim whose answers were lost is released before the next call claims, on a store that
+/// answers: the key it blocked runs again at once instead of waiting out the lease, and the
+/// release is not mistaken for an outage.
+#[tokio::test]
+async fn a_lost_claim_is_released_before_the_next_claim_of_its_key() {
+    let settings = Settings {
+        wait: Duration::from_millis(20),
+        ..Settings::default()
+    };
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), settings);
+    let end = Instant::now() + Duration::from_secs(10);
+    let lost = match executor
+        .store()
+        .claim(executor.claim_request(keyed("f", None), end, NO_RUN_TIME))
+        .await
+        .unwrap()
+    {
+        ClaimOutcome::Claimed { token } => token,
+        other => panic!("{other:?}"),
+    };
+    executor.remember_orphan("k", lost);
+    let finished: Finished<()> = executor
+        .run(keyed("f", None), end, NO_RUN_TIME, replying)
+        .await;
+    assert_eq!(finished.outcome, Outcome::Executed);
+    assert!(
+        executor.orphans.lock().unwrap().is_empty(),
+        "released, not kept"
+    );
 }
 
 fn completed(key: &str, expires_at_s: i64) -> Record {

@@ -130,4 +130,9 @@ fn a_route_namespace_must_be_text() {
         "the namespace of the route the call takes, not of a wider one"
     );
     assert_eq!(routes.namespace("support", "refund"), None);
+    assert_eq!(routes.stated_namespace("payments/*"), Some("pay"));
+    assert_eq!(routes.stated_namespace("payments/charge_card"), None);
+    let everything = Routes::everything_to("demo");
+    assert_eq!(everything.resolve("support", "refund"), Some("demo"));
+    assert_eq!(everything.namespace("support", "refund"), None);
 }

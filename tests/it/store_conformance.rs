@@ -1607,6 +1607,45 @@ async fn an_outage_fails_every_call_closed_within_the_budget_however_many_claims
     assert_eq!(runs.load(Ordering::SeqCst), 0, "fail closed: nothing ran");
 }
 
+/// A claim written while every answer to it was lost fails its call closed; the next call of the
+/// key releases that claim first (the store answers again) and runs, instead of waiting out the
+/// claim's lease.
+async fn a_lost_claim_is_released_at_the_next_call_and_its_key_runs(backend: Backend) {
+    use toolcall_dedup::guard::{Dedup, GuardError};
+    use toolcall_dedup::key::{Call, Keyer};
+
+    let clock = ManualClock::starting_now();
+    let store = servers::Faulty::new(servers::dynamodb_store(backend, clock).await);
+    // The first claim is written, and every answer to it lost.
+    store.lose_claim_answers.store(1, Ordering::SeqCst);
+    let counter = store.inner.clone();
+    let dedup = Dedup::new(store, Keyer::new());
+    let runs = AtomicU32::new(0);
+    let call = Call {
+        tool: "charge_card",
+        args: r#"{"order": "o-lost"}"#,
+        run_id: Some("run-lost"),
+        ..Call::default()
+    };
+    let charge = || async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::io::Error>(())
+    };
+    let lost = dedup.run(&call, charge).await;
+    assert!(
+        matches!(lost, Err(GuardError::Store(_))),
+        "{backend:?}: {lost:?}"
+    );
+    let before = counter.requests();
+    let ran = dedup.run(&call, charge).await;
+    assert!(ran.is_ok(), "{backend:?}: {ran:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the retry ran, once");
+    assert!(
+        counter.requests().delete_item > before.delete_item,
+        "{backend:?}: the lost claim was released first"
+    );
+}
+
 async fn store_gives_up_with_unavailable_at_its_deadline(backend: Backend) {
     let clock = ManualClock::starting_now();
     let mut cfg = servers::config();
@@ -1916,6 +1955,7 @@ dynamodb_only!(
     a_lost_claim_read_back_under_another_token_is_left_alone,
     a_claim_fails_closed_within_its_budget_then_the_breaker_answers_until_a_probe,
     an_outage_fails_every_call_closed_within_the_budget_however_many_claims_were_lost,
+    a_lost_claim_is_released_at_the_next_call_and_its_key_runs,
     store_gives_up_with_unavailable_at_its_deadline,
     table_create_is_idempotent_and_reports_ttl,
     a_table_made_before_the_index_gets_it,
