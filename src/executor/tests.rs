@@ -137,6 +137,46 @@ async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
     }
 }
 
+/// What an unknown outcome allows is the claim's: a claim taken `at_most_once` is settled as
+/// outcome unknown even when the invocation that sees the reply keys the call `at_least_once`
+/// (a policy reloaded between the REQUEST and the RESPONSE, or another container's).
+#[tokio::test]
+async fn an_unknown_outcome_is_settled_as_the_claim_was_taken() {
+    let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default());
+    let end = Instant::now() + Duration::from_secs(10);
+    let owner = RequestOwner {
+        name: "request-a".into(),
+        is_one_request: true,
+    };
+    let at_most_once = Keyed {
+        delivery: Delivery::AtMostOnce,
+        ..keyed("f", None)
+    };
+    let opened: Opened<()> = executor.open(at_most_once, end, NO_RUN_TIME, &owner).await;
+    assert!(matches!(opened, Opened::Claimed), "{opened:?}");
+    let unknown = RunEnd::Failed {
+        outcome_unknown: true,
+    };
+    let finished = executor
+        .finish_claimed(keyed("f", None), "request-a", end, unknown, b"")
+        .await
+        .unwrap();
+    assert_eq!(
+        finished,
+        FinishedElsewhere::Settled(AfterRun::SettleUnknown)
+    );
+    let record = executor
+        .store()
+        .get("k")
+        .await
+        .unwrap()
+        .expect("the record");
+    assert!(
+        record.is_outcome_unknown(executor.store().now_ms()),
+        "{record:?}"
+    );
+}
+
 /// A caller-keyed repeat with the same arguments is answered by the warm cache without a
 /// request; with other arguments it goes to the store, whose record says the key was reused.
 #[tokio::test]
