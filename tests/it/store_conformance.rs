@@ -78,6 +78,29 @@ impl<S: Store + 'static> Ctx<S> {
         self.store.requests()
     }
 
+    /// Claims `key` `at_most_once` and settles it as outcome unknown, as an executor does when
+    /// such a tool crashed; returns the claim's token and the record's expiry.
+    async fn settled_unknown(&self, key: &str) -> (LeaseToken, i64) {
+        let token = match self
+            .store
+            .claim(ClaimRequest {
+                at_most_once: true,
+                ..self.req(key)
+            })
+            .await
+            .unwrap()
+        {
+            ClaimOutcome::Claimed { token } => token,
+            other => panic!("{:?}: expected Claimed, got {other:?}", self.backend),
+        };
+        let expires = self.store.now_ms().div_euclid(1000) + TTL_S;
+        self.store
+            .settle_unknown(key, &token, expires)
+            .await
+            .unwrap();
+        (token, expires)
+    }
+
     /// Completes with a 1 h record life from the current time.
     async fn complete(
         &self,
@@ -1055,23 +1078,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
 
     // Settled as unknown by a holder: still listed as unknown, and gone once resolved.
     let lost = cx.key("lost");
-    let lost_token = match cx
-        .store
-        .claim(ClaimRequest {
-            at_most_once: true,
-            ..cx.req(&lost)
-        })
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::Claimed { token } => token,
-        other => panic!("{other:?}"),
-    };
-    let expires = cx.store.now_ms().div_euclid(1000) + TTL_S;
-    cx.store
-        .settle_unknown(&lost, &lost_token, expires)
-        .await
-        .unwrap();
+    let (lost_token, expires) = cx.settled_unknown(&lost).await;
     assert_eq!(
         keys(list(by_state(RecordState::Unknown)).await),
         [lost.clone(), charging.clone()]
@@ -1111,23 +1118,7 @@ async fn evict_removes_only_a_completed_record_at_the_version_read<S: Records + 
 
     // An unknown outcome is the operator's to settle, not to evict.
     let unknown = cx.key("unknown");
-    let held = match cx
-        .store
-        .claim(ClaimRequest {
-            at_most_once: true,
-            ..cx.req(&unknown)
-        })
-        .await
-        .unwrap()
-    {
-        ClaimOutcome::Claimed { token } => token,
-        other => panic!("{other:?}"),
-    };
-    let expires = cx.store.now_ms().div_euclid(1000) + TTL_S;
-    cx.store
-        .settle_unknown(&unknown, &held, expires)
-        .await
-        .unwrap();
+    let (held, _) = cx.settled_unknown(&unknown).await;
     assert_lease_lost(cx.store.evict(&unknown, &held).await);
     assert!(cx.store.get(&unknown).await.unwrap().is_some());
 

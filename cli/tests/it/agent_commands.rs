@@ -65,10 +65,12 @@ fn agent(bucket: &str) -> Agent {
 
 const BILLING_YAML: &str = "openapi: 3.0.0\ninfo: {title: billing, version: '1'}\npaths:\n  /refund:\n    post:\n      operationId: refund\n      requestBody:\n        content:\n          application/json:\n            schema:\n              $ref: '#/components/schemas/Refund'\ncomponents:\n  schemas:\n    Refund:\n      type: object\n      properties:\n        charge_id: {type: string}\n";
 
+/// `dedup` against the stand-in (both the Bedrock Agent API and the one Lambda operation it serves).
 fn dedup(api: &AgentApi, args: &[&str]) -> Output {
     crate::dedup()
         .args(args)
         .env("DEDUP_BEDROCK_AGENT_ENDPOINT", &api.endpoint)
+        .env("DEDUP_LAMBDA_ENDPOINT", &api.endpoint)
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("AWS_REGION", "us-east-1")
@@ -304,8 +306,9 @@ fn attach_in_shadow_mode_attaches_only_a_function_that_runs_in_shadow_mode() {
         AgentApi::start(agent)
     };
     let attach = |api: &AgentApi, record: &str| {
-        crate::dedup()
-            .args([
+        dedup(
+            api,
+            &[
                 "attach",
                 "--agent-id",
                 "AGENT0001",
@@ -315,14 +318,8 @@ fn attach_in_shadow_mode_attaches_only_a_function_that_runs_in_shadow_mode() {
                 record,
                 "--shadow",
                 "--yes",
-            ])
-            .env("DEDUP_BEDROCK_AGENT_ENDPOINT", &api.endpoint)
-            .env("DEDUP_LAMBDA_ENDPOINT", &api.endpoint)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_REGION", "us-east-1")
-            .output()
-            .expect("dedup runs")
+            ],
+        )
     };
     let dir = tempfile::tempdir().unwrap();
 
