@@ -20,6 +20,38 @@ mod records;
 mod score;
 mod settle;
 
+/// The key of the call [`at_most_once_claim`] claims (32 hex digits, as keys are).
+pub const CLAIMED_KEY: &str = "0123456789abcdef0123456789abcdef";
+
+/// A fresh table on `backend` holding one `at_most_once` claim of [`CLAIMED_KEY`], as an executor
+/// leaves it while the tool runs (a minute's lease, an hour's life): the store and the claim's token.
+pub async fn at_most_once_claim(
+    backend: servers::Backend,
+    clock: &toolcall_dedup::store::ManualClock,
+) -> (
+    toolcall_dedup::store::DynamoDbStore,
+    toolcall_dedup::store::LeaseToken,
+) {
+    use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, Clock, Store};
+    let store = servers::dynamodb_store(backend, clock.clone()).await;
+    let now = clock.now_ms();
+    let req = ClaimRequest {
+        key: CLAIMED_KEY,
+        fingerprint: "fp",
+        tool: "charge_card",
+        lease_until_ms: now + 60_000,
+        expires_at_s: now / 1000 + 3_600,
+        owner: None,
+        at_most_once: true,
+        path_digests: None,
+        about: Default::default(),
+    };
+    let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
+        panic!("expected a claim")
+    };
+    (store, token)
+}
+
 /// The `dedup` binary as a newcomer runs it: from the repository root, with none of the caller's
 /// `DEDUP_*` settings (the test servers' `DEDUP_TEST_*` endpoints stay), no ledger and no log filter.
 pub fn dedup() -> std::process::Command {

@@ -5,7 +5,7 @@
 use std::process::Output;
 
 use serde_json::Value;
-use toolcall_dedup::store::{ClaimOutcome, ClaimRequest, Clock, ManualClock, Store};
+use toolcall_dedup::store::{Clock, ManualClock, Store};
 
 use crate::fixture::events_dir;
 use crate::servers::{self, Backend};
@@ -135,24 +135,10 @@ async fn a_replayed_call_is_listed_shown_evicted_and_runs_again(backend: Backend
 
 async fn an_unknown_outcome_is_listed_through_the_index_and_cannot_be_evicted(backend: Backend) {
     let clock = ManualClock::starting_now();
-    let store = servers::dynamodb_store(backend, clock.clone()).await;
+    let (store, token) = crate::at_most_once_claim(backend, &clock).await;
     let table = store.config().table.clone();
-    let key = "0123456789abcdef0123456789abcdef";
+    let key = crate::CLAIMED_KEY;
     let now = clock.now_ms();
-    let req = ClaimRequest {
-        key,
-        fingerprint: "fp",
-        tool: "charge_card",
-        lease_until_ms: now + 60_000,
-        expires_at_s: now / 1000 + 3_600,
-        owner: None,
-        at_most_once: true,
-        path_digests: None,
-        about: Default::default(),
-    };
-    let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
-        panic!("expected a claim")
-    };
     store
         .settle_unknown(key, &token, now / 1000 + 3_600)
         .await

@@ -4,9 +4,9 @@
 use std::process::Output;
 
 use serde_json::Value;
-use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, Clock, ManualClock, Store};
+use toolcall_dedup::store::{Clock, ManualClock, Store};
 
-use crate::servers::{self, Backend};
+use crate::servers::Backend;
 
 fn settle(table: &str, args: &[&str]) -> Output {
     crate::dedup()
@@ -42,24 +42,10 @@ fn assert_refused(out: &Output, says: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
     let clock = ManualClock::starting_now();
-    let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+    let (store, token) = crate::at_most_once_claim(Backend::Moto, &clock).await;
     let table = store.config().table.clone();
-    let key = "0123456789abcdef0123456789abcdef";
+    let key = crate::CLAIMED_KEY;
     let now = clock.now_ms();
-    let req = ClaimRequest {
-        key,
-        fingerprint: "fp",
-        tool: "charge_card",
-        lease_until_ms: now + 60_000,
-        expires_at_s: now / 1000 + 3_600,
-        owner: None,
-        at_most_once: true,
-        path_digests: None,
-        about: CallAbout::default(),
-    };
-    let ClaimOutcome::Claimed { token } = store.claim(req).await.unwrap() else {
-        panic!("expected a claim")
-    };
 
     // A running owner is never overwritten.
     let reply = tempfile::NamedTempFile::new().unwrap();
