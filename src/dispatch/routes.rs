@@ -18,7 +18,7 @@ pub struct Routes {
     default: Option<String>,
     /// Timeouts stated in the routes, by target.
     timeouts: HashMap<String, Duration>,
-    /// Namespaces stated in the routes, by the entry's own key (see [`Routes::entry`]).
+    /// Namespaces stated in the routes, by the entry's own key: `group/tool`, `group/*`, or `*`.
     namespaces: HashMap<String, String>,
 }
 
@@ -55,11 +55,11 @@ impl Routes {
 
     /// The namespace the route a call of `tool` in `action_group` takes states, if it states one.
     pub fn namespace(&self, action_group: &str, tool: &str) -> Option<&str> {
-        let entry = Routes::entry(action_group, tool);
+        let entry = route_key(action_group, tool);
         let taken = if self.exact.contains_key(&entry) {
             entry
         } else if self.groups.contains_key(action_group) {
-            Routes::entry(action_group, "*")
+            route_key(action_group, "*")
         } else {
             "*".to_string()
         };
@@ -70,11 +70,6 @@ impl Routes {
     /// gives them).
     pub fn stated_namespace(&self, pattern: &str) -> Option<&str> {
         self.namespaces.get(pattern).map(String::as_str)
-    }
-
-    /// The key of an entry: `group/tool`, `group/*`, or `*` for the default.
-    fn entry(action_group: &str, tool: &str) -> String {
-        route_key(action_group, tool)
     }
 
     /// Records that `target` can run for `timeout` (the longest stated one wins).
@@ -116,7 +111,7 @@ impl Routes {
             .ok_or_else(|| {
                 format!("route {pattern:?} must be \"actionGroup/function\", \"actionGroup/METHOD /path\", \"actionGroup/*\" or \"*\"")
             })?;
-        let entry = Routes::entry(group, &normalize_tool(tool));
+        let entry = route_key(group, &normalize_tool(tool));
         if tool == "*" {
             self.groups.insert(group.to_string(), target);
         } else {

@@ -39,17 +39,25 @@ fn names(docs: &[Value]) -> Vec<&str> {
     docs.iter().map(|d| d["name"].as_str().unwrap()).collect()
 }
 
-#[tokio::test]
-async fn a_sampled_invocation_sends_its_stages_to_the_xray_daemon() {
+/// A local X-Ray daemon (its socket waits `wait` for each read) and, while the guard lives, this
+/// thread's subscriber sending stage spans to it under the trace header `header` gives.
+fn traced(
+    header: fn() -> Option<String>,
+    wait: Duration,
+) -> (UdpSocket, tracing::subscriber::DefaultGuard) {
     let daemon = UdpSocket::bind("127.0.0.1:0").unwrap();
-    daemon
-        .set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
-    let layer = XrayLayer::new(daemon.local_addr().unwrap(), sampled).unwrap();
-    let _traced = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    daemon.set_read_timeout(Some(wait)).unwrap();
+    let layer = XrayLayer::new(daemon.local_addr().unwrap(), header).unwrap();
+    let guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
     // Another test's thread may have registered a stage's callsite while this subscriber was
     // being set: recompute every callsite's interest with it in place.
     tracing::callsite::rebuild_interest_cache();
+    (daemon, guard)
+}
+
+#[tokio::test]
+async fn a_sampled_invocation_sends_its_stages_to_the_xray_daemon() {
+    let (daemon, _traced) = traced(sampled, Duration::from_millis(200));
     let h = demo_handler(Telemetry::quiet());
 
     send(&h, &event("fd-charge_card.json")).await;
@@ -81,15 +89,7 @@ async fn a_sampled_invocation_sends_its_stages_to_the_xray_daemon() {
 
 #[tokio::test]
 async fn an_unsampled_invocation_sends_nothing() {
-    let daemon = UdpSocket::bind("127.0.0.1:0").unwrap();
-    daemon
-        .set_read_timeout(Some(Duration::from_millis(100)))
-        .unwrap();
-    let layer = XrayLayer::new(daemon.local_addr().unwrap(), unsampled).unwrap();
-    let _traced = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
-    // Another test's thread may have registered a stage's callsite while this subscriber was
-    // being set: recompute every callsite's interest with it in place.
-    tracing::callsite::rebuild_interest_cache();
+    let (daemon, _traced) = traced(unsampled, Duration::from_millis(100));
     let h = demo_handler(Telemetry::quiet());
     send(&h, &event("fd-charge_card.json")).await;
     assert!(received(&daemon).is_empty());

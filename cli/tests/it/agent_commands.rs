@@ -78,6 +78,21 @@ fn dedup(api: &AgentApi, args: &[&str]) -> Output {
         .expect("dedup runs")
 }
 
+/// `dedup attach` of the stand-in's agent to the dedup alias, recording to `record`, with `extra`.
+fn attach_args<'a>(record: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "attach",
+        "--agent-id",
+        "AGENT0001",
+        "--function-arn",
+        DEDUP_ALIAS,
+        "--record",
+        record,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 fn ok(out: &Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
@@ -173,18 +188,7 @@ fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
     let record = dir.path().join("attach.json");
     let record = record.to_str().unwrap();
 
-    let plan = ok(&dedup(
-        &api,
-        &[
-            "attach",
-            "--agent-id",
-            "AGENT0001",
-            "--function-arn",
-            DEDUP_ALIAS,
-            "--record",
-            record,
-        ],
-    ));
+    let plan = ok(&dedup(&api, &attach_args(record, &[])));
     assert!(
         plan.contains(&format!("payments: executor {CHARGE_FN} -> {DEDUP_ALIAS}")),
         "{plan}"
@@ -196,19 +200,7 @@ fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
     assert_eq!(api.executors(), before, "a plan changes nothing");
     assert!(!std::path::Path::new(record).exists());
 
-    ok(&dedup(
-        &api,
-        &[
-            "attach",
-            "--agent-id",
-            "AGENT0001",
-            "--function-arn",
-            DEDUP_ALIAS,
-            "--record",
-            record,
-            "--yes",
-        ],
-    ));
+    ok(&dedup(&api, &attach_args(record, &["--yes"])));
     no_refusals(&api);
     let attached = api.executors();
     for name in ["payments", "support", "billing"] {
@@ -305,22 +297,8 @@ fn attach_in_shadow_mode_attaches_only_a_function_that_runs_in_shadow_mode() {
         );
         AgentApi::start(agent)
     };
-    let attach = |api: &AgentApi, record: &str| {
-        dedup(
-            api,
-            &[
-                "attach",
-                "--agent-id",
-                "AGENT0001",
-                "--function-arn",
-                DEDUP_ALIAS,
-                "--record",
-                record,
-                "--shadow",
-                "--yes",
-            ],
-        )
-    };
+    let attach =
+        |api: &AgentApi, record: &str| dedup(api, &attach_args(record, &["--shadow", "--yes"]));
     let dir = tempfile::tempdir().unwrap();
 
     let enforcing = with_mode("enforce");
