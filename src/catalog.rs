@@ -14,12 +14,12 @@
 //!
 //! **One call, one key, in every container.** A learned schema changes how a tool's calls are
 //! keyed, and the REQUEST and RESPONSE of one call may be keyed in two containers whose cached
-//! catalogs differ. The record keeps each tool's last [`EARLIER_LISTINGS`] earlier entries (or that
-//! it was not listed), so a RESPONSE that finds no claim under its own key reads the record afresh
-//! and tries the keys the tool's other listings give ([`TargetCatalog::schemas_of`]). A *retry*
-//! made after a tool's listing changed is keyed with the new schema, so it meets its original only
-//! when the change does not alter how its arguments normalize: that window is the price of typing
-//! by a schema that can change.
+//! catalogs differ. The RESPONSE therefore never derives the key again: it settles the claim its
+//! REQUEST noted ([`crate::interceptor`], `request:<hash>` records). The record still keeps each
+//! tool's last [`EARLIER_LISTINGS`] earlier entries ([`TargetCatalog::schemas_of`]), for an
+//! operator asking which listings keyed a tool. A *retry* made after a tool's listing changed is
+//! keyed with the new schema, so it meets its original only when the change does not alter how
+//! its arguments normalize: that window is the price of typing by a schema that can change.
 //!
 //! **A listing types a tool; it never loosens a key unless trusted.** Types, enums, formats,
 //! `required` and defaults are read from every listing; `x-dedup` field modes (which can make

@@ -39,6 +39,11 @@ pub enum NextAction {
         /// The claim's fencing token.
         token: LeaseToken,
     },
+    /// The live claim of the request this invocation answers, taken by an earlier invocation
+    /// for it (the Gateway invokes an interceptor again): hand it to a fresh token with a lease
+    /// counted from now ([`crate::store::Store::hand_over`]), then let the side effect run. Never
+    /// the old token: a copy of it may be remembered elsewhere as a lost claim to release.
+    Resume(Record),
     /// The key was completed: answer with the stored reply.
     Replay(Record),
     /// The caller's idempotency key was first used for other arguments: refuse, run nothing.
@@ -84,9 +89,7 @@ pub fn decide(
                 && own.is_some_and(|o| record.token.owner() == Some(o))
                 && !record.lease_ended(now_ms) =>
         {
-            NextAction::Execute {
-                token: record.token,
-            }
+            NextAction::Resume(record)
         }
         Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record)) if shadow => {
             NextAction::Shadow { seen: Some(record) }
@@ -336,6 +339,45 @@ mod tests {
         assert!(matches!(
             decide(Err(down()), Mode::Enforce, SOME, NOW, None, None),
             NextAction::StoreDown(_)
+        ));
+    }
+
+    #[test]
+    fn a_live_claim_of_this_very_request_is_resumed_under_a_new_token_never_its_old_one() {
+        let mut own = record(Status::InProgress);
+        own.token = LeaseToken::for_owner(Some("req-a"));
+        let resumed = decide(
+            Ok(ClaimOutcome::InProgress(own.clone())),
+            Mode::Enforce,
+            SOME,
+            NOW,
+            None,
+            Some("req-a"),
+        );
+        assert!(matches!(resumed, NextAction::Resume(r) if r.token == own.token));
+        // Another request's claim, or one whose lease ended, is not this request's to go on under.
+        assert!(matches!(
+            decide(
+                Ok(ClaimOutcome::InProgress(own.clone())),
+                Mode::Enforce,
+                SOME,
+                NOW,
+                None,
+                Some("req-b")
+            ),
+            NextAction::Wait(_)
+        ));
+        own.lease_until_ms = NOW - 1;
+        assert!(!matches!(
+            decide(
+                Ok(ClaimOutcome::InProgress(own)),
+                Mode::Enforce,
+                SOME,
+                NOW,
+                None,
+                Some("req-a")
+            ),
+            NextAction::Resume(_)
         ));
     }
 

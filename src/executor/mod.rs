@@ -33,7 +33,8 @@ mod tests;
 use cache::RecordCache;
 pub use lease::{Lease, Settings};
 pub use outcome::{
-    CallerKey, Finished, FinishedElsewhere, Keyed, Opened, Outcome, RequestOwner, Settled, ToolRun,
+    CallerKey, ClaimMade, Finished, FinishedElsewhere, Keyed, Opened, Outcome, RecordedClaim,
+    RequestOwner, Settled, ToolRun,
 };
 
 /// What the claim loop ended with.
@@ -47,10 +48,12 @@ enum Acquired<E> {
     Answered(Finished<E>),
 }
 
-/// How one claim round ended: the claim loop is done, or waits for an identical call in flight.
+/// How one claim round ended: the claim loop is done, waits for an identical call in flight, or
+/// resumes this request's own claim.
 enum RoundEnd<E> {
     Acquired(Acquired<E>),
     Wait(Box<Record>),
+    Resume(Box<Record>),
 }
 
 /// The claim a side effect runs under, and when it was sent.
@@ -88,6 +91,28 @@ pub struct Executor<S> {
     /// as a difference around each invocation, like the store's request count).
     settled_unknown: AtomicU64,
 }
+
+/// The claim a settling write acts on: its key, the fingerprint stored with it (the warm cache
+/// keeps it beside the reply) and the policy entry its expiry comes from.
+#[derive(Clone, Copy)]
+struct Settling<'a> {
+    key: &'a str,
+    fingerprint: &'a str,
+    policy_name: &'a str,
+}
+
+impl<'a> Settling<'a> {
+    fn of(call: Keyed<'a>) -> Settling<'a> {
+        Settling {
+            key: call.key,
+            fingerprint: call.fingerprint,
+            policy_name: call.call.policy_name(),
+        }
+    }
+}
+
+/// The label of a request's note of its claim ([`RequestOwner::noted_at`]).
+const NOTE_LABEL: &str = "request";
 
 /// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
 const MAX_ORPHANS: usize = 256;
@@ -194,31 +219,108 @@ impl<S: Store> Executor<S> {
             .instrument(tracing::info_span!("claim"))
             .await;
         match acquired {
-            Acquired::Owner(_) => Opened::Claimed,
+            Acquired::Owner(started) => match &owner.noted_at {
+                None => Opened::Claimed,
+                Some(at) => match self.note_claim(at, call, &owner.name, end).await {
+                    Ok(()) => Opened::Claimed,
+                    Err(e) => {
+                        // Unnoted, the claim could not be settled: nothing runs under it.
+                        tracing::error!(error = %e, "could not note the claim; released it");
+                        self.release(call.key, started.token.as_ref()).await;
+                        Opened::Answered(store_down(e))
+                    }
+                },
+            },
             Acquired::Shadow { outcome, .. } => Opened::Unclaimed(outcome),
             Acquired::Answered(done) => Opened::Answered(done),
         }
     }
 
-    /// Settles a claim [`Executor::open`] took, once its side effect's reply is seen elsewhere:
-    /// stores, releases or keeps it as [`after_run`] says, fenced by the claim's token. Only the
-    /// claim `owner` took is touched; anything else (a completed record, another request's claim,
-    /// none) is left as it is and said in the answer. What an unknown outcome allows is the claim's
-    /// (taken `at_most_once` or not), whatever this invocation's view of the tool says.
-    pub async fn finish_claimed(
+    /// Notes under `at` that this request claimed `call.key` as `owner` (see
+    /// [`RequestOwner::noted_at`]). A note already there is this same request's, from an earlier
+    /// invocation for it: one naming another key (a configuration or listing changed between
+    /// the two invocations) is replaced, and the claim it names, this request's own and never
+    /// run (the side effect starts only after an invocation answers), is released.
+    async fn note_claim(
         &self,
+        at: &str,
         call: Keyed<'_>,
         owner: &str,
+        end: Instant,
+    ) -> Result<(), StoreError> {
+        let note = RecordedClaim {
+            key: call.key.to_string(),
+            owner: owner.to_string(),
+        };
+        let value = serde_json::to_vec(&note).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
+        let put = self.store.put(at, NOTE_LABEL, &value, expires_at_s, None);
+        match self.bounded(end, put).await {
+            Err(StoreError::LeaseLost) => {}
+            other => return other.map(drop),
+        }
+        let Some(earlier) = self.bounded(end, self.store.get(at)).await? else {
+            // Expired between the two requests: write it afresh.
+            let put = self.store.put(at, NOTE_LABEL, &value, expires_at_s, None);
+            return self.bounded(end, put).await.map(drop);
+        };
+        let noted = earlier
+            .result
+            .as_deref()
+            .and_then(|v| serde_json::from_slice::<RecordedClaim>(v).ok());
+        if noted.as_ref() == Some(&note) {
+            return Ok(());
+        }
+        if let Some(noted) = noted.filter(|n| n.key != note.key) {
+            if let Ok(Some(stale)) = self.store.get(&noted.key).await {
+                if stale.status == Status::InProgress
+                    && stale.token.owner() == Some(noted.owner.as_str())
+                {
+                    self.release(&noted.key, Some(&stale.token)).await;
+                }
+            }
+        }
+        let put = self
+            .store
+            .put(at, NOTE_LABEL, &value, expires_at_s, Some(&earlier.token));
+        self.bounded(end, put).await.map(drop)
+    }
+
+    /// The claim a request noted under `at` ([`RequestOwner::noted_at`]), if any.
+    pub async fn noted_claim(
+        &self,
+        at: &str,
+        end: Instant,
+    ) -> Result<Option<RecordedClaim>, StoreError> {
+        let Some(record) = self.bounded(end, self.store.get(at)).await? else {
+            return Ok(None);
+        };
+        let value = record.result.as_deref().unwrap_or_default();
+        serde_json::from_slice(value)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))
+    }
+
+    /// Settles a claim [`Executor::open`] took, once its side effect's reply is seen elsewhere:
+    /// stores, releases or keeps it as [`after_run`] says, fenced by the claim's token. `made` is
+    /// the claim as the REQUEST recorded it (its key and owner), never a key derived again from
+    /// today's configuration. Only the claim `made.owner` took is touched; anything else (a
+    /// completed record, another request's claim, none) is left as it is and said in the answer.
+    /// What an unknown outcome allows is the claim's (taken `at_most_once` or not), whatever this
+    /// invocation's view of the tool says.
+    pub async fn finish_claimed(
+        &self,
+        made: ClaimMade<'_>,
         end: Instant,
         run_end: RunEnd,
         reply: &[u8],
     ) -> Result<FinishedElsewhere, StoreError> {
-        let record = match self.bounded(end, self.store.get(call.key)).await? {
+        let record = match self.bounded(end, self.store.get(made.key)).await? {
             None => return Ok(FinishedElsewhere::NoClaim),
             Some(record) if record.status == Status::Completed => {
                 return Ok(FinishedElsewhere::AlreadyCompleted);
             }
-            Some(record) if record.token.owner() != Some(owner) => {
+            Some(record) if record.token.owner() != Some(made.owner) => {
                 return Ok(FinishedElsewhere::NoClaim);
             }
             Some(record) => record,
@@ -227,19 +329,20 @@ impl<S: Store> Executor<S> {
         let lease = Lease::Covering {
             max_run_time: Duration::ZERO,
         };
-        let claimed_as = Keyed {
-            delivery: Delivery::default_for(record.at_most_once),
-            ..call
+        let target = Settling {
+            key: made.key,
+            fingerprint: &record.fingerprint,
+            policy_name: made.policy_name,
         };
-        let after = after_run(run_end, claimed_as.delivery);
+        let after = after_run(run_end, Delivery::default_for(record.at_most_once));
         match after {
             AfterRun::Complete => {
-                self.complete(call, &token, reply, end, lease)
+                self.complete(target, &token, reply, end, lease)
                     .instrument(tracing::info_span!("complete"))
                     .await
             }
-            AfterRun::Release => self.release(call.key, Some(&token)).await,
-            AfterRun::SettleUnknown => self.settle_unknown(claimed_as, &token, end).await,
+            AfterRun::Release => self.release(made.key, Some(&token)).await,
+            AfterRun::SettleUnknown => self.settle_unknown(target, &token, end).await,
             AfterRun::Keep => {}
         }
         Ok(FinishedElsewhere::Settled(after))
@@ -297,6 +400,14 @@ impl<S: Store> Executor<S> {
             let record = match self.act_on(action, call, claim_started) {
                 RoundEnd::Acquired(acquired) => return acquired,
                 RoundEnd::Wait(record) => *record,
+                RoundEnd::Resume(record) => {
+                    match self.resume(call, &record, end, lease, owner).await {
+                        Ok(started) => return Acquired::Owner(started),
+                        // Settled or taken over since it was read: claim again.
+                        Err(StoreError::LeaseLost) => continue,
+                        Err(e) => return Acquired::Answered(store_down(e)),
+                    }
+                }
             };
             let done = match self.wait(call.key, record, wait_until, end).await {
                 Waited::Completed(record) => self.replay(record, call, Outcome::Waited),
@@ -369,7 +480,44 @@ impl<S: Store> Executor<S> {
             NextAction::Mismatch(record) => answered(key_reused(&record, call)),
             NextAction::Busy(record) => answered(self.in_progress(&record)),
             NextAction::Wait(record) => RoundEnd::Wait(Box::new(record)),
+            NextAction::Resume(record) => RoundEnd::Resume(Box::new(record)),
         }
+    }
+
+    /// Takes this request's own claim (`record`, from an earlier invocation for the same
+    /// request) over under a fresh token, its lease counted from now, in one fenced write.
+    async fn resume(
+        &self,
+        call: Keyed<'_>,
+        record: &Record,
+        end: Instant,
+        lease: Lease,
+        owner: Option<&RequestOwner>,
+    ) -> Result<Started, StoreError> {
+        let claimed_at = Instant::now();
+        let token = LeaseToken::for_owner(owner.map(|o| o.name.as_str()));
+        let now = self.store.now_ms();
+        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
+        let handed = self.store.hand_over(
+            call.key,
+            &record.token,
+            &token,
+            lease_until_ms,
+            self.expiry_from(call.call.policy_name(), now),
+        );
+        if let Err(e) = self.bounded(end, handed).await {
+            if !matches!(e, StoreError::LeaseLost) {
+                // The write may have applied with its answer lost: the new token is then the
+                // claim's, and nothing ran under it, so it is released at the next call.
+                self.remember_orphan(call.key, token);
+            }
+            return Err(e);
+        }
+        tracing::info!("resumed this request's own claim under a new token");
+        Ok(Started {
+            token: Some(token),
+            claimed_at,
+        })
     }
 
     /// After every claim round lost to identical calls: what the record says now.
@@ -648,7 +796,7 @@ impl<S: Store> Executor<S> {
         match after_run(run_end, call.delivery) {
             AfterRun::Complete => {
                 if let Settled::Executed { reply } = &settled {
-                    self.complete(call, token, reply, end, lease)
+                    self.complete(Settling::of(call), token, reply, end, lease)
                         .instrument(tracing::info_span!("complete"))
                         .await;
                 }
@@ -659,7 +807,7 @@ impl<S: Store> Executor<S> {
                     "the side effect may have happened: the claim is kept until its lease ends"
                 )
             }
-            AfterRun::SettleUnknown => self.settle_unknown(call, token, end).await,
+            AfterRun::SettleUnknown => self.settle_unknown(Settling::of(call), token, end).await,
         }
         settled
     }
@@ -741,13 +889,13 @@ impl<S: Store> Executor<S> {
     /// the side effect already ran, and its reply is the truth the caller needs.
     async fn complete(
         &self,
-        call: Keyed<'_>,
+        call: Settling<'_>,
         token: &LeaseToken,
         reply: &[u8],
         end: Instant,
         lease: Lease,
     ) {
-        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms());
         let store = Arc::clone(&self.store);
         let (key, token, result) = (call.key.to_string(), token.clone(), reply.to_vec());
         let write =
@@ -793,7 +941,7 @@ impl<S: Store> Executor<S> {
 
     /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
     /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
-    async fn settle_unknown(&self, call: Keyed<'_>, token: &LeaseToken, end: Instant) {
+    async fn settle_unknown(&self, call: Settling<'_>, token: &LeaseToken, end: Instant) {
         // Counted whether or not the write lands: either way the call waits for an operator.
         self.settled_unknown.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
@@ -801,7 +949,7 @@ impl<S: Store> Executor<S> {
             "the side effect may have happened and the tool is at_most_once: the call is settled \
              as outcome unknown until an operator settles it (dedup settle)"
         );
-        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms());
         let write = self.store.settle_unknown(call.key, token, expires_at_s);
         if let Err(e) = self.bounded(end, write).await {
             tracing::warn!(error = %e, "could not settle the call as outcome unknown; its claim, \

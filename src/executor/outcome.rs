@@ -220,6 +220,31 @@ pub struct RequestOwner {
     /// own, taken by an earlier invocation for the same request (the Gateway invokes an
     /// interceptor again after a failure or a timeout), and goes on as the owner's.
     pub is_one_request: bool,
+    /// The record the claim is noted under ([`RecordedClaim`]), found again by whatever settles
+    /// it; `None` when the settling side derives the key itself.
+    pub noted_at: Option<String>,
+}
+
+/// Which key a request claimed and under which owner, as noted beside the claim (its JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordedClaim {
+    /// The key claimed.
+    pub key: String,
+    /// The owner the claim's token names.
+    pub owner: String,
+}
+
+/// A claim [`crate::executor::Executor::open`] took, as the invocation that took it recorded it:
+/// what settles it later ([`crate::executor::Executor::finish_claimed`]) acts on this, never on a
+/// key derived again from a configuration or listing that may have changed since.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimMade<'a> {
+    /// The key claimed.
+    pub key: &'a str,
+    /// The owner the claim's token names ([`RequestOwner::name`]).
+    pub owner: &'a str,
+    /// The policy entry the settled record's expiry comes from.
+    pub policy_name: &'a str,
 }
 
 /// What [`crate::executor::Executor::open`] ended with.

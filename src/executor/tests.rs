@@ -77,6 +77,7 @@ async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
     let owner = |name: &str, is_one_request| RequestOwner {
         name: name.into(),
         is_one_request,
+        noted_at: None,
     };
     let opened: Opened<()> = executor
         .open(call, end, NO_RUN_TIME, &owner("request-a", false))
@@ -95,17 +96,22 @@ async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
         .open(call, end, NO_RUN_TIME, &owner("request-a", true))
         .await;
     assert!(matches!(again, Opened::Claimed), "{again:?}");
-    assert_eq!(
-        executor.store().get("k").await.unwrap().unwrap().token,
-        before.token,
-        "the same claim"
+    let resumed = executor.store().get("k").await.unwrap().unwrap();
+    assert_ne!(
+        resumed.token, before.token,
+        "the same claim, handed to a fresh token"
+    );
+    assert_eq!(resumed.token.owner(), Some("request-a"));
+    assert!(
+        executor.store().release("k", &before.token).await.is_err(),
+        "the old token can no longer release it"
     );
     let not_ours: Opened<()> = executor
         .open(call, end, NO_RUN_TIME, &owner("request-b", true))
         .await;
     assert!(matches!(not_ours, Opened::Answered(_)), "{not_ours:?}");
 
-    let other = executor.finish_claimed(call, "request-b", end, success, b"{}");
+    let other = executor.finish_claimed(made("request-b"), end, success, b"{}");
     assert_eq!(other.await.unwrap(), FinishedElsewhere::NoClaim);
     let record = executor.store().get("k").await.unwrap().expect("the claim");
     assert_eq!(
@@ -114,7 +120,7 @@ async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
         "another request's reply settled it"
     );
 
-    let own = executor.finish_claimed(call, "request-a", end, success, b"{}");
+    let own = executor.finish_claimed(made("request-a"), end, success, b"{}");
     assert_eq!(
         own.await.unwrap(),
         FinishedElsewhere::Settled(AfterRun::Complete)
@@ -128,7 +134,7 @@ async fn a_claim_opened_for_a_request_is_settled_only_by_that_request() {
     assert_eq!(record.status, Status::Completed);
 
     for request in ["request-a", "request-b"] {
-        let again = executor.finish_claimed(call, request, end, success, b"{}");
+        let again = executor.finish_claimed(made(request), end, success, b"{}");
         assert_eq!(
             again.await.unwrap(),
             FinishedElsewhere::AlreadyCompleted,
@@ -147,6 +153,7 @@ async fn an_unknown_outcome_is_settled_as_the_claim_was_taken() {
     let owner = RequestOwner {
         name: "request-a".into(),
         is_one_request: true,
+        noted_at: None,
     };
     let at_most_once = Keyed {
         delivery: Delivery::AtMostOnce,
@@ -158,7 +165,7 @@ async fn an_unknown_outcome_is_settled_as_the_claim_was_taken() {
         outcome_unknown: true,
     };
     let finished = executor
-        .finish_claimed(keyed("f", None), "request-a", end, unknown, b"")
+        .finish_claimed(made("request-a"), end, unknown, b"")
         .await
         .unwrap();
     assert_eq!(
@@ -316,4 +323,13 @@ fn the_record_cache_evicts_the_least_recently_used_and_honours_expiry() {
         cache.get("d", 0).is_none(),
         "in-progress records are never cached"
     );
+}
+
+/// The claim of key `k` as the request `owner` recorded it.
+fn made(owner: &str) -> ClaimMade<'_> {
+    ClaimMade {
+        key: "k",
+        owner,
+        policy_name: "t",
+    }
 }

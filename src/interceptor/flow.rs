@@ -14,11 +14,11 @@ use crate::decide::Mode;
 use crate::decide::RunEnd;
 use crate::direct::warn_sessionless;
 use crate::executor::lease::TOOL_START_ALLOWANCE;
-use crate::executor::{FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner};
-use crate::key::{Call, Delivery, Schema};
+use crate::executor::{ClaimMade, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner};
+use crate::key::{Call, Delivery};
 use crate::seam::{Notice, ToolCall, Unkeyed};
 use crate::service::{CallKey, Service};
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// Answers one interceptor invocation.
 pub(crate) async fn intercept<S: Store>(
@@ -69,8 +69,6 @@ struct Flow<'a, S> {
 struct Prepared {
     tool_call: ToolCall,
     delivery: Delivery,
-    /// The tool's entry in the policy file decides its schema (no catalog is read).
-    by_policy: bool,
 }
 
 impl<S: Store> Flow<'_, S> {
@@ -110,6 +108,11 @@ impl<S: Store> Flow<'_, S> {
             _ => return self.pass(Outcome::PassedOn),
         };
         warn_once_if_gateway_unnamed(&service.warned_gateway_unnamed, interception);
+        if !self.request() {
+            if let Some(settled) = self.settle_as_noted(&call).await {
+                return settled.tool(call.tool);
+            }
+        }
         let prepared = match self.prepare(&call).await {
             Ok(prepared) => prepared,
             Err(answered) => return answered.tool(call.tool),
@@ -129,7 +132,15 @@ impl<S: Store> Flow<'_, S> {
         let answered = if self.request() {
             self.open(&call, keyed, &key_call).await
         } else {
-            self.settle(&call, keyed, &prepared).await
+            // No note of the claim: a REQUEST of a build before notes, or one that claimed
+            // nothing (shadow mode). The key is derived as that REQUEST derived it.
+            let owner = self.interception.owner(keyed.key);
+            let made = ClaimMade {
+                key: keyed.key,
+                owner: &owner,
+                policy_name: call.listed_name,
+            };
+            self.settle(made).await
         };
         answered.keyed(&call_key.key).tool(call.tool)
     }
@@ -205,7 +216,6 @@ impl<S: Store> Flow<'_, S> {
         Ok(Prepared {
             tool_call,
             delivery,
-            by_policy,
         })
     }
 
@@ -215,6 +225,7 @@ impl<S: Store> Flow<'_, S> {
         let owner = RequestOwner {
             name: self.interception.owner(keyed.key),
             is_one_request: self.interception.owner_is_one_request(),
+            noted_at: Some(self.interception.request_record()),
         };
         // The target runs after we answer, within the Gateway's limit on a call, once started.
         let lease = Lease::Covering {
@@ -238,13 +249,38 @@ impl<S: Store> Flow<'_, S> {
         }
     }
 
-    /// RESPONSE: settle this request's claim with the target's answer, and pass it on.
-    async fn settle(
-        &self,
-        call: &ToolsCall<'_>,
-        keyed: Keyed<'_>,
-        prepared: &Prepared,
-    ) -> Answered {
+    /// RESPONSE: the claim this request's REQUEST noted ([`Interception::request_record`]),
+    /// settled with the target's answer; `None` when it noted none.
+    async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Answered> {
+        if self.interception.target_reply().is_none() {
+            return Some(self.pass(Outcome::PassedOn));
+        }
+        let record = self.interception.request_record();
+        match self.service.executor.noted_claim(&record, self.end).await {
+            Ok(Some(noted)) => {
+                let made = ClaimMade {
+                    key: &noted.key,
+                    owner: &noted.owner,
+                    policy_name: call.listed_name,
+                };
+                Some(self.settle(made).await.keyed(&noted.key))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::error!(
+                    error = %e,
+                    "could not read which claim the request made; it stays claimed until its lease ends"
+                );
+                Some(
+                    self.pass(Outcome::StoreError)
+                        .because(format!("store: {e}")),
+                )
+            }
+        }
+    }
+
+    /// RESPONSE: settle the claim `made` with the target's answer, and pass it on.
+    async fn settle(&self, made: ClaimMade<'_>) -> Answered {
         let Some(reply) = self.interception.target_reply() else {
             return self.pass(Outcome::PassedOn);
         };
@@ -257,12 +293,11 @@ impl<S: Store> Flow<'_, S> {
                 &[][..],
             ),
         };
-        let mut settled = self.finish(keyed, run_end, stored).await;
-        if matches!(settled, Ok(FinishedElsewhere::NoClaim)) && !prepared.by_policy {
-            settled = self
-                .finish_under_other_listings(call, keyed, prepared, run_end, stored)
-                .await;
-        }
+        let settled = self
+            .service
+            .executor
+            .finish_claimed(made, self.end, run_end, stored)
+            .await;
         match settled {
             Ok(FinishedElsewhere::Settled(after)) => self
                 .pass(Outcome::Executed)
@@ -284,75 +319,6 @@ impl<S: Store> Flow<'_, S> {
                     .because(format!("store: {e}"))
             }
         }
-    }
-
-    async fn finish(
-        &self,
-        keyed: Keyed<'_>,
-        run_end: RunEnd,
-        stored: &[u8],
-    ) -> Result<FinishedElsewhere, StoreError> {
-        let owner = self.interception.owner(keyed.key);
-        self.service
-            .executor
-            .finish_claimed(keyed, &owner, self.end, run_end, stored)
-            .await
-    }
-
-    /// The REQUEST of this call may have been keyed in a container whose catalog held another
-    /// listing of the tool: read the catalog afresh and try the key each listing it remembers
-    /// gives (see [`crate::catalog`]), until one finds this request's claim.
-    async fn finish_under_other_listings(
-        &self,
-        call: &ToolsCall<'_>,
-        keyed: Keyed<'_>,
-        prepared: &Prepared,
-        run_end: RunEnd,
-        stored: &[u8],
-    ) -> Result<FinishedElsewhere, StoreError> {
-        let service = self.service;
-        let namespace = &prepared.tool_call.namespace;
-        let trusted = service.doors.trusts_gateway(self.interception.gateway());
-        let catalog = match service
-            .catalogs
-            .refresh(service.store(), namespace, trusted)
-            .await
-        {
-            Ok(Some(catalog)) => catalog,
-            Ok(None) => return Ok(FinishedElsewhere::NoClaim),
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the tool catalog again");
-                return Ok(FinishedElsewhere::NoClaim);
-            }
-        };
-        let mut tried = vec![keyed.key.to_string()];
-        let mut schemas: Vec<Option<Schema>> = catalog.schemas_of(call.tool);
-        schemas.push(None);
-        for schema in schemas {
-            let tool_call = ToolCall {
-                schema,
-                ..prepared.tool_call.clone()
-            };
-            let key_call = tool_call.key_call();
-            let Ok(call_key) = CallKey::derive(service.keyer(), &tool_call, &key_call) else {
-                continue;
-            };
-            if tried.contains(&call_key.key) {
-                continue;
-            }
-            tried.push(call_key.key.clone());
-            let other = call_key.keyed(&key_call, prepared.delivery);
-            match self.finish(other, run_end, stored).await? {
-                FinishedElsewhere::NoClaim => {}
-                found => {
-                    tracing::info!(
-                        "the call's REQUEST was keyed under another listing of the tool; settled its claim"
-                    );
-                    return Ok(found);
-                }
-            }
-        }
-        Ok(FinishedElsewhere::NoClaim)
     }
 
     /// Learns each target's tools from a `tools/list` answer (see [`crate::catalog`]). A catalog

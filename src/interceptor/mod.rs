@@ -423,6 +423,29 @@ impl<'a> Interception<'a> {
         crate::key::hex(&digest[..12])
     }
 
+    /// The record a REQUEST's claim is noted under (which key it claimed, under which owner), so
+    /// that its RESPONSE settles that claim, never one derived again from a configuration or a
+    /// listing that changed in between. Named by everything that makes the request this one:
+    /// the gateway, the Gateway's `REQUEST_ID`, the session, the caller's credential and the whole
+    /// JSON-RPC body (its id included); the RESPONSE invocation carries the same request.
+    pub(crate) fn request_record(&self) -> String {
+        let mut digest = Sha256::new();
+        for part in [
+            Some(self.gateway()),
+            self.request_id,
+            self.session(),
+            header(self.headers, "authorization"),
+        ] {
+            digest.update(part.unwrap_or_default().as_bytes());
+            digest.update([0]);
+        }
+        digest.update(self.body.to_string().as_bytes());
+        format!(
+            "request:{}",
+            crate::key::Key::from_digest(&digest.finalize())
+        )
+    }
+
     /// Whether [`Interception::owner`] names one request and no other: the Gateway's `REQUEST_ID`
     /// is there, or an MCP session is (a JSON-RPC id is never reused within one). A claim this
     /// owner holds is then this very request's, invoked again by the Gateway.

@@ -271,6 +271,29 @@ impl MemoryStore {
         }
     }
 
+    fn hand_over_now(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        validate_key(key)?;
+        self.inner.counter.record(Op::UpdateItem);
+        let now = self.inner.clock.now_ms();
+        let mut items = self.items();
+        match items.map.get_mut(key) {
+            Some(s) if s.held_by(from, now) => {
+                s.token = to.clone();
+                s.lease_until_ms = lease_until_ms;
+                s.expires_at_s = expiry_covering_lease(expires_at_s, lease_until_ms);
+                Ok(())
+            }
+            _ => Err(StoreError::LeaseLost),
+        }
+    }
+
     fn release_now(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         validate_key(key)?;
         self.inner.counter.record(Op::DeleteItem);
@@ -502,6 +525,17 @@ impl Store for MemoryStore {
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.release_now(key, token)
+    }
+
+    async fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.hand_over_now(key, from, to, lease_until_ms, expires_at_s)
     }
 
     async fn put(

@@ -94,6 +94,22 @@ pub trait Store: Send + Sync + 'static {
         expires_at_s: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Hands a claim `from` still holds to the new token `to`, with its lease moved to
+    /// `lease_until_ms` (and its expiry to `expires_at_s`, never before the lease's last second),
+    /// in one conditional write. A request that goes on under a claim an earlier invocation took
+    /// for it (the Gateway invokes an interceptor again) takes it over so: no stale copy of the
+    /// old token (a lost claim another container remembers to release) can release or complete
+    /// it, and the lease counts from the side effect this invocation starts. Fenced like
+    /// [`Store::extend_lease`].
+    fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
     /// Deletes the claim, if `token` still holds it, so that a retry can run.
     fn release(
         &self,

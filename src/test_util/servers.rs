@@ -377,6 +377,19 @@ impl<S: Store> Store for Faulty<S> {
         self.check()?;
         self.inner.release(key, token).await
     }
+    async fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner
+            .hand_over(key, from, to, lease_until_ms, expires_at_s)
+            .await
+    }
     async fn put(
         &self,
         key: &str,

@@ -36,3 +36,4 @@ mod peer_powertools;
 mod protocol_model;
 mod real_shapes;
 mod store_conformance;
+mod under_a_call;

@@ -398,6 +398,7 @@ impl Model for Protocol {
                         Self::refuse_or_retry(caller)
                     }
                     NextAction::Shadow { .. } => unreachable!("enforce mode"),
+                    NextAction::Resume(_) => unreachable!("no caller names a request here"),
                 }
             }
             Action::Effect(i) => {

@@ -285,6 +285,46 @@ async fn an_extended_lease_keeps_the_key_and_only_its_holder_can_extend<S: Store
     );
 }
 
+/// A claim handed over to a new token (a request resumed by another invocation) moves its
+/// lease, and from then on only the new token settles it: the old one can neither release nor
+/// complete it, nor hand it over again.
+async fn a_handed_over_claim_answers_only_to_its_new_token<S: Store + 'static>(cx: Ctx<S>) {
+    let key = cx.key("handover");
+    let old = cx.claimed(&key).await;
+    let new = LeaseToken::new("resumed.1");
+    let before = cx.counts();
+    let now = cx.clock.now_ms();
+    let until = now + 3 * LEASE_MS;
+    cx.store
+        .hand_over(&key, &old, &new, until, now.div_euclid(1000) + 1)
+        .await
+        .unwrap();
+    assert_eq!((cx.counts() - before).update_item, 1, "one UpdateItem");
+    cx.clock.set_ms(now + 2 * LEASE_MS);
+    let r = in_progress(cx.claim(&key).await);
+    assert_eq!((r.token.clone(), r.lease_until_ms), (new.clone(), until));
+    assert!(r.expires_at_s >= until.div_euclid(1000), "{r:?}");
+    assert_lease_lost(cx.store.release(&key, &old).await);
+    assert_lease_lost(
+        cx.store
+            .hand_over(&key, &old, &LeaseToken::new("x.2"), until, TTL_S)
+            .await,
+    );
+    assert!(cx.complete(&key, &old, b"stale").await.is_err());
+    cx.complete(&key, &new, b"done").await.unwrap();
+    // Completed: nothing is handed over any more, and an absent key never was.
+    assert_lease_lost(
+        cx.store
+            .hand_over(&key, &new, &LeaseToken::new("x.3"), until, TTL_S)
+            .await,
+    );
+    assert_lease_lost(
+        cx.store
+            .hand_over(&cx.key("absent"), &new, &old, until, TTL_S)
+            .await,
+    );
+}
+
 async fn expired_lease_lets_a_new_caller_take_over<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("takeover");
     let old = cx.claimed(&key).await;
@@ -1183,6 +1223,7 @@ macro_rules! conformance {
 conformance!(
     first_claim_wins_and_a_second_caller_sees_it_in_progress,
     an_extended_lease_keeps_the_key_and_only_its_holder_can_extend,
+    a_handed_over_claim_answers_only_to_its_new_token,
     repeat_returns_completed_with_the_result_for_the_expected_request_count,
     claim_in_flight_returns_in_progress_until_the_lease_ends,
     expired_lease_lets_a_new_caller_take_over,

@@ -715,6 +715,37 @@ impl<S: Store> Store for NotingStore<S> {
         extended
     }
 
+    async fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        let handed = self
+            .inner
+            .hand_over(key, from, to, lease_until_ms, expires_at_s)
+            .await;
+        if handed.is_ok() {
+            // The claim's new token is held by whoever held the old one.
+            let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            let holder = holders.remove(from).or_else(current);
+            if let Some(holder) = holder {
+                holder.note(|n| {
+                    n.lease_until_ms = Some(lease_until_ms);
+                    n.token = Some(to.as_str().to_string());
+                });
+                holders.insert(to.clone(), holder);
+            }
+            self.claimed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(to.clone());
+        }
+        handed
+    }
+
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         let holder = self
             .holders

@@ -37,6 +37,8 @@ pub(super) const EVICTABLE_CONDITION: &str =
     "#tok = :tok AND (#exp < :now_s OR (#st = :completed AND attribute_not_exists(#unk)))";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 pub(super) const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
+/// A claim handed to a new token, with its lease moved (a request that goes on under its own claim).
+pub(super) const HAND_OVER_UPDATE: &str = "SET #tok = :new_tok, #lease = :lease, #exp = :exp";
 /// Completion without the result (too large to store): the call stays settled.
 pub(super) const COMPLETE_OMITTED_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #omit = :omit REMOVE #res, #enc, #att";

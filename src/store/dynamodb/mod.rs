@@ -214,12 +214,24 @@ impl Store for DynamoDbStore {
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.extend_inner(key, token, lease_until_ms, expires_at_s)
+        self.move_lease(key, token, None, lease_until_ms, expires_at_s)
             .await
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         self.release_inner(key, token).await
+    }
+
+    async fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.move_lease(key, from, Some(to), lease_until_ms, expires_at_s)
+            .await
     }
 
     async fn put(

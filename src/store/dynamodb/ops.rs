@@ -140,15 +140,32 @@ impl DynamoDbStore {
         }
     }
 
-    pub(super) async fn extend_inner(
+    /// Moves the lease of a claim `token` holds (extend), and hands it to `to` when given
+    /// (hand over): one conditional update either way.
+    pub(super) async fn move_lease(
         &self,
         key: &str,
         token: &LeaseToken,
+        to: Option<&LeaseToken>,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         validate_key(key)?;
-        let held = self.held(token, self.clock.now_ms());
+        let mut held = self.held(token, self.clock.now_ms());
+        held.names
+            .insert("#lease".to_string(), attr::LEASE_UNTIL.to_string());
+        held.values.insert(":lease".to_string(), n(lease_until_ms));
+        held.values.insert(
+            ":exp".to_string(),
+            n(expiry_covering_lease(expires_at_s, lease_until_ms)),
+        );
+        let update = match to {
+            Some(to) => {
+                held.values.insert(":new_tok".to_string(), s(to.as_str()));
+                HAND_OVER_UPDATE
+            }
+            None => EXTEND_UPDATE,
+        };
         let sent = self
             .send("UpdateItem", || {
                 self.client
@@ -158,13 +175,7 @@ impl DynamoDbStore {
                     .condition_expression(HELD_CONDITION)
                     .set_expression_attribute_names(Some(held.names.clone()))
                     .set_expression_attribute_values(Some(held.values.clone()))
-                    .update_expression(EXTEND_UPDATE)
-                    .expression_attribute_names("#lease", attr::LEASE_UNTIL)
-                    .expression_attribute_values(":lease", n(lease_until_ms))
-                    .expression_attribute_values(
-                        ":exp",
-                        n(expiry_covering_lease(expires_at_s, lease_until_ms)),
-                    )
+                    .update_expression(update)
                     .send()
             })
             .await;

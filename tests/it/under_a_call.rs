@@ -1,0 +1,190 @@
+//! What can change while a call is in flight, and must never run it twice or lose its result
+//! (issue 48): a lost claim's release in one container while the REQUEST, re-sent, goes on in
+//! another; a config or listing change between a REQUEST and its RESPONSE; a handler rebuilt by a
+//! config refresh. Each runs through the real handler, on memory and on moto.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use toolcall_dedup::config::Config;
+use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::handler::{Handled, Handler, Invocation};
+use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::store::{ManualClock, Status, Store};
+use toolcall_dedup::telemetry::Outcome;
+
+use crate::fixture::{Scripted, handler};
+use crate::servers::{self, Backend, Faulty};
+
+const TOOL: &str = "payments___charge_card";
+
+/// A `tools/call` REQUEST in MCP session `session` with JSON-RPC `id`.
+fn request(session: &str, id: u64, arguments: Value) -> Value {
+    json!({"interceptorInputVersion": "1.0", "mcp": {"gatewayRequest": {
+        "path": "/mcp", "httpMethod": "POST",
+        "headers": {"content-type": "application/json", "Mcp-Session-Id": session},
+        "body": {"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                 "params": {"name": TOOL, "arguments": arguments}}}}})
+}
+
+/// The RESPONSE invocation of `request` after the target answered `text`.
+fn response(request: &Value, text: &str) -> Value {
+    let mut ev = request.clone();
+    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
+    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
+        "body": {"jsonrpc": "2.0", "id": id,
+                 "result": {"content": [{"type": "text", "text": text}]}}});
+    ev
+}
+
+fn charge(amount: Value) -> Value {
+    json!({"customer_id": "cus_1", "amount": amount, "currency": "USD"})
+}
+
+fn container<S: Store>(store: S, config: &Config) -> Handler<S, impl Dispatcher + use<S>> {
+    handler(store, Scripted::new(vec![]), config).with_settings(|s| s.wait = Default::default())
+}
+
+async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
+    h.handle_with_context(ev, &Invocation::default(), None)
+        .await
+}
+
+fn policies(json: Value) -> Config {
+    Config {
+        policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
+        ..Config::default()
+    }
+}
+
+/// Container 1's claim applies but every answer to it is lost, so it remembers the claim's token
+/// to release at its next call. The Gateway sends the same REQUEST again, to container 2, which
+/// finds the request's own claim and goes on under it: the target runs. Container 1's next call
+/// (another key) releases what it remembered. The claim must survive that release, carry a lease
+/// counted from the re-sent REQUEST, be settled by the RESPONSE, and a client retry replays.
+async fn a_resent_request_survives_the_release_of_its_lost_claim<S: Store + Clone>(
+    store: S,
+    clock: ManualClock,
+) {
+    let config = Config::default();
+    let lossy = Faulty::new(store.clone());
+    lossy.lose_claim_answers.store(1, Ordering::SeqCst);
+    let (one, two) = (container(lossy, &config), container(store.clone(), &config));
+
+    let first = request("s-1", 7, charge(json!(4200)));
+    let lost = send(&one, &first).await;
+    assert_eq!(lost.outcome, Outcome::StoreError, "fails closed: {lost:?}");
+    let key = lost.key.clone().expect("keyed");
+    let written = store.get(&key).await.unwrap().expect("the claim applied");
+
+    // Time passes before the Gateway sends the REQUEST again: the lease must count from now.
+    clock.advance_ms(20_000);
+    let resent = send(&two, &first).await;
+    assert_eq!(
+        resent.outcome,
+        Outcome::Executed,
+        "goes on as its own claim's owner"
+    );
+    let resumed = store.get(&key).await.unwrap().expect("claimed");
+    assert_ne!(
+        resumed.token, written.token,
+        "the claim is handed to a fresh token, never the one a lost answer left behind"
+    );
+    assert!(
+        resumed.lease_until_ms >= written.lease_until_ms + 20_000,
+        "the lease covers the target run the re-sent REQUEST starts: {} < {} + 20000",
+        resumed.lease_until_ms,
+        written.lease_until_ms
+    );
+
+    // Container 1's next call, of another key, releases the claim it remembered: fenced out.
+    let other = send(&one, &request("s-9", 1, charge(json!(1)))).await;
+    assert_eq!(other.outcome, Outcome::Executed);
+    let still = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the live claim is not released");
+    assert_eq!(still.status, Status::InProgress);
+
+    let settled = send(&two, &response(&first, "charged")).await;
+    assert_eq!(settled.outcome, Outcome::Executed, "settled: {settled:?}");
+    assert_eq!(
+        store.get(&key).await.unwrap().map(|r| r.status),
+        Some(Status::Completed)
+    );
+    let retry = send(&one, &request("s-1", 8, charge(json!(4200.0)))).await;
+    assert_eq!(retry.outcome, Outcome::Replayed, "the target ran once");
+}
+
+#[tokio::test]
+async fn a_resent_request_survives_the_release_of_its_lost_claim_on_memory() {
+    let clock = ManualClock::starting_now();
+    a_resent_request_survives_the_release_of_its_lost_claim(
+        servers::memory_store(clock.clone()),
+        clock,
+    )
+    .await;
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_resent_request_survives_the_release_of_its_lost_claim_on_moto() {
+    let clock = ManualClock::starting_now();
+    let store = servers::dynamodb_store(Backend::Moto, clock.clone()).await;
+    a_resent_request_survives_the_release_of_its_lost_claim(store, clock).await;
+}
+
+/// A policy that re-keys the tool comes into force between a call's REQUEST (container a, the
+/// old configuration) and its RESPONSE (container b, the new one): the RESPONSE settles the
+/// claim the REQUEST made, and a retry keyed under the old configuration replays.
+async fn a_policy_change_between_request_and_response_settles_the_claim_made<S: Store + Clone>(
+    store: S,
+) {
+    let before = Config::default();
+    // `amount` alone keys the call now: every other argument's key changes.
+    let after = policies(json!({"tools": {TOOL: {"key_fields": ["amount"]}}}));
+    let (a, b) = (
+        container(store.clone(), &before),
+        container(store.clone(), &after),
+    );
+
+    let first = request("s-1", 7, charge(json!(4200)));
+    let claimed = send(&a, &first).await;
+    assert_eq!(claimed.outcome, Outcome::Executed);
+    let settled = send(&b, &response(&first, "charged")).await;
+    assert_eq!(settled.outcome, Outcome::Executed, "settled: {settled:?}");
+    assert_eq!(
+        settled.key, claimed.key,
+        "the RESPONSE names the key its REQUEST claimed, not one derived again"
+    );
+    let key = claimed.key.expect("keyed");
+    assert_eq!(
+        store.get(&key).await.unwrap().map(|r| r.status),
+        Some(Status::Completed),
+        "the result is stored, not lost"
+    );
+    let retry = send(&a, &request("s-1", 8, charge(json!(4200)))).await;
+    assert_eq!(retry.outcome, Outcome::Replayed);
+}
+
+#[tokio::test]
+async fn a_policy_change_between_request_and_response_settles_the_claim_made_on_memory() {
+    a_policy_change_between_request_and_response_settles_the_claim_made(servers::memory_store(
+        ManualClock::starting_now(),
+    ))
+    .await;
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_policy_change_between_request_and_response_settles_the_claim_made_on_moto() {
+    let store = servers::dynamodb_store(Backend::Moto, ManualClock::starting_now()).await;
+    a_policy_change_between_request_and_response_settles_the_claim_made(store).await;
+}
