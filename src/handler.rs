@@ -139,6 +139,17 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         }
     }
 
+    /// This handler, carrying on what the container's `earlier` handler holds that outlives a
+    /// configuration (a config refresh builds a new handler): the claims whose answers were lost,
+    /// so that each is still released at the next call, whatever the new configuration says.
+    pub fn carrying_on(mut self, earlier: &Handler<S, D>) -> Handler<S, D> {
+        self.service.executor = self
+            .service
+            .executor
+            .sharing_lost_claims(&earlier.service.executor);
+        self
+    }
+
     /// Announces each call an invocation leaves with its outcome unknown on `events`.
     pub fn with_event_bus(mut self, events: EventBus) -> Handler<S, D> {
         self.events = Some(events);

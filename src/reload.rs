@@ -90,10 +90,28 @@ pub enum Refreshed {
     Replaced,
 }
 
+/// What the document in force was read as.
+struct InForce {
+    text: String,
+    version: String,
+    s3_schemas: usize,
+}
+
+impl InForce {
+    fn of(loaded: &Loaded) -> InForce {
+        InForce {
+            text: loaded.text.clone(),
+            version: loaded.version.clone(),
+            s3_schemas: loaded.s3_schemas,
+        }
+    }
+}
+
 /// The handler in force, and how to replace it.
 pub struct Reloading<S, D, B> {
     current: RwLock<Arc<Handler<S, D>>>,
-    text: Mutex<String>,
+    /// What is in force: its text, its version and how many schemas it keeps in S3.
+    in_force: Mutex<InForce>,
     loader: Loader,
     build: B,
     every: Duration,
@@ -123,7 +141,7 @@ where
         })?;
         Ok(Reloading {
             current: RwLock::new(Arc::new(handler)),
-            text: Mutex::new(loaded.text),
+            in_force: Mutex::new(InForce::of(&loaded)),
             loader,
             build,
             every,
@@ -138,21 +156,46 @@ where
         Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Reads the document again now; a changed one that works replaces the handler.
+    /// Reads the document again now, and the schemas it keeps in S3; a changed one that works
+    /// replaces the handler, which carries on the container's state (the claims whose answers
+    /// were lost, still to be released).
     pub async fn refresh(&self) -> Result<Refreshed, Refused> {
         let text = self.loader.read_text().await?;
-        if *self.text.lock().unwrap_or_else(|p| p.into_inner()) == text {
+        let same_text = {
+            let in_force = self.in_force.lock().unwrap_or_else(|p| p.into_inner());
+            in_force.text == text && in_force.s3_schemas == 0
+        };
+        if same_text {
             return Ok(Refreshed::Unchanged);
         }
-        let document = self.loader.parse(&text).await?;
-        let handler = (self.build)(&document).map_err(|error| Refused::Config {
+        let loaded = self.loader.parse(text).await?;
+        if self
+            .in_force
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .version
+            == loaded.version
+        {
+            return Ok(Refreshed::Unchanged);
+        }
+        let handler = (self.build)(&loaded.document).map_err(|error| Refused::Config {
             source_name: self.loader.source().to_string(),
             error,
         })?;
+        let handler = handler.carrying_on(&self.current());
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(handler);
-        *self.text.lock().unwrap_or_else(|p| p.into_inner()) = text;
-        tracing::info!(source = %self.loader.source(), "config document reloaded");
+        *self.in_force.lock().unwrap_or_else(|p| p.into_inner()) = InForce::of(&loaded);
+        tracing::info!(source = %self.loader.source(), version = %loaded.version, "config document reloaded");
         Ok(Refreshed::Replaced)
+    }
+
+    /// The version of the configuration in force (see [`Loaded::version`]).
+    pub fn version(&self) -> String {
+        self.in_force
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .version
+            .clone()
     }
 
     /// [`Reloading::refresh`], reporting a refusal (the last good document stays).

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use super::document::{self, Document, DocumentError};
 
@@ -95,14 +96,21 @@ pub struct Loader {
     s3: Option<aws_sdk_s3::Client>,
 }
 
-/// One load: the document and the text it came from (a refresh that reads the same text
-/// changes nothing).
+/// One load: the document, the text it came from, and the version of everything that keys (the
+/// text and each schema it keeps in S3).
 #[derive(Debug, Clone)]
 pub struct Loaded {
     /// The text as read.
     pub text: String,
     /// The parsed document.
     pub document: Document,
+    /// A digest of the text and of every S3 schema read into the document: a refresh that finds
+    /// the same version changes nothing, and one that finds a schema object changed under the
+    /// same text replaces the handler.
+    pub version: String,
+    /// How many schemas the document keeps in S3: with none, the same text is the same version
+    /// and a refresh reads nothing more.
+    pub s3_schemas: usize,
 }
 
 impl Loader {
@@ -163,28 +171,43 @@ impl Loader {
     /// Reads and parses the document, with every schema it keeps in S3 read into it.
     pub async fn load(&self) -> Result<Loaded, LoadError> {
         let text = self.read_text().await?;
-        let document = self.parse(&text).await?;
-        Ok(Loaded { text, document })
+        self.parse(text).await
     }
 
-    /// Parses `text` as a document from this loader's source.
-    pub async fn parse(&self, text: &str) -> Result<Document, LoadError> {
+    /// Parses `text` as a document from this loader's source, reading the schemas it keeps in S3.
+    pub async fn parse(&self, text: String) -> Result<Loaded, LoadError> {
         let invalid = |error| LoadError::Invalid {
             source_name: self.source.to_string(),
             error,
         };
-        let mut value = document::read_text(text).map_err(invalid)?;
+        let mut value = document::read_text(&text).map_err(invalid)?;
+        let mut version = Sha256::new();
+        version.update(text.as_bytes());
+        let mut s3_schemas = 0;
         if let Some(definitions) = value.get_mut("tool_definitions") {
-            self.read_s3_schemas(definitions, "tool_definitions")
+            s3_schemas = self
+                .read_s3_schemas(definitions, "tool_definitions", &mut version)
                 .await
                 .map_err(invalid)?;
         }
-        document::from_value(value).map_err(invalid)
+        let document = document::from_value(value).map_err(invalid)?;
+        Ok(Loaded {
+            text,
+            document,
+            version: crate::key::hex(&version.finalize()[..16]),
+            s3_schemas,
+        })
     }
 
     /// An action group whose OpenAPI schema is in S3 (`apiSchema.s3`, as Bedrock stores it) gets
     /// the object's text as its `apiSchema.payload`.
-    async fn read_s3_schemas(&self, value: &mut Value, path: &str) -> Result<(), DocumentError> {
+    async fn read_s3_schemas(
+        &self,
+        value: &mut Value,
+        path: &str,
+        version: &mut Sha256,
+    ) -> Result<usize, DocumentError> {
+        let mut read = 0;
         let mut pending = vec![(path.to_string(), value)];
         while let Some((path, value)) = pending.pop() {
             match value {
@@ -216,6 +239,9 @@ impl Loader {
                                     message: format!("s3://{bucket}/{key}: {message}"),
                                 }
                             })?;
+                            version.update([0]);
+                            version.update(text.as_bytes());
+                            read += 1;
                             *schema = serde_json::json!({ "payload": text });
                         }
                     }
@@ -228,7 +254,7 @@ impl Loader {
                 _ => {}
             }
         }
-        Ok(())
+        Ok(read)
     }
 
     async fn object(&self, bucket: &str, key: &str) -> Result<String, String> {

@@ -86,7 +86,10 @@ pub struct Executor<S> {
     ///
     /// Keyed by token, not by key: several sends of one call can each hand a token back, and
     /// only one of them may be the claim that was written, so none may replace another.
-    orphans: Mutex<HashMap<LeaseToken, String>>,
+    ///
+    /// Shared with the executors that later configurations of this container build
+    /// ([`Executor::sharing_lost_claims`]).
+    orphans: Arc<Mutex<HashMap<LeaseToken, String>>>,
     /// Calls left with their outcome unknown for an operator, counted for the telemetry (read
     /// as a difference around each invocation, like the store's request count).
     settled_unknown: AtomicU64,
@@ -135,9 +138,16 @@ impl<S: Store> Executor<S> {
             keyer,
             settings,
             cache,
-            orphans: Mutex::default(),
+            orphans: Arc::default(),
             settled_unknown: AtomicU64::new(0),
         }
+    }
+
+    /// This executor, sharing `earlier`'s list of claims whose answers were lost (a container's
+    /// state, which a new configuration must not forget: each is released at the next call).
+    pub fn sharing_lost_claims(mut self, earlier: &Executor<S>) -> Executor<S> {
+        self.orphans = Arc::clone(&earlier.orphans);
+        self
     }
 
     /// How many calls this executor has left with their outcome unknown, for an operator to

@@ -229,7 +229,7 @@ async fn an_action_group_schema_kept_in_s3_is_read_from_it() {
     let missing = std::fs::read_to_string(&path)
         .unwrap()
         .replace("payments.yaml", "nowhere.yaml");
-    let e = loader.parse(&missing).await.unwrap_err().to_string();
+    let e = loader.parse(missing).await.unwrap_err().to_string();
     assert!(e.contains("tool_definitions[0].apiSchema.s3"), "{e}");
     std::fs::remove_file(path).ok();
 }

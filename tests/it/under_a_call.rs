@@ -4,16 +4,21 @@
 //! config refresh. Each runs through the real handler, on memory and on moto.
 
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolcall_dedup::config::Config;
+use toolcall_dedup::config::document;
+use toolcall_dedup::config::source::{ConfigSource, Loaded, Loader};
+use toolcall_dedup::config::{Config, ConfigError, StoreKind};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handled, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::store::{ManualClock, Status, Store};
-use toolcall_dedup::telemetry::Outcome;
+use toolcall_dedup::reload::{Refreshed, Reloading};
+use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
+use toolcall_dedup::telemetry::{Outcome, Telemetry};
+use toolcall_dedup::test_util::demo::DemoTool;
 
-use crate::fixture::{Scripted, handler};
+use crate::fixture::{self, Scripted, demo, handler};
 use crate::servers::{self, Backend, Faulty};
 
 const TOOL: &str = "payments___charge_card";
@@ -187,4 +192,132 @@ async fn a_policy_change_between_request_and_response_settles_the_claim_made_on_
 async fn a_policy_change_between_request_and_response_settles_the_claim_made_on_moto() {
     let store = servers::dynamodb_store(Backend::Moto, ManualClock::starting_now()).await;
     a_policy_change_between_request_and_response_settles_the_claim_made(store).await;
+}
+
+/// A document that keeps its action group's schema in S3 (as `dedup config from-agent` writes
+/// it), with `amount` typed by `amount`.
+async fn schema_in_s3(bucket: &str, object: &str, amount: &str) -> std::path::PathBuf {
+    let openapi = format!(
+        "openapi: 3.0.0\npaths:\n  /charges:\n    post:\n      operationId: charge_card\n      \
+         requestBody:\n        content:\n          application/json:\n            schema:\n              \
+         type: object\n              properties:\n                customer_id: {{type: string}}\n                \
+         amount: {amount}\n                currency: {{type: string}}\n"
+    );
+    servers::s3_put(bucket, object, openapi.into_bytes()).await;
+    let document = format!(
+        "settings: {{mode: enforce}}\ntool_definitions:\n  - actionGroupName: payments\n    apiSchema:\n      \
+         s3: {{s3BucketName: {bucket}, s3ObjectKey: {object}}}\n"
+    );
+    let path = std::env::temp_dir().join(format!("dedup-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, document).unwrap();
+    path
+}
+
+fn build_on(
+    store: MemoryStore,
+) -> impl Fn(&document::Document) -> Result<Handler<MemoryStore, DemoTool>, ConfigError> {
+    move |document: &document::Document| {
+        let config = Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)?;
+        Ok(Handler::new(
+            store.clone(),
+            demo(),
+            &config,
+            Telemetry::quiet(),
+        ))
+    }
+}
+
+/// The S3 object behind a document's schema changes while the document's text does not: a
+/// refresh sees it (the version covers every schema the document keeps in S3), so every warm
+/// container keys with the schema new containers key with.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_schema_changed_in_s3_is_seen_by_a_refresh_of_an_unchanged_document() {
+    let bucket = servers::result_bucket().await;
+    let object = format!("schemas/{}.yaml", uuid::Uuid::new_v4().simple());
+    let path = schema_in_s3(bucket.bucket(), &object, "{type: number}").await;
+    let endpoint = Backend::Moto.endpoint();
+    let loader = Loader::new(ConfigSource::File(path.clone()), None, Some(&endpoint)).await;
+    let store = MemoryStore::new();
+    let charge = fixture::event("fd-charge_card.json");
+    let key_with = |loaded: &Loaded| {
+        let handler = build_on(store.clone())(&loaded.document).unwrap();
+        let charge = charge.clone();
+        async move { send(&handler, &charge).await.key.expect("keyed") }
+    };
+
+    let first = loader.load().await.unwrap();
+    let reloading = Reloading::start(
+        loader.clone(),
+        first.clone(),
+        build_on(store.clone()),
+        Duration::from_secs(60),
+        Telemetry::quiet(),
+    )
+    .unwrap();
+    assert_eq!(reloading.refresh().await.unwrap(), Refreshed::Unchanged);
+    let version = reloading.version();
+
+    // The same document text; the schema object now types `amount` as text ("42.50", not 42.5).
+    schema_in_s3(bucket.bucket(), &object, "{type: string}").await;
+    let second = loader.load().await.unwrap();
+    assert_eq!(second.text, first.text, "the document itself is unchanged");
+    assert_ne!(
+        key_with(&first).await,
+        key_with(&second).await,
+        "the schema change re-keys the call (the case this test needs)"
+    );
+    assert_eq!(reloading.refresh().await.unwrap(), Refreshed::Replaced);
+    assert_ne!(reloading.version(), version);
+    let warm = send(&reloading.current(), &charge).await;
+    assert_eq!(
+        warm.key.unwrap(),
+        key_with(&second).await,
+        "keys as a new container does"
+    );
+    std::fs::remove_file(path).ok();
+}
+
+/// A claim whose answers were lost just before a config refresh is still released at the next
+/// call: the handler the refresh builds carries on the container's list of lost claims.
+#[tokio::test]
+async fn a_config_refresh_keeps_the_lost_claims_to_release() {
+    let path = std::env::temp_dir().join(format!("dedup-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, "settings: {mode: enforce, wait_ms: 0}\n").unwrap();
+    let loader = Loader::new(ConfigSource::File(path.clone()), None, None).await;
+    let store = servers::memory_store(ManualClock::starting_now());
+    let lossy = std::sync::atomic::AtomicBool::new(true);
+    let build = move |document: &document::Document| {
+        let config = Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)?;
+        // Only the first container's first claim loses its answers.
+        let faulty = Faulty::new(store.clone());
+        if lossy.swap(false, Ordering::SeqCst) {
+            faulty.lose_claim_answers.store(1, Ordering::SeqCst);
+        }
+        Ok(Handler::new(faulty, demo(), &config, Telemetry::quiet()))
+    };
+    let reloading = Reloading::start(
+        loader.clone(),
+        loader.load().await.unwrap(),
+        build,
+        Duration::from_secs(60),
+        Telemetry::quiet(),
+    )
+    .unwrap();
+    let charge = fixture::event("fd-charge_card.json");
+    let lost = send(&reloading.current(), &charge).await;
+    assert_eq!(lost.outcome, Outcome::StoreError, "fails closed: {lost:?}");
+
+    std::fs::write(&path, "settings: {mode: enforce, wait_ms: 1}\n").unwrap();
+    assert_eq!(reloading.refresh().await.unwrap(), Refreshed::Replaced);
+    let retried = send(&reloading.current(), &charge).await;
+    assert_eq!(
+        retried.outcome,
+        Outcome::Executed,
+        "the lost claim was released, so the retry runs instead of waiting out a lease: {retried:?}"
+    );
+    std::fs::remove_file(path).ok();
 }
