@@ -7,7 +7,8 @@
 //! schema = { type = "object", properties = { currency = { enum = ["USD", "EUR"] } } }
 //! ```
 //!
-//! Paths are dotted (`shipping.address.zip`); a path walks through arrays into their elements, so
+//! Paths are dotted (`shipping.address.zip`) or JSON pointers (`/shipping/address/zip`, where a
+//! `.` belongs to the member's name); a path walks through arrays into their elements, so
 //! `items.sku` names the `sku` of every element of `items`.
 //!
 //! `tool_definitions` takes tool definitions as a provider declares them (an AgentCore Gateway
@@ -172,9 +173,9 @@ impl PolicyNode {
         !self.restricted || child.is_some_and(|c| c.keyed || c.restricted)
     }
 
-    fn descend(&mut self, path: &str) -> &mut PolicyNode {
+    fn descend(&mut self, path: &[String]) -> &mut PolicyNode {
         let mut node = self;
-        for part in path.split('.') {
+        for part in path {
             let i = match node
                 .children
                 .binary_search_by(|(n, _)| n.as_str().cmp(part))
@@ -182,7 +183,7 @@ impl PolicyNode {
                 Ok(i) => i,
                 Err(i) => {
                     node.children
-                        .insert(i, (part.to_string(), PolicyNode::default()));
+                        .insert(i, (part.clone(), PolicyNode::default()));
                     i
                 }
             };
@@ -190,6 +191,21 @@ impl PolicyNode {
         }
         node
     }
+}
+
+/// The member names a policy path walks, or `None` for a path with an empty one. One syntax
+/// wherever a policy names fields (`fields`, `key_fields`): a JSON pointer (`/order/item_ids`,
+/// RFC 6901: `~1` is `/`, `~0` is `~`, and a `.` is part of a name, so `/meta.trace_id` is the one
+/// member `meta.trace_id`), or a dotted path (`order.item_ids`).
+pub(crate) fn field_path(path: &str) -> Option<Vec<String>> {
+    let parts: Vec<String> = match path.strip_prefix('/') {
+        Some(pointer) => pointer
+            .split('/')
+            .map(|p| p.replace("~1", "/").replace("~0", "~"))
+            .collect(),
+        None => path.split('.').map(str::to_string).collect(),
+    };
+    (!path.is_empty() && parts.iter().all(|p| !p.is_empty())).then_some(parts)
 }
 
 /// One tool's policy.
@@ -259,17 +275,15 @@ impl PolicySet {
                 .or_default()
                 .push(serde_json::to_string(&spec).unwrap_or_default());
             let mut root = PolicyNode::default();
-            let bad_path = |p: &str| p.is_empty() || p.split('.').any(str::is_empty);
             if let Some(fields) = &spec.key_fields {
                 root.restricted = true;
                 for path in fields {
-                    if bad_path(path) {
+                    let Some(parts) = field_path(path) else {
                         return Err(PolicyError::EmptyPath { tool });
-                    }
+                    };
                     let mut node = &mut root;
-                    let parts: Vec<&str> = path.split('.').collect();
                     for (i, part) in parts.iter().enumerate() {
-                        node = node.descend(part);
+                        node = node.descend(std::slice::from_ref(part));
                         if i + 1 < parts.len() {
                             node.restricted = true;
                         }
@@ -278,19 +292,10 @@ impl PolicySet {
                 }
             }
             for (path, mode) in &spec.fields {
-                // A JSON pointer (`/order/item_ids`) or a dotted path (`order.item_ids`).
-                let path = match path.strip_prefix('/') {
-                    Some(pointer) => pointer
-                        .split('/')
-                        .map(|p| p.replace("~1", "/").replace("~0", "~"))
-                        .collect::<Vec<_>>()
-                        .join("."),
-                    None => path.clone(),
-                };
-                if bad_path(&path) {
+                let Some(parts) = field_path(path) else {
                     return Err(PolicyError::EmptyPath { tool });
-                }
-                root.descend(&path).mode = Some(*mode);
+                };
+                root.descend(&parts).mode = Some(*mode);
             }
             let schema = match &spec.schema {
                 Some(s) => Some(

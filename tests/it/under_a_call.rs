@@ -321,3 +321,33 @@ async fn a_config_refresh_keeps_the_lost_claims_to_release() {
     );
     std::fs::remove_file(path).ok();
 }
+
+/// One pointer syntax wherever a policy names fields: `key_fields: ["/amount"]` keys by the
+/// `amount` member (a charge of 99 never replays a charge of 1), and `/meta.trace_id` names the
+/// one member `meta.trace_id`, never `meta` → `trace_id`.
+#[tokio::test]
+async fn policy_pointers_name_the_members_they_point_at() {
+    let config = policies(json!({"tools": {TOOL: {
+        "key_fields": ["/amount", "/meta.trace_id"],
+        "fields": {"/meta.trace_id": "ignore"}
+    }}}));
+    let h = container(servers::memory_store(ManualClock::starting_now()), &config);
+    let call = |id, amount: u64, trace: &str, nested: Value| {
+        let mut args = charge(json!(amount));
+        args["meta.trace_id"] = json!(trace);
+        args["meta"] = nested;
+        request("s-1", id, args)
+    };
+    let one = send(&h, &call(1, 1, "t-1", json!({"trace_id": "a"}))).await;
+    assert_eq!(one.outcome, Outcome::Executed);
+    let ninety_nine = send(&h, &call(2, 99, "t-1", json!({"trace_id": "a"}))).await;
+    assert_eq!(
+        ninety_nine.outcome,
+        Outcome::Executed,
+        "another amount is another call"
+    );
+    assert_ne!(ninety_nine.key, one.key);
+    // `meta.trace_id` is ignored, and `meta` is outside `key_fields`: the same call.
+    let traced = send(&h, &call(3, 1, "t-2", json!({"trace_id": "b"}))).await;
+    assert_eq!(traced.key, one.key);
+}
