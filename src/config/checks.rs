@@ -15,7 +15,32 @@ pub(super) fn check<F: Fn(&str) -> Option<String>>(
     ttl_covers_the_longest_lease(config)?;
     failures_are_always_stored(vars)?;
     policy_ttls_cover_the_longest_lease(config)?;
+    no_route_back_to_this_function(vars, config)?;
     the_bucket_keeps_results_as_long_as_records(vars, config)
+}
+
+/// A route to the dedup function itself (`dedup config from-agent` run after `dedup attach` reads
+/// the action groups pointing at it) would claim each call and invoke itself, which claims the
+/// same key and waits on its own claim: the tool is never reached. The function's own name comes
+/// from Lambda (`AWS_LAMBDA_FUNCTION_NAME`; `dedup config check --function` for a local check).
+fn no_route_back_to_this_function<F: Fn(&str) -> Option<String>>(
+    vars: &Vars<F>,
+    config: &Config,
+) -> Result<(), ConfigError> {
+    let Some(own) = vars.get("AWS_LAMBDA_FUNCTION_NAME") else {
+        return Ok(());
+    };
+    match config.routes.route_to(&own) {
+        Some((pattern, target)) => Err(invalid(
+            "DEDUP_ROUTES",
+            &format!("{pattern} → {target}"),
+            format!(
+                "routes {pattern:?} to this function ({own}) itself: route it to the tool's own \
+                 function (the executor the action group had before `dedup attach`)"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn ttl_covers_the_longest_lease(config: &Config) -> Result<(), ConfigError> {

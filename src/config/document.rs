@@ -70,10 +70,13 @@ pub struct Document {
     /// The action group a tool's definition came in (a definition with `actionGroupName`), so
     /// that its routes can be told from other groups'.
     pub action_groups: BTreeMap<String, String>,
+    /// What the document gets wrong without it being refused, with its path (logged at load;
+    /// `dedup config check` prints them).
+    pub warnings: Vec<DocumentError>,
 }
 
 /// Why a document was refused, and where in it.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{path}: {message}")]
 pub struct DocumentError {
     /// Where in the document (`routes`, `settings.wait_ms`, `tool_definitions[1]`), or `document`
@@ -159,13 +162,86 @@ pub fn from_value(mut value: Value) -> Result<Document, DocumentError> {
             };
             at(path, e.to_string())
         })?;
+    let warnings = hazards(&policy, &policies, routes.as_ref(), &schema_sources)?;
+    for warning in &warnings {
+        tracing::warn!(%warning, "config document");
+    }
     Ok(Document {
         routes,
         settings,
         policies,
         schema_sources,
         action_groups,
+        warnings,
     })
+}
+
+/// What a policy entry can get wrong without failing to parse, refused (or, where the call is
+/// still keyed safely, warned) with its path in the document:
+/// - an entry that names no tool the document's routes or `tool_definitions` define (Bedrock calls
+///   an OpenAPI operation `METHOD /path`: an `operationId` entry reaches it, see
+///   [`crate::key::PolicySet`]; a Gateway tool is `target___tool`) is refused when the document
+///   defines tools, since it would silently reach nothing;
+/// - a `key_fields` path the tool's schema does not declare is refused: every call would key
+///   alike on it, so calls that differ only elsewhere would answer each other;
+/// - a `fields` path the schema does not declare is warned: the mode reaches nothing.
+fn hazards(
+    policy: &Map<String, Value>,
+    policies: &PolicySet,
+    routes: Option<&Routes>,
+    schema_sources: &BTreeMap<String, String>,
+) -> Result<Vec<DocumentError>, DocumentError> {
+    let mut warnings = Vec::new();
+    let Some(Value::Object(tools)) = policy.get("tools") else {
+        return Ok(warnings);
+    };
+    let defines_tools = policy.get("tool_definitions").is_some_and(|d| !d.is_null());
+    for (tool, spec) in tools {
+        let routed = routes.is_some_and(|r| {
+            r.candidates(tool)
+                .iter()
+                .any(|(pattern, _)| pattern.split_once('/').is_some_and(|(_, t)| t == tool))
+        });
+        let defined = schema_sources.contains_key(tool)
+            || tool.contains(crate::agentcore::TOOL_NAME_DELIMITER)
+            || routed;
+        if defines_tools && !defined {
+            return Err(at(
+                format!("tools.{tool}"),
+                "names no tool the routes or tool_definitions define: Bedrock names an OpenAPI \
+                 operation METHOD /path (or write its operationId), a function by its name, and the \
+                 Gateway a tool target___tool",
+            ));
+        }
+        let Some(schema) = policies.get(tool).and_then(|p| p.schema.as_ref()) else {
+            continue;
+        };
+        let undeclared = |path: &str| {
+            crate::key::field_path(path).is_some_and(|parts| !schema.declares_path(&parts))
+        };
+        if let Some(Value::Array(keyed)) = spec.get("key_fields") {
+            for (i, path) in keyed.iter().enumerate() {
+                if let Some(path) = path.as_str().filter(|p| undeclared(p)) {
+                    return Err(at(
+                        format!("tools.{tool}.key_fields[{i}]"),
+                        format!(
+                            "{path:?} is no member the tool's schema declares: calls would key \
+                             alike on it, so calls that differ elsewhere would answer each other"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(Value::Object(fields)) = spec.get("fields") {
+            for path in fields.keys().filter(|p| undeclared(p)) {
+                warnings.push(at(
+                    format!("tools.{tool}.fields.{path}"),
+                    "no member the tool's schema declares: the mode reaches nothing",
+                ));
+            }
+        }
+    }
+    Ok(warnings)
 }
 
 /// The action group each tool of a `tool_definitions` entry naming one belongs to.

@@ -27,6 +27,8 @@ struct RouteValue {
     target: String,
     timeout: Option<Duration>,
     namespace: Option<String>,
+    /// `"shared": true`: the route's callers share its stated namespace on purpose.
+    shared: bool,
 }
 
 impl Routes {
@@ -40,8 +42,21 @@ impl Routes {
                 target,
                 timeout,
                 namespace,
+                shared,
             } = route_target(&value)
                 .map_err(|reason| format!("route {pattern:?}: {reason}, got {value}"))?;
+            // A catch-all or group route catches every caller of its pattern (every agent with an
+            // action group of that name, every envelope tenant): one stated namespace would key
+            // their identical calls as one, so each answers the others from the store.
+            let catches_several = pattern.trim() == "*" || pattern.trim().ends_with("/*");
+            if namespace.is_some() && catches_several && !shared {
+                return Err(format!(
+                    "route {pattern:?}: a \"namespace\" on a route that catches several callers \
+                     keys all their calls in one namespace (two agents' identical calls, or two \
+                     tenants', answer each other); name the tool in the pattern, or add \
+                     \"shared\": true to say the callers share it"
+                ));
+            }
             if let Some(timeout) = timeout {
                 routes.state_timeout(&target, timeout);
             }
@@ -159,6 +174,28 @@ impl Routes {
         own
     }
 
+    /// The first route that sends calls to the function named `function` (a name, or an ARN with
+    /// or without a qualifier), as `(pattern, target)`: a route back to the dedup function itself
+    /// would claim each call twice and never reach the tool.
+    pub fn route_to(&self, function: &str) -> Option<(String, &str)> {
+        let own = function_name(function);
+        let mut routes: Vec<(String, &str)> = self
+            .exact
+            .iter()
+            .map(|(pattern, target)| (pattern.clone(), target.as_str()))
+            .chain(
+                self.groups
+                    .iter()
+                    .map(|(group, target)| (format!("{group}/*"), target.as_str())),
+            )
+            .chain(self.default.iter().map(|t| ("*".to_string(), t.as_str())))
+            .collect();
+        routes.sort();
+        routes
+            .into_iter()
+            .find(|(_, target)| function_name(target) == own)
+    }
+
     /// True when no route at all is configured (the Lambda refuses to start then).
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
@@ -177,6 +214,7 @@ fn route_target(value: &serde_json::Value) -> Result<RouteValue, String> {
             target,
             timeout: None,
             namespace: None,
+            shared: false,
         });
     }
     let Value::Object(fields) = value else {
@@ -184,12 +222,17 @@ fn route_target(value: &serde_json::Value) -> Result<RouteValue, String> {
     };
     if let Some(unknown) = fields
         .keys()
-        .find(|k| !["function", "timeout_seconds", "namespace"].contains(&k.as_str()))
+        .find(|k| !["function", "timeout_seconds", "namespace", "shared"].contains(&k.as_str()))
     {
         return Err(format!(
-            "unknown field {unknown:?} (expected \"function\", \"timeout_seconds\" and \"namespace\")"
+            "unknown field {unknown:?} (expected \"function\", \"timeout_seconds\", \"namespace\" and \"shared\")"
         ));
     }
+    let shared = match fields.get("shared") {
+        None => false,
+        Some(Value::Bool(shared)) => *shared,
+        Some(_) => return Err("\"shared\" must be true or false".into()),
+    };
     let target =
         non_empty(fields.get("function")).ok_or("\"function\" must be a non-empty string")?;
     let timeout = match fields.get("timeout_seconds") {
@@ -207,7 +250,17 @@ fn route_target(value: &serde_json::Value) -> Result<RouteValue, String> {
         target,
         timeout,
         namespace,
+        shared,
     })
+}
+
+/// The function name a Lambda name or ARN (`arn:aws:lambda:r:a:function:NAME[:qualifier]`,
+/// `NAME:qualifier`) names.
+fn function_name(function: &str) -> &str {
+    let name = function
+        .split_once(":function:")
+        .map_or(function, |(_, rest)| rest);
+    name.split(':').next().unwrap_or(name)
 }
 
 /// `seconds` as a timeout a Lambda function can have (1 s to [`MAX_TOOL_TIMEOUT`]).

@@ -25,7 +25,9 @@ pub use caller::{
     MAX_PATH_DIGESTS_BYTES, differing_paths,
 };
 pub use json::{Node, parse as parse_json};
-pub use policy::{DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy, Undeclared};
+pub use policy::{
+    DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy, Undeclared, field_path,
+};
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 
 /// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::{FieldMode, Schema, SchemaError, tool_definitions};
+use super::schema::{FieldMode, Schema, SchemaError, operation_ids, tool_definitions};
 
 /// Why a policy file could not be used. Each names the file or the tool, so the fix is findable.
 #[derive(Debug, thiserror::Error)]
@@ -197,7 +197,7 @@ impl PolicyNode {
 /// wherever a policy names fields (`fields`, `key_fields`): a JSON pointer (`/order/item_ids`,
 /// RFC 6901: `~1` is `/`, `~0` is `~`, and a `.` is part of a name, so `/meta.trace_id` is the one
 /// member `meta.trace_id`), or a dotted path (`order.item_ids`).
-pub(crate) fn field_path(path: &str) -> Option<Vec<String>> {
+pub fn field_path(path: &str) -> Option<Vec<String>> {
     let parts: Vec<String> = match path.strip_prefix('/') {
         Some(pointer) => pointer
             .split('/')
@@ -322,6 +322,20 @@ impl PolicySet {
                     fingerprint: String::new(),
                 },
             );
+        }
+        // A policy written under an OpenAPI `operationId` reaches the operation as Bedrock calls
+        // it (`POST /refunds`), unless that name has an entry of its own.
+        for container in &file.tool_definitions {
+            for (id, bedrock_name) in operation_ids(container) {
+                if tools.contains_key(&bedrock_name) {
+                    continue;
+                }
+                if let Some(policy) = tools.get(&id).cloned() {
+                    let spec = inputs.get(&id).cloned().unwrap_or_default();
+                    inputs.insert(bedrock_name.clone(), spec);
+                    tools.insert(bedrock_name, policy);
+                }
+            }
         }
         for (i, container) in file.tool_definitions.iter().enumerate() {
             for definition in tool_definitions(container, &format!("tool_definitions[{i}]")) {

@@ -80,8 +80,8 @@ async fn a_namespace_a_route_states_keeps_keys_across_a_renamed_action_group() {
     let mut renamed = original.clone();
     renamed["actionGroup"] = json!("billing");
     renamed["agent"]["id"] = json!("AGENT00002");
-    let stated = r#"{"payments/*": {"function": "demo", "namespace": "payments"},
-                     "billing/*": {"function": "demo", "namespace": "payments"}}"#;
+    let stated = r#"{"payments/*": {"function": "demo", "namespace": "payments", "shared": true},
+                     "billing/*": {"function": "demo", "namespace": "payments", "shared": true}}"#;
     for (routes, want) in [
         (r#"{"*": "demo"}"#, Outcome::Executed),
         (stated, Outcome::Replayed),
@@ -120,7 +120,7 @@ fn a_route_namespace_must_be_text() {
         );
     }
     let routes = Routes::parse(
-        r#"{"payments/charge_card": "exact", "payments/*": {"function": "group", "namespace": "pay"}}"#,
+        r#"{"payments/charge_card": "exact", "payments/*": {"function": "group", "namespace": "pay", "shared": true}}"#,
     )
     .unwrap();
     assert_eq!(routes.namespace("payments", "refund"), Some("pay"));
@@ -132,6 +132,18 @@ fn a_route_namespace_must_be_text() {
     assert_eq!(routes.namespace("support", "refund"), None);
     assert_eq!(routes.stated_namespace("payments/*"), Some("pay"));
     assert_eq!(routes.stated_namespace("payments/charge_card"), None);
+    // A stated namespace on a route that catches several callers merges them: refused unless
+    // the route says they share it.
+    for catching in [
+        r#"{"*": {"function": "demo", "namespace": "pay"}}"#,
+        r#"{"payments/*": {"function": "demo", "namespace": "pay"}}"#,
+    ] {
+        let err = Routes::parse(catching).unwrap_err();
+        assert!(err.contains("catches several callers"), "{err}");
+    }
+    assert!(
+        Routes::parse(r#"{"payments/refund": {"function": "demo", "namespace": "pay"}}"#).is_ok()
+    );
     let everything = Routes::everything_to("demo");
     assert_eq!(everything.resolve("support", "refund"), Some("demo"));
     assert_eq!(everything.namespace("support", "refund"), None);

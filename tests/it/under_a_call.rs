@@ -351,3 +351,51 @@ async fn policy_pointers_name_the_members_they_point_at() {
     let traced = send(&h, &call(3, 1, "t-2", json!({"trace_id": "b"}))).await;
     assert_eq!(traced.key, one.key);
 }
+
+/// A policy written under an OpenAPI `operationId` reaches the operation as Bedrock calls it
+/// (`POST /charges/{chargeId}/refunds`): a destructive refund that crashed after acting is
+/// settled as outcome unknown, and its retry is told so instead of running it again.
+#[tokio::test]
+async fn a_policy_under_an_operation_id_reaches_the_call_bedrock_makes() {
+    let document = document::parse(
+        r#"
+tools:
+  issue_refund: {destructive: true}
+tool_definitions:
+  - actionGroupName: payments-api
+    apiSchema:
+      payload: |
+        openapi: 3.0.0
+        paths:
+          /charges/{chargeId}/refunds:
+            post:
+              operationId: issue_refund
+              parameters: [{name: chargeId, in: path, schema: {type: string}}]
+              requestBody:
+                content:
+                  application/json:
+                    schema: {type: object, properties: {amount: {type: number}, reason: {type: string}}}
+"#,
+    )
+    .unwrap();
+    let config =
+        Config::from_lookup_and_document(|_| None, Some(&document), StoreKind::Memory).unwrap();
+    let h = handler(
+        servers::memory_store(ManualClock::starting_now()),
+        Scripted::new(vec![
+            fixture::Act::RunThenFail("Sandbox.Timedout"),
+            fixture::Act::Run,
+        ]),
+        &config,
+    )
+    .with_settings(|s| s.wait = Default::default());
+    let refund = fixture::event("openapi-refund.json");
+    let crashed = send(&h, &refund).await;
+    assert_eq!(crashed.outcome, Outcome::ToolError);
+    let retry = send(&h, &refund).await;
+    assert_eq!(
+        retry.outcome,
+        Outcome::Unknown,
+        "the refund is at_most_once under its operationId's policy: {retry:?}"
+    );
+}

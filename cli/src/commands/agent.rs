@@ -242,10 +242,12 @@ pub fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
             Some(arn) => {
                 // The namespace the Bedrock door derives today (agent id and group name), stated,
                 // so that renaming the group or moving to another agent keeps the calls' keys.
+                // A group route catches that group of every agent the function serves, so the
+                // document says they share it (`shared`; see the header it prints).
                 let namespace = format!("{}/{name}", args.api.agent_id);
                 routes.insert(
                     format!("{name}/*"),
-                    json!({"function": arn, "namespace": namespace}),
+                    json!({"function": arn, "namespace": namespace, "shared": true}),
                 );
             }
             None => skipped.push(name.to_string()),
@@ -258,6 +260,8 @@ pub fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
     let yaml = serde_yaml_ng::to_string(&document).map_err(|e| CliError::Usage(e.to_string()))?;
     println!(
         "# toolcall-dedup config document from agent {} ({}): routes to today's executors.\n\
+         # Each group route states this agent's namespace, shared by every agent whose action\n\
+         # group has that name: serve other agents from another function, or drop `namespace`.\n\
          # Check it with `dedup config check`, then put it where the function reads it.",
         args.api.agent_id, args.api.agent_version
     );

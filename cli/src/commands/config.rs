@@ -32,6 +32,10 @@ pub struct CheckArgs {
     /// SSM endpoint for an ssm: document (a local server); AWS when absent.
     #[arg(long, env = "DEDUP_SSM_ENDPOINT")]
     pub ssm_endpoint: Option<String>,
+    /// The dedup function's name or ARN, as Lambda names it to the function
+    /// (`AWS_LAMBDA_FUNCTION_NAME`): a route back to it is refused, as the function refuses it.
+    #[arg(long, env = "AWS_LAMBDA_FUNCTION_NAME")]
+    pub function: Option<String>,
     /// The report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -72,8 +76,8 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
     };
     let document = &loaded.document;
     // What the function would run with: the document over the defaults, checked as at start-up.
-    let config = match Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)
-    {
+    let own = |var: &str| (var == "AWS_LAMBDA_FUNCTION_NAME").then(|| args.function.clone())?;
+    let config = match Config::from_lookup_and_document(own, Some(document), StoreKind::Memory) {
         Ok(config) => config,
         Err(e) => {
             // A setting the document gave is named where the document gives it.
@@ -83,6 +87,11 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
                 {
                     let name = var.trim_start_matches("DEDUP_").to_ascii_lowercase();
                     format!("settings.{name}: ")
+                }
+                toolcall_dedup::config::ConfigError::Invalid { var, .. }
+                    if *var == "DEDUP_ROUTES" && document.routes.is_some() =>
+                {
+                    "routes: ".to_string()
                 }
                 _ => String::new(),
             };
@@ -129,14 +138,19 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
         .iter()
         .map(|(var, value)| format!("{var}={value}"))
         .collect();
+    let warnings: Vec<String> = document.warnings.iter().map(ToString::to_string).collect();
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"document": args.document, "settings": settings, "tools": report})
+            serde_json::json!({"document": args.document, "settings": settings, "tools": report,
+                               "warnings": warnings})
         );
         return Ok(ExitCode::SUCCESS);
     }
     println!("{}: ok", args.document);
+    for warning in &warnings {
+        println!("warning: {warning}");
+    }
     println!(
         "settings: {}",
         if settings.is_empty() {

@@ -75,3 +75,79 @@ fn errors_name_the_path_in_the_document() {
     let missing = check(&["no/such/document.yaml"]);
     assert_eq!(missing.status.code(), Some(2));
 }
+
+/// The hazards a document can hold while parsing fine (issue 48): each refused with its path in
+/// the document, and a field mode that reaches nothing warned.
+#[test]
+fn config_hazards_are_refused_with_their_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let definitions = "tool_definitions:\n  - openapi: 3.0.0\n    paths:\n      /refunds:\n        post:\n          operationId: issue_refund\n          requestBody: {content: {application/json: {schema: {type: object, properties: {amount: {type: number}, charge_id: {type: string}}}}}}\n";
+    let cases = [
+        (
+            format!("tools:\n  issue_refnd: {{destructive: true}}\n{definitions}"),
+            vec![],
+            "tools.issue_refnd: names no tool",
+        ),
+        (
+            format!("tools:\n  issue_refund: {{key_fields: [/amout]}}\n{definitions}"),
+            vec![],
+            "tools.issue_refund.key_fields[0]",
+        ),
+        (
+            "routes:\n  '*': {function: pay-fn, namespace: payments}\n".to_string(),
+            vec![],
+            "catches several callers",
+        ),
+        (
+            "routes:\n  payments/*: arn:aws:lambda:us-east-1:123456789012:function:toolcall-dedup:live\n"
+                .to_string(),
+            vec!["--function", "toolcall-dedup"],
+            "routes: DEDUP_ROUTES",
+        ),
+    ];
+    for (i, (text, extra, wanted)) in cases.iter().enumerate() {
+        let file = dir.path().join(format!("hazard-{i}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        let mut args = vec![file.to_str().unwrap()];
+        args.extend(extra.iter().copied());
+        let out = check(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text}: {stderr}");
+        assert!(
+            stderr.contains(wanted),
+            "{text}: wanted {wanted:?} in {stderr}"
+        );
+    }
+
+    // Written under the operationId, the policy reaches Bedrock's name for the operation; a field
+    // mode on an undeclared member is warned, not refused.
+    let file = dir.path().join("fine.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "tools:\n  issue_refund: {{destructive: true, fields: {{memo: ignore}}}}\n{definitions}"
+        ),
+    )
+    .unwrap();
+    let out = check(&[file.to_str().unwrap(), "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bedrock = report["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tool"] == "POST /refunds")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(bedrock["delivery"], "at_most_once");
+    assert!(
+        report["warnings"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("tools.issue_refund.fields.memo"),
+        "{report}"
+    );
+}

@@ -151,6 +151,53 @@ pub(super) fn collect_definitions(container: &Value, label: &str, found: &mut Ve
     });
 }
 
+/// The OpenAPI operations `container` defines that have an `operationId`, each as
+/// `(operationId, "METHOD /path")`: Bedrock calls an action group's operation by its method and
+/// path, so a policy written under the `operationId` must reach that name too. Gateway targets are
+/// left out: the Gateway lists an OpenAPI target's tools by their `operationId`.
+pub fn operation_ids(container: &Value) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut pending = vec![container];
+    while let Some(value) = pending.pop() {
+        if value.get("targetConfiguration").is_some() {
+            continue;
+        }
+        if let Value::Array(items) = value {
+            pending.extend(items);
+            continue;
+        }
+        if let Some(Value::Array(items)) = DEFINITION_LISTS.iter().find_map(|l| value.pointer(l)) {
+            pending.extend(items);
+            continue;
+        }
+        let document = match value.pointer("/apiSchema/payload") {
+            Some(Value::String(text)) => serde_json::from_str::<Value>(text).ok(),
+            Some(payload) => Some(payload.clone()),
+            None => is_openapi_document(value).then(|| value.clone()),
+        };
+        let Some(paths) = document
+            .as_ref()
+            .and_then(|d| d.get("paths"))
+            .and_then(Value::as_object)
+        else {
+            continue;
+        };
+        for (path, item) in paths {
+            for method in HTTP_METHODS {
+                let id = item
+                    .get(method)
+                    .and_then(|op| op.get("operationId"))
+                    .and_then(Value::as_str);
+                if let Some(id) = id {
+                    let bedrock_name = format!("{} {path}", method.to_ascii_uppercase());
+                    found.push((id.to_string(), bedrock_name));
+                }
+            }
+        }
+    }
+    found
+}
+
 pub(super) const HTTP_METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];

@@ -23,7 +23,7 @@ mod tests;
 use compile::*;
 pub(crate) use definitions::definition_name;
 use definitions::*;
-pub use definitions::{Definition, tool_definitions};
+pub use definitions::{Definition, operation_ids, tool_definitions};
 
 /// How a field is compared, set per field by a policy file or by `"x-dedup"` in the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -378,6 +378,29 @@ impl Schema {
     /// a member be undeclared.
     pub(crate) fn declares_properties(&self) -> bool {
         !self.properties.is_empty() || !self.patterns.is_empty()
+    }
+
+    /// Whether the member path `parts` (a policy's field path) names a member this schema
+    /// declares, walking through arrays into their items. An object that names no members (a free
+    /// object) declares whatever it is given: only a named member can be missing.
+    pub fn declares_path(&self, parts: &[String]) -> bool {
+        let mut schema = self;
+        for part in parts {
+            while let Some(items) = schema.items.as_deref() {
+                if schema.declares_properties() {
+                    break;
+                }
+                schema = items;
+            }
+            if !schema.declares_properties() && schema.additional.is_none() {
+                return true;
+            }
+            match schema.property(part) {
+                Some(child) => schema = child,
+                None => return false,
+            }
+        }
+        true
     }
 
     /// The schema of the member `name`: its own, else the first `patternProperties` entry whose
