@@ -87,6 +87,7 @@ pub fn decide(
         Ok(ClaimOutcome::InProgress(record))
             if !shadow
                 && own.is_some_and(|o| record.token.owner() == Some(o))
+                && caller_fingerprint.is_none_or(|f| f == record.fingerprint)
                 && !record.lease_ended(now_ms) =>
         {
             NextAction::Resume(record)

@@ -17,7 +17,8 @@
 //! | its process dies | renewals stop: the lease ends within one lease | a new run after that |
 //!
 //! **Caller keys.** [`Dedup::run_keyed`] keys the call by the caller's own idempotency key
-//! (scoped by the namespace) instead of by its arguments: a repeat under the key with arguments
+//! (scoped by the call's namespace, tool and run; no wider scope is offered) instead of by its
+//! arguments: a repeat under the key with arguments
 //! of the same meaning replays; one with other arguments is [`GuardError::KeyReused`], naming the
 //! paths that differ, and does not run.
 //!
@@ -307,8 +308,8 @@ impl<S: Store> Dedup<S> {
     }
 
     /// [`Dedup::run`] keyed by the caller's own `idempotency_key` (a request id, a workflow
-    /// activity id) instead of by the arguments: the key, scoped by the call's namespace, is the
-    /// call. A repeat with the same key and arguments of the same meaning (as the typed keyer
+    /// activity id) instead of by the arguments: the key, scoped by the call's namespace, tool and
+    /// run, is the call. A repeat with the same key and arguments of the same meaning (as the typed keyer
     /// reads them) replays; with other arguments it is refused with [`GuardError::KeyReused`],
     /// naming the paths that differ, and the side effect does not run.
     pub async fn run_keyed<T, E, F, Fut>(

@@ -224,6 +224,11 @@ impl<'a> GatewayCall<'a> {
             );
             sessionless.unkeyed(missing)?;
         }
+        // With no run to stay inside (`gateway_scope`), a model-written key would be shared by
+        // every client of the gateway: another client's different call that reuses a common key
+        // ("charge-1") would be refused and told which of the first client's paths differ. Such
+        // a call is keyed by its arguments instead.
+        let caller_key = caller_key.filter(|_| run_id.is_some());
         let step = args.get(scope.step).and_then(step_value);
         let namespace = scoped_namespace(
             ENTRY_POINT,

@@ -114,8 +114,18 @@ impl<'a> Settling<'a> {
     }
 }
 
-/// The label of a request's note of its claim ([`RequestOwner::noted_at`]).
+/// The label of a request's note of its claims ([`RequestOwner::noted_at`]).
 const NOTE_LABEL: &str = "request";
+/// A note outlives its claim's lease by this much (seconds).
+const NOTE_MARGIN_S: i64 = 60;
+/// Writes of a note that others keep changing before giving up.
+const NOTE_ROUNDS: u32 = 4;
+
+/// The claims a note record holds.
+fn decode_notes(record: &Record) -> Result<Vec<RecordedClaim>, StoreError> {
+    serde_json::from_slice(record.result.as_deref().unwrap_or_default())
+        .map_err(|e| StoreError::Corrupt(format!("a request's note: {e}")))
+}
 
 /// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
 const MAX_ORPHANS: usize = 256;
@@ -231,13 +241,17 @@ impl<S: Store> Executor<S> {
         match acquired {
             Acquired::Owner(started) => match &owner.noted_at {
                 None => Opened::Claimed,
-                Some(at) => match self.note_claim(at, call, &owner.name, end).await {
+                Some(at) => match self.note_claim(at, call, &owner.name, end, lease).await {
                     Ok(()) => Opened::Claimed,
                     Err(e) => {
-                        // Unnoted, the claim could not be settled: nothing runs under it.
+                        // Unnoted, the claim could not be settled: nothing runs under it (shadow
+                        // mode never blocks: there the call runs unclaimed).
                         tracing::error!(error = %e, "could not note the claim; released it");
                         self.release(call.key, started.token.as_ref()).await;
-                        Opened::Answered(store_down(e))
+                        match self.settings.mode {
+                            Mode::Shadow => Opened::Unclaimed(Outcome::Executed),
+                            _ => Opened::Answered(store_down(e)),
+                        }
                     }
                 },
             },
@@ -247,68 +261,65 @@ impl<S: Store> Executor<S> {
     }
 
     /// Notes under `at` that this request claimed `call.key` as `owner` (see
-    /// [`RequestOwner::noted_at`]). A note already there is this same request's, from an earlier
-    /// invocation for it: one naming another key (a configuration or listing changed between
-    /// the two invocations) is replaced, and the claim it names, this request's own and never
-    /// run (the side effect starts only after an invocation answers), is released.
+    /// [`RequestOwner::noted_at`]), beside any claim an earlier invocation for the same request
+    /// noted there (a configuration or listing changed between the two invocations, so it keyed
+    /// another key): whatever settles the request settles each claim its owner still holds. No
+    /// noted claim is ever released here: the name of a request that carries no `REQUEST_ID` may
+    /// be shared by an identical request of another client, whose claim that may be. The note
+    /// lives as long as the lease, within which the request's RESPONSE comes.
     async fn note_claim(
         &self,
         at: &str,
         call: Keyed<'_>,
         owner: &str,
         end: Instant,
+        lease: Lease,
     ) -> Result<(), StoreError> {
         let note = RecordedClaim {
             key: call.key.to_string(),
             owner: owner.to_string(),
         };
-        let value = serde_json::to_vec(&note).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let expires_at_s = self.expiry_from(call.call.policy_name(), self.store.now_ms());
-        let put = self.store.put(at, NOTE_LABEL, &value, expires_at_s, None);
-        match self.bounded(end, put).await {
-            Err(StoreError::LeaseLost) => {}
-            other => return other.map(drop),
-        }
-        let Some(earlier) = self.bounded(end, self.store.get(at)).await? else {
-            // Expired between the two requests: write it afresh.
-            let put = self.store.put(at, NOTE_LABEL, &value, expires_at_s, None);
-            return self.bounded(end, put).await.map(drop);
-        };
-        let noted = earlier
-            .result
-            .as_deref()
-            .and_then(|v| serde_json::from_slice::<RecordedClaim>(v).ok());
-        if noted.as_ref() == Some(&note) {
-            return Ok(());
-        }
-        if let Some(noted) = noted.filter(|n| n.key != note.key) {
-            if let Ok(Some(stale)) = self.store.get(&noted.key).await {
-                if stale.status == Status::InProgress
-                    && stale.token.owner() == Some(noted.owner.as_str())
-                {
-                    self.release(&noted.key, Some(&stale.token)).await;
-                }
+        let now = self.store.now_ms();
+        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
+        let expires_at_s = lease_until_ms.div_euclid(1000) + NOTE_MARGIN_S;
+        let mut earlier: Option<(Vec<RecordedClaim>, LeaseToken)> = None;
+        for _round in 0..NOTE_ROUNDS {
+            let mut claims = earlier.as_ref().map(|(c, _)| c.clone()).unwrap_or_default();
+            if claims.contains(&note) {
+                return Ok(());
             }
+            claims.push(note.clone());
+            let value =
+                serde_json::to_vec(&claims).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let replacing = earlier.as_ref().map(|(_, token)| token);
+            let put = self
+                .store
+                .put(at, NOTE_LABEL, &value, expires_at_s, replacing);
+            match self.bounded(end, put).await {
+                Err(StoreError::LeaseLost) => {}
+                other => return other.map(drop),
+            }
+            // Noted since it was read: read it again and add to it.
+            earlier = match self.bounded(end, self.store.get(at)).await? {
+                None => None,
+                Some(record) => Some((decode_notes(&record)?, record.token)),
+            };
         }
-        let put = self
-            .store
-            .put(at, NOTE_LABEL, &value, expires_at_s, Some(&earlier.token));
-        self.bounded(end, put).await.map(drop)
+        Err(StoreError::Unavailable(
+            "the request's note kept changing under its writes".into(),
+        ))
     }
 
-    /// The claim a request noted under `at` ([`RequestOwner::noted_at`]), if any.
-    pub async fn noted_claim(
+    /// The claims a request noted under `at` ([`RequestOwner::noted_at`]); empty when none.
+    pub async fn noted_claims(
         &self,
         at: &str,
         end: Instant,
-    ) -> Result<Option<RecordedClaim>, StoreError> {
-        let Some(record) = self.bounded(end, self.store.get(at)).await? else {
-            return Ok(None);
-        };
-        let value = record.result.as_deref().unwrap_or_default();
-        serde_json::from_slice(value)
-            .map(Some)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))
+    ) -> Result<Vec<RecordedClaim>, StoreError> {
+        match self.bounded(end, self.store.get(at)).await? {
+            Some(record) => decode_notes(&record),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Settles a claim [`Executor::open`] took, once its side effect's reply is seen elsewhere:

@@ -249,34 +249,46 @@ impl<S: Store> Flow<'_, S> {
         }
     }
 
-    /// RESPONSE: the claim this request's REQUEST noted ([`Interception::request_record`]),
-    /// settled with the target's answer; `None` when it noted none.
+    /// RESPONSE: the claims this request's REQUEST noted ([`Interception::request_record`]),
+    /// each settled with the target's answer while its owner holds it; `None` when it noted none.
     async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Answered> {
         if self.interception.target_reply().is_none() {
             return Some(self.pass(Outcome::PassedOn));
         }
         let record = self.interception.request_record();
-        match self.service.executor.noted_claim(&record, self.end).await {
-            Ok(Some(noted)) => {
-                let made = ClaimMade {
-                    key: &noted.key,
-                    owner: &noted.owner,
-                    policy_name: call.listed_name,
-                };
-                Some(self.settle(made).await.keyed(&noted.key))
-            }
-            Ok(None) => None,
+        let noted = match self.service.executor.noted_claims(&record, self.end).await {
+            Ok(noted) if noted.is_empty() => return None,
+            Ok(noted) => noted,
             Err(e) => {
                 tracing::error!(
                     error = %e,
                     "could not read which claim the request made; it stays claimed until its lease ends"
                 );
-                Some(
+                return Some(
                     self.pass(Outcome::StoreError)
                         .because(format!("store: {e}")),
-                )
+                );
+            }
+        };
+        let mut settled: Option<Answered> = None;
+        for claim in &noted {
+            let made = ClaimMade {
+                key: &claim.key,
+                owner: &claim.owner,
+                policy_name: call.listed_name,
+            };
+            let answered = self.settle(made).await.keyed(&claim.key);
+            // The answer that says most: a claim settled, else a store error, else passed on.
+            let rank = |a: &Answered| match a.outcome {
+                Outcome::Executed => 2,
+                Outcome::StoreError => 1,
+                _ => 0,
+            };
+            if settled.as_ref().is_none_or(|s| rank(&answered) > rank(s)) {
+                settled = Some(answered);
             }
         }
+        settled
     }
 
     /// RESPONSE: settle the claim `made` with the target's answer, and pass it on.

@@ -73,6 +73,9 @@ pub(crate) const ENTRY_POINT: &str = "interceptor";
 pub(crate) use crate::door::INPUT_VERSION;
 /// The input version this adapter reads, and the output version it writes.
 pub(crate) const VERSION: &str = "1.0";
+/// The `_meta` member of a `tools/call` result the REQUEST answered from the store: says so (and
+/// the key), and tells the RESPONSE it passes through that nothing ran.
+pub(crate) const REPLAY_META: &str = "toolcall-dedup/dedup";
 /// The header that names the MCP session: the call's run.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// The client-context key with the gateway's ARN (documented for HTTP targets).
@@ -388,6 +391,11 @@ impl<'a> Interception<'a> {
             );
             sessionless.unkeyed(missing)?;
         }
+        // With no session to stay inside (`gateway_scope`), a model-written key would be shared
+        // by every client of the gateway: another client's different call that reuses a common
+        // key ("charge-1") would be refused and told which of the first client's paths differ.
+        // Such a call is keyed by its arguments instead.
+        let caller_key = caller_key.filter(|_| run_id.is_some());
         Ok(ToolCall {
             tool: call.tool.to_string(),
             args: serde_json::to_string(call.arguments).unwrap_or_default(),
@@ -430,16 +438,25 @@ impl<'a> Interception<'a> {
     /// JSON-RPC body (its id included); the RESPONSE invocation carries the same request.
     pub(crate) fn request_record(&self) -> String {
         let mut digest = Sha256::new();
+        let body = self.body.to_string();
         for part in [
             Some(self.gateway()),
             self.request_id,
             self.session(),
             header(self.headers, "authorization"),
+            Some(body.as_str()),
         ] {
-            digest.update(part.unwrap_or_default().as_bytes());
-            digest.update([0]);
+            // Each part length-prefixed (and an absent one told from an empty one), so that no
+            // two sets of parts hash alike.
+            match part {
+                Some(part) => {
+                    digest.update([1]);
+                    digest.update((part.len() as u64).to_be_bytes());
+                    digest.update(part.as_bytes());
+                }
+                None => digest.update([0]),
+            }
         }
-        digest.update(self.body.to_string().as_bytes());
         format!(
             "request:{}",
             crate::key::Key::from_digest(&digest.finalize())
@@ -447,10 +464,12 @@ impl<'a> Interception<'a> {
     }
 
     /// Whether [`Interception::owner`] names one request and no other: the Gateway's `REQUEST_ID`
-    /// is there, or an MCP session is (a JSON-RPC id is never reused within one). A claim this
-    /// owner holds is then this very request's, invoked again by the Gateway.
+    /// is there. A claim this owner holds is then this very request's, invoked again by the
+    /// Gateway, whose target never ran (the Gateway calls it only once an invocation answers). A
+    /// session is not enough: a client's HTTP layer that sends the same message again (same
+    /// JSON-RPC id, same session) while the target runs would otherwise run it twice.
     pub(crate) fn owner_is_one_request(&self) -> bool {
-        self.request_id.is_some() || self.session().is_some()
+        self.request_id.is_some()
     }
 
     /// The answer that lets the message through unchanged: at REQUEST its body only; at RESPONSE
@@ -570,6 +589,14 @@ impl<'a> Interception<'a> {
             return Some(Err(!refused));
         }
         let result = body.get("result")?;
+        if result
+            .get("_meta")
+            .and_then(|m| m.get(REPLAY_META))
+            .is_some()
+        {
+            // Our own answer from the store, passing by: there is nothing to settle.
+            return None;
+        }
         Some(match status {
             409 | 429 => Err(true),
             400..=499 => Err(false),
@@ -592,8 +619,21 @@ impl Answers for ToolsCall<'_> {
     }
 
     /// The stored `result` (JSON text) under this request's id.
-    fn result(&self, result: &str, _: DedupInfo<'_>) -> String {
-        let result: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+    fn result(&self, result: &str, dedup: DedupInfo<'_>) -> String {
+        let mut result: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+        // Marked in the result's `_meta` (metadata a client does not parse as the tool's answer),
+        // so that the RESPONSE invocation this answer passes through knows it for ours.
+        if let Some(result) = result.as_object_mut() {
+            let meta = result
+                .entry("_meta")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(
+                    REPLAY_META.into(),
+                    json!({"outcome": dedup.outcome, "key": dedup.key}),
+                );
+            }
+        }
         answer(rpc("result", self.id, result))
     }
 

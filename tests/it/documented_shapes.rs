@@ -113,10 +113,16 @@ async fn a_streamed_response_settles_on_the_answer_to_the_request<S: Store>(stor
     assert_eq!(retry.outcome, Outcome::Replayed);
     let body = answer(&retry)["mcp"]["transformedGatewayResponse"]["body"].clone();
     assert_eq!(body["id"], 22);
-    assert_eq!(
-        body["result"],
-        result["mcp"]["gatewayResponse"]["body"]["result"]
-    );
+    // The stored result, its `_meta` marking the replay: MCP schema/2025-11-25/schema.ts
+    // `Result._meta` (metadata, not the tool's answer), under a key of the form
+    // docs/specification/2025-11-25/basic/index.mdx gives (`prefix/name`, the prefix a label).
+    let mut replayed = body["result"].clone();
+    let marker = replayed["_meta"]
+        .as_object_mut()
+        .and_then(|m| m.remove("toolcall-dedup/dedup"));
+    assert_eq!(marker.unwrap()["outcome"], "replayed");
+    replayed.as_object_mut().unwrap().remove("_meta");
+    assert_eq!(replayed, result["mcp"]["gatewayResponse"]["body"]["result"]);
 }
 
 #[tokio::test]

@@ -115,7 +115,15 @@ async fn a_retry_pair_runs_the_target_once<S: Store>(store: S) {
     let replayed = answer(&retry)["mcp"]["transformedGatewayResponse"].clone();
     assert_eq!(replayed["statusCode"], 200);
     assert_eq!(replayed["body"]["id"], 12);
-    assert_eq!(replayed["body"]["result"], target_body["result"]);
+    // The stored result, marked as a replay in its `_meta` (what its RESPONSE knows it by).
+    assert_eq!(
+        replayed["body"]["result"]["_meta"]["toolcall-dedup/dedup"],
+        json!({"outcome": "replayed", "key": key})
+    );
+    assert_eq!(
+        without_marker(&replayed["body"]["result"]),
+        target_body["result"]
+    );
     assert!(
         answer(&retry)["mcp"]
             .get("transformedGatewayRequest")
@@ -241,7 +249,7 @@ async fn a_listing_teaches_the_schema_and_a_trusted_read_only_tool_costs_no_requ
     assert_eq!(replay.key, claimed.key);
     let body = answer(&replay)["mcp"]["transformedGatewayResponse"]["body"].clone();
     assert_eq!(
-        (body["id"].clone(), body["result"].clone()),
+        (body["id"].clone(), without_marker(&body["result"])),
         (6.into(), result)
     );
 
@@ -551,4 +559,17 @@ async fn a_catalog_that_cannot_be_read_fails_the_call_closed_except_in_shadow_mo
             seen["mcp"]["gatewayResponse"]["body"]
         );
     }
+}
+
+/// A replayed `tools/call` result without the replay marker in its `_meta` (and without a
+/// `_meta` the marker alone made).
+fn without_marker(result: &Value) -> Value {
+    let mut result = result.clone();
+    if let Some(meta) = result.get_mut("_meta").and_then(Value::as_object_mut) {
+        meta.remove("toolcall-dedup/dedup");
+        if meta.is_empty() {
+            result.as_object_mut().unwrap().remove("_meta");
+        }
+    }
+    result
 }

@@ -235,13 +235,20 @@ async fn a_request_invoked_again_goes_on_and_another_request_cannot_settle_its_c
     let store = servers::memory_store(clock.clone());
     let h = container(store.clone(), &Config::default());
     let in_session = request(Some("s-1"), 3, json!({"sku": "SKU-1", "quantity": 1}));
-    assert_eq!(send(&h, &in_session).await.outcome, Outcome::Executed);
-    let again = send(&h, &in_session).await;
+    let named = HashMap::from([("REQUEST_ID".to_string(), "req-3".to_string())]);
+    assert_eq!(
+        send_with(&h, &in_session, &named).await.outcome,
+        Outcome::Executed
+    );
+    let again = send_with(&h, &in_session, &named).await;
     assert_eq!(
         again.outcome,
         Outcome::Executed,
         "the same request, invoked again, goes to the target"
     );
+    // A session alone names no one request: a client's HTTP layer may send the same message
+    // again while the target runs, and it must not run the target twice.
+    assert_eq!(send(&h, &in_session).await.outcome, Outcome::InProgress);
 
     // Sessionless (keyed by gateway and target): JSON-RPC ids repeat across clients, so only the
     // Gateway's REQUEST_ID names one request.

@@ -55,6 +55,19 @@ async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled
         .await
 }
 
+/// `ev` as the Gateway invokes it for its request `request_id` (`REQUEST_ID` in the client
+/// context), which names one request across the Gateway's invocations of it.
+async fn send_as<S: Store, D: Dispatcher>(
+    h: &Handler<S, D>,
+    ev: &Value,
+    request_id: &str,
+) -> Handled {
+    let context =
+        std::collections::HashMap::from([("REQUEST_ID".to_string(), request_id.to_string())]);
+    h.handle_with_context(ev, &Invocation::default(), Some(&context))
+        .await
+}
+
 fn policies(json: Value) -> Config {
     Config {
         policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
@@ -77,14 +90,14 @@ async fn a_resent_request_survives_the_release_of_its_lost_claim<S: Store + Clon
     let (one, two) = (container(lossy, &config), container(store.clone(), &config));
 
     let first = request("s-1", 7, charge(json!(4200)));
-    let lost = send(&one, &first).await;
+    let lost = send_as(&one, &first, "req-7").await;
     assert_eq!(lost.outcome, Outcome::StoreError, "fails closed: {lost:?}");
     let key = lost.key.clone().expect("keyed");
     let written = store.get(&key).await.unwrap().expect("the claim applied");
 
     // Time passes before the Gateway sends the REQUEST again: the lease must count from now.
     clock.advance_ms(20_000);
-    let resent = send(&two, &first).await;
+    let resent = send_as(&two, &first, "req-7").await;
     assert_eq!(
         resent.outcome,
         Outcome::Executed,
@@ -112,7 +125,7 @@ async fn a_resent_request_survives_the_release_of_its_lost_claim<S: Store + Clon
         .expect("the live claim is not released");
     assert_eq!(still.status, Status::InProgress);
 
-    let settled = send(&two, &response(&first, "charged")).await;
+    let settled = send_as(&two, &response(&first, "charged"), "req-7").await;
     assert_eq!(settled.outcome, Outcome::Executed, "settled: {settled:?}");
     assert_eq!(
         store.get(&key).await.unwrap().map(|r| r.status),
@@ -397,5 +410,40 @@ tool_definitions:
         retry.outcome,
         Outcome::Unknown,
         "the refund is at_most_once under its operationId's policy: {retry:?}"
+    );
+}
+
+/// Under `DEDUP_SESSIONLESS=gateway_scope` a model-written idempotency key has no session to stay
+/// inside: another client's different call that reuses a common key is its own call, never
+/// refused with the first client's differing paths; an identical call still meets the first.
+#[tokio::test]
+async fn a_caller_key_without_a_session_never_reaches_another_clients_call() {
+    let config = Config {
+        sessionless: toolcall_dedup::config::Sessionless::GatewayScope,
+        ..Config::default()
+    };
+    let h = container(servers::memory_store(ManualClock::starting_now()), &config);
+    let sessionless = |id, amount: u64| {
+        let mut ev = request("-", id, charge(json!(amount)));
+        ev["mcp"]["gatewayRequest"]["headers"]
+            .as_object_mut()
+            .unwrap()
+            .remove("Mcp-Session-Id");
+        ev["mcp"]["gatewayRequest"]["body"]["params"]["arguments"]["idempotency_key"] =
+            json!("charge-1");
+        ev
+    };
+    let first = send(&h, &sessionless(1, 4200)).await;
+    assert_eq!(first.outcome, Outcome::Executed);
+    let other_client = send(&h, &sessionless(1, 99)).await;
+    assert_eq!(
+        other_client.outcome,
+        Outcome::Executed,
+        "another client's call is its own: {other_client:?}"
+    );
+    let same = send(&h, &sessionless(2, 4200)).await;
+    assert_eq!(
+        same.key, first.key,
+        "gateway scope: identical calls are one"
     );
 }
