@@ -31,6 +31,29 @@ pub enum Mode {
     Off,
 }
 
+/// What the record under a caller's own key must hold for a call to be the same call: the same
+/// typed fingerprint, or, when the tool's policy (its schema) changed since the record was
+/// written, the same strict fingerprint (the typed form moved with the schema; the arguments did
+/// not). A repeat across a schema change is then the same call, never "other arguments".
+#[derive(Debug, Clone, Copy)]
+pub struct CallerMatch<'a> {
+    /// The typed fingerprint of this call's arguments.
+    pub fingerprint: &'a str,
+    /// Their strict fingerprint.
+    pub arguments: &'a str,
+    /// The tool's policy fingerprint now.
+    pub policy: Option<&'a str>,
+}
+
+impl CallerMatch<'_> {
+    /// Whether `record` is of this same call (see the type's docs).
+    pub fn meets(&self, record: &Record) -> bool {
+        record.fingerprint == self.fingerprint
+            || (record.about.policy.as_deref() != self.policy
+                && record.about.arguments.as_deref() == Some(self.arguments))
+    }
+}
+
 /// What to do next with one keyed call.
 #[derive(Debug)]
 pub enum NextAction {
@@ -67,8 +90,8 @@ pub enum NextAction {
 
 /// Decides what a claim's outcome means at `now_ms`. `wait_left` is what remains of the wait
 /// bound (the smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
-/// `caller_fingerprint` is set for a call keyed by its caller's key: a record of other arguments
-/// under that key is a mismatch, whatever its state. `own` names the request this invocation
+/// `caller` is set for a call keyed by its caller's key: a record of other arguments under that
+/// key ([`CallerMatch::meets`]) is a mismatch, whatever its state. `own` names the request this invocation
 /// answers, when the name stands for that one request ([`crate::executor::RequestOwner`]): a live
 /// claim under it is this request's own, taken by an earlier invocation for it, and is carried on.
 pub fn decide(
@@ -76,7 +99,7 @@ pub fn decide(
     mode: Mode,
     wait_left: Duration,
     now_ms: i64,
-    caller_fingerprint: Option<&str>,
+    caller: Option<CallerMatch<'_>>,
     own: Option<&str>,
 ) -> NextAction {
     let shadow = mode == Mode::Shadow;
@@ -87,7 +110,7 @@ pub fn decide(
         Ok(ClaimOutcome::InProgress(record))
             if !shadow
                 && own.is_some_and(|o| record.token.owner() == Some(o))
-                && caller_fingerprint.is_none_or(|f| f == record.fingerprint)
+                && caller.is_none_or(|c| c.meets(&record))
                 && !record.lease_ended(now_ms) =>
         {
             NextAction::Resume(record)
@@ -98,7 +121,7 @@ pub fn decide(
         Err(_) if shadow => NextAction::Shadow { seen: None },
         Err(e) => NextAction::StoreDown(e),
         Ok(ClaimOutcome::Completed(record) | ClaimOutcome::InProgress(record))
-            if caller_fingerprint.is_some_and(|f| f != record.fingerprint) =>
+            if caller.is_some_and(|c| !c.meets(&record)) =>
         {
             NextAction::Mismatch(record)
         }
@@ -286,15 +309,63 @@ mod tests {
                 Status::Completed => ClaimOutcome::Completed(record(status)),
                 Status::InProgress => ClaimOutcome::InProgress(record(status)),
             };
+            let other = CallerMatch {
+                fingerprint: "other",
+                arguments: "a",
+                policy: None,
+            };
             assert!(matches!(
-                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("other"), None),
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some(other), None),
                 NextAction::Mismatch(_)
             ));
+            let same = CallerMatch {
+                fingerprint: "f",
+                ..other
+            };
             assert!(!matches!(
-                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some("f"), None),
+                decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some(same), None),
                 NextAction::Mismatch(_)
             ));
         }
+    }
+
+    /// A schema change moves the typed fingerprint of the same arguments: the strict one, stored
+    /// with the record, tells the same call from another, and only across a policy change.
+    #[test]
+    fn a_caller_key_met_across_a_schema_change_is_the_same_call_only_for_the_same_arguments() {
+        let mut stored = record(Status::Completed);
+        stored.about.policy = Some("p1".into());
+        stored.about.arguments = Some("a".into());
+        let retyped = CallerMatch {
+            fingerprint: "f-typed-by-p2",
+            arguments: "a",
+            policy: Some("p2"),
+        };
+        assert!(
+            retyped.meets(&stored),
+            "the same arguments, typed by another schema"
+        );
+        assert!(
+            !CallerMatch {
+                arguments: "b",
+                ..retyped
+            }
+            .meets(&stored),
+            "other arguments"
+        );
+        assert!(
+            !CallerMatch {
+                policy: Some("p1"),
+                ..retyped
+            }
+            .meets(&stored),
+            "under the same policy the typed fingerprint decides"
+        );
+        stored.about.arguments = None;
+        assert!(
+            !retyped.meets(&stored),
+            "a record from before the strict fingerprint"
+        );
     }
 
     #[test]

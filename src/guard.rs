@@ -377,8 +377,9 @@ impl<S: Store> Dedup<S> {
             fingerprint: &fingerprint,
             call,
             delivery: keyer.delivery(call.tool),
-            caller: path_digests.as_ref().map(|digests| CallerKey {
+            caller: path_digests.as_ref().map(|(digests, arguments)| CallerKey {
                 path_digests: digests.as_deref(),
+                arguments,
             }),
         };
         let settings = self.executor.settings();
@@ -422,7 +423,8 @@ impl<S: Store> Dedup<S> {
 }
 
 /// The key, fingerprint and (for a caller's key) leaf digests of `call`.
-type GuardKey = (String, String, Option<Option<String>>);
+/// A guarded call's key, fingerprint, and for a caller-keyed call its leaf digests and strict fingerprint.
+type GuardKey = (String, String, Option<(Option<String>, String)>);
 
 fn guard_key<E>(
     keyer: &Keyer,
@@ -438,7 +440,7 @@ fn guard_key<E>(
             Ok(keyed) => Ok((
                 keyed.key.to_string(),
                 keyed.fingerprint.to_string(),
-                Some(keyed.path_digests),
+                Some((keyed.path_digests, keyed.arguments.to_string())),
             )),
             Err(CallerKeyError::Arguments(e)) => Err(GuardError::Key(e)),
             Err(e) => Err(GuardError::CallerKey(e)),

@@ -104,8 +104,9 @@ const _: () = assert!(crate::key::MAX_TOOL_NAME_BYTES <= crate::store::MAX_LABEL
 pub(crate) struct CallKey {
     pub(crate) key: String,
     fingerprint: String,
-    /// For a caller-keyed call: its leaf digests (`None` inside: too many to store).
-    caller: Option<Option<String>>,
+    /// For a caller-keyed call: its leaf digests (`None` inside: too many to store) and the
+    /// strict fingerprint of its arguments.
+    caller: Option<(Option<String>, String)>,
 }
 
 impl CallKey {
@@ -131,7 +132,7 @@ impl CallKey {
                     Ok(keyed) => Ok(CallKey {
                         key: keyed.key.to_string(),
                         fingerprint: keyed.fingerprint.to_string(),
-                        caller: Some(keyed.path_digests),
+                        caller: Some((keyed.path_digests, keyed.arguments.to_string())),
                     }),
                     Err(CallerKeyError::Arguments(e)) => Err(invalid_arguments(&e)),
                     Err(e) => Err(refusal(NoticeKind::InvalidEvent, &e.to_string())),
@@ -156,8 +157,9 @@ impl CallKey {
             fingerprint: &self.fingerprint,
             call,
             delivery,
-            caller: self.caller.as_ref().map(|digests| CallerKey {
+            caller: self.caller.as_ref().map(|(digests, arguments)| CallerKey {
                 path_digests: digests.as_deref(),
+                arguments,
             }),
         }
     }

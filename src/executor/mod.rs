@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::decide::{AfterRun, Mode, NextAction, RunEnd, after_run, decide};
+use crate::decide::{AfterRun, CallerMatch, Mode, NextAction, RunEnd, after_run, decide};
 use crate::key::{
     CALLER_KEYER_VERSION, Delivery, Keyer, Strategy, TYPED_KEYER_VERSION, differing_paths,
 };
@@ -415,7 +415,7 @@ impl<S: Store> Executor<S> {
                 self.settings.mode,
                 wait_until.saturating_duration_since(Instant::now()),
                 self.store.now_ms(),
-                call.caller.map(|_| call.fingerprint),
+                self.caller_match(call),
                 owner.filter(|o| o.is_one_request).map(|o| o.name.as_str()),
             );
             let record = match self.act_on(action, call, claim_started) {
@@ -598,6 +598,7 @@ impl<S: Store> Executor<S> {
                     None => TYPED_KEYER_VERSION,
                 }),
                 policy: self.keyer.policy_fingerprint(call.call.policy_name()),
+                arguments: call.caller.map(|c| c.arguments),
             },
         }
     }
@@ -988,8 +989,17 @@ impl<S: Store> Executor<S> {
         }
     }
 
+    /// What a caller-keyed call's record must hold to be this same call.
+    fn caller_match<'a>(&'a self, call: Keyed<'a>) -> Option<CallerMatch<'a>> {
+        call.caller.map(|caller| CallerMatch {
+            fingerprint: call.fingerprint,
+            arguments: caller.arguments,
+            policy: self.keyer.policy_fingerprint(call.call.policy_name()),
+        })
+    }
+
     fn replay<E>(&self, record: Record, call: Keyed<'_>, outcome: Outcome) -> Finished<E> {
-        if call.caller.is_some() && record.fingerprint != call.fingerprint {
+        if self.caller_match(call).is_some_and(|c| !c.meets(&record)) {
             return key_reused(&record, call);
         }
         if record.is_outcome_unknown(self.store.now_ms()) {

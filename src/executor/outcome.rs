@@ -131,6 +131,8 @@ pub struct CallerKey<'a> {
     /// The arguments' leaf digests ([`crate::key::CallerKeyed::path_digests`]), stored with the
     /// claim so that a mismatch can name its paths; `None` when too many to store.
     pub path_digests: Option<&'a str>,
+    /// The strict fingerprint of the arguments ([`crate::key::CallerKeyed::arguments`]).
+    pub arguments: &'a str,
 }
 
 /// What running the side effect gave.

@@ -191,7 +191,10 @@ async fn the_warm_cache_answers_a_caller_keyed_repeat_only_with_the_same_argumen
     let executor = Executor::new(MemoryStore::new(), Keyer::new(), Settings::default())
         .with_settings(|s| s.local_cache_items = 8);
     let end = Instant::now() + Duration::from_secs(10);
-    let caller = Some(CallerKey { path_digests: None });
+    let caller = Some(CallerKey {
+        path_digests: None,
+        arguments: "a",
+    });
     let first: Finished<()> = executor
         .run(keyed("f1", caller), end, NO_RUN_TIME, replying)
         .await;

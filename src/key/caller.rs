@@ -53,6 +53,10 @@ pub struct CallerKeyed {
     /// One digest per leaf of the typed canonical arguments (`{"/amount": "1a2b3c4d", ...}`),
     /// salted by the key; `None` when the record would be too large.
     pub path_digests: Option<String>,
+    /// The strict fingerprint of the tool and arguments (canonical JSON, no value rules, no
+    /// schema): equal for the same arguments whatever the tool's schema says, so a repeat keyed
+    /// after the schema changed is still told from a call with other arguments.
+    pub arguments: Key,
 }
 
 /// Why a caller key cannot be used.
@@ -125,6 +129,7 @@ impl Keyer {
             key,
             fingerprint,
             path_digests: (text.len() <= MAX_PATH_DIGESTS_BYTES).then_some(text),
+            arguments: self.fingerprint(call)?,
         })
     }
 }

@@ -293,6 +293,9 @@ pub struct CallAbout<'a> {
     pub keyer: Option<&'a str>,
     /// The fingerprint of the tool's policy when it was keyed, if it has one.
     pub policy: Option<&'a str>,
+    /// For a call keyed by its caller's key: the strict fingerprint of its arguments
+    /// ([`crate::key::CallerKeyed::arguments`]), which no schema change moves.
+    pub arguments: Option<&'a str>,
 }
 
 /// [`CallAbout`], as a record carries it.
@@ -308,6 +311,8 @@ pub struct RecordAbout {
     pub keyer: Option<String>,
     /// The fingerprint of the tool's policy when it was keyed.
     pub policy: Option<String>,
+    /// For a caller-keyed call, the strict fingerprint of its arguments.
+    pub arguments: Option<String>,
 }
 
 impl RecordAbout {
@@ -320,6 +325,7 @@ impl RecordAbout {
             step: owned(about.step),
             keyer: owned(about.keyer),
             policy: owned(about.policy),
+            arguments: owned(about.arguments),
         }
     }
 

@@ -1019,6 +1019,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
         step: Some("3"),
         keyer: Some("typed/v1"),
         policy: Some("0a1b2c3d4e5f"),
+        arguments: Some("9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
     };
     let settled = cx.key("settled");
     let token = match cx
@@ -1072,6 +1073,10 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
     assert_eq!(read.about.step.as_deref(), Some("3"));
     assert_eq!(read.about.keyer.as_deref(), Some("typed/v1"));
     assert_eq!(read.about.policy.as_deref(), Some("0a1b2c3d4e5f"));
+    assert_eq!(
+        read.about.arguments.as_deref(),
+        Some("9f8e7d6c5b4a39281706f5e4d3c2b1a0")
+    );
     assert_eq!(read.about.door(), Some("envelope"));
     assert_eq!(
         all[0].about,

@@ -447,3 +447,40 @@ async fn a_caller_key_without_a_session_never_reaches_another_clients_call() {
         "gateway scope: identical calls are one"
     );
 }
+
+/// A caller-keyed retry made after the tool's schema changed (a listing or policy typed `amount`
+/// as text, now as a number) is the same call: replayed, never refused as "other arguments"
+/// (which would tell the model to send a new key, and run the call twice). A call with other
+/// arguments under the key is still refused.
+#[tokio::test]
+async fn a_caller_keyed_retry_across_a_schema_change_replays() {
+    let typed = |amount: &str| {
+        policies(
+            json!({"tools": {TOOL: {"schema": {"type": "object", "properties": {
+            "customer_id": {"type": "string"}, "amount": {"type": amount},
+            "currency": {"type": "string"}, "idempotency_key": {"type": "string"}}}}}}),
+        )
+    };
+    let store = servers::memory_store(ManualClock::starting_now());
+    let (a, b) = (
+        container(store.clone(), &typed("string")),
+        container(store.clone(), &typed("number")),
+    );
+    let keyed = |id, amount: &str| {
+        let mut args = charge(json!(amount));
+        args["idempotency_key"] = json!("order-1");
+        request("s-1", id, args)
+    };
+    let first = keyed(1, "42.50");
+    assert_eq!(send(&a, &first).await.outcome, Outcome::Executed);
+    let settled = send(&a, &response(&first, "charged")).await;
+    assert_eq!(settled.outcome, Outcome::Executed);
+    let retry = send(&b, &keyed(2, "42.50")).await;
+    assert_eq!(
+        retry.outcome,
+        Outcome::Replayed,
+        "the same arguments under the new schema: {retry:?}"
+    );
+    let other = send(&b, &keyed(3, "43.00")).await;
+    assert_eq!(other.outcome, Outcome::KeyReused, "other arguments");
+}

@@ -44,12 +44,14 @@ pub mod attr {
     pub const KEYER: &str = "keyer";
     /// The fingerprint of the tool's policy when it was keyed (S).
     pub const POLICY: &str = "policy";
+    /// A caller-keyed call's strict fingerprint of its arguments (S).
+    pub const ARGUMENTS: &str = "arguments_fingerprint";
     /// Set while a record needs an operator's eye: `claim` on an `at_most_once` claim (it needs
     /// one once its lease ends), `unknown` once settled so. The key of the sparse index
     /// [`ATTENTION_INDEX`](super::ATTENTION_INDEX) (S).
     pub const ATTENTION: &str = "attention";
 
-    pub(crate) const ALL: [&str; 21] = [
+    pub(crate) const ALL: [&str; 22] = [
         STATUS,
         LEASE_UNTIL,
         LEASE_TOKEN,
@@ -70,6 +72,7 @@ pub mod attr {
         STEP,
         KEYER,
         POLICY,
+        ARGUMENTS,
         ATTENTION,
     ];
 }
@@ -123,6 +126,7 @@ impl DynamoDbStore {
             (attr::STEP, req.about.step),
             (attr::KEYER, req.about.keyer),
             (attr::POLICY, req.about.policy),
+            (attr::ARGUMENTS, req.about.arguments),
         ];
         for (name, value) in about {
             if let Some(value) = value.filter(|v| !v.is_empty()) {
@@ -233,6 +237,7 @@ pub fn decode_item(
             step: optional_s(item, attr::STEP),
             keyer: optional_s(item, attr::KEYER),
             policy: optional_s(item, attr::POLICY),
+            arguments: optional_s(item, attr::ARGUMENTS),
         },
     })
 }
