@@ -13,6 +13,7 @@ pub(super) fn check<F: Fn(&str) -> Option<String>>(
     config: &Config,
 ) -> Result<(), ConfigError> {
     ttl_covers_the_longest_lease(config)?;
+    catalogs_outlive_the_records_they_key(config)?;
     failures_are_always_stored(vars)?;
     policy_ttls_cover_the_longest_lease(config)?;
     no_route_back_to_this_function(vars, config)?;
@@ -59,6 +60,24 @@ fn ttl_covers_the_longest_lease(config: &Config) -> Result<(), ConfigError> {
             MAX_TOOL_TIMEOUT.as_secs(),
             TOOL_START_ALLOWANCE.as_secs(),
             LEASE_MARGIN.as_secs()
+        ),
+    ))
+}
+
+/// A learned catalog types its gateway's calls: one that expires before the records it keyed lets
+/// a retry of a completed call key without its schema, under another key, and run again.
+fn catalogs_outlive_the_records_they_key(config: &Config) -> Result<(), ConfigError> {
+    let (catalog_s, ttl_s) = (config.catalog_ttl.as_secs(), config.ttl.as_secs());
+    if catalog_s >= ttl_s {
+        return Ok(());
+    }
+    Err(invalid(
+        "DEDUP_CATALOG_TTL_SECONDS",
+        &catalog_s.to_string(),
+        format!(
+            "must be at least DEDUP_TTL_SECONDS ({ttl_s}): a learned catalog that expires before \
+             the records it keyed lets a retry of a completed call key without the tool's schema, \
+             under another key, and run again"
         ),
     ))
 }

@@ -292,3 +292,59 @@ fn routes_prefer_the_most_specific_entry() {
     let none = Routes::parse(r#"{"payments/charge_card":"charge-fn"}"#).unwrap();
     assert_eq!(none.resolve("support", "create_ticket"), None);
 }
+
+#[test]
+fn a_catalog_must_outlive_the_records_it_keys() {
+    let err = config(
+        &[
+            ("DEDUP_CATALOG_TTL_SECONDS", "3600"),
+            ("DEDUP_TTL_SECONDS", "86400"),
+        ],
+        StoreKind::Memory,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("DEDUP_CATALOG_TTL_SECONDS"), "{err}");
+    assert!(
+        config(
+            &[
+                ("DEDUP_CATALOG_TTL_SECONDS", "86400"),
+                ("DEDUP_TTL_SECONDS", "86400")
+            ],
+            StoreKind::Memory,
+        )
+        .is_ok()
+    );
+}
+
+/// A route back to this function itself is refused with the route that does it.
+#[test]
+fn a_route_to_this_function_itself_is_refused() {
+    let err = config(
+        &[
+            ("AWS_LAMBDA_FUNCTION_NAME", "toolcall-dedup"),
+            (
+                "DEDUP_ROUTES",
+                r#"{"payments/*": "arn:aws:lambda:us-east-1:123456789012:function:toolcall-dedup:live"}"#,
+            ),
+        ],
+        StoreKind::Memory,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("payments/*") && err.contains("itself"),
+        "{err}"
+    );
+    let elsewhere = config(
+        &[
+            ("AWS_LAMBDA_FUNCTION_NAME", "toolcall-dedup"),
+            (
+                "DEDUP_ROUTES",
+                r#"{"payments/*": "toolcall-dedup-payments"}"#,
+            ),
+        ],
+        StoreKind::Memory,
+    );
+    assert!(elsewhere.is_ok(), "{elsewhere:?}");
+}
