@@ -314,6 +314,7 @@ fn door_settings(config: &Config) -> DoorSettings {
         run_argument: config.run_argument.clone(),
         envelope_namespaces: config.envelope_namespaces.clone(),
         release_on_errors: config.release_on_errors.clone(),
+        release_on_rpc_errors: config.release_on_rpc_errors.clone(),
         sessionless: config.sessionless,
         trusted_annotations: config
             .trusted_annotations

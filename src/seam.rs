@@ -565,6 +565,12 @@ pub enum Sessionless {
     /// Keyed by gateway and target only: identical calls of different sessions are one call. For
     /// tools whose repeats across sessions truly are the same call.
     GatewayScope,
+    /// Keyed within the authenticated principal the Gateway verified (the inbound JWT's issuer
+    /// and subject, read from the `Authorization` header the interceptor is passed): one user's
+    /// identical calls are one call, two users' never are. A call whose principal cannot be read
+    /// (no bearer JWT: an IAM-authorized gateway, no `passRequestHeaders`) runs unkeyed, as with
+    /// `pass_through`. The recommended choice for stateless MCP (2026-07-28), which has no session.
+    Principal,
     /// Refused as an `invalid_event` notice; the tool does not run.
     Refuse,
 }
@@ -594,6 +600,10 @@ impl Sessionless {
             )
             .into()),
             Sessionless::GatewayScope => Ok(()),
+            // Reached only when no principal could be read (the interceptor keys by it first).
+            Sessionless::Principal => Err(Unkeyed::Sessionless(format!(
+                "{missing}, and no principal (a bearer JWT in the Authorization header)"
+            ))),
         }
     }
 }

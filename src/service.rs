@@ -55,6 +55,9 @@ pub struct DoorSettings {
     /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
     /// the claim.
     pub release_on_errors: ErrorTypes,
+    /// `DEDUP_RELEASE_ON_RPC_ERRORS`: a Gateway target's own JSON-RPC error codes that say
+    /// nothing ran.
+    pub release_on_rpc_errors: Vec<i64>,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
     pub sessionless: Sessionless,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (by id) whose listings may loosen a key.

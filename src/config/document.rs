@@ -27,7 +27,7 @@ use crate::key::{PolicyError, PolicySet};
 
 /// The settings a document may give, by their name in it; each is read as `DEDUP_<NAME>`. What a
 /// stack wires (the store, its table, the doors, endpoints) stays in the environment.
-pub const DOCUMENT_SETTINGS: [&str; 24] = [
+pub const DOCUMENT_SETTINGS: [&str; 25] = [
     "mode",
     "scope",
     "step_attribute",
@@ -37,6 +37,7 @@ pub const DOCUMENT_SETTINGS: [&str; 24] = [
     "claim_budget_ms",
     "store_breaker_ms",
     "release_on_errors",
+    "release_on_rpc_errors",
     "envelope_namespaces",
     "envelope_caller_key_scope",
     "idempotency_key_name",

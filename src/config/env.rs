@@ -132,6 +132,17 @@ fn read_doors<F: Fn(&str) -> Option<String>>(
     if let Some(v) = vars.read("DEDUP_RELEASE_ON_ERRORS", ErrorTypes::parse)? {
         config.release_on_errors = v;
     }
+    if let Some(v) = vars.read("DEDUP_RELEASE_ON_RPC_ERRORS", |text| {
+        comma_list(text)
+            .iter()
+            .map(|code| {
+                code.parse::<i64>()
+                    .map_err(|_| format!("{code:?} is not a JSON-RPC error code (an integer)"))
+            })
+            .collect::<Result<Vec<i64>, String>>()
+    })? {
+        config.release_on_rpc_errors = v;
+    }
     config.envelope_namespaces = vars
         .get("DEDUP_ENVELOPE_NAMESPACES")
         .map(|t| comma_list(&t));

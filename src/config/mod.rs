@@ -106,7 +106,7 @@ macro_rules! parse_enum {
 parse_enum!(StoreKind, "DEDUP_STORE", "dynamodb" => StoreKind::DynamoDb, "memory" => StoreKind::Memory);
 parse_enum!(Mode, "DEDUP_MODE", "enforce" => Mode::Enforce, "shadow" => Mode::Shadow, "off" => Mode::Off);
 parse_enum!(Scope, "DEDUP_SCOPE", "turn" => Scope::Turn, "session" => Scope::Session);
-parse_enum!(Sessionless, "DEDUP_SESSIONLESS", "pass_through" => Sessionless::PassThrough, "gateway_scope" => Sessionless::GatewayScope, "refuse" => Sessionless::Refuse);
+parse_enum!(Sessionless, "DEDUP_SESSIONLESS", "pass_through" => Sessionless::PassThrough, "gateway_scope" => Sessionless::GatewayScope, "principal" => Sessionless::Principal, "refuse" => Sessionless::Refuse);
 parse_enum!(CallerKeyScope, "DEDUP_ENVELOPE_CALLER_KEY_SCOPE", "run" => CallerKeyScope::Run, "namespace" => CallerKeyScope::Namespace);
 parse_enum!(LogCalls, "DEDUP_LOG_CALLS", "off" => LogCalls::Off, "hashes" => LogCalls::Hashes, "full" => LogCalls::Full);
 
@@ -183,6 +183,10 @@ pub struct Config {
     /// Tool error types that prove nothing ran, so the claim is released (`DEDUP_RELEASE_ON_ERRORS`,
     /// beside [`NOTHING_RAN_ERROR`]; none by default).
     pub release_on_errors: ErrorTypes,
+    /// JSON-RPC error codes of a Gateway target's own that say nothing ran, so the claim is
+    /// released (`DEDUP_RELEASE_ON_RPC_ERRORS`, beside the protocol's own refusals; none by
+    /// default).
+    pub release_on_rpc_errors: Vec<i64>,
     /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an invoke envelope may name (comma-separated);
     /// any when unset. The namespace scopes the key, so this keeps callers of this function to
     /// the scopes the deployment gives them.
@@ -262,6 +266,7 @@ impl Default for Config {
             policies: PolicySet::default(),
             local_cache_items: 0,
             release_on_errors: ErrorTypes::default(),
+            release_on_rpc_errors: Vec::new(),
             envelope_namespaces: None,
             look_up_timeouts: true,
             allow_memory_store: false,

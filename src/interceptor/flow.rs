@@ -14,7 +14,9 @@ use crate::decide::Mode;
 use crate::decide::RunEnd;
 use crate::direct::warn_sessionless;
 use crate::executor::lease::TOOL_START_ALLOWANCE;
-use crate::executor::{ClaimMade, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner};
+use crate::executor::{
+    ClaimMade, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner, Settled,
+};
 use crate::key::{Call, Delivery};
 use crate::seam::{Notice, ToolCall, Unkeyed};
 use crate::service::{CallKey, Service};
@@ -241,6 +243,18 @@ impl<S: Store> Flow<'_, S> {
                 .because("claimed; the Gateway calls the target"),
             Opened::Unclaimed(outcome) => self.pass(outcome),
             Opened::Answered(finished) => {
+                if let Some(ended) = ended_task(&finished, service.store().now_ms()) {
+                    // The stored answer hands out a task that no longer lives: the call was made
+                    // once, and what its task did is not ours to know.
+                    tracing::info!(ended, "the stored task handle outlived its task");
+                    return answer::notice(
+                        call,
+                        Outcome::Unknown,
+                        Notice::outcome_unknown(call.tool, keyed.key),
+                        Some(keyed.key),
+                    )
+                    .because("the stored task has ended");
+                }
                 service
                     .telemetry
                     .call(service.keyer(), key_call, finished.outcome);
@@ -252,7 +266,11 @@ impl<S: Store> Flow<'_, S> {
     /// RESPONSE: the claims this request's REQUEST noted ([`Interception::request_record`]),
     /// each settled with the target's answer while its owner holds it; `None` when it noted none.
     async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Answered> {
-        if self.interception.target_reply().is_none() {
+        if self
+            .interception
+            .target_reply(&self.service.doors.release_on_rpc_errors)
+            .is_none()
+        {
             return Some(self.pass(Outcome::PassedOn));
         }
         let record = self.interception.request_record();
@@ -293,7 +311,10 @@ impl<S: Store> Flow<'_, S> {
 
     /// RESPONSE: settle the claim `made` with the target's answer, and pass it on.
     async fn settle(&self, made: ClaimMade<'_>) -> Answered {
-        let Some(reply) = self.interception.target_reply() else {
+        let Some(reply) = self
+            .interception
+            .target_reply(&self.service.doors.release_on_rpc_errors)
+        else {
             return self.pass(Outcome::PassedOn);
         };
         let (run_end, stored) = match &reply {
@@ -367,4 +388,14 @@ fn warn_once_if_gateway_unnamed(warned: &AtomicBool, interception: &Interception
              (\"-\"); set DEDUP_GATEWAY_ID, or give each gateway its own function"
         );
     }
+}
+
+/// When a replayed answer hands out a task (MCP tasks) whose TTL has passed at `now_ms`: the
+/// instant it ended.
+fn ended_task(finished: &Finished<ToolFailure>, now_ms: i64) -> Option<i64> {
+    let Settled::Replayed { reply } = &finished.settled else {
+        return None;
+    };
+    let result: Value = serde_json::from_slice(reply).ok()?;
+    super::task_ends_ms(&result).filter(|ended| *ended < now_ms)
 }

@@ -76,6 +76,13 @@ pub(crate) const VERSION: &str = "1.0";
 /// The `_meta` member of a `tools/call` result the REQUEST answered from the store: says so (and
 /// the key), and tells the RESPONSE it passes through that nothing ran.
 pub(crate) const REPLAY_META: &str = "toolcall-dedup/dedup";
+/// The header of an AgentCore policy session: a client-supplied id (1 to 128 of `[A-Za-z0-9-]`)
+/// the Gateway binds to the caller's authenticated identity (AgentCore developer guide, *Policy
+/// sessions and identity propagation*,
+/// <https://docs.aws.amazon.com/bedrock-agentcore/latest/devguide/policy-session-based-temporal.html>).
+pub(crate) const POLICY_SESSION_HEADER: &str = "x-amzn-bedrock-agentcore-policy-session-id";
+/// The `params._meta` member a client names its run by, when it has no session.
+pub(crate) const RUN_META: &str = "toolcall-dedup/run";
 /// The header that names the MCP session: the call's run.
 pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 /// The client-context key with the gateway's ARN (documented for HTTP targets).
@@ -86,8 +93,40 @@ pub(crate) const REQUEST_ID_CONTEXT: &str = "REQUEST_ID";
 pub(crate) const DEDUP_ERROR_CODE: i64 = -32000;
 /// The JSON-RPC error code of a refused batch (an invalid request for this server).
 const BATCH_ERROR_CODE: i64 = -32600;
-/// JSON-RPC errors that say the request was refused before anything ran.
-const REFUSED_CODES: [i64; 4] = [-32700, -32600, -32601, -32602];
+/// JSON-RPC errors that say the request was refused before anything ran: the four of JSON-RPC
+/// (schema/2025-11-25/schema.ts `PARSE_ERROR`..`INVALID_PARAMS`); MCP 2025-11-25's
+/// `URL_ELICITATION_REQUIRED` (-32042: the user completes a URL, then the client retries the
+/// original call; schema/2025-11-25/schema.ts); MCP 2026-07-28's `HEADER_MISMATCH` (-32020),
+/// `MISSING_REQUIRED_CLIENT_CAPABILITY` (-32021) and `UNSUPPORTED_PROTOCOL_VERSION` (-32022)
+/// (schema/2026-07-28/schema.ts), each an HTTP 400 before the tool acts.
+const REFUSED_CODES: [i64; 8] = [
+    -32700, -32600, -32601, -32602, -32042, -32020, -32021, -32022,
+];
+/// When the task a stored `tools/call` result hands out stops living, in epoch milliseconds: its
+/// `createdAt` plus its TTL. MCP 2025-11-25's task-augmented call answers a `CreateTaskResult`
+/// (`{"task": {"taskId", "createdAt", "ttl": ms | null}}`, schema/2025-11-25/schema.ts); the
+/// 2026-07-28 tasks extension a flat `{"resultType": "task", "taskId", "createdAt", "ttlMs"}`
+/// (ext-tasks schema.ts `CreateTaskResult`). `None`: not a task handle, or a task without a TTL.
+pub(crate) fn task_ends_ms(result: &Value) -> Option<i64> {
+    let (task, ttl) = match result.get("task") {
+        Some(task) if task.get("taskId").is_some() => (task, task.get("ttl")),
+        _ if result.get("resultType").and_then(Value::as_str) == Some("task") => {
+            (result, result.get("ttlMs"))
+        }
+        _ => return None,
+    };
+    let ttl = ttl.and_then(Value::as_i64)?;
+    let created = task
+        .get("createdAt")
+        .and_then(Value::as_str)
+        .and_then(crate::key::rfc3339_epoch_ms)?;
+    Some(created.saturating_add(ttl))
+}
+
+/// `resultType` of an interim answer (MCP 2026-07-28, multi-round-trip requests:
+/// schema/2026-07-28/schema.ts `InputRequiredResult`): the tool asks the client for input and
+/// finishes on a retry of the original request carrying `inputResponses`; nothing is final yet.
+const INPUT_REQUIRED: &str = "input_required";
 
 /// Why an interceptor invocation cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -377,7 +416,7 @@ impl<'a> Interception<'a> {
         caller_key_name: &str,
         sessionless: Sessionless,
     ) -> Result<ToolCall, crate::seam::Unkeyed> {
-        let run_id = self.session().map(str::to_string);
+        let run_id = self.run(call, sessionless);
         let caller_key = call
             .meta
             .and_then(|m| m.get(caller_key_name))
@@ -410,6 +449,58 @@ impl<'a> Interception<'a> {
             caller_key_scope: CallerKeyScope::Run,
             policy_name: None,
         })
+    }
+
+    /// The call's run, from the first source that names one: the MCP session (`Mcp-Session-Id`,
+    /// as before); the AgentCore policy session the client passed
+    /// ([`POLICY_SESSION_HEADER`], which the Gateway binds to the caller's identity); a run the
+    /// client names in the request's `_meta` ([`RUN_META`]); else, under
+    /// [`Sessionless::Principal`], the authenticated principal. Stateless MCP (2026-07-28) has no
+    /// session, so its calls take one of the others. Each source's ids are prefixed, so that one
+    /// source's id never meets another's.
+    fn run(&self, call: &ToolsCall<'_>, sessionless: Sessionless) -> Option<String> {
+        if let Some(session) = self.session() {
+            return Some(session.to_string());
+        }
+        if let Some(policy_session) = header(self.headers, POLICY_SESSION_HEADER) {
+            return Some(format!("policy-session:{policy_session}"));
+        }
+        let named = call
+            .meta
+            .and_then(|m| m.get(RUN_META))
+            .and_then(crate::seam::step_value);
+        if let Some(run) = named {
+            return Some(format!("meta:{run}"));
+        }
+        match sessionless {
+            Sessionless::Principal => self.principal().map(|p| format!("principal:{p}")),
+            _ => None,
+        }
+    }
+
+    /// The authenticated principal of a request the Gateway let in with a bearer JWT it verified:
+    /// a digest of the token's `iss` and `sub` (never the token, nor the subject in the clear).
+    /// `None` without one (an IAM-authorized gateway's `Authorization` is a SigV4 signature).
+    fn principal(&self) -> Option<String> {
+        use base64::Engine;
+        let token = header(self.headers, "authorization")?;
+        let (scheme, jwt) = token.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let payload = jwt.trim().split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload.trim_end_matches('='))
+            .ok()?;
+        let claims: Value = serde_json::from_slice(&bytes).ok()?;
+        let subject = claims.get("sub").and_then(Value::as_str)?;
+        let issuer = claims.get("iss").and_then(Value::as_str).unwrap_or("");
+        let digest = Sha256::new()
+            .chain_update(issuer.as_bytes())
+            .chain_update([0])
+            .chain_update(subject.as_bytes())
+            .finalize();
+        Some(crate::key::hex(&digest[..16]))
     }
 
     /// The JSON-RPC id of the request (`null` when it has none).
@@ -554,7 +645,10 @@ impl<'a> Interception<'a> {
     /// (our own answers, a message that is not the response to this request: a server request or a
     /// notification on a stream); else the reply to store (the `result` text) and its class, or
     /// `Err(outcome_unknown)` for an error that stores nothing.
-    pub(crate) fn target_reply(&self) -> Option<Result<(String, ReplyClass), bool>> {
+    pub(crate) fn target_reply(
+        &self,
+        released_codes: &[i64],
+    ) -> Option<Result<(String, ReplyClass), bool>> {
         let response = self.response?;
         let body = response.get("body").filter(|b| !b.is_null());
         let answers_request = body.is_some_and(|b| {
@@ -585,7 +679,8 @@ impl<'a> Interception<'a> {
                 return None;
             }
             let code = error.get("code").and_then(Value::as_i64);
-            let refused = code.is_some_and(|c| REFUSED_CODES.contains(&c));
+            let refused =
+                code.is_some_and(|c| REFUSED_CODES.contains(&c) || released_codes.contains(&c));
             return Some(Err(!refused));
         }
         let result = body.get("result")?;
@@ -596,6 +691,12 @@ impl<'a> Interception<'a> {
         {
             // Our own answer from the store, passing by: there is nothing to settle.
             return None;
+        }
+        if result.get("resultType").and_then(Value::as_str) == Some(INPUT_REQUIRED) {
+            // An interim answer: never the call's outcome. The claim is released (the tool waits
+            // for input before acting), so the client's retry with `inputResponses` claims the
+            // call again and its final result is the one stored; an abandoned leg holds nothing.
+            return Some(Err(false));
         }
         Some(match status {
             409 | 429 => Err(true),
@@ -770,7 +871,7 @@ mod tests {
         };
         let class = |response: Value| {
             let event = with(response);
-            read(&event, None).target_reply()
+            read(&event, None).target_reply(&[])
         };
         let ok = class(
             json!({"statusCode": 200, "body": {"jsonrpc": "2.0", "id": 7, "result": {"content": []}}}),
@@ -849,7 +950,7 @@ mod tests {
             event["mcp"]["gatewayResponse"] = response;
             event
         };
-        let class = |response: Value| read(&with(response), None).target_reply();
+        let class = |response: Value| read(&with(response), None).target_reply(&[]);
         let result = json!({"jsonrpc": "2.0", "id": 7, "result": {"content": []}});
         assert_eq!(
             class(json!({"statusCode": 409, "body": result})),

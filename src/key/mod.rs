@@ -13,6 +13,12 @@ pub mod policy;
 pub mod schema;
 mod text;
 mod timestamp;
+
+/// The instant an RFC 3339 date-time with an offset names, in epoch milliseconds; `None` for
+/// anything else (a naive time names no instant).
+pub fn rfc3339_epoch_ms(text: &str) -> Option<i64> {
+    timestamp::Timestamp::parse(text)?.epoch_ms()
+}
 mod typed;
 
 use std::borrow::Cow;

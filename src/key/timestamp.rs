@@ -194,6 +194,19 @@ impl<'a> Timestamp<'a> {
         }
     }
 
+    /// The instant in epoch milliseconds (the fraction's first three digits); `None` for a naive
+    /// time, which names no instant.
+    pub(crate) fn epoch_ms(&self) -> Option<i64> {
+        let offset = i64::from(self.offset_minutes?);
+        let minutes = days_from_civil(self.year, self.month, self.day) * 1440
+            + i64::from(self.hour * 60 + self.minute)
+            - offset;
+        let millis: i64 = format!("{:0<3}", &self.fraction[..self.fraction.len().min(3)])
+            .parse()
+            .unwrap_or(0);
+        Some((minutes * 60 + i64::from(self.second)) * 1000 + millis)
+    }
+
     pub(crate) fn has_fraction(&self) -> bool {
         !self.fraction.is_empty()
     }

@@ -31,6 +31,7 @@ mod interceptor_containers;
 mod interceptor_model;
 mod key_golden;
 mod key_properties;
+mod mcp_today;
 mod offload;
 mod operations;
 mod peer_powertools;
