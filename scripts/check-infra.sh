@@ -35,20 +35,23 @@ venv_pip() {
 
 # ---------------------------------------------------------------- tools
 step "tools"
-if ! command -v cfn-lint >/dev/null 2>&1; then
-  if [ ! -x "$VENV/bin/cfn-lint" ]; then
-    echo "cfn-lint not found; installing into $VENV"
-    venv_pip cfn-lint || { echo "cannot install cfn-lint"; exit 1; }
-  fi
-  export PATH="$VENV/bin:$PATH"
+# A pinned cfn-lint, the first to know the Gateway's ProtocolConfiguration.Mcp.SessionConfiguration
+# (an older one on PATH would refuse the template): installed into the venv once.
+CFN_LINT_VERSION=1.58.0
+if [ "$("$VENV/bin/cfn-lint" --version 2>/dev/null)" != "cfn-lint $CFN_LINT_VERSION" ]; then
+  echo "installing cfn-lint $CFN_LINT_VERSION into $VENV"
+  # The SAM translator is no longer a dependency of cfn-lint: it expands the SAM template (for
+  # cfn-lint's transform and for compare_stacks.py).
+  venv_pip "cfn-lint==$CFN_LINT_VERSION" aws-sam-translator || { echo "cannot install cfn-lint"; exit 1; }
 fi
-CFN_LINT="$(command -v cfn-lint)"
+export PATH="$VENV/bin:$PATH"
+CFN_LINT="$VENV/bin/cfn-lint"
 # compare_stacks.py needs the SAM translator, which cfn-lint depends on: use
 # the Python that runs cfn-lint.
 PY="$(head -1 "$CFN_LINT" | sed -n 's/^#!//p')"
 if [ -z "$PY" ] || ! "$PY" -c 'import samtranslator' 2>/dev/null; then PY=python3; fi
 if ! "$PY" -c 'import samtranslator' 2>/dev/null; then
-  venv_pip cfn-lint && PY="$VENV/bin/python"
+  venv_pip aws-sam-translator && PY="$VENV/bin/python"
 fi
 if [ -n "${SAM:-}" ]; then :
 elif command -v sam >/dev/null 2>&1; then SAM="$(command -v sam)"

@@ -629,6 +629,12 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        {k: v for k, v in s.items() if v["Type"] in (
                            "AWS::Bedrock::Agent", "AWS::BedrockAgentCore::Gateway", "AWS::IAM::Role")}))
 
+        for gid in (k for k, v in s.items() if v["Type"] == "AWS::BedrockAgentCore::Gateway"):
+            mcp = s[gid]["Properties"].get("ProtocolConfiguration", {}).get("Mcp", {})
+            timeout = mcp.get("SessionConfiguration", {}).get("SessionTimeoutInSeconds")
+            rep.expect(f"[{scen}] {gid} issues MCP sessions (a run for every call of a 2025-11-25 client)",
+                       isinstance(timeout, int) and 900 <= timeout <= 28800, json.dumps(mcp))
+
         # ---- other IAM roles (e.g. the demo agent's)
         fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
                     for v in s.values() if v["Type"] == "AWS::Lambda::Function"}
@@ -722,6 +728,8 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
     def mut_latest(t):  # the gateway's interceptor invoking $LATEST instead of the alias
         t["Resources"]["InterceptorGateway"]["Properties"]["InterceptorConfigurations"][0]["Interceptor"]["Lambda"]["Arn"] = \
             {"Fn::GetAtt": ["DedupFunction", "Arn"]}
+    def mut_sessions(t):  # the gateway without sessions: every call sessionless
+        del t["Resources"]["InterceptorGateway"]["Properties"]["ProtocolConfiguration"]["Mcp"]["SessionConfiguration"]
     def mut_rollback(t):  # deploys no longer stopped by the store alarm
         t["Resources"]["DedupFunctionDeploymentGroup"]["Properties"]["AlarmConfiguration"]["Alarms"].pop(0)
     def mut_dashboard(t):  # a widget dropped from the dashboard
@@ -732,7 +740,7 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
                  mut_config_env, mut_ledger, mut_gateway, mut_namespaces, mut_min_timeout,
                  mut_tag_condition, mut_invoke_iam, mut_ssm_any, mut_route_timeout, mut_expiration, mut_s3_resource,
                  mut_s3_unconditional, mut_tls, mut_results_env, mut_groups, mut_alarm_metric, mut_alarm_gone,
-                 mut_tracing, mut_index, mut_latest, mut_rollback, mut_dashboard]
+                 mut_tracing, mut_index, mut_latest, mut_sessions, mut_rollback, mut_dashboard]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)

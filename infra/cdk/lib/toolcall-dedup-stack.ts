@@ -674,6 +674,15 @@ export class ToolcallDedupStack extends cdk.Stack {
         inputConfiguration: { passRequestHeaders: true },
       }],
     });
+    // Sessions: the Gateway issues an Mcp-Session-Id (2025-11-25 clients and earlier), which keys each
+    // call's run; without it every call through the gateway is sessionless (AgentCore developer guide,
+    // "Use MCP sessions with your gateway": 900-28800 s). Stateless 2026-07-28 clients have no session.
+    gateway.addPropertyOverride('ProtocolConfiguration', {
+      Mcp: {
+        SupportedVersions: ['2026-07-28', '2025-11-25', '2025-06-18', '2025-03-26'],
+        SessionConfiguration: { SessionTimeoutInSeconds: 28800 },
+      },
+    });
     gateway.overrideLogicalId('InterceptorGateway');
     gateway.cfnOptions.condition = interceptorOn;
 
