@@ -315,6 +315,7 @@ fn door_settings(config: &Config) -> DoorSettings {
         envelope_namespaces: config.envelope_namespaces.clone(),
         release_on_errors: config.release_on_errors.clone(),
         release_on_rpc_errors: config.release_on_rpc_errors.clone(),
+        target_key_header: config.target_key_header.clone(),
         sessionless: config.sessionless,
         trusted_annotations: config
             .trusted_annotations

@@ -58,6 +58,9 @@ pub struct DoorSettings {
     /// `DEDUP_RELEASE_ON_RPC_ERRORS`: a Gateway target's own JSON-RPC error codes that say
     /// nothing ran.
     pub release_on_rpc_errors: Vec<i64>,
+    /// `DEDUP_TARGET_KEY_HEADER`: the header the interceptor hands a claimed call's key to its
+    /// target in (`Idempotency-Key`), if any.
+    pub target_key_header: Option<String>,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
     pub sessionless: Sessionless,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (by id) whose listings may loosen a key.

@@ -27,7 +27,7 @@ use crate::key::{PolicyError, PolicySet};
 
 /// The settings a document may give, by their name in it; each is read as `DEDUP_<NAME>`. What a
 /// stack wires (the store, its table, the doors, endpoints) stays in the environment.
-pub const DOCUMENT_SETTINGS: [&str; 25] = [
+pub const DOCUMENT_SETTINGS: [&str; 26] = [
     "mode",
     "scope",
     "step_attribute",
@@ -38,6 +38,7 @@ pub const DOCUMENT_SETTINGS: [&str; 25] = [
     "store_breaker_ms",
     "release_on_errors",
     "release_on_rpc_errors",
+    "target_key_header",
     "envelope_namespaces",
     "envelope_caller_key_scope",
     "idempotency_key_name",

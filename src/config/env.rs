@@ -143,6 +143,19 @@ fn read_doors<F: Fn(&str) -> Option<String>>(
     })? {
         config.release_on_rpc_errors = v;
     }
+    config.target_key_header = vars.read("DEDUP_TARGET_KEY_HEADER", |name| {
+        // The Gateway's header rules (developer guide, *Header propagation*).
+        let valid = !name.is_empty()
+            && name.len() <= 100
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !name.to_ascii_lowercase().starts_with("x-amzn-");
+        valid.then(|| name.to_string()).ok_or_else(|| {
+            "must be a header name of letters, digits, '-' and '_' (at most 100), not X-Amzn-*"
+                .to_string()
+        })
+    })?;
     config.envelope_namespaces = vars
         .get("DEDUP_ENVELOPE_NAMESPACES")
         .map(|t| comma_list(&t));

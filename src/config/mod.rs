@@ -187,6 +187,9 @@ pub struct Config {
     /// released (`DEDUP_RELEASE_ON_RPC_ERRORS`, beside the protocol's own refusals; none by
     /// default).
     pub release_on_rpc_errors: Vec<i64>,
+    /// `DEDUP_TARGET_KEY_HEADER`: the header (`Idempotency-Key`, the IETF draft's name) in which
+    /// the interceptor hands a claimed call's key to the target; none by default.
+    pub target_key_header: Option<String>,
     /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an invoke envelope may name (comma-separated);
     /// any when unset. The namespace scopes the key, so this keeps callers of this function to
     /// the scopes the deployment gives them.
@@ -267,6 +270,7 @@ impl Default for Config {
             local_cache_items: 0,
             release_on_errors: ErrorTypes::default(),
             release_on_rpc_errors: Vec::new(),
+            target_key_header: None,
             envelope_namespaces: None,
             look_up_timeouts: true,
             allow_memory_store: false,

@@ -238,9 +238,14 @@ impl<S: Store> Flow<'_, S> {
             .open::<ToolFailure>(keyed, self.end, lease, &owner)
             .await
         {
-            Opened::Claimed => self
-                .pass(Outcome::Executed)
-                .because("claimed; the Gateway calls the target"),
+            Opened::Claimed => {
+                let passed = match &service.doors.target_key_header {
+                    Some(header) => self.interception.pass_with_key(header, keyed.key),
+                    None => self.interception.pass(),
+                };
+                Answered::new(Outcome::Executed, answer::raw(passed))
+                    .because("claimed; the Gateway calls the target")
+            }
             Opened::Unclaimed(outcome) => self.pass(outcome),
             Opened::Answered(finished) => {
                 if let Some(ended) = ended_task(&finished, service.store().now_ms()) {

@@ -572,6 +572,18 @@ impl<'a> Interception<'a> {
         }
     }
 
+    /// The REQUEST's pass-through with one header for the target: the call's key under
+    /// `header` (`DEDUP_TARGET_KEY_HEADER`), which the Gateway forwards to a target whose
+    /// `metadataConfiguration.allowedRequestHeaders` names it (AgentCore developer guide, *Header
+    /// propagation*: headers an interceptor returns are merged with the target's allow-list). Only
+    /// that header is returned: the client's own (an `Authorization` among them) never are.
+    pub(crate) fn pass_with_key(&self, header: &str, key: &str) -> String {
+        output(
+            "transformedGatewayRequest",
+            json!({ "headers": { header: key }, "body": self.body }),
+        )
+    }
+
     fn pass_response(&self) -> String {
         let member = |name| {
             self.response

@@ -274,3 +274,49 @@ async fn each_nothing_ran_error_lets_the_retry_run() {
         assert_eq!(retry.outcome, want, "released codes {released:?}");
     }
 }
+
+/// With `DEDUP_TARGET_KEY_HEADER`, a claimed REQUEST hands the call's key to the target in that
+/// header of `transformedGatewayRequest` (the Gateway forwards a header an interceptor returns to
+/// a target whose `metadataConfiguration.allowedRequestHeaders` names it: developer guide, *Header
+/// propagation*), and only that header: the client's (its `Authorization`) are never returned.
+/// A replayed REQUEST reaches no target and carries none. A header the Gateway forbids is refused.
+#[tokio::test]
+async fn the_key_reaches_the_target_in_the_header_the_deployment_names() {
+    let config = Config {
+        target_key_header: Some("Idempotency-Key".into()),
+        ..Config::default()
+    };
+    let h = container(servers::memory_store(ManualClock::starting_now()), &config);
+    let claimed = send(&h, "stateless-charge_card.request.json").await;
+    assert_eq!(claimed.outcome, Outcome::Executed);
+    let request = &answer(&claimed)["mcp"]["transformedGatewayRequest"];
+    assert_eq!(
+        request["headers"],
+        json!({"Idempotency-Key": claimed.key.clone().unwrap()})
+    );
+    let sent = interceptor("stateless-charge_card.request.json");
+    assert_eq!(request["body"], sent["mcp"]["gatewayRequest"]["body"]);
+
+    let plain = container(
+        servers::memory_store(ManualClock::starting_now()),
+        &Config::default(),
+    );
+    let passed = send(&plain, "stateless-charge_card.request.json").await;
+    assert!(
+        answer(&passed)["mcp"]["transformedGatewayRequest"]
+            .get("headers")
+            .is_none(),
+        "no header unless the deployment names one"
+    );
+
+    let lookup = |name: &'static str| {
+        move |var: &str| (var == "DEDUP_TARGET_KEY_HEADER").then(|| name.to_string())
+    };
+    for bad in ["X-Amzn-Idempotency", "Idempotency Key", ""] {
+        let err = Config::from_lookup(lookup(bad), toolcall_dedup::config::StoreKind::Memory);
+        assert!(
+            bad.is_empty() || err.is_err(),
+            "{bad:?} must be refused: {err:?}"
+        );
+    }
+}
