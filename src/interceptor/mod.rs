@@ -870,7 +870,8 @@ mod tests {
         assert_eq!(out["mcp"]["transformedGatewayResponse"]["body"]["id"], 8);
         assert_eq!(
             out["mcp"]["transformedGatewayResponse"]["body"]["result"],
-            json!({"content": []})
+            json!({"content": [], "_meta": {REPLAY_META: {"outcome": "replayed", "key": "k"}}}),
+            "the stored result, marked a replay in its _meta"
         );
     }
 
@@ -1000,7 +1001,18 @@ mod tests {
                 "error": {"code": code, "message": "refused"}}});
             assert_eq!(class(refused), Some(Err(false)), "{code}");
         }
-        assert_eq!(REFUSED_CODES, [-32700, -32600, -32601, -32602]);
+        assert_eq!(
+            REFUSED_CODES,
+            [
+                -32700, -32600, -32601, -32602, -32042, -32020, -32021, -32022
+            ]
+        );
+        // -32603 (internal error) and the implementation-defined range say nothing of what ran.
+        for kept in [-32603, -32000, -32001] {
+            let error = json!({"statusCode": 200, "body": {"jsonrpc": "2.0", "id": 7,
+                "error": {"code": kept, "message": "failed"}}});
+            assert_eq!(class(error), Some(Err(true)), "{kept}");
+        }
         assert_eq!(DEDUP_ERROR_CODE, -32000);
     }
 
@@ -1049,7 +1061,10 @@ mod tests {
             ("gw-2", true)
         );
         assert!(!read(&request(1, None), None).owner_is_one_request());
-        assert!(read(&request(1, Some("s")), None).owner_is_one_request());
+        // A session alone names no one request (a client may send a message again within it).
+        assert!(!read(&request(1, Some("s")), None).owner_is_one_request());
+        let named = HashMap::from([(REQUEST_ID_CONTEXT.to_string(), "req-1".to_string())]);
+        assert!(read(&request(1, Some("s")), Some(&named)).owner_is_one_request());
         let err = InterceptorError::Event("why".into());
         assert_eq!(
             (err.reason(), err.to_string().ends_with(": why")),

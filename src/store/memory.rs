@@ -250,10 +250,13 @@ impl MemoryStore {
         }
     }
 
-    fn extend_now(
+    /// Moves the lease of a claim `token` holds (extend), and hands it to `to` when given (hand
+    /// over): the DynamoDB store's one conditional update, either way.
+    fn move_lease_now(
         &self,
         key: &str,
         token: &LeaseToken,
+        to: Option<&LeaseToken>,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
@@ -263,29 +266,9 @@ impl MemoryStore {
         let mut items = self.items();
         match items.map.get_mut(key) {
             Some(s) if s.held_by(token, now) => {
-                s.lease_until_ms = lease_until_ms;
-                s.expires_at_s = expiry_covering_lease(expires_at_s, lease_until_ms);
-                Ok(())
-            }
-            _ => Err(StoreError::LeaseLost),
-        }
-    }
-
-    fn hand_over_now(
-        &self,
-        key: &str,
-        from: &LeaseToken,
-        to: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        validate_key(key)?;
-        self.inner.counter.record(Op::UpdateItem);
-        let now = self.inner.clock.now_ms();
-        let mut items = self.items();
-        match items.map.get_mut(key) {
-            Some(s) if s.held_by(from, now) => {
-                s.token = to.clone();
+                if let Some(to) = to {
+                    s.token = to.clone();
+                }
                 s.lease_until_ms = lease_until_ms;
                 s.expires_at_s = expiry_covering_lease(expires_at_s, lease_until_ms);
                 Ok(())
@@ -520,7 +503,7 @@ impl Store for MemoryStore {
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.extend_now(key, token, lease_until_ms, expires_at_s)
+        self.move_lease_now(key, token, None, lease_until_ms, expires_at_s)
     }
 
     async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
@@ -535,7 +518,7 @@ impl Store for MemoryStore {
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.hand_over_now(key, from, to, lease_until_ms, expires_at_s)
+        self.move_lease_now(key, from, Some(to), lease_until_ms, expires_at_s)
     }
 
     async fn put(

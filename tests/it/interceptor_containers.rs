@@ -10,37 +10,20 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use toolcall_dedup::catalog::catalog_key;
 use toolcall_dedup::config::{Config, Doors, Sessionless, TOOL_START_ALLOWANCE};
-use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{ClientContext, Handled, Handler, HandlerError, Invocation};
+use toolcall_dedup::handler::{ClientContext, Handled, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{ManualClock, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 
-use crate::fixture::{Scripted, event as event_file, handler};
+use crate::fixture::{event as event_file, handler};
+use crate::gateway::{self, container, response, send, send_with};
 use crate::servers::{self, Backend};
 
 const TOOL: &str = "inventory___reserve_stock";
 
-/// A `tools/call` REQUEST in `session` (none: sessionless) with JSON-RPC `id`.
+/// A `tools/call` REQUEST of the inventory tool.
 fn request(session: Option<&str>, id: u64, arguments: Value) -> Value {
-    let mut headers = json!({"content-type": "application/json"});
-    if let Some(session) = session {
-        headers["Mcp-Session-Id"] = json!(session);
-    }
-    json!({"interceptorInputVersion": "1.0", "mcp": {"gatewayRequest": {
-        "path": "/mcp", "httpMethod": "POST", "headers": headers,
-        "body": {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                 "params": {"name": TOOL, "arguments": arguments}}}}})
-}
-
-/// The RESPONSE invocation of `request` after the target answered `text`.
-fn response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
+    gateway::request(TOOL, session, id, arguments)
 }
 
 /// A `tools/list` RESPONSE listing `reserve_stock` with `properties` (and any more tools).
@@ -57,24 +40,6 @@ fn listing(properties: Value, more: &[Value]) -> Value {
 
 fn quantity_as(kind: &str) -> Value {
     json!({"sku": {"type": "string"}, "quantity": {"type": kind}})
-}
-
-fn container<S: Store>(store: S, config: &Config) -> Handler<S, impl Dispatcher + use<S>> {
-    handler(store, Scripted::new(vec![]), config).with_settings(|s| s.wait = Default::default())
-}
-
-async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
-    h.handle_with_context(ev, &Invocation::default(), None)
-        .await
-}
-
-async fn send_with<S: Store, D: Dispatcher>(
-    h: &Handler<S, D>,
-    ev: &Value,
-    context: &ClientContext,
-) -> Handled {
-    h.handle_with_context(ev, &Invocation::default(), Some(context))
-        .await
 }
 
 fn answer(h: &Handled) -> Value {

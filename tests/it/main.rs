@@ -22,6 +22,7 @@ mod documented_shapes;
 mod drift;
 mod e2e_lambda;
 mod fuzz_regressions;
+mod gateway;
 mod guard;
 mod handler_dispatch;
 mod handler_events;

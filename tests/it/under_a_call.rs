@@ -11,7 +11,7 @@ use toolcall_dedup::config::document;
 use toolcall_dedup::config::source::{ConfigSource, Loaded, Loader};
 use toolcall_dedup::config::{Config, ConfigError, StoreKind};
 use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{Handled, Handler, Invocation};
+use toolcall_dedup::handler::{Handled, Handler};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::reload::{Refreshed, Reloading};
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
@@ -19,40 +19,18 @@ use toolcall_dedup::telemetry::{Outcome, Telemetry};
 use toolcall_dedup::test_util::demo::DemoTool;
 
 use crate::fixture::{self, Scripted, demo, handler};
+use crate::gateway::{self, container, response, send, send_with};
 use crate::servers::{self, Backend, Faulty};
 
 const TOOL: &str = "payments___charge_card";
 
-/// A `tools/call` REQUEST in MCP session `session` with JSON-RPC `id`.
+/// A `tools/call` REQUEST of the charge tool in MCP session `session`.
 fn request(session: &str, id: u64, arguments: Value) -> Value {
-    json!({"interceptorInputVersion": "1.0", "mcp": {"gatewayRequest": {
-        "path": "/mcp", "httpMethod": "POST",
-        "headers": {"content-type": "application/json", "Mcp-Session-Id": session},
-        "body": {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                 "params": {"name": TOOL, "arguments": arguments}}}}})
-}
-
-/// The RESPONSE invocation of `request` after the target answered `text`.
-fn response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
+    gateway::request(TOOL, Some(session), id, arguments)
 }
 
 fn charge(amount: Value) -> Value {
     json!({"customer_id": "cus_1", "amount": amount, "currency": "USD"})
-}
-
-fn container<S: Store>(store: S, config: &Config) -> Handler<S, impl Dispatcher + use<S>> {
-    handler(store, Scripted::new(vec![]), config).with_settings(|s| s.wait = Default::default())
-}
-
-async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
-    h.handle_with_context(ev, &Invocation::default(), None)
-        .await
 }
 
 /// `ev` as the Gateway invokes it for its request `request_id` (`REQUEST_ID` in the client
@@ -64,8 +42,7 @@ async fn send_as<S: Store, D: Dispatcher>(
 ) -> Handled {
     let context =
         std::collections::HashMap::from([("REQUEST_ID".to_string(), request_id.to_string())]);
-    h.handle_with_context(ev, &Invocation::default(), Some(&context))
-        .await
+    send_with(h, ev, &context).await
 }
 
 fn policies(json: Value) -> Config {

@@ -11,8 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::{Config, Mode, Sessionless};
-use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{ClientContext, Handled, Handler, Invocation};
+use toolcall_dedup::handler::ClientContext;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{
     ClaimOutcome, ClaimRequest, Completion, LeaseToken, ManualClock, Record, RequestCounts, Status,
@@ -20,53 +19,18 @@ use toolcall_dedup::store::{
 };
 use toolcall_dedup::telemetry::Outcome;
 
-use crate::fixture::{Scripted, handler};
+use crate::gateway::{self, container, response, send, send_with};
 use crate::servers::{self, Backend};
 
 const TOOL: &str = "payments___charge_card";
 
-/// A `tools/call` REQUEST, in `session` (none: sessionless) with JSON-RPC `id`.
+/// A `tools/call` REQUEST of the charge tool.
 fn request(session: Option<&str>, id: u64, arguments: Value) -> Value {
-    let mut headers = json!({"content-type": "application/json"});
-    if let Some(session) = session {
-        headers["Mcp-Session-Id"] = json!(session);
-    }
-    json!({"interceptorInputVersion": "1.0", "mcp": {"gatewayRequest": {
-        "path": "/mcp", "httpMethod": "POST", "headers": headers,
-        "body": {"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                 "params": {"name": TOOL, "arguments": arguments}}}}})
-}
-
-/// The RESPONSE invocation of `request` after the target answered `text`.
-fn response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
+    gateway::request(TOOL, session, id, arguments)
 }
 
 fn charge(amount: Value) -> Value {
     json!({"customer_id": "cus_1", "amount": amount, "currency": "USD"})
-}
-
-fn container<S: Store>(store: S, config: &Config) -> Handler<S, impl Dispatcher + use<S>> {
-    handler(store, Scripted::new(vec![]), config).with_settings(|s| s.wait = Default::default())
-}
-
-async fn send<S: Store, D: Dispatcher>(h: &Handler<S, D>, ev: &Value) -> Handled {
-    h.handle_with_context(ev, &Invocation::default(), None)
-        .await
-}
-
-async fn send_with<S: Store, D: Dispatcher>(
-    h: &Handler<S, D>,
-    ev: &Value,
-    context: &ClientContext,
-) -> Handled {
-    h.handle_with_context(ev, &Invocation::default(), Some(context))
-        .await
 }
 
 fn policies(json: Value) -> PolicySet {
