@@ -538,8 +538,18 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         (first["id"].clone(), retry["id"].clone()),
         (11.into(), 12.into())
     );
+    let mut replayed = retry["result"].clone();
+    let marker = replayed["_meta"]
+        .as_object_mut()
+        .and_then(|m| m.remove("toolcall-dedup/dedup"));
     assert_eq!(
-        first["result"], retry["result"],
+        marker.map(|m| m["outcome"].clone()),
+        Some("replayed".into()),
+        "a replay is marked in its _meta"
+    );
+    replayed.as_object_mut().unwrap().remove("_meta");
+    assert_eq!(
+        first["result"], replayed,
         "the retry gets the stored result"
     );
     let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();

@@ -15,6 +15,7 @@ mod drift_cases;
 mod events_corpus;
 mod handler_replay;
 mod handler_runs_once;
+mod mcp_replay;
 mod real_shapes;
 mod records;
 mod score;
