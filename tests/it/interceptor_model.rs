@@ -12,7 +12,10 @@
 //! - a configuration change between a REQUEST and its RESPONSE that re-keys the call (a refresh,
 //!   a new listing, an S3 schema), so a key derived again would be another key;
 //! - the target's effect within its timeout, RESPONSEs in either container, leases ending and
-//!   claims taken over.
+//!   claims taken over;
+//! - a multi-round-trip leg (MCP 2026-07-28): the target answers `input_required` before acting,
+//!   and the client retries the original request with its input, as a new request (a new
+//!   JSON-RPC id) that claims the call again.
 //!
 //! Every decision is the product's: `Record::is_claimable` for a claim's fate,
 //! `ClaimRequest::record_expiry` for what it writes, `decide::decide` for what a REQUEST does with
@@ -25,7 +28,9 @@
 //!   documented window: docs/configuration.md);
 //! - **no lost result**: a request whose RESPONSE was handled never leaves its own claim in
 //!   progress (the RESPONSE settles the claim the REQUEST made, not one derived again);
-//! - **replies come from effects**.
+//! - **replies come from effects** (an interim `input_required` answer is none);
+//! - **no interim leg holds a claim**: once a leg answered `input_required`, no claim of it stays
+//!   in progress.
 //!
 //! Two fixed bugs come back behind [`Bug`] and the checker must find each: a resumed claim that
 //! keeps its old token (a lost claim's release in the other container frees it, and the retry
@@ -51,6 +56,8 @@ enum Bug {
     ResumeKeepsToken,
     /// A RESPONSE derives the key again from the configuration in force.
     ResponseDerivesKey,
+    /// An `input_required` answer is stored as the call's outcome.
+    InterimStored,
 }
 
 #[derive(Debug, Clone)]
@@ -111,6 +118,10 @@ struct State {
     effects: Vec<(u8, u8)>,
     next_serial: u8,
     rerun_allowed: bool,
+    /// The tokens of legs that answered `input_required`.
+    interim: Vec<(u8, u8)>,
+    /// Interim answers the target may still give (bounds the model).
+    interims_left: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -136,6 +147,11 @@ enum Action {
     },
     Effect(usize),
     Response {
+        request: usize,
+    },
+    /// The target answers this leg `input_required` before acting; its RESPONSE passes by, and
+    /// the client retries the original request with its input as a new request.
+    InputRequired {
         request: usize,
     },
 }
@@ -326,6 +342,43 @@ impl Interceptor {
         };
     }
 
+    /// The RESPONSE of a leg the target answered `input_required` (nothing acted): the product
+    /// classes it as "nothing ran" (`Interception::target_reply`), so each claim the leg's note
+    /// names, held by the request, is released; [`Bug::InterimStored`] completes it with the
+    /// interim answer (effect 0). The client then retries the original request with its input: a
+    /// new request (a new JSON-RPC id), so the note starts afresh.
+    fn input_required(&self, state: &mut State, request: usize) {
+        let Phase::Passed {
+            token,
+            effect: None,
+            ..
+        } = state.requests[request].clone()
+        else {
+            return;
+        };
+        state.interims_left -= 1;
+        let now_ms = Self::now_ms(state);
+        for key in std::mem::take(&mut state.notes[request]) {
+            let Some(record) = state.records[usize::from(key)].as_mut() else {
+                continue;
+            };
+            let live = !Self::product_record(key, record).is_expired(now_ms);
+            if live && record.status == Status::InProgress && usize::from(record.token.0) == request
+            {
+                if self.bug == Some(Bug::InterimStored) {
+                    record.status = Status::Completed;
+                    record.result = Some(0);
+                } else {
+                    state.records[usize::from(key)] = None;
+                }
+            }
+        }
+        state.interim.push(token);
+        state.requests[request] = Phase::Pending;
+        // The continuation, sent once (its re-sends are the first leg's, already explored).
+        state.invocations_left[request] = 1;
+    }
+
     fn response(&self, state: &mut State, request: usize) {
         let Phase::Passed {
             key,
@@ -375,6 +428,8 @@ impl Model for Interceptor {
             effects: Vec::new(),
             next_serial: 0,
             rerun_allowed: false,
+            interim: Vec::new(),
+            interims_left: 1,
         }]
     }
 
@@ -408,6 +463,11 @@ impl Model for Interceptor {
                 Phase::Passed { at, effect, .. } => {
                     if effect.is_none() && state.tick <= at + self.run_ticks {
                         actions.push(Action::Effect(request));
+                        // One leg of the first request may answer `input_required` (bounds the
+                        // model: the retry pair meets every other interleaving without it).
+                        if state.interims_left > 0 && request == 0 {
+                            actions.push(Action::InputRequired { request });
+                        }
                     }
                     if effect.is_some() {
                         actions.push(Action::Response { request });
@@ -439,6 +499,7 @@ impl Model for Interceptor {
                 *effect = Some(u8::try_from(state.effects.len()).unwrap());
             }
             Action::Response { request } => self.response(&mut state, request),
+            Action::InputRequired { request } => self.input_required(&mut state, request),
         }
         Some(state)
     }
@@ -458,9 +519,15 @@ impl Model for Interceptor {
             }),
             Property::always("replies come from effects", |_, s: &State| {
                 s.requests.iter().all(|p| match p {
-                    Phase::Answered(Some(e)) => usize::from(*e) <= s.effects.len(),
+                    Phase::Answered(Some(e)) => *e >= 1 && usize::from(*e) <= s.effects.len(),
                     _ => true,
                 })
+            }),
+            Property::always("no interim leg holds a claim", |_, s: &State| {
+                s.records
+                    .iter()
+                    .flatten()
+                    .all(|r| r.status != Status::InProgress || !s.interim.contains(&r.token))
             }),
         ]
     }
@@ -526,4 +593,15 @@ fn a_response_that_derives_its_key_again_is_found_with_a_trace() {
         .expect("the checker must find the re-introduced derived-key bug");
     eprintln!("{found}");
     assert!(found.contains("ChangeConfig"), "{found}");
+}
+
+#[test]
+fn an_input_required_answer_stored_as_the_outcome_is_found_with_a_trace() {
+    let found = trace(
+        interceptor(Some(Bug::InterimStored)),
+        "replies come from effects",
+    )
+    .expect("the checker must find the interim answer replayed");
+    eprintln!("{found}");
+    assert!(found.contains("InputRequired"), "{found}");
 }
