@@ -5,7 +5,9 @@
 //!
 //! Where a new test goes: a door's contract as AWS documents it in `documented_shapes`; a
 //! handler behaviour in `handler_events` (answers) or `handler_faults` (store and tool faults);
-//! the interceptor in `interceptor` (one container) or `interceptor_containers` (several);
+//! the interceptor in `interceptor` (one container) or `interceptor_containers` (several), what
+//! changes under a call in `under_a_call` (and its attack in `under_a_call_attacks`), MCP's newer
+//! shapes in `mcp_today`, the interceptor's protocol model in `interceptor_model`;
 //! caller keys in `caller_keys`; the store port in `store_conformance` (every backend); the key
 //! core in `key_golden` (vectors) or `key_properties` (properties). A test that needs the local
 //! servers carries `#[cfg_attr(not(feature = "local-servers"), ignore = ...)]`: a plain `cargo
