@@ -248,8 +248,16 @@ impl RecordState {
             && filter
                 .since_ms
                 .is_none_or(|since| record.created_at_ms >= since)
-            && !record.key.starts_with("catalog:")
+            && !is_not_a_call(&record.key)
     }
+}
+
+/// Records in the table that are not calls: a Gateway's learned catalog (`catalog:`) and a
+/// request's note of its claims (`request:`). Listing leaves them out.
+pub(crate) fn is_not_a_call(key: &str) -> bool {
+    ["catalog:", "request:"]
+        .iter()
+        .any(|prefix| key.starts_with(prefix))
 }
 
 /// What a caller asks to claim.

@@ -1054,6 +1054,12 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
         .put(&catalog, "catalog", b"{}", expires, None)
         .await
         .unwrap();
+    // A request's note of its claims is no call either.
+    let note = format!("request:{}", cx.key("note"));
+    cx.store
+        .put(&note, "request", b"[]", expires, None)
+        .await
+        .unwrap();
 
     let list = |filter: RecordFilter| {
         let store = cx.store.clone();
@@ -1065,7 +1071,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
     assert_eq!(
         keys(all.clone()),
         [charging.clone(), settled.clone()],
-        "newest first, no catalog"
+        "newest first, no catalog and no request note"
     );
     let read = all.iter().find(|r| r.key == settled).unwrap();
     assert_eq!(read.about.namespace.as_deref(), Some("envelope:payments"));
