@@ -15,7 +15,7 @@
 //! **One call, one key, in every container.** A learned schema changes how a tool's calls are
 //! keyed, and the REQUEST and RESPONSE of one call may be keyed in two containers whose cached
 //! catalogs differ. The RESPONSE therefore never derives the key again: it settles the claim its
-//! REQUEST noted ([`crate::interceptor`], `request:<hash>` records). The record still keeps each
+//! REQUEST noted (the interceptor's `request:<hash>` records). The record still keeps each
 //! tool's last [`EARLIER_LISTINGS`] earlier entries ([`TargetCatalog::schemas_of`]), for an
 //! operator asking which listings keyed a tool. A *retry* made after a tool's listing changed is
 //! keyed with the new schema, so it meets its original only when the change does not alter how

@@ -26,6 +26,8 @@ use crate::store::{
 
 mod cache;
 pub mod lease;
+mod lost_claims;
+mod note;
 mod outcome;
 #[cfg(test)]
 mod tests;
@@ -114,22 +116,6 @@ impl<'a> Settling<'a> {
     }
 }
 
-/// The label of a request's note of its claims ([`RequestOwner::noted_at`]).
-const NOTE_LABEL: &str = "request";
-/// A note outlives its claim's lease by this much (seconds).
-const NOTE_MARGIN_S: i64 = 60;
-/// Writes of a note that others keep changing before giving up.
-const NOTE_ROUNDS: u32 = 4;
-
-/// The claims a note record holds.
-fn decode_notes(record: &Record) -> Result<Vec<RecordedClaim>, StoreError> {
-    serde_json::from_slice(record.result.as_deref().unwrap_or_default())
-        .map_err(|e| StoreError::Corrupt(format!("a request's note: {e}")))
-}
-
-/// Orphaned claims remembered at most (each is released at the next call, so few ever wait).
-const MAX_ORPHANS: usize = 256;
-
 /// What waiting for an in-flight call ended with.
 enum Waited {
     Completed(Record),
@@ -151,13 +137,6 @@ impl<S: Store> Executor<S> {
             orphans: Arc::default(),
             settled_unknown: AtomicU64::new(0),
         }
-    }
-
-    /// This executor, sharing `earlier`'s list of claims whose answers were lost (a container's
-    /// state, which a new configuration must not forget: each is released at the next call).
-    pub fn sharing_lost_claims(mut self, earlier: &Executor<S>) -> Executor<S> {
-        self.orphans = Arc::clone(&earlier.orphans);
-        self
     }
 
     /// How many calls this executor has left with their outcome unknown, for an operator to
@@ -257,68 +236,6 @@ impl<S: Store> Executor<S> {
             },
             Acquired::Shadow { outcome, .. } => Opened::Unclaimed(outcome),
             Acquired::Answered(done) => Opened::Answered(done),
-        }
-    }
-
-    /// Notes under `at` that this request claimed `call.key` as `owner` (see
-    /// [`RequestOwner::noted_at`]), beside any claim an earlier invocation for the same request
-    /// noted there (a configuration or listing changed between the two invocations, so it keyed
-    /// another key): whatever settles the request settles each claim its owner still holds. No
-    /// noted claim is ever released here: the name of a request that carries no `REQUEST_ID` may
-    /// be shared by an identical request of another client, whose claim that may be. The note
-    /// lives as long as the lease, within which the request's RESPONSE comes.
-    async fn note_claim(
-        &self,
-        at: &str,
-        call: Keyed<'_>,
-        owner: &str,
-        end: Instant,
-        lease: Lease,
-    ) -> Result<(), StoreError> {
-        let note = RecordedClaim {
-            key: call.key.to_string(),
-            owner: owner.to_string(),
-        };
-        let now = self.store.now_ms();
-        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
-        let expires_at_s = lease_until_ms.div_euclid(1000) + NOTE_MARGIN_S;
-        let mut earlier: Option<(Vec<RecordedClaim>, LeaseToken)> = None;
-        for _round in 0..NOTE_ROUNDS {
-            let mut claims = earlier.as_ref().map(|(c, _)| c.clone()).unwrap_or_default();
-            if claims.contains(&note) {
-                return Ok(());
-            }
-            claims.push(note.clone());
-            let value =
-                serde_json::to_vec(&claims).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let replacing = earlier.as_ref().map(|(_, token)| token);
-            let put = self
-                .store
-                .put(at, NOTE_LABEL, &value, expires_at_s, replacing);
-            match self.bounded(end, put).await {
-                Err(StoreError::LeaseLost) => {}
-                other => return other.map(drop),
-            }
-            // Noted since it was read: read it again and add to it.
-            earlier = match self.bounded(end, self.store.get(at)).await? {
-                None => None,
-                Some(record) => Some((decode_notes(&record)?, record.token)),
-            };
-        }
-        Err(StoreError::Unavailable(
-            "the request's note kept changing under its writes".into(),
-        ))
-    }
-
-    /// The claims a request noted under `at` ([`RequestOwner::noted_at`]); empty when none.
-    pub async fn noted_claims(
-        &self,
-        at: &str,
-        end: Instant,
-    ) -> Result<Vec<RecordedClaim>, StoreError> {
-        match self.bounded(end, self.store.get(at)).await? {
-            Some(record) => decode_notes(&record),
-            None => Ok(Vec::new()),
         }
     }
 
@@ -518,7 +435,7 @@ impl<S: Store> Executor<S> {
         let claimed_at = Instant::now();
         let token = LeaseToken::for_owner(owner.map(|o| o.name.as_str()));
         let now = self.store.now_ms();
-        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
+        let lease_until_ms = self.lease_until_ms(now, end, lease);
         let handed = self.store.hand_over(
             call.key,
             &record.token,
@@ -562,15 +479,15 @@ impl<S: Store> Executor<S> {
         }
     }
 
-    /// How long a lease taken (or moved) now lasts.
-    fn lease_length(&self, end: Instant, lease: Lease) -> Duration {
+    /// When a lease taken (or moved) at `now_ms` ends, epoch milliseconds.
+    fn lease_until_ms(&self, now_ms: i64, end: Instant, lease: Lease) -> i64 {
         let running = match lease {
             // Until the later of our deadline and the tool's own end: a tool that outlives us
             // may still be running after our deadline.
             Lease::Covering { max_run_time } => remaining(end).max(max_run_time),
             Lease::Renewed { length } => length,
         };
-        running + self.settings.lease_margin
+        now_ms.saturating_add(millis(running + self.settings.lease_margin))
     }
 
     fn claim_request<'a>(
@@ -584,7 +501,7 @@ impl<S: Store> Executor<S> {
             key: call.key,
             fingerprint: call.fingerprint,
             tool: call.call.tool,
-            lease_until_ms: now.saturating_add(millis(self.lease_length(end, lease))),
+            lease_until_ms: self.lease_until_ms(now, end, lease),
             expires_at_s: self.expiry_from(call.call.policy_name(), now),
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
@@ -612,7 +529,7 @@ impl<S: Store> Executor<S> {
         lease: Lease,
     ) -> Result<(), StoreError> {
         let now = self.store.now_ms();
-        let lease_until_ms = now.saturating_add(millis(self.lease_length(end, lease)));
+        let lease_until_ms = self.lease_until_ms(now, end, lease);
         let extend = self.store.extend_lease(
             call.key,
             token,
@@ -643,67 +560,6 @@ impl<S: Store> Executor<S> {
     /// What is left of the time before the answer is due: the deadline less the reply margin.
     fn until_answer(&self, end: Instant) -> Duration {
         remaining(end).saturating_sub(self.settings.reply_margin)
-    }
-
-    fn remember_orphan(&self, key: &str, token: LeaseToken) {
-        let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
-        if orphans.len() >= MAX_ORPHANS {
-            // Past the bound every remembered claim is forgotten and waits out its lease.
-            orphans.clear();
-        }
-        orphans.insert(token, key.to_string());
-    }
-
-    /// Releases the claims written while their answers were lost (fenced: a claim someone else
-    /// took over since is left alone), within [`Settings::orphan_release_within`] in all: they only
-    /// free keys early (each ends with its lease anyway), so they must not hold up this call. The
-    /// first that fails, and every one not tried, are kept for the next call, whatever the error:
-    /// a refusal now (an expired credential, a throttled table, a garbled answer) says nothing
-    /// about the next call, and a forgotten claim blocks its key until its lease ends. `Err` when
-    /// the store failed in a way that may pass (an outage, or no answer within the budget, which
-    /// a warm container's store gives only when in trouble): the call fails closed at once, where
-    /// a claim would fail the same way after its own budget (before, each lost claim cost a later
-    /// call the store's whole 5 s deadline, one after the other).
-    async fn release_orphans(&self, end: Instant) -> Result<(), StoreError> {
-        let pending: Vec<(LeaseToken, String)> = {
-            let mut orphans = self.orphans.lock().unwrap_or_else(|p| p.into_inner());
-            if orphans.is_empty() {
-                return Ok(());
-            }
-            orphans.drain().collect()
-        };
-        let within = self
-            .settings
-            .orphan_release_within
-            .min(self.until_answer(end));
-        let deadline = Instant::now() + within;
-        let mut pending = pending.into_iter();
-        while let Some((token, key)) = pending.next() {
-            let released =
-                tokio::time::timeout_at(deadline, self.store.release(&key, &token)).await;
-            let failed = match released {
-                Ok(Ok(())) => {
-                    tracing::info!("released a claim whose answers were lost");
-                    continue;
-                }
-                Ok(Err(StoreError::LeaseLost)) => continue,
-                Ok(Err(e)) => e,
-                Err(_) => StoreError::Unavailable(
-                    format!("no answer to releasing a lost claim within {within:?}").into(),
-                ),
-            };
-            tracing::warn!(error = %failed, "could not release a claim whose answers were lost; trying again at the next call");
-            self.remember_orphan(&key, token);
-            for (token, key) in pending {
-                self.remember_orphan(&key, token);
-            }
-            return if failed.is_retryable() {
-                Err(failed)
-            } else {
-                Ok(())
-            };
-        }
-        Ok(())
     }
 
     /// The expiry of a record of `tool` written at `now_ms`: the tool policy's `ttl_seconds`
