@@ -18,7 +18,7 @@ use crate::executor::{
     ClaimMade, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner, Settled,
 };
 use crate::key::{Call, Delivery};
-use crate::seam::{Notice, ToolCall, Unkeyed};
+use crate::seam::{Notice, ReplyClass, ToolCall, Unkeyed};
 use crate::service::{CallKey, Service};
 use crate::store::Store;
 
@@ -52,9 +52,15 @@ pub(crate) async fn intercept<S: Store>(
             .because(reason);
         }
     };
+    // At RESPONSE, what the target answered, read once for every claim it settles.
+    let reply = match interception.phase {
+        Phase::Response => interception.target_reply(&doors.release_on_rpc_errors),
+        Phase::Request => None,
+    };
     let flow = Flow {
         service,
         interception,
+        reply,
         end,
     };
     flow.answer().await
@@ -64,6 +70,9 @@ pub(crate) async fn intercept<S: Store>(
 struct Flow<'a, S> {
     service: &'a Service<S>,
     interception: Interception<'a>,
+    /// At RESPONSE, the target's answer to settle with ([`Interception::target_reply`]); `None`
+    /// when there is nothing to settle (and always at REQUEST).
+    reply: Option<Result<(String, ReplyClass), bool>>,
     end: Instant,
 }
 
@@ -271,11 +280,7 @@ impl<S: Store> Flow<'_, S> {
     /// RESPONSE: the claims this request's REQUEST noted ([`Interception::request_record`]),
     /// each settled with the target's answer while its owner holds it; `None` when it noted none.
     async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Answered> {
-        if self
-            .interception
-            .target_reply(&self.service.doors.release_on_rpc_errors)
-            .is_none()
-        {
+        if self.reply.is_none() {
             return Some(self.pass(Outcome::PassedOn));
         }
         let record = self.interception.request_record();
@@ -316,13 +321,10 @@ impl<S: Store> Flow<'_, S> {
 
     /// RESPONSE: settle the claim `made` with the target's answer, and pass it on.
     async fn settle(&self, made: ClaimMade<'_>) -> Answered {
-        let Some(reply) = self
-            .interception
-            .target_reply(&self.service.doors.release_on_rpc_errors)
-        else {
+        let Some(reply) = &self.reply else {
             return self.pass(Outcome::PassedOn);
         };
-        let (run_end, stored) = match &reply {
+        let (run_end, stored) = match reply {
             Ok((result, class)) => (RunEnd::Replied(*class), result.as_bytes()),
             Err(outcome_unknown) => (
                 RunEnd::Failed {
