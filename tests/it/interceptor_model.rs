@@ -39,7 +39,7 @@
 
 use std::time::Duration;
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{Checker, Model, Property};
 use toolcall_dedup::config::Mode;
 use toolcall_dedup::decide::{NextAction, decide};
 use toolcall_dedup::store::{
@@ -547,22 +547,14 @@ fn interceptor(bug: Option<Bug>) -> Interceptor {
     }
 }
 
-/// The counterexample for `property`, one action a line.
+/// The counterexample for `property`, with the records and effects where it breaks.
 fn trace(model: Interceptor, property: &'static str) -> Option<String> {
-    let checker = model
-        .clone()
-        .checker()
-        .finish_when(HasDiscoveries::AnyFailures)
-        .spawn_bfs()
-        .join();
-    let steps = checker.discovery(property)?.into_vec();
-    let mut lines = vec![format!("counterexample to {property:?}:")];
-    for (n, (_, action)) in steps.iter().enumerate() {
-        if let Some(action) = action {
-            lines.push(format!("  {:>2}. {action:?}", n + 1));
-        }
-    }
-    Some(lines.join("\n"))
+    crate::protocol_model::counterexample(model, property, |state| {
+        format!(
+            "tick {}: effects ran under claims {:?}; records {:?}",
+            state.tick, state.effects, state.records
+        )
+    })
 }
 
 #[test]

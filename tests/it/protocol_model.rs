@@ -31,7 +31,7 @@
 
 use std::time::Duration;
 
-use stateright::{Checker, Model, Property};
+use stateright::{Checker, HasDiscoveries, Model, Property};
 use toolcall_dedup::config::Mode;
 use toolcall_dedup::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use toolcall_dedup::key::Delivery;
@@ -541,16 +541,39 @@ fn protocol(delivery: Delivery, bug: Option<Bug>) -> Protocol {
 /// The counterexample for `property`, one step a line, cut at the first state that breaks it,
 /// with what that state holds.
 fn trace(model: Protocol, property: &'static str) -> Option<String> {
+    counterexample(model, property, |state| {
+        format!(
+            "tick {}: effects ran under claims {:?}; record {:?}",
+            state.tick, state.effects, state.record
+        )
+    })
+}
+
+/// The first counterexample a breadth-first check of `model` finds for `property` (the checker
+/// stops at it), one action a line, cut at the first state that breaks the property, which
+/// `describe` says. Every model of the protocol (this one, the interceptor's) reports so.
+pub(crate) fn counterexample<M>(
+    model: M,
+    property: &'static str,
+    describe: impl Fn(&M::State) -> String,
+) -> Option<String>
+where
+    M: Model + Clone + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+{
     let condition = model.property(property).condition;
-    let checker = model.clone().checker().spawn_bfs().join();
+    let checker = model
+        .clone()
+        .checker()
+        .finish_when(HasDiscoveries::AnyFailures)
+        .spawn_bfs()
+        .join();
     let steps = checker.discovery(property)?.into_vec();
     let mut lines = vec![format!("counterexample to {property:?}:")];
     for (n, (state, action)) in steps.iter().enumerate() {
         if !condition(&model, state) {
-            lines.push(format!(
-                "  broken at tick {}: effects ran under claims {:?}; record {:?}",
-                state.tick, state.effects, state.record
-            ));
+            lines.push(format!("  broken at {}", describe(state)));
             break;
         }
         if let Some(action) = action {
