@@ -230,6 +230,11 @@ pub struct Faulty<S> {
     pub last_rival: Mutex<Option<Option<Vec<u8>>>>,
     /// This many reads fail as unreachable (the rest of the store answering).
     pub unavailable_gets: std::sync::atomic::AtomicU32,
+    /// This many writes of a request's note of its claims (`request:` records) fail as
+    /// unreachable.
+    pub fail_request_notes: std::sync::atomic::AtomicU32,
+    /// This many hand-overs are applied, then answered as if every answer was lost.
+    pub lose_hand_over_answers: std::sync::atomic::AtomicU32,
     rival: Mutex<Option<LeaseToken>>,
     /// The fingerprint and tool of the call the rivals race, for the last rival's record.
     raced: Mutex<(String, String)>,
@@ -250,6 +255,8 @@ impl<S: Store> Faulty<S> {
             rival_claims: std::sync::atomic::AtomicU32::new(0),
             last_rival: Mutex::new(None),
             unavailable_gets: std::sync::atomic::AtomicU32::new(0),
+            fail_request_notes: std::sync::atomic::AtomicU32::new(0),
+            lose_hand_over_answers: std::sync::atomic::AtomicU32::new(0),
             rival: Mutex::new(None),
             raced: Mutex::default(),
         }
@@ -388,7 +395,13 @@ impl<S: Store> Store for Faulty<S> {
         self.check()?;
         self.inner
             .hand_over(key, from, to, lease_until_ms, expires_at_s)
-            .await
+            .await?;
+        if take_one(&self.lose_hand_over_answers) {
+            return Err(StoreError::Unavailable(
+                "every answer to the hand-over was lost".into(),
+            ));
+        }
+        Ok(())
     }
     async fn put(
         &self,
@@ -399,6 +412,11 @@ impl<S: Store> Store for Faulty<S> {
         replacing: Option<&LeaseToken>,
     ) -> Result<LeaseToken, StoreError> {
         self.check()?;
+        if key.starts_with("request:") && take_one(&self.fail_request_notes) {
+            return Err(StoreError::Unavailable(
+                "the request's note could not be written".into(),
+            ));
+        }
         self.inner
             .put(key, label, value, expires_at_s, replacing)
             .await

@@ -6,21 +6,17 @@
 //! alone never resumes a claim, a caller's key with other arguments is refused before a resume.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::{Config, Mode, Sessionless};
 use toolcall_dedup::handler::ClientContext;
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Completion, LeaseToken, ManualClock, Record, RequestCounts, Status,
-    Store, StoreError,
-};
+use toolcall_dedup::store::{ManualClock, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 
 use crate::gateway::{self, container, response, send, send_with};
-use crate::servers::{self, Backend};
+use crate::servers::{self, Backend, Faulty};
 
 const TOOL: &str = "payments___charge_card";
 
@@ -60,107 +56,6 @@ fn verdict(broken: Vec<String>) {
         "promises broken:\n- {}",
         broken.join("\n- ")
     );
-}
-
-/// A store that fails, as unreachable, the next `fail_note_puts` writes of `request:` notes, and
-/// answers the next `lose_hand_overs` hand-overs as lost after applying them.
-#[derive(Clone)]
-struct Scripted2<S> {
-    inner: S,
-    fail_note_puts: Arc<AtomicU32>,
-    lose_hand_overs: Arc<AtomicU32>,
-}
-
-impl<S> Scripted2<S> {
-    fn new(inner: S) -> Self {
-        Scripted2 {
-            inner,
-            fail_note_puts: Arc::default(),
-            lose_hand_overs: Arc::default(),
-        }
-    }
-}
-
-fn take(n: &AtomicU32) -> bool {
-    n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-impl<S: Store> Store for Scripted2<S> {
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.inner.claim(req).await
-    }
-    async fn complete(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        result: &[u8],
-        expires_at_s: i64,
-    ) -> Result<Completion, StoreError> {
-        self.inner.complete(key, token, result, expires_at_s).await
-    }
-    async fn extend_lease(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .extend_lease(key, token, lease_until_ms, expires_at_s)
-            .await
-    }
-    async fn hand_over(
-        &self,
-        key: &str,
-        from: &LeaseToken,
-        to: &LeaseToken,
-        lease_until_ms: i64,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .hand_over(key, from, to, lease_until_ms, expires_at_s)
-            .await?;
-        if take(&self.lose_hand_overs) {
-            return Err(StoreError::Unavailable("hand-over answer lost".into()));
-        }
-        Ok(())
-    }
-    async fn release(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
-        self.inner.release(key, token).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        label: &str,
-        value: &[u8],
-        expires_at_s: i64,
-        replacing: Option<&LeaseToken>,
-    ) -> Result<LeaseToken, StoreError> {
-        if key.starts_with("request:") && take(&self.fail_note_puts) {
-            return Err(StoreError::Unavailable("note write failed".into()));
-        }
-        self.inner
-            .put(key, label, value, expires_at_s, replacing)
-            .await
-    }
-    async fn settle_unknown(
-        &self,
-        key: &str,
-        token: &LeaseToken,
-        expires_at_s: i64,
-    ) -> Result<(), StoreError> {
-        self.inner.settle_unknown(key, token, expires_at_s).await
-    }
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        self.inner.get(key).await
-    }
-    fn now_ms(&self) -> i64 {
-        self.inner.now_ms()
-    }
-    fn requests(&self) -> RequestCounts {
-        self.inner.requests()
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -442,13 +337,13 @@ async fn attack_a_note_outlives_the_claim_it_names() {
 /// written must still be passed to the target (a store failure at claim time is, in shadow mode).
 #[tokio::test]
 async fn attack_shadow_mode_is_never_blocked_by_a_failed_note() {
-    let store = Scripted2::new(servers::memory_store(ManualClock::starting_now()));
-    store.fail_note_puts.store(1, Ordering::SeqCst);
+    let store = Faulty::new(servers::memory_store(ManualClock::starting_now()));
+    store.fail_request_notes.store(1, Ordering::SeqCst);
     let config = Config {
         mode: Mode::Shadow,
         ..Config::default()
     };
-    let h = container(store.clone(), &config);
+    let h = container(store, &config);
     let handled = send(&h, &request(Some("s-1"), 7, charge(json!(1)))).await;
     let out: Value = serde_json::from_str(handled.response.as_ref().unwrap().get()).unwrap();
     assert!(
@@ -462,9 +357,10 @@ async fn attack_shadow_mode_is_never_blocked_by_a_failed_note() {
 /// marked store error, and the Gateway's next invocation of the request runs. (Control.)
 #[tokio::test]
 async fn attack_control_a_failed_note_leaves_no_claim() {
-    let store = Scripted2::new(servers::memory_store(ManualClock::starting_now()));
-    store.fail_note_puts.store(1, Ordering::SeqCst);
-    let h = container(store.clone(), &Config::default());
+    let store = servers::memory_store(ManualClock::starting_now());
+    let faulty = Faulty::new(store.clone());
+    faulty.fail_request_notes.store(1, Ordering::SeqCst);
+    let h = container(faulty, &Config::default());
     let call = request(Some("s-1"), 7, charge(json!(1)));
     let failed = send(&h, &call).await;
     assert_eq!(failed.outcome, Outcome::StoreError);
@@ -488,12 +384,12 @@ async fn attack_control_a_failed_note_leaves_no_claim() {
 async fn attack_control_a_lost_hand_over_answer_frees_nothing_live() {
     let clock = ManualClock::starting_now();
     let inner = servers::memory_store(clock.clone());
-    let lossy = Scripted2::new(inner.clone());
-    lossy.lose_hand_overs.store(1, Ordering::SeqCst);
+    let lossy = Faulty::new(inner.clone());
+    lossy.lose_hand_over_answers.store(1, Ordering::SeqCst);
     let config = Config::default();
     let (one, two, three) = (
         container(inner.clone(), &config),
-        container(lossy.clone(), &config),
+        container(lossy, &config),
         container(inner.clone(), &config),
     );
     let call = request(Some("s-1"), 7, charge(json!(1)));
