@@ -159,6 +159,7 @@ async fn handle(
     let invocation = Invocation {
         request_id: format!("peer-{}", request.id),
         deadline_ms: request.remaining_ms.map(|r| wall_now_ms() + r),
+        qualifier: None,
     };
     let slot = RefCell::new(ToolSlot {
         fault: request.fault,

@@ -635,6 +635,21 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             rep.expect(f"[{scen}] {gid} issues MCP sessions (a run for every call of a 2025-11-25 client)",
                        isinstance(timeout, int) and 900 <= timeout <= 28800, json.dumps(mcp))
 
+        # ---- one alias per trust domain: the interceptor door through its own alias alone
+        env = fn.get("Environment", {}).get("Variables", {})
+        for gid in (k for k, v in s.items() if v["Type"] == "AWS::BedrockAgentCore::Gateway"):
+            arns = [ic["Interceptor"]["Lambda"]["Arn"]
+                    for ic in s[gid]["Properties"].get("InterceptorConfigurations", [])]
+            alias = s.get("InterceptorAlias", {}).get("Properties", {})
+            role = json.dumps(role_permissions(s, "InterceptorGatewayRole")["statements"])
+            rep.expect(f"[{scen}] {gid} invokes the interceptor's own alias, which the function serves "
+                       "the interceptor door through alone, on the published version",
+                       arns == ["<Ref:InterceptorAlias>"]
+                       and alias.get("FunctionVersion") == "<GetAtt:DedupFunctionVersion.Version>"
+                       and env.get("DEDUP_INTERCEPTOR_ALIAS") == alias.get("Name")
+                       and "<Ref:InterceptorAlias>" in role and "<Ref:DedupFunctionAliaslive>" not in role,
+                       json.dumps([arns, alias, env.get("DEDUP_INTERCEPTOR_ALIAS"), role]))
+
         # ---- other IAM roles (e.g. the demo agent's)
         fn_roles = {re.sub(r"<GetAtt:(\w+)\.Arn>", r"\1", str(v["Properties"].get("Role")))
                     for v in s.values() if v["Type"] == "AWS::Lambda::Function"}
@@ -730,6 +745,9 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
             {"Fn::GetAtt": ["DedupFunction", "Arn"]}
     def mut_sessions(t):  # the gateway without sessions: every call sessionless
         del t["Resources"]["InterceptorGateway"]["Properties"]["ProtocolConfiguration"]["Mcp"]["SessionConfiguration"]
+    def mut_door_alias(t):  # the gateway's role may invoke the harnesses' alias
+        role = t["Resources"]["InterceptorGatewayRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+        role["Statement"][0]["Resource"] = {"Ref": "DedupFunctionAliaslive"}
     def mut_rollback(t):  # deploys no longer stopped by the store alarm
         t["Resources"]["DedupFunctionDeploymentGroup"]["Properties"]["AlarmConfiguration"]["Alarms"].pop(0)
     def mut_dashboard(t):  # a widget dropped from the dashboard
@@ -740,7 +758,7 @@ def self_test(sam_tpl: dict, cdk_tpl: dict) -> int:
                  mut_config_env, mut_ledger, mut_gateway, mut_namespaces, mut_min_timeout,
                  mut_tag_condition, mut_invoke_iam, mut_ssm_any, mut_route_timeout, mut_expiration, mut_s3_resource,
                  mut_s3_unconditional, mut_tls, mut_results_env, mut_groups, mut_alarm_metric, mut_alarm_gone,
-                 mut_tracing, mut_index, mut_latest, mut_sessions, mut_rollback, mut_dashboard]
+                 mut_tracing, mut_index, mut_latest, mut_sessions, mut_door_alias, mut_rollback, mut_dashboard]
     bad = 0
     for mut in mutations:
         tpl = copy.deepcopy(cdk_tpl)

@@ -26,7 +26,9 @@ pub enum HandlerError {
 impl From<HandlerError> for lambda_runtime::Diagnostic {
     fn from(e: HandlerError) -> lambda_runtime::Diagnostic {
         let error_type = match &e {
-            HandlerError::InvalidEvent(Unanswerable::DoorNotServed { .. }) => "DoorNotServed",
+            HandlerError::InvalidEvent(
+                Unanswerable::DoorNotServed { .. } | Unanswerable::WrongAlias { .. },
+            ) => "DoorNotServed",
             HandlerError::InvalidEvent(_) => "InvalidEvent",
             HandlerError::Internal(_) => "Internal",
         };
@@ -66,6 +68,19 @@ pub enum Unanswerable {
         door: &'static str,
         /// The doors served, comma-separated.
         served: String,
+    },
+    /// Came through the wrong alias for its door (`DEDUP_INTERCEPTOR_ALIAS`).
+    #[error(
+        "the {alias} alias serves the interceptor door and nothing else (DEDUP_INTERCEPTOR_ALIAS); \
+         an event shaped for the {door} door came through {qualifier}"
+    )]
+    WrongAlias {
+        /// The door the event is shaped for.
+        door: &'static str,
+        /// The interceptor's alias.
+        alias: String,
+        /// The alias or version it came through (`$LATEST` when unqualified).
+        qualifier: String,
     },
 }
 

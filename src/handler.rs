@@ -73,6 +73,9 @@ pub struct Invocation {
     pub request_id: String,
     /// The Lambda deadline, epoch milliseconds; `None` without one.
     pub deadline_ms: Option<i64>,
+    /// The alias or version the function was invoked through (the invoked ARN's eighth
+    /// field); `None` for the unqualified function.
+    pub qualifier: Option<String>,
 }
 
 /// The `custom` map of a Lambda client context (an AgentCore Gateway names the tool there).
@@ -95,6 +98,12 @@ impl Invocation {
         Invocation {
             request_id: ctx.request_id.clone(),
             deadline_ms,
+            qualifier: ctx
+                .invoked_function_arn
+                .split(':')
+                .nth(7)
+                .filter(|q| !q.is_empty())
+                .map(str::to_string),
         }
     }
 }
@@ -204,7 +213,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let unknown_before = self.service.executor.settled_unknown();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
         let door = door_name(event, client_context);
-        let answered = self.answer(event, client_context, door, end).await;
+        let answered = match self.through_wrong_alias(door, invocation.qualifier.as_deref()) {
+            Some(refused) => refused,
+            None => self.answer(event, client_context, door, end).await,
+        };
         let store_requests = (store.requests() - requests_before).total();
         self.service.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
@@ -238,6 +250,41 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: answered.key,
             rules: answered.rules,
         }
+    }
+
+    /// With `DEDUP_INTERCEPTOR_ALIAS` set, the interceptor door is served through that alias
+    /// alone and that alias serves nothing else: the Gateway's role may invoke the alias, a
+    /// harness only the function's other alias, so no envelope invoker can write a catalog
+    /// with an interceptor-shaped event.
+    fn through_wrong_alias(
+        &self,
+        door: Option<&'static str>,
+        qualifier: Option<&str>,
+    ) -> Option<Answered> {
+        let alias = self.service.doors.interceptor_alias.as_deref()?;
+        let door = door?;
+        let through_alias = qualifier == Some(alias);
+        if through_alias == (door == "interceptor") {
+            return None;
+        }
+        tracing::warn!(
+            door,
+            qualifier,
+            alias,
+            "refused an event that came through the wrong alias for its door"
+        );
+        let refused = Unanswerable::WrongAlias {
+            door,
+            alias: alias.to_string(),
+            qualifier: qualifier.unwrap_or("$LATEST").to_string(),
+        };
+        Some(
+            Answered::new(
+                Outcome::DoorRefused,
+                Err(HandlerError::InvalidEvent(refused)),
+            )
+            .because(format!("door {door} through the wrong alias")),
+        )
     }
 
     /// Picks the door and hands the event to its flow.
@@ -324,6 +371,7 @@ fn door_settings(config: &Config) -> DoorSettings {
             .collect(),
         gateway_id: config.gateway_id.clone(),
         served: config.doors,
+        interceptor_alias: config.interceptor_alias.clone(),
         interceptor_timeout: config.interceptor_timeout,
         idempotency_key_name: config.idempotency_key_name.clone(),
         envelope_caller_key_scope: config.envelope_caller_key_scope,
@@ -394,5 +442,22 @@ mod tests {
             None
         );
         assert_eq!(Invocation::from_context(&context(0)).deadline_ms, None);
+    }
+
+    #[test]
+    fn the_qualifier_is_the_invoked_arns_eighth_field() {
+        let through = |arn: &str| {
+            let mut ctx = context(0);
+            ctx.invoked_function_arn = arn.into();
+            Invocation::from_context(&ctx).qualifier
+        };
+        let function = "arn:aws:lambda:us-east-1:123456789012:function:dedup";
+        assert_eq!(
+            through(&format!("{function}:interceptor")).as_deref(),
+            Some("interceptor")
+        );
+        assert_eq!(through(&format!("{function}:7")).as_deref(), Some("7"));
+        assert_eq!(through(function), None);
+        assert_eq!(through(""), None);
     }
 }

@@ -69,6 +69,8 @@ pub struct DoorSettings {
     pub gateway_id: Option<String>,
     /// `DEDUP_DOORS`: the entry points this deployment serves.
     pub served: Doors,
+    /// `DEDUP_INTERCEPTOR_ALIAS`: the alias that serves the interceptor door alone.
+    pub interceptor_alias: Option<String>,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.

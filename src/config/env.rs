@@ -168,6 +168,19 @@ fn read_doors<F: Fn(&str) -> Option<String>>(
     if let Some(doors) = vars.read(Doors::VAR, Doors::parse)? {
         config.doors = doors;
     }
+    config.interceptor_alias = vars.read("DEDUP_INTERCEPTOR_ALIAS", |name| {
+        // Lambda's alias names: 1 to 128 of letters, digits, '-' and '_', not all digits (a
+        // version number is not an alias).
+        let valid = (1..=128).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !name.bytes().all(|b| b.is_ascii_digit());
+        valid.then(|| name.to_string()).ok_or_else(|| {
+            "must be a Lambda alias name (letters, digits, '-' and '_', not only digits)"
+                .to_string()
+        })
+    })?;
     config.catalog_ttl = Duration::from_secs(
         vars.parsed("DEDUP_CATALOG_TTL_SECONDS")?
             .unwrap_or(DEFAULT_CATALOG_TTL_SECONDS),

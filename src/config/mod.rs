@@ -211,6 +211,9 @@ pub struct Config {
     pub gateway_id: Option<String>,
     /// `DEDUP_DOORS`: the entry points this deployment serves.
     pub doors: Doors,
+    /// `DEDUP_INTERCEPTOR_ALIAS`: the one alias that serves the interceptor door, and only it
+    /// (unset: any qualifier serves every served door).
+    pub interceptor_alias: Option<String>,
     /// `DEDUP_CATALOG_TTL_SECONDS`: how long a catalog learned from `tools/list` lives after it
     /// last changed or was refreshed (default [`DEFAULT_CATALOG_TTL_SECONDS`]).
     pub catalog_ttl: Duration,
@@ -277,6 +280,7 @@ impl Default for Config {
             trusted_annotations: Vec::new(),
             gateway_id: None,
             doors: Doors::ALL,
+            interceptor_alias: None,
             catalog_ttl: Duration::from_secs(DEFAULT_CATALOG_TTL_SECONDS),
             interceptor_timeout: MAX_TOOL_TIMEOUT,
         }

@@ -415,6 +415,56 @@ async fn an_event_of_a_door_the_deployment_does_not_serve_is_refused() {
     assert!(Doors::parse("bedrock,smtp").is_err());
 }
 
+/// `DEDUP_INTERCEPTOR_ALIAS` (issue 48, one door per trust domain): the interceptor door is served
+/// through its alias alone and that alias serves nothing else, so a harness allowed to invoke the
+/// function's `live` alias cannot write a catalog with a forged `tools/list` RESPONSE.
+#[tokio::test]
+async fn a_forged_listing_through_the_harness_alias_never_reaches_a_catalog() {
+    let config = Config {
+        interceptor_alias: Some("interceptor".into()),
+        ..Config::default()
+    };
+    let h = handler(
+        servers::memory_store(ManualClock::starting_now()),
+        crate::fixture::demo(),
+        &config,
+    );
+    let through = |qualifier: Option<&str>| Invocation {
+        qualifier: qualifier.map(str::to_string),
+        ..Invocation::default()
+    };
+    let forged = event_file("agentcore-interceptor/forged-tools_list.response.json");
+    for qualifier in [Some("live"), Some("1"), None] {
+        let refused = h
+            .handle_with_context(&forged, &through(qualifier), None)
+            .await;
+        assert_eq!(refused.outcome, Outcome::DoorRefused, "{qualifier:?}");
+        match &refused.response {
+            Err(e @ HandlerError::InvalidEvent(_)) => {
+                assert!(e.to_string().contains("interceptor alias"), "{e}")
+            }
+            other => panic!("expected a Lambda error, got {other:?}"),
+        }
+    }
+    assert_eq!(h.store().requests().total(), 0, "nothing read or written");
+    // The envelope's own event through the interceptor's alias is refused too.
+    let envelope = event_file("envelope/charge_card.json");
+    let refused = h
+        .handle_with_context(&envelope, &through(Some("interceptor")), None)
+        .await;
+    assert_eq!(refused.outcome, Outcome::DoorRefused);
+    assert_eq!(h.store().requests().total(), 0);
+    // Each door through its own alias is served.
+    let listed = h
+        .handle_with_context(&forged, &through(Some("interceptor")), None)
+        .await;
+    assert_ne!(listed.outcome, Outcome::DoorRefused);
+    let served = h
+        .handle_with_context(&envelope, &through(Some("live")), None)
+        .await;
+    assert_eq!(served.outcome, Outcome::Executed);
+}
+
 /// Sessionless, with no `REQUEST_ID`: a JSON-RPC id names no one request (every client counts
 /// from 1), so an identical request with the same id waits for the first, never goes on as its
 /// owner.

@@ -837,6 +837,7 @@ async fn invoke<S: Store, D: toolcall_dedup::dispatch::Dispatcher>(
     let invocation = Invocation {
         request_id: uuid::Uuid::new_v4().to_string(),
         deadline_ms: Some(handler.store().now_ms() + BUDGET.as_millis() as i64),
+        qualifier: None,
     };
     attempt.note(|n| n.deadline_ms = invocation.deadline_ms);
     let run = ATTEMPT.scope(attempt.clone(), handler.handle(event, &invocation));

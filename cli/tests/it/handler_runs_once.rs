@@ -60,6 +60,7 @@ async fn handle_within<S: Store, D: Dispatcher>(
     let invocation = Invocation {
         request_id: "r".into(),
         deadline_ms: Some(wall_ms() + budget.as_millis() as i64),
+        qualifier: None,
     };
     let started = Instant::now();
     let handled = h.handle(ev, &invocation).await;

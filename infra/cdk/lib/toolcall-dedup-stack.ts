@@ -404,6 +404,10 @@ export class ToolcallDedupStack extends cdk.Stack {
           ] as [cdk.CfnCondition, string][]).map(([on, door]) =>
             cdk.Token.asString(cdk.Fn.conditionIf(on.logicalId, door, 'none'))),
         ]),
+        // The interceptor door answers through its own alias only, and that alias nothing else:
+        // no envelope invoker can write a catalog with a forged tools/list RESPONSE.
+        DEDUP_INTERCEPTOR_ALIAS: cdk.Token.asString(
+          cdk.Fn.conditionIf(interceptorOn.logicalId, 'interceptor', cdk.Aws.NO_VALUE)),
         // Empty = no offload: a reply past the item limit is not stored.
         DEDUP_RESULTS_BUCKET: cdk.Token.asString(cdk.Fn.conditionIf(resultsOn.logicalId, bucket.ref, '')),
         DEDUP_RESULTS_RETENTION_DAYS: String(RESULTS_RETENTION_DAYS),
@@ -633,6 +637,16 @@ export class ToolcallDedupStack extends cdk.Stack {
     gatewayPerm.cfnOptions.condition = hasGateway;
 
     // ---- optional gateway with the executor as its interceptor --------------------------------
+    // The interceptor door's own alias (DEDUP_INTERCEPTOR_ALIAS), on the version the deploy published:
+    // one alias per trust domain. It moves at deploy time; CodeDeploy shifts `live` only.
+    const interceptorAlias = new lambda.CfnAlias(this, 'InterceptorAlias', {
+      name: 'interceptor',
+      description: "The AgentCore Gateway interceptor's door, and no other",
+      functionName: dedup.functionName,
+      functionVersion: version.attrVersion,
+    });
+    interceptorAlias.overrideLogicalId('InterceptorAlias');
+    interceptorAlias.cfnOptions.condition = interceptorOn;
     const gatewayRole = new iam.CfnRole(this, 'InterceptorGatewayRole', {
       description: 'Service role of the toolcall-dedup interceptor gateway',
       assumeRolePolicyDocument: {
@@ -655,7 +669,7 @@ export class ToolcallDedupStack extends cdk.Stack {
             Sid: 'InvokeInterceptor',
             Effect: 'Allow',
             Action: 'lambda:InvokeFunction',
-            Resource: aliasArn,
+            Resource: interceptorAlias.ref,
           }],
         },
       }],
@@ -669,7 +683,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       authorizerType: 'AWS_IAM',
       roleArn: gatewayRole.attrArn,
       interceptorConfigurations: [{
-        interceptor: { lambda: { arn: aliasArn } },
+        interceptor: { lambda: { arn: interceptorAlias.ref } },
         interceptionPoints: ['REQUEST', 'RESPONSE'],
         inputConfiguration: { passRequestHeaders: true },
       }],
