@@ -23,6 +23,7 @@
 //! fault) is fixed by the seed; the exact timing against a real server is not.
 
 pub mod attempt;
+pub mod gateway;
 pub mod lambda;
 pub mod oracle;
 pub mod plan;

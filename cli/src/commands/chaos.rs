@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::CliError;
+use crate::chaos::gateway::{GatewayFault, GatewaySoakConfig, gateway_soak};
 use crate::chaos::{FaultClass, SoakConfig, SoakReport, soak};
 
 #[derive(Debug, clap::Args)]
@@ -50,9 +51,20 @@ pub struct ChaosArgs {
     /// Where the ledgers go [default: the temp directory].
     #[arg(long)]
     pub ledger_dir: Option<PathBuf>,
+    /// Soak the interceptor door instead: what changes under a call between its REQUEST and its
+    /// RESPONSE (config refreshes, schema and listing changes, lost answers and re-sent
+    /// requests, container restarts, retries in flight), across several containers.
+    #[arg(long)]
+    pub interceptor: bool,
+    /// With --interceptor: the containers of the deployment.
+    #[arg(long, default_value_t = 3)]
+    pub containers: usize,
 }
 
 pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
+    if args.interceptor {
+        return run_interceptor(args);
+    }
     let excluded = args
         .without
         .iter()
@@ -69,22 +81,8 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let servers: &[&str] = match args.server.as_str() {
-        "both" => &["moto", "dynalite"],
-        "moto" => &["moto"],
-        _ => &["dynalite"],
-    };
     let mut configs = Vec::new();
-    for &server in servers {
-        let (endpoint, pid) = match server {
-            "moto" => (&args.moto_endpoint, args.moto_pid),
-            _ => (&args.dynalite_endpoint, args.dynalite_pid),
-        };
-        let endpoint = endpoint.clone().ok_or_else(|| {
-            CliError::Usage(format!(
-                "no {server} endpoint: pass --{server}-endpoint or run scripts/chaos"
-            ))
-        })?;
+    for (server, endpoint, pid) in servers(&args)? {
         configs.push(SoakConfig {
             seed: args.seed,
             invocations: args.invocations,
@@ -101,12 +99,88 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let mut total: Option<SoakReport> = None;
-    for cfg in &configs {
-        let report = runtime
+    let reports = configs.iter().map(|cfg| {
+        runtime
             .block_on(soak(cfg))
-            .map_err(|e| CliError::Usage(format!("chaos soak on {}: {e}", cfg.server)))?;
-        if args.json {
+            .map_err(|e| CliError::Usage(format!("chaos soak on {}: {e}", cfg.server)))
+    });
+    report(reports, args.json)
+}
+
+/// `--interceptor`: the interceptor soak on each server.
+fn run_interceptor(args: ChaosArgs) -> Result<ExitCode, CliError> {
+    let excluded = args
+        .without
+        .iter()
+        .map(|name| {
+            GatewayFault::from_name(name).ok_or_else(|| {
+                let known: Vec<&str> = GatewayFault::ALL
+                    .into_iter()
+                    .map(GatewayFault::name)
+                    .collect();
+                CliError::Usage(format!(
+                    "unknown fault {name:?} (known: {})",
+                    known.join(", ")
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let configs: Vec<GatewaySoakConfig> = servers(&args)?
+        .into_iter()
+        .map(|(server, endpoint, _)| GatewaySoakConfig {
+            seed: args.seed,
+            invocations: args.invocations,
+            server: server.into(),
+            endpoint,
+            concurrency: args.concurrency,
+            containers: args.containers,
+            excluded: excluded.clone(),
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let reports = configs.iter().map(|cfg| {
+        runtime
+            .block_on(gateway_soak(cfg))
+            .map_err(|e| CliError::Usage(format!("interceptor soak on {}: {e}", cfg.server)))
+    });
+    report(reports, args.json)
+}
+
+/// The servers asked for, with their endpoints and processes.
+fn servers(args: &ChaosArgs) -> Result<Vec<(&'static str, String, Option<u32>)>, CliError> {
+    let servers: &[&'static str] = match args.server.as_str() {
+        "both" => &["moto", "dynalite"],
+        "moto" => &["moto"],
+        _ => &["dynalite"],
+    };
+    servers
+        .iter()
+        .map(|&server| {
+            let (endpoint, pid) = match server {
+                "moto" => (&args.moto_endpoint, args.moto_pid),
+                _ => (&args.dynalite_endpoint, args.dynalite_pid),
+            };
+            let endpoint = endpoint.clone().ok_or_else(|| {
+                CliError::Usage(format!(
+                    "no {server} endpoint: pass --{server}-endpoint or run scripts/chaos"
+                ))
+            })?;
+            Ok((server, endpoint, pid))
+        })
+        .collect()
+}
+
+/// Prints each server's summary and the total's JSON line; fails when the oracle found anything.
+fn report(
+    reports: impl Iterator<Item = Result<SoakReport, CliError>>,
+    json: bool,
+) -> Result<ExitCode, CliError> {
+    let mut total: Option<SoakReport> = None;
+    for report in reports {
+        let report = report?;
+        if json {
             eprint!("{}", report.summary());
         } else {
             print!("{}", report.summary());

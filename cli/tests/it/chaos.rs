@@ -8,6 +8,7 @@
 
 use crate::servers;
 
+use dedup_cli::chaos::gateway::{GatewayFault, GatewaySoakConfig, gateway_soak};
 use dedup_cli::chaos::{FaultClass, SoakConfig, fault_names, soak};
 use servers::Backend;
 use std::collections::BTreeSet;
@@ -117,6 +118,57 @@ async fn a_fixed_seed_chaos_soak_on_moto_runs_each_call_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_seed_chaos_soak_on_dynalite_runs_each_call_once() {
     soak_on(Backend::Dynalite, "dynalite", "DEDUP_TEST_DYNALITE_PID").await;
+}
+
+/// The interceptor soak (issue 48): what changes under a call between its REQUEST and its
+/// RESPONSE, across three containers, with every class acting and the oracle clean. The long run is
+/// `scripts/chaos --interceptor --invocations 20000` (docs/testing.md).
+async fn interceptor_soak_on(backend: Backend, server: &str) {
+    let report = gateway_soak(&GatewaySoakConfig {
+        seed: SEED,
+        invocations: 1200,
+        server: server.into(),
+        endpoint: backend.endpoint(),
+        concurrency: 16,
+        containers: 3,
+        excluded: vec![],
+    })
+    .await
+    .expect("the soak ran");
+    println!("{}", report.summary());
+    assert!(report.invocations >= 1000, "{}", report.invocations);
+    for fault in GatewayFault::ALL {
+        assert!(
+            report.faults.get(fault.name()).copied().unwrap_or(0) > 0,
+            "{} never acted",
+            fault.name()
+        );
+    }
+    assert!(report.replayed > 0 && report.executed > 0);
+    assert!(
+        report.passed(),
+        "{}\n{:?}",
+        report.summary(),
+        report.findings
+    );
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interceptor_soak_on_moto_runs_each_call_once_whatever_changes_under_it() {
+    interceptor_soak_on(Backend::Moto, "moto").await;
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interceptor_soak_on_dynalite_runs_each_call_once_whatever_changes_under_it() {
+    interceptor_soak_on(Backend::Dynalite, "dynalite").await;
 }
 
 /// The backticked words of a table cell.
