@@ -320,3 +320,71 @@ async fn the_key_reaches_the_target_in_the_header_the_deployment_names() {
         );
     }
 }
+
+/// A RESPONSE near the Gateway's limit: Lambda's synchronous invocation takes 6 MB (AgentCore
+/// developer guide, *Interceptor configuration*: "a 6 MB limit for the request and response
+/// combined"). A 5 MB `tools/call` result is stored once, through S3 (past DynamoDB's 400 KB
+/// item), and a retry replays it whole, under its own id, in an answer that still fits.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_five_megabyte_result_is_stored_through_s3_and_replayed_whole() {
+    let store =
+        servers::dynamodb_store_offloading(Backend::Moto, ManualClock::starting_now()).await;
+    let h = container(store.clone(), &Config::default());
+    let request = interceptor("stateless-charge_card.request.json");
+    let first = h
+        .handle_with_context(&request, &Invocation::default(), None)
+        .await;
+    assert_eq!(first.outcome, Outcome::Executed, "{first:?}");
+    // Letters that JSON escapes nowhere, so their size is what travels, and in no pattern that
+    // compression would shrink below the item limit (a linear congruential sequence).
+    let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+    let text: String = (0..5 * 1024 * 1024)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            (b'a' + ((state >> 33) % 26) as u8) as char
+        })
+        .collect();
+    let mut response = interceptor("stateless-charge_card.response.json");
+    response["mcp"]["gatewayResponse"]["body"]["result"] =
+        json!({"content": [{"type": "text", "text": text}], "isError": false});
+    let settled = h
+        .handle_with_context(&response, &Invocation::default(), None)
+        .await;
+    assert_eq!(settled.outcome, Outcome::Executed, "{:?}", settled.outcome);
+    let passed = settled.response.as_ref().expect("an answer").get().len();
+    assert!(
+        passed < 6 * 1024 * 1024,
+        "the RESPONSE's answer fits: {passed} bytes"
+    );
+    let record = store
+        .get(first.key.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.status, Status::Completed);
+    assert!(
+        record.offloaded.is_some(),
+        "stored through S3, not in the item"
+    );
+
+    let retry = send(&h, "stateless-charge_card-retry.request.json").await;
+    assert_eq!(retry.outcome, Outcome::Replayed, "{:?}", retry.outcome);
+    let replayed = answer(&retry);
+    let body = &replayed["mcp"]["transformedGatewayResponse"]["body"];
+    assert_eq!(
+        body["id"],
+        interceptor("stateless-charge_card-retry.request.json")["mcp"]["gatewayRequest"]["body"]["id"]
+    );
+    assert_eq!(
+        body["result"]["content"][0]["text"].as_str().map(str::len),
+        Some(text.len())
+    );
+    assert!(body["result"]["content"][0]["text"] == text.as_str());
+    assert!(retry.response.as_ref().unwrap().get().len() < 6 * 1024 * 1024);
+}
