@@ -99,7 +99,7 @@ async fn client(endpoint: Option<&str>) -> Client {
 
 /// The AWS configuration, or one for a local stand-in at `endpoint` (with a region and dummy
 /// credentials when none are set).
-async fn sdk_config(endpoint: Option<&str>) -> aws_config::SdkConfig {
+pub(crate) async fn sdk_config(endpoint: Option<&str>) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(url) = endpoint {
         loader = loader.endpoint_url(url);

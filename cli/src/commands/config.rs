@@ -36,6 +36,16 @@ pub struct CheckArgs {
     /// (`AWS_LAMBDA_FUNCTION_NAME`): a route back to it is refused, as the function refuses it.
     #[arg(long, env = "AWS_LAMBDA_FUNCTION_NAME")]
     pub function: Option<String>,
+    /// An existing AgentCore Gateway (id) to read through the control API: whether it issues MCP
+    /// sessions, speaks the sessionless 2026-07-28, and has the function attached as it must be.
+    #[arg(long)]
+    pub gateway: Option<String>,
+    /// The AgentCore control API endpoint for --gateway (a local stand-in); AWS when absent.
+    #[arg(long, env = "DEDUP_AGENTCORE_CONTROL_ENDPOINT")]
+    pub gateway_endpoint: Option<String>,
+    /// The alias the function serves the interceptor door through (`DEDUP_INTERCEPTOR_ALIAS`).
+    #[arg(long, env = "DEDUP_INTERCEPTOR_ALIAS")]
+    pub interceptor_alias: Option<String>,
     /// The report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -139,17 +149,53 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
         .map(|(var, value)| format!("{var}={value}"))
         .collect();
     let warnings: Vec<String> = document.warnings.iter().map(ToString::to_string).collect();
+    let gateway = match &args.gateway {
+        Some(id) => {
+            let reading = runtime.block_on(super::gateway_check::read_gateway(
+                id,
+                args.gateway_endpoint.as_deref(),
+            ))?;
+            let findings = reading.findings(
+                config.sessionless,
+                args.function.as_deref(),
+                args.interceptor_alias.as_deref(),
+            );
+            Some((reading, findings))
+        }
+        None => None,
+    };
+    let code = match &gateway {
+        Some((_, findings)) if findings.iter().any(|f| f.level == "error") => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    };
     if args.json {
+        let gateway = gateway.as_ref().map(
+            |(reading, findings)| serde_json::json!({"reading": reading, "findings": findings}),
+        );
         println!(
             "{}",
             serde_json::json!({"document": args.document, "settings": settings, "tools": report,
-                               "warnings": warnings})
+                               "warnings": warnings, "gateway": gateway})
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
     println!("{}: ok", args.document);
     for warning in &warnings {
         println!("warning: {warning}");
+    }
+    if let Some((reading, findings)) = &gateway {
+        println!(
+            "gateway {}: sessions {}; MCP {}; authorizer {}",
+            reading.gateway,
+            reading
+                .session_timeout_seconds
+                .map_or("off".to_string(), |s| format!("{s} s")),
+            reading.supported_versions.join(", "),
+            reading.authorizer
+        );
+        for finding in findings {
+            println!("{}: {}", finding.level, finding.text);
+        }
     }
     println!(
         "settings: {}",
@@ -183,5 +229,5 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
                 .unwrap_or_else(|| "none: its calls are answered with a no-route error".into()),
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(code)
 }

@@ -7,6 +7,7 @@ pub mod chaos;
 pub mod config;
 pub mod corpus;
 pub mod cost;
+mod gateway_check;
 pub mod key;
 pub mod records;
 pub mod replay;

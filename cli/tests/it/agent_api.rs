@@ -43,27 +43,19 @@ impl AgentApi {
     /// Serves `agent` on a loopback port, in a thread of its own.
     pub fn start(agent: Agent) -> AgentApi {
         let agent = Arc::new(Mutex::new(agent));
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        std_listener.set_nonblocking(true).unwrap();
-        let endpoint = format!("http://{}", std_listener.local_addr().unwrap());
         let shared = agent.clone();
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                let listener = TcpListener::from_std(std_listener).unwrap();
-                loop {
-                    let Ok((stream, _)) = listener.accept().await else {
-                        return;
-                    };
-                    let agent = shared.clone();
-                    tokio::spawn(async move {
-                        let _ = serve(stream, agent).await;
-                    });
-                }
+        let endpoint = serve_json(move |method, path, body| {
+            let (status, error, answered) = answer(&shared, method, path, body);
+            shared.lock().unwrap().seen.push(Seen {
+                method: method.to_string(),
+                path: path.to_string(),
+                body: body.clone(),
+                refused: error
+                    .as_ref()
+                    .map(|(_, m)| m.clone())
+                    .filter(|_| status == 400),
             });
+            (status, error, answered)
         });
         AgentApi { endpoint, agent }
     }
@@ -89,7 +81,42 @@ impl AgentApi {
     }
 }
 
-async fn serve(stream: tokio::net::TcpStream, agent: Arc<Mutex<Agent>>) -> std::io::Result<()> {
+/// Serves a JSON API on a loopback port, in a thread of its own: each request's method, path
+/// (without query or trailing slash) and JSON body go to `answer`, whose status, error type
+/// (`x-amzn-errortype`, as the SDK reads it) and body are sent back. Returns the endpoint.
+pub fn serve_json<F>(answer: F) -> String
+where
+    F: Fn(&str, &str, &Value) -> Answer + Send + Sync + 'static,
+{
+    let answer = Arc::new(answer);
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let endpoint = format!("http://{}", std_listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = TcpListener::from_std(std_listener).unwrap();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let answer = answer.clone();
+                tokio::spawn(async move {
+                    let _ = serve(stream, &*answer).await;
+                });
+            }
+        });
+    });
+    endpoint
+}
+
+async fn serve(
+    stream: tokio::net::TcpStream,
+    answer: &(dyn Fn(&str, &str, &Value) -> Answer + Send + Sync),
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream);
     loop {
         let mut line = String::new();
@@ -128,17 +155,8 @@ async fn serve(stream: tokio::net::TcpStream, agent: Arc<Mutex<Agent>>) -> std::
         } else {
             serde_json::from_slice(&body).unwrap_or(Value::Null)
         };
-        let (status, error, answer) = answer(&agent, &method, &path, &body);
-        agent.lock().unwrap().seen.push(Seen {
-            method,
-            path,
-            body,
-            refused: error
-                .as_ref()
-                .map(|(_, m)| m.clone())
-                .filter(|_| status == 400),
-        });
-        let text = answer.to_string();
+        let (status, error, answered) = answer(&method, &path, &body);
+        let text = answered.to_string();
         let mut head = format!(
             "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
             text.len()
@@ -153,9 +171,9 @@ async fn serve(stream: tokio::net::TcpStream, agent: Arc<Mutex<Agent>>) -> std::
     }
 }
 
-type Answer = (u16, Option<(&'static str, String)>, Value);
+pub type Answer = (u16, Option<(&'static str, String)>, Value);
 
-fn refuse(message: String) -> Answer {
+pub fn refuse(message: String) -> Answer {
     (
         400,
         Some(("ValidationException", message.clone())),
@@ -163,7 +181,7 @@ fn refuse(message: String) -> Answer {
     )
 }
 
-fn not_found(what: String) -> Answer {
+pub fn not_found(what: String) -> Answer {
     (
         404,
         Some(("ResourceNotFoundException", what.clone())),

@@ -1,6 +1,6 @@
 //! `dedup config check`: the function's own reading of a config document, run locally.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn check(args: &[&str]) -> std::process::Output {
     crate::dedup()
@@ -149,5 +149,172 @@ fn config_hazards_are_refused_with_their_path() {
             .unwrap()
             .starts_with("tools.issue_refund.fields.memo"),
         "{report}"
+    );
+}
+
+/// `dedup config check DOC --gateway ID` against the control API stand-in, as one JSON report.
+fn check_gateway(
+    gateways: Vec<Value>,
+    id: &str,
+    document: &str,
+    more: &[&str],
+) -> (std::process::Output, Value) {
+    let endpoint = crate::gateway_api::start(gateways);
+    let dir = std::env::temp_dir().join(format!("dedup-gw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{id}.yaml"));
+    std::fs::write(&path, document).unwrap();
+    let out = crate::dedup()
+        .args([
+            "config",
+            "check",
+            path.to_str().unwrap(),
+            "--json",
+            "--gateway",
+            id,
+        ])
+        .args(["--gateway-endpoint", &endpoint])
+        .args(more)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .expect("dedup runs");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    (out, report)
+}
+
+fn findings(report: &Value, level: &str) -> Vec<String> {
+    report["gateway"]["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["level"] == level)
+        .map(|f| f["text"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const FUNCTION: &str = "arn:aws:lambda:us-east-1:123456789012:function:toolcall-dedup";
+const DOCUMENT: &str = "settings: {mode: enforce}\n";
+
+/// An existing gateway without `sessionConfiguration` (AgentCore developer guide, *Use MCP sessions
+/// with your gateway*: the Gateway issues `Mcp-Session-Id` only with one) is reported as
+/// sessionless, with what that means under the deployment's `DEDUP_SESSIONLESS`; under
+/// `principal` an AWS_IAM gateway is named as giving no caller to key by.
+#[test]
+fn a_gateway_without_sessions_is_reported_with_what_its_calls_get() {
+    let attached = crate::gateway_api::interceptor(
+        &format!("{FUNCTION}:interceptor"),
+        &["REQUEST", "RESPONSE"],
+        true,
+    );
+    let iam = crate::gateway_api::gateway(
+        "gw-iam",
+        "AWS_IAM",
+        Some(json!({"supportedVersions": ["2025-11-25"]})),
+        json!([attached]),
+    );
+    let alias = ["--function", FUNCTION, "--interceptor-alias", "interceptor"];
+    let (out, report) = check_gateway(vec![iam.clone()], "gw-iam", DOCUMENT, &alias);
+    assert!(out.status.success(), "warnings only: {report}");
+    assert_eq!(
+        report["gateway"]["reading"]["session_timeout_seconds"],
+        Value::Null
+    );
+    let warned = findings(&report, "warning").join("\n");
+    assert!(warned.contains("issues no Mcp-Session-Id"), "{warned}");
+    assert!(
+        warned.contains("DEDUP_SESSIONLESS=pass_through"),
+        "{warned}"
+    );
+    assert!(warned.contains("run with no dedup at all"), "{warned}");
+
+    let principal = "settings: {mode: enforce, sessionless: principal}\n";
+    let (_, report) = check_gateway(vec![iam], "gw-iam", principal, &alias);
+    let warned = findings(&report, "warning").join("\n");
+    assert!(warned.contains("an AWS_IAM gateway sends none"), "{warned}");
+}
+
+/// A gateway with sessions, the interceptor at both points with headers passed, through the
+/// interceptor's alias: nothing to say. One that speaks MCP 2026-07-28 is told that those clients
+/// have no session whatever the configuration.
+#[test]
+fn a_gateway_with_sessions_and_the_interceptor_as_documented_passes() {
+    let attached = crate::gateway_api::interceptor(
+        &format!("{FUNCTION}:interceptor"),
+        &["REQUEST", "RESPONSE"],
+        true,
+    );
+    let mcp = |versions: Value| json!({"supportedVersions": versions, "sessionConfiguration": {"sessionTimeoutInSeconds": 28800}});
+    let gateways = vec![
+        crate::gateway_api::gateway(
+            "gw-ok",
+            "CUSTOM_JWT",
+            Some(mcp(json!(["2025-11-25"]))),
+            json!([attached.clone()]),
+        ),
+        crate::gateway_api::gateway(
+            "gw-stateless",
+            "CUSTOM_JWT",
+            Some(mcp(json!(["2026-07-28", "2025-11-25"]))),
+            json!([attached]),
+        ),
+    ];
+    let alias = ["--function", FUNCTION, "--interceptor-alias", "interceptor"];
+    let (out, report) = check_gateway(gateways.clone(), "gw-ok", DOCUMENT, &alias);
+    assert!(out.status.success());
+    assert_eq!(
+        report["gateway"]["reading"]["session_timeout_seconds"],
+        28800
+    );
+    assert_eq!(report["gateway"]["findings"], json!([]), "{report}");
+    let (out, report) = check_gateway(gateways, "gw-stateless", DOCUMENT, &alias);
+    assert!(out.status.success());
+    let warned = findings(&report, "warning").join("\n");
+    assert!(
+        warned.contains("speaks MCP 2026-07-28, which has no session"),
+        "{warned}"
+    );
+}
+
+/// The function attached at REQUEST only, without the request headers, or through another alias
+/// than the one it serves the interceptor door through: each an error, and the exit code 1.
+#[test]
+fn an_interceptor_attached_wrongly_is_an_error() {
+    let half = crate::gateway_api::interceptor(FUNCTION, &["REQUEST"], false);
+    let gateway = crate::gateway_api::gateway(
+        "gw-half",
+        "CUSTOM_JWT",
+        Some(json!({"sessionConfiguration": {"sessionTimeoutInSeconds": 900}})),
+        json!([half]),
+    );
+    let alias = ["--function", FUNCTION, "--interceptor-alias", "interceptor"];
+    let (out, report) = check_gateway(vec![gateway], "gw-half", DOCUMENT, &alias);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let errors = findings(&report, "error").join("\n");
+    assert!(
+        errors.contains("must be attached at REQUEST and RESPONSE"),
+        "{errors}"
+    );
+    assert!(errors.contains("passRequestHeaders"), "{errors}");
+    assert!(
+        errors.contains("does not invoke the alias interceptor"),
+        "{errors}"
+    );
+
+    let other = crate::gateway_api::gateway("gw-other", "CUSTOM_JWT", None, json!([]));
+    let (out, report) = check_gateway(vec![other], "gw-other", DOCUMENT, &alias);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        findings(&report, "error")
+            .join("\n")
+            .contains("has no interceptor that invokes")
+    );
+    let (out, _) = check_gateway(vec![], "gw-missing", DOCUMENT, &alias);
+    assert!(!out.status.success(), "an unknown gateway is an error");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("GetGateway gw-missing: ResourceNotFoundException"),
+        "{said}"
     );
 }

@@ -13,6 +13,7 @@ mod cli_key;
 mod config_check;
 mod drift_cases;
 mod events_corpus;
+mod gateway_api;
 mod handler_replay;
 mod handler_runs_once;
 mod mcp_replay;
