@@ -50,13 +50,16 @@ pub struct Refusal {
     pub tool: Option<String>,
 }
 
-/// The door an event is shaped for, by the same cheap look [`Door::detect`] takes (the
-/// interceptor first: its marker member is checked before any other door's). `None`: no door's.
+/// The door an event is shaped for, by the same cheap look [`Door::detect`] takes (a client
+/// context naming a Gateway tool first, then the interceptor's marker member, then the other
+/// doors'). `None`: no door's.
 pub fn door_name(event: &Value, client_context: Option<&ClientContext>) -> Option<&'static str> {
-    if is_interception(event) {
-        Some("interceptor")
-    } else if agentcore::is_gateway_call(client_context) {
+    // The client context first: the invoker (a Gateway) writes it, while a Lambda target's event
+    // is the tool's arguments, which the MCP client writes, and may be shaped as an interception.
+    if agentcore::is_gateway_call(client_context) {
         Some("agentcore")
+    } else if is_interception(event) {
+        Some("interceptor")
     } else if event
         .as_object()
         .is_some_and(|o| o.contains_key("actionGroup"))

@@ -17,6 +17,7 @@ pub(super) fn check<F: Fn(&str) -> Option<String>>(
     failures_are_always_stored(vars)?;
     policy_ttls_cover_the_longest_lease(config)?;
     no_route_back_to_this_function(vars, config)?;
+    an_interceptor_alias_serves_the_interceptor(config)?;
     the_bucket_keeps_results_as_long_as_records(vars, config)
 }
 
@@ -41,6 +42,23 @@ fn no_route_back_to_this_function<F: Fn(&str) -> Option<String>>(
             ),
         )),
         None => Ok(()),
+    }
+}
+
+/// An interceptor alias on a deployment that does not serve the interceptor door would refuse
+/// every event through the alias and every interceptor event elsewhere: nothing is intercepted.
+fn an_interceptor_alias_serves_the_interceptor(config: &Config) -> Result<(), ConfigError> {
+    match &config.interceptor_alias {
+        Some(alias) if !config.doors.interceptor => Err(invalid(
+            "DEDUP_INTERCEPTOR_ALIAS",
+            alias,
+            format!(
+                "names the interceptor's alias, but DEDUP_DOORS ({}) leaves the interceptor door \
+                 out: add interceptor to DEDUP_DOORS, or unset the alias",
+                config.doors.names().join(",")
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -348,3 +348,23 @@ fn a_route_to_this_function_itself_is_refused() {
     );
     assert!(elsewhere.is_ok(), "{elsewhere:?}");
 }
+
+#[test]
+fn an_interceptor_alias_needs_the_interceptor_door() {
+    let alias = ("DEDUP_INTERCEPTOR_ALIAS", "interceptor");
+    let err = config(
+        &[alias, ("DEDUP_DOORS", "bedrock,envelope")],
+        StoreKind::Memory,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("DEDUP_INTERCEPTOR_ALIAS"), "{err}");
+    assert!(err.to_string().contains("bedrock,envelope"), "{err}");
+    let served = config(
+        &[alias, ("DEDUP_DOORS", "bedrock,interceptor")],
+        StoreKind::Memory,
+    );
+    assert_eq!(
+        served.unwrap().interceptor_alias.as_deref(),
+        Some("interceptor")
+    );
+}

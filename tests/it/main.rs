@@ -16,6 +16,7 @@
 
 use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
+mod alias_attacks;
 mod at_most_once;
 mod bad_input;
 mod caller_keys;
