@@ -231,18 +231,18 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });
-        if let (Some(events), Some(key)) = (&self.events, answered.key.as_deref()) {
-            if self.service.executor.settled_unknown() > unknown_before {
-                let call = UnknownOutcome {
-                    key,
-                    tool: answered.tool.as_deref(),
-                    door,
-                    request_id: &invocation.request_id,
-                };
-                let within =
-                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
-                events.outcome_unknown(&call, within).await;
-            }
+        if let (Some(events), Some(key)) = (&self.events, answered.key.as_deref())
+            && self.service.executor.settled_unknown() > unknown_before
+        {
+            let call = UnknownOutcome {
+                key,
+                tool: answered.tool.as_deref(),
+                door,
+                request_id: &invocation.request_id,
+            };
+            let within =
+                crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
+            events.outcome_unknown(&call, within).await;
         }
         Handled {
             outcome: answered.outcome,

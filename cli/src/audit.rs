@@ -256,7 +256,7 @@ impl<'k> Auditor<'k> {
         self.report.lines += 1;
         let n = self.report.lines;
         // Sweep eight times per window, so closed runs linger at most an eighth of a window.
-        if n % (self.window / 8).max(1) == 0 {
+        if n.is_multiple_of((self.window / 8).max(1)) {
             let horizon = n.saturating_sub(self.window);
             self.runs.retain(|_, run| run.last_line >= horizon);
         }

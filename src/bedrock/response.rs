@@ -257,13 +257,13 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
         serde_json::from_slice::<IgnoredAny>(bytes).map_err(|e| format!("not JSON: {e}"))?;
         return Err("no \"response\" object".into());
     };
-    if let Some(group) = response.action_group {
-        if json_text(group).as_deref() != Some(reply_to.action_group.as_str()) {
-            return Err(format!(
-                "response.actionGroup is {group}, the call was to {:?}",
-                reply_to.action_group
-            ));
-        }
+    if let Some(group) = response.action_group
+        && json_text(group).as_deref() != Some(reply_to.action_group.as_str())
+    {
+        return Err(format!(
+            "response.actionGroup is {group}, the call was to {:?}",
+            reply_to.action_group
+        ));
     }
     let state_of = |state: Option<&RawValue>| -> Result<Option<ResponseState>, String> {
         match state.map(|s| (s, json_text(s))) {
@@ -283,12 +283,12 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
     };
     match &reply_to.flavour {
         Flavour::Function { function } => {
-            if let Some(f) = response.function {
-                if json_text(f).as_deref() != Some(function.as_str()) {
-                    return Err(format!(
-                        "response.function is {f}, the call was to {function:?}"
-                    ));
-                }
+            if let Some(f) = response.function
+                && json_text(f).as_deref() != Some(function.as_str())
+            {
+                return Err(format!(
+                    "response.function is {f}, the call was to {function:?}"
+                ));
             }
             let fr = response
                 .function_response
@@ -298,12 +298,12 @@ pub fn validate_reply(bytes: &[u8], reply_to: &ReplyTo) -> Result<ReplyClass, St
             Ok(class(state_of(fr.response_state)?))
         }
         Flavour::Api { api_path, .. } => {
-            if let Some(p) = response.api_path {
-                if json_text(p).as_deref() != Some(api_path.as_str()) {
-                    return Err(format!(
-                        "response.apiPath is {p}, the call was to {api_path:?}"
-                    ));
-                }
+            if let Some(p) = response.api_path
+                && json_text(p).as_deref() != Some(api_path.as_str())
+            {
+                return Err(format!(
+                    "response.apiPath is {p}, the call was to {api_path:?}"
+                ));
             }
             let status = response
                 .http_status_code

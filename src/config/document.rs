@@ -315,15 +315,15 @@ fn read_payloads(value: &mut Value, path: &str) -> Result<(), DocumentError> {
             }
         }
         Value::Object(map) => {
-            if let Some(payload) = map.get_mut("apiSchema").and_then(|s| s.get_mut("payload")) {
-                if let Value::String(text) = payload {
-                    *payload = serde_yaml_ng::from_str::<Value>(text).map_err(|e| {
-                        at(
-                            format!("{path}.apiSchema.payload"),
-                            format!("not YAML or JSON: {e}"),
-                        )
-                    })?;
-                }
+            if let Some(payload) = map.get_mut("apiSchema").and_then(|s| s.get_mut("payload"))
+                && let Value::String(text) = payload
+            {
+                *payload = serde_yaml_ng::from_str::<Value>(text).map_err(|e| {
+                    at(
+                        format!("{path}.apiSchema.payload"),
+                        format!("not YAML or JSON: {e}"),
+                    )
+                })?;
             }
             for list in ["actionGroups", "actionGroupSummaries"] {
                 if let Some(items) = map.get_mut(list) {

@@ -218,32 +218,33 @@ impl Loader {
                         .map(|(i, item)| (format!("{path}[{i}]"), item)),
                 ),
                 Value::Object(map) => {
-                    if let Some(schema) = map.get_mut("apiSchema") {
-                        if let Some(location) = schema.get("s3").cloned() {
-                            let at = format!("{path}.apiSchema.s3");
-                            let (bucket, key) = match (
-                                location.get("s3BucketName").and_then(Value::as_str),
-                                location.get("s3ObjectKey").and_then(Value::as_str),
-                            ) {
-                                (Some(b), Some(k)) => (b.to_string(), k.to_string()),
-                                _ => {
-                                    return Err(DocumentError {
-                                        path: at,
-                                        message: "needs s3BucketName and s3ObjectKey".into(),
-                                    });
-                                }
-                            };
-                            let text = self.object(&bucket, &key).await.map_err(|message| {
-                                DocumentError {
+                    if let Some(schema) = map.get_mut("apiSchema")
+                        && let Some(location) = schema.get("s3").cloned()
+                    {
+                        let at = format!("{path}.apiSchema.s3");
+                        let (bucket, key) = match (
+                            location.get("s3BucketName").and_then(Value::as_str),
+                            location.get("s3ObjectKey").and_then(Value::as_str),
+                        ) {
+                            (Some(b), Some(k)) => (b.to_string(), k.to_string()),
+                            _ => {
+                                return Err(DocumentError {
+                                    path: at,
+                                    message: "needs s3BucketName and s3ObjectKey".into(),
+                                });
+                            }
+                        };
+                        let text =
+                            self.object(&bucket, &key)
+                                .await
+                                .map_err(|message| DocumentError {
                                     path: at.clone(),
                                     message: format!("s3://{bucket}/{key}: {message}"),
-                                }
-                            })?;
-                            version.update([0]);
-                            version.update(text.as_bytes());
-                            read += 1;
-                            *schema = serde_json::json!({ "payload": text });
-                        }
+                                })?;
+                        version.update([0]);
+                        version.update(text.as_bytes());
+                        read += 1;
+                        *schema = serde_json::json!({ "payload": text });
                     }
                     for (name, child) in map.iter_mut() {
                         if name == "actionGroups" || name == "actionGroupSummaries" {

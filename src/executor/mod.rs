@@ -630,13 +630,12 @@ impl<S: Store> Executor<S> {
             self.release(key, token).await;
             return Settled::NoTime;
         }
-        if let Some(token) = token {
-            if let Err(settled) = self
+        if let Some(token) = token
+            && let Err(settled) = self
                 .cover_late_start(call, token, &started, end, lease)
                 .await
-            {
-                return settled;
-            }
+        {
+            return settled;
         }
         // Sized after the lease was moved: the time the extensions took is the tool's no more.
         let timeout = remaining(end).saturating_sub(kept_back);

@@ -119,10 +119,10 @@ impl<S: Store> Flow<'_, S> {
             _ => return self.pass(Outcome::PassedOn),
         };
         warn_once_if_gateway_unnamed(&service.warned_gateway_unnamed, interception);
-        if !self.request() {
-            if let Some(settled) = self.settle_as_noted(&call).await {
-                return settled.tool(call.tool);
-            }
+        if !self.request()
+            && let Some(settled) = self.settle_as_noted(&call).await
+        {
+            return settled.tool(call.tool);
         }
         let prepared = match self.prepare(&call).await {
             Ok(prepared) => prepared,

@@ -240,10 +240,9 @@ impl Normalizer {
             let written = self.member(tape, name, Some(schema), policy, &mut first, out)?;
             if let Some((default_name, property, default)) =
                 defaults.next_if(|(n, _, _)| *n == present)
+                && written == Member::DroppedNull
             {
-                if written == Member::DroppedNull {
-                    self.default(default_name, property, default, policy, &mut first, out)?;
-                }
+                self.default(default_name, property, default, policy, &mut first, out)?;
             }
         }
         for (default_name, property, default) in defaults {
@@ -374,10 +373,9 @@ impl Normalizer {
         };
         let types = schema.map(|s| s.types).unwrap_or_default();
         let typed_not_string = !types.is_unknown() && !types.contains(Types::STRING);
-        if typed_not_string {
-            if let Some(written) = self.coerced(raw, &s, types, schema, policy, out) {
-                return written;
-            }
+        if typed_not_string && let Some(written) = self.coerced(raw, &s, types, schema, policy, out)
+        {
+            return written;
         }
         let format = schema.map(|s| s.format).unwrap_or_default();
         if let Some(member) = schema.and_then(|sc| enum_member(sc, &s)) {
@@ -430,18 +428,18 @@ impl Normalizer {
         policy: Option<&PolicyNode>,
         out: &mut Vec<u8>,
     ) -> Option<Result<(), KeyError>> {
-        if types.contains(Types::NUMBER) {
-            if let Some(decimal) = Decimal::from_numeric_string(s) {
-                self.rules.insert(Rules::SCHEMA_COERCION);
-                return Some(decimal.map(|d| d.write_canonical(out)));
-            }
+        if types.contains(Types::NUMBER)
+            && let Some(decimal) = Decimal::from_numeric_string(s)
+        {
+            self.rules.insert(Rules::SCHEMA_COERCION);
+            return Some(decimal.map(|d| d.write_canonical(out)));
         }
-        if types.contains(Types::BOOLEAN) {
-            if let Some(b) = parse_bool(s) {
-                self.rules.insert(Rules::SCHEMA_COERCION);
-                out.extend_from_slice(if b { b"true" } else { b"false" });
-                return Some(Ok(()));
-            }
+        if types.contains(Types::BOOLEAN)
+            && let Some(b) = parse_bool(s)
+        {
+            self.rules.insert(Rules::SCHEMA_COERCION);
+            out.extend_from_slice(if b { b"true" } else { b"false" });
+            return Some(Ok(()));
         }
         if (types.contains(Types::ARRAY) && is_json_text(raw, &['[']))
             || (types.contains(Types::OBJECT) && is_json_text(raw, &['{']))

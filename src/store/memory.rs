@@ -196,7 +196,7 @@ impl MemoryStore {
             },
         );
         items.claims += 1;
-        if items.claims % SWEEP_EVERY == 0 {
+        if items.claims.is_multiple_of(SWEEP_EVERY) {
             items.map.retain(|_, s| s.is_live(now));
         }
         Ok(ClaimOutcome::Claimed { token })

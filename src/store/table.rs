@@ -246,26 +246,26 @@ async fn enable_ttl(client: &Client, cfg: &DynamoDbConfig) -> Result<TtlState, S
         .table_name(&cfg.table)
         .send()
         .await;
-    if let Ok(out) = &described {
-        if let Some(d) = out.time_to_live_description() {
-            let enabled = matches!(
-                d.time_to_live_status(),
-                Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
-            );
-            match d.attribute_name() {
-                Some(a) if enabled && a == cfg.ttl_attribute => {
-                    return Ok(TtlState::AlreadyEnabled {
-                        attribute: a.to_owned(),
-                    });
-                }
-                Some(a) if enabled => {
-                    return Err(StoreError::config(format!(
-                        "table {} has TTL on {a:?}, not on {:?}",
-                        cfg.table, cfg.ttl_attribute
-                    )));
-                }
-                _ => {}
+    if let Ok(out) = &described
+        && let Some(d) = out.time_to_live_description()
+    {
+        let enabled = matches!(
+            d.time_to_live_status(),
+            Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+        );
+        match d.attribute_name() {
+            Some(a) if enabled && a == cfg.ttl_attribute => {
+                return Ok(TtlState::AlreadyEnabled {
+                    attribute: a.to_owned(),
+                });
             }
+            Some(a) if enabled => {
+                return Err(StoreError::config(format!(
+                    "table {} has TTL on {a:?}, not on {:?}",
+                    cfg.table, cfg.ttl_attribute
+                )));
+            }
+            _ => {}
         }
     }
     let spec = TimeToLiveSpecification::builder()

@@ -356,10 +356,10 @@ impl Model for Protocol {
             Action::Claim(i) | Action::ClaimAnswerLost(i) => {
                 let now_ms = self.now_ms(&state, i);
                 // The executor first releases a claim whose answers were lost, fenced.
-                if let Some(orphan) = state.callers[i].orphan.take() {
-                    if Self::held_by(&state.record, orphan, now_ms) {
-                        state.record = None;
-                    }
+                if let Some(orphan) = state.callers[i].orphan.take()
+                    && Self::held_by(&state.record, orphan, now_ms)
+                {
+                    state.record = None;
                 }
                 let outcome = self.claim(&mut state, i);
                 let claim = match (&action, outcome) {

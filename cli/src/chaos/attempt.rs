@@ -584,16 +584,17 @@ impl<S: Store> Store for NotingStore<S> {
         if let Ok(ClaimOutcome::InProgress(held)) = &outcome {
             self.written_though_failed(key, held);
         }
-        if let Err(e) = &outcome {
-            if armed && current().is_some_and(|a| a.fault == ToolFault::ClaimAnswersLost) {
-                let in_flight = self
-                    .keyed
-                    .as_ref()
-                    .map_or((0, None), |k| k.in_flight("PutItem", key));
-                let lost = self.check_lost_claim(key, e, in_flight, returned_at).await;
-                if let Some(attempt) = current() {
-                    attempt.note(|n| n.lost_claim = Some(lost));
-                }
+        if let Err(e) = &outcome
+            && armed
+            && current().is_some_and(|a| a.fault == ToolFault::ClaimAnswersLost)
+        {
+            let in_flight = self
+                .keyed
+                .as_ref()
+                .map_or((0, None), |k| k.in_flight("PutItem", key));
+            let lost = self.check_lost_claim(key, e, in_flight, returned_at).await;
+            if let Some(attempt) = current() {
+                attempt.note(|n| n.lost_claim = Some(lost));
             }
         }
         if let Ok(ClaimOutcome::Claimed { token }) = &outcome {
@@ -704,13 +705,13 @@ impl<S: Store> Store for NotingStore<S> {
             .inner
             .extend_lease(key, token, lease_until_ms, expires_at_s)
             .await;
-        if extended.is_ok() {
-            if let Some(attempt) = current() {
-                attempt.note(|n| {
-                    n.lease_until_ms = Some(lease_until_ms);
-                    n.lease_extended = true;
-                });
-            }
+        if extended.is_ok()
+            && let Some(attempt) = current()
+        {
+            attempt.note(|n| {
+                n.lease_until_ms = Some(lease_until_ms);
+                n.lease_extended = true;
+            });
         }
         extended
     }

@@ -464,10 +464,10 @@ async fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, Vec<
         if header.trim().is_empty() {
             break;
         }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().ok()?;
-            }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().ok()?;
         }
     }
     let mut body = vec![0; length];
@@ -510,10 +510,10 @@ fn answer(jobs: &Jobs, path: &str, payload: &[u8]) -> Response {
         // Its invoker gave up (or the path names no function): nothing runs.
         return Response::Full(error(404, "ResourceNotFoundException"));
     };
-    if let Answer::Throttled(times) = form.answer {
-        if requests <= times {
-            return Response::Full(error(429, "TooManyRequestsException"));
-        }
+    if let Answer::Throttled(times) = form.answer
+        && requests <= times
+    {
+        return Response::Full(error(429, "TooManyRequestsException"));
     }
     let mut reply = None;
     if form.runs {

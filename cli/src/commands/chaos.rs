@@ -148,8 +148,11 @@ fn run_interceptor(args: ChaosArgs) -> Result<ExitCode, CliError> {
     report(reports, args.json)
 }
 
+/// One server asked for: its label, endpoint and process.
+type Server = (&'static str, String, Option<u32>);
+
 /// The servers asked for, with their endpoints and processes.
-fn servers(args: &ChaosArgs) -> Result<Vec<(&'static str, String, Option<u32>)>, CliError> {
+fn servers(args: &ChaosArgs) -> Result<Vec<Server>, CliError> {
     let servers: &[&'static str] = match args.server.as_str() {
         "both" => &["moto", "dynalite"],
         "moto" => &["moto"],

@@ -60,10 +60,10 @@ pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
         .document
         .parse()
         .map_err(|e| CliError::Usage(format!("{}: {e}", args.document)))?;
-    if let ConfigSource::File(path) = &source {
-        if !PathBuf::from(path).exists() {
-            return Err(CliError::Usage(format!("{}: no such file", path.display())));
-        }
+    if let ConfigSource::File(path) = &source
+        && !PathBuf::from(path).exists()
+    {
+        return Err(CliError::Usage(format!("{}: no such file", path.display())));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -382,14 +382,14 @@ fn json_files(dir: &Path) -> Vec<String> {
             let path = entry.path();
             if path.is_dir() {
                 walk(root, &path, out);
-            } else if path.extension().is_some_and(|e| e == "json") {
-                if let Ok(relative) = path.strip_prefix(root) {
-                    let parts: Vec<String> = relative
-                        .components()
-                        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                        .collect();
-                    out.push(parts.join("/"));
-                }
+            } else if path.extension().is_some_and(|e| e == "json")
+                && let Ok(relative) = path.strip_prefix(root)
+            {
+                let parts: Vec<String> = relative
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
+                out.push(parts.join("/"));
             }
         }
     }

@@ -120,13 +120,12 @@ fn drop_nulls(v: &J) -> J {
 /// Appends the first optional field (in schema order) that the base omits, as an explicit null.
 fn add_null(v: &J, optional: &[String]) -> J {
     let mut out = v.clone();
-    if let J::Obj(members) = &mut out {
-        if let Some(name) = optional
+    if let J::Obj(members) = &mut out
+        && let Some(name) = optional
             .iter()
             .find(|name| !members.iter().any(|(k, _)| k == *name))
-        {
-            members.push((name.clone(), J::Null));
-        }
+    {
+        members.push((name.clone(), J::Null));
     }
     out
 }

@@ -136,10 +136,10 @@ async fn serve(
             if header.is_empty() {
                 break;
             }
-            if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("content-length") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
             }
         }
         let mut body = vec![0u8; length];
@@ -238,10 +238,10 @@ fn check_update(body: &Value) -> Result<(), String> {
     if let Some(schema) = body.get("apiSchema") {
         union(schema, &["payload", "s3"], "apiSchema")?;
     }
-    if let Some(state) = body.get("actionGroupState") {
-        if !["ENABLED", "DISABLED"].contains(&state.as_str().unwrap_or("")) {
-            return Err(format!("actionGroupState {state}"));
-        }
+    if let Some(state) = body.get("actionGroupState")
+        && !["ENABLED", "DISABLED"].contains(&state.as_str().unwrap_or(""))
+    {
+        return Err(format!("actionGroupState {state}"));
     }
     if body.get("apiSchema").is_some() && body.get("functionSchema").is_some() {
         return Err("an action group has an apiSchema or a functionSchema, not both".into());

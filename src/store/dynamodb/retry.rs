@@ -172,10 +172,10 @@ where
         self,
         ccf: impl Fn(&E) -> Option<Option<Item>>,
     ) -> Result<Option<Item>, StoreError> {
-        if let Failed::Service { err, .. } = &self {
-            if let Some(old) = err.as_service_error().and_then(&ccf) {
-                return Ok(old);
-            }
+        if let Failed::Service { err, .. } = &self
+            && let Some(old) = err.as_service_error().and_then(&ccf)
+        {
+            return Ok(old);
         }
         Err(self.into_store_error())
     }
