@@ -208,13 +208,17 @@ where
         self.refreshing.store(false, Ordering::Release);
     }
 
-    /// Starts a refresh beside the invocation when one is due.
-    fn refresh_if_due(self: &Arc<Self>) {
+    /// Starts a refresh beside the invocation when one is due and none is running; whether it
+    /// started one. [`Reloading::serve`] calls it before each invocation (a runtime loop of one's
+    /// own would too).
+    pub fn refresh_if_due(self: &Arc<Self>) -> bool {
         let due = Instant::now() >= *self.next_check.lock().unwrap_or_else(|p| p.into_inner());
         if due && !self.refreshing.swap(true, Ordering::AcqRel) {
             let this = Arc::clone(self);
             tokio::spawn(async move { this.refresh_reported().await });
+            return true;
         }
+        false
     }
 
     /// Runs under the Lambda runtime: each invocation goes to the handler in force.

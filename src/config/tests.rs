@@ -368,3 +368,38 @@ fn an_interceptor_alias_needs_the_interceptor_door() {
         Some("interceptor")
     );
 }
+
+/// A `tools` entry is no hazard when it names a Gateway tool (`target___tool`, which no document
+/// defines) or a tool an exact route names; a name nothing defines is refused with its path.
+#[test]
+fn a_policy_for_a_gateway_or_routed_tool_is_no_hazard() {
+    let definitions = "tool_definitions:\n  - name: charge\n    inputSchema: {type: object}\n";
+    let accepted = format!(
+        "{definitions}routes:\n  payments/refund: refund-fn\n  payments/charge: charge-fn\n\
+         tools:\n  inventory___reserve: {{ttl_seconds: 3600}}\n  refund: {{ttl_seconds: 3600}}\n"
+    );
+    document::parse(&accepted).expect("a Gateway tool and a routed tool are defined");
+    let refused = format!("{definitions}tools:\n  refnd: {{ttl_seconds: 3600}}\n");
+    let error = document::parse(&refused).unwrap_err().to_string();
+    assert!(error.contains("tools.refnd"), "{error}");
+}
+
+/// The longest lease is Lambda's 900 s, the 11 s start allowance and the 5 s margin: a time to
+/// live of 916 s outlives it, one of 915 s is refused (README, configuration table).
+#[test]
+fn the_ttl_must_outlive_the_longest_lease_of_916_seconds() {
+    let ttl = |s: &str| config(&[("DEDUP_TTL_SECONDS", s)], StoreKind::Memory);
+    let refused = ttl("915").unwrap_err().to_string();
+    assert!(refused.contains("at least 916"), "{refused}");
+    assert_eq!(ttl("916").unwrap().ttl, Duration::from_secs(916));
+}
+
+/// A schema that fails in `tool_definitions` is named by the definition that holds it, never by a
+/// `tools` entry the document does not have.
+#[test]
+fn a_bad_schema_is_named_by_its_definition() {
+    let text = "tool_definitions:\n  - name: ok\n    inputSchema: {type: object}\n  - name: lookup\n    \
+                inputSchema: {properties: {q: {type: text}}}\n";
+    let error = document::parse(text).unwrap_err().to_string();
+    assert!(error.contains("tool_definitions[1]"), "{error}");
+}

@@ -283,3 +283,58 @@ fn normalize_tool(tool: &str) -> String {
         _ => tool.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(json: &str) -> Routes {
+        Routes::parse(json).expect("valid routes")
+    }
+
+    #[test]
+    fn a_tools_candidates_are_its_own_routes_then_the_groups_then_the_default() {
+        let table = routes(
+            r#"{"support/charge": "b", "payments/charge": "a", "payments/refund": "e",
+                "payments/*": "c", "*": "d"}"#,
+        );
+        let listed = |tool| table.candidates(tool);
+        assert_eq!(
+            listed("charge"),
+            vec![
+                ("payments/charge".to_string(), "a"),
+                ("support/charge".to_string(), "b"),
+                ("payments/*".to_string(), "c"),
+                ("*".to_string(), "d"),
+            ]
+        );
+        assert_eq!(
+            listed("lookup"),
+            vec![("payments/*".to_string(), "c"), ("*".to_string(), "d")]
+        );
+    }
+
+    #[test]
+    fn the_namespace_is_the_one_the_route_taken_states() {
+        let table = routes(
+            r#"{"payments/charge": {"function": "a", "namespace": "pay-charge"},
+                "payments/*": {"function": "c", "namespace": "pay", "shared": true},
+                "support/*": "s", "*": "d"}"#,
+        );
+        assert_eq!(table.namespace("payments", "charge"), Some("pay-charge"));
+        assert_eq!(table.namespace("payments", "refund"), Some("pay"));
+        assert_eq!(table.namespace("support", "charge"), None);
+        assert_eq!(table.namespace("other", "charge"), None);
+    }
+
+    #[test]
+    fn a_table_is_empty_only_without_any_route() {
+        assert!(Routes::default().is_empty());
+        assert!(!routes(r#"{"g/t": "x"}"#).is_empty());
+        assert!(!routes(r#"{"g/*": "x"}"#).is_empty());
+        assert!(!routes(r#"{"*": "x"}"#).is_empty());
+        let everything = Routes::everything_to("fn-1");
+        assert!(!everything.is_empty());
+        assert_eq!(everything.resolve("any", "tool"), Some("fn-1"));
+    }
+}

@@ -489,4 +489,49 @@ mod tests {
         let set = PolicySet::parse(r#"{"tools": {"charge": {}}}"#, false).unwrap();
         assert_eq!(set.get("charge").unwrap().dedup, DedupSwitch::On);
     }
+
+    /// `key_fields` naming a nested member keys by that member alone: its parents keep only it,
+    /// and the member itself is keyed whole (an object under it with all its members).
+    #[test]
+    fn a_nested_key_field_keys_that_member_whole_and_nothing_beside_it() {
+        let set = PolicySet::parse(
+            r#"{"tools": {"ship": {"key_fields": ["/order/id"]}}}"#,
+            false,
+        )
+        .unwrap();
+        let keyer = crate::key::Keyer::new().with_policies(set);
+        let key = |args: &str| {
+            let call = crate::key::Call {
+                tool: "ship",
+                args,
+                ..crate::key::Call::default()
+            };
+            keyer
+                .explain(crate::key::Strategy::Typed, &call)
+                .unwrap()
+                .canonical
+        };
+        assert_eq!(
+            key(r#"{"order": {"id": 1, "note": "a"}, "x": 1}"#),
+            key(r#"{"order": {"id": 1, "note": "b"}, "x": 2}"#),
+            "nothing beside the keyed member counts"
+        );
+        assert_ne!(
+            key(r#"{"order": {"id": 1}}"#),
+            key(r#"{"order": {"id": 2}}"#)
+        );
+        assert_ne!(
+            key(r#"{"order": {"id": {"site": 1, "n": 2}}}"#),
+            key(r#"{"order": {"id": {"site": 1, "n": 3}}}"#),
+            "the keyed member is keyed whole"
+        );
+    }
+
+    #[test]
+    fn a_schema_only_policy_carries_its_schema_and_the_defaults() {
+        let policy = ToolPolicy::with_schema(Schema::default());
+        assert!(policy.schema.is_some());
+        assert_eq!(policy.dedup, DedupSwitch::On);
+        assert_eq!(policy.delivery, Delivery::AtLeastOnce);
+    }
 }

@@ -233,3 +233,73 @@ async fn an_action_group_schema_kept_in_s3_is_read_from_it() {
     assert!(e.contains("tool_definitions[0].apiSchema.s3"), "{e}");
     std::fs::remove_file(path).ok();
 }
+
+/// A document that cannot be read says why, down to the SDK error's cause: "service error" alone
+/// would not tell a missing parameter from a refused one.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_document_that_cannot_be_read_names_the_cause() {
+    let name = format!("/dedup-tests/missing-{}", uuid::Uuid::new_v4().simple());
+    let endpoint = Backend::Moto.endpoint();
+    let loader = Loader::new(ConfigSource::Ssm(name.clone()), Some(&endpoint), None).await;
+    let error = loader
+        .load()
+        .await
+        .err()
+        .expect("no such parameter")
+        .to_string();
+    assert!(error.contains(&name), "{error}");
+    assert!(
+        error.contains("ParameterNotFound"),
+        "the cause is named: {error}"
+    );
+}
+
+/// Before each invocation the function starts a refresh beside it only when one is due
+/// (`Reloading::refresh_if_due`, which `serve` calls): never before the interval has passed, one
+/// at a time, and the handler it builds answers the next invocation.
+#[tokio::test]
+async fn a_refresh_starts_only_when_due_and_one_at_a_time() {
+    let path = std::env::temp_dir().join(format!("dedup-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let start = |every: Duration| {
+        let path = path.clone();
+        async move {
+            std::fs::write(&path, "settings: {mode: shadow}\n").unwrap();
+            let loader = Loader::new(ConfigSource::File(path.clone()), None, None).await;
+            let loaded = loader.load().await.unwrap();
+            let build = |document: &document::Document| {
+                let config =
+                    Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)?;
+                Ok(Handler::new(
+                    MemoryStore::new(),
+                    demo(),
+                    &config,
+                    Telemetry::quiet(),
+                ))
+            };
+            let reloading = Reloading::start(loader, loaded, build, every, Telemetry::quiet());
+            std::fs::write(&path, "settings: {mode: enforce}\n").unwrap();
+            std::sync::Arc::new(reloading.unwrap())
+        }
+    };
+    let hourly = start(Duration::from_secs(3_600)).await;
+    assert!(!hourly.refresh_if_due(), "not due for an hour");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(hourly.current().settings().mode, Mode::Shadow);
+
+    let due = start(Duration::ZERO).await;
+    assert!(due.refresh_if_due(), "due at once");
+    assert!(!due.refresh_if_due(), "one refresh at a time");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while due.current().settings().mode != Mode::Enforce {
+        assert!(
+            std::time::Instant::now() < until,
+            "the refresh never replaced the handler"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::remove_file(path).ok();
+}
