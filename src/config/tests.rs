@@ -403,3 +403,20 @@ fn a_bad_schema_is_named_by_its_definition() {
     let error = document::parse(text).unwrap_err().to_string();
     assert!(error.contains("tool_definitions[1]"), "{error}");
 }
+
+/// A `key_fields` path the tool's schema declares is taken; one it does not declare is refused
+/// with its path (every call would key alike on it).
+#[test]
+fn a_key_field_must_be_one_the_schema_declares() {
+    let document_keying = |field: &str| {
+        format!(
+            "tool_definitions:\n  - name: refund\n    inputSchema: {{type: object, properties: \
+             {{amount: {{type: number}}}}}}\ntools:\n  refund: {{key_fields: [\"{field}\"]}}\n"
+        )
+    };
+    document::parse(&document_keying("/amount")).expect("a declared member");
+    let error = document::parse(&document_keying("/amout"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("tools.refund.key_fields[0]"), "{error}");
+}

@@ -58,3 +58,50 @@ async fn a_one_megabyte_reply_replays_from_s3_and_its_checksum_catches_an_altere
     assert_eq!(h.dispatcher().invokes(), 1, "never run again");
     assert_eq!(charges(&h.dispatcher().demo), 1);
 }
+
+/// Without `s3:ListBucket`, S3 answers a GetObject of a missing object with 403 AccessDenied, not
+/// 404 (S3 API reference, *GetObject*, "Permissions"): the result is reported unavailable, naming
+/// the object, never taken for a store outage. A loopback server answers every request so.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local servers' credentials: run scripts/test"
+)]
+#[tokio::test]
+async fn a_403_from_s3_is_a_missing_or_unreadable_result() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).await.unwrap_or(0) == 1
+                {
+                    head.push(byte[0]);
+                }
+                let body =
+                    "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>";
+                let answer = format!(
+                    "HTTP/1.1 403 Forbidden\r\ncontent-type: application/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let client = toolcall_dedup::store::offload::build_client(Some(&endpoint)).await;
+    let bucket = toolcall_dedup::store::offload::ResultBucket::new(client, "results-bucket");
+    let offloaded = toolcall_dedup::store::offload::Offloaded {
+        object: "results/k/t".into(),
+        sha256: "0".repeat(64),
+        bytes: 2,
+    };
+    match bucket.fetch(&offloaded).await {
+        Err(toolcall_dedup::store::StoreError::ResultUnavailable { object, why }) => {
+            assert_eq!(object, "results/k/t");
+            assert!(why.contains("403"), "{why}");
+        }
+        other => panic!("expected the result unavailable, got {other:?}"),
+    }
+}
