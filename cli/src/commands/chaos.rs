@@ -65,22 +65,11 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
     if args.interceptor {
         return run_interceptor(args);
     }
-    let excluded = args
-        .without
-        .iter()
-        .map(|name| {
-            FaultClass::from_name(name).ok_or_else(|| {
-                let known: Vec<&str> = FaultClass::all()
-                    .into_iter()
-                    .map(FaultClass::name)
-                    .collect();
-                CliError::Usage(format!(
-                    "unknown fault {name:?} (known: {})",
-                    known.join(", ")
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let known: Vec<&str> = FaultClass::all()
+        .into_iter()
+        .map(FaultClass::name)
+        .collect();
+    let excluded = named_faults(&args.without, FaultClass::from_name, &known)?;
     let mut configs = Vec::new();
     for (server, endpoint, pid) in servers(&args)? {
         configs.push(SoakConfig {
@@ -109,22 +98,8 @@ pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
 
 /// `--interceptor`: the interceptor soak on each server.
 fn run_interceptor(args: ChaosArgs) -> Result<ExitCode, CliError> {
-    let excluded = args
-        .without
-        .iter()
-        .map(|name| {
-            GatewayFault::from_name(name).ok_or_else(|| {
-                let known: Vec<&str> = GatewayFault::ALL
-                    .into_iter()
-                    .map(GatewayFault::name)
-                    .collect();
-                CliError::Usage(format!(
-                    "unknown fault {name:?} (known: {})",
-                    known.join(", ")
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let known = GatewayFault::ALL.map(GatewayFault::name);
+    let excluded = named_faults(&args.without, GatewayFault::from_name, &known)?;
     let configs: Vec<GatewaySoakConfig> = servers(&args)?
         .into_iter()
         .map(|(server, endpoint, _)| GatewaySoakConfig {
@@ -146,6 +121,26 @@ fn run_interceptor(args: ChaosArgs) -> Result<ExitCode, CliError> {
             .map_err(|e| CliError::Usage(format!("interceptor soak on {}: {e}", cfg.server)))
     });
     report(reports, args.json)
+}
+
+/// The faults `names` names (`--without`), each read by `find`; an unknown one is refused with
+/// the `known` names.
+fn named_faults<T>(
+    names: &[String],
+    find: impl Fn(&str) -> Option<T>,
+    known: &[&str],
+) -> Result<Vec<T>, CliError> {
+    names
+        .iter()
+        .map(|name| {
+            find(name).ok_or_else(|| {
+                CliError::Usage(format!(
+                    "unknown fault {name:?} (known: {})",
+                    known.join(", ")
+                ))
+            })
+        })
+        .collect()
 }
 
 /// One server asked for: its label, endpoint and process.
