@@ -248,8 +248,7 @@ async fn a_document_that_cannot_be_read_names_the_cause() {
     let error = loader
         .load()
         .await
-        .err()
-        .expect("no such parameter")
+        .expect_err("no such parameter")
         .to_string();
     assert!(error.contains(&name), "{error}");
     assert!(
