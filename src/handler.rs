@@ -213,10 +213,15 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let unknown_before = self.service.executor.settled_unknown();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
         let door = door_name(event, client_context);
-        let answered = match self.through_wrong_alias(door, invocation.qualifier.as_deref()) {
-            Some(refused) => refused,
-            None => self.answer(event, client_context, door, end).await,
-        };
+        let answered = self
+            .answer(
+                event,
+                client_context,
+                door,
+                invocation.qualifier.as_deref(),
+                end,
+            )
+            .await;
         let store_requests = (store.requests() - requests_before).total();
         self.service.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
@@ -278,13 +283,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             alias: alias.to_string(),
             qualifier: qualifier.unwrap_or("$LATEST").to_string(),
         };
-        Some(
-            Answered::new(
-                Outcome::DoorRefused,
-                Err(HandlerError::InvalidEvent(refused)),
-            )
-            .because(format!("door {door} through the wrong alias")),
-        )
+        Some(door_refused(
+            refused,
+            format!("door {door} through the wrong alias"),
+        ))
     }
 
     /// Picks the door and hands the event to its flow.
@@ -293,6 +295,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         event: &Value,
         client_context: Option<&ClientContext>,
         door: Option<&'static str>,
+        qualifier: Option<&str>,
         end: Instant,
     ) -> Answered {
         let doors = self.service.doors.served;
@@ -308,11 +311,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 door,
                 "refused an event of a door this deployment does not serve"
             );
-            return Answered::new(
-                Outcome::DoorRefused,
-                Err(HandlerError::InvalidEvent(refused)),
-            )
-            .because(format!("door {door} not served"));
+            return door_refused(refused, format!("door {door} not served"));
+        }
+        if let Some(refused) = self.through_wrong_alias(door, qualifier) {
+            return refused;
         }
         // The door named once (`door_name`), never asked of the event again.
         if door == Some("interceptor") {
@@ -337,6 +339,15 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             }
         }
     }
+}
+
+/// An event refused for its door: a Lambda error, counted as `door_refused`, touching nothing.
+fn door_refused(refused: Unanswerable, reason: String) -> Answered {
+    Answered::new(
+        Outcome::DoorRefused,
+        Err(HandlerError::InvalidEvent(refused)),
+    )
+    .because(reason)
 }
 
 /// The executor's settings: the configured mode, TTL, wait and cache, with its built-in margins.

@@ -365,3 +365,14 @@ pub async fn logged<F: std::future::Future>(work: F) -> (F::Output, String) {
     let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
     (output, text)
 }
+
+/// The AgentCore Gateway interceptor's RESPONSE invocation of `request` (a REQUEST event) after
+/// the target answered `text` (developer guide, *Types of interceptors*).
+pub fn interceptor_response(request: &Value, text: &str) -> Value {
+    let mut ev = request.clone();
+    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
+    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
+        "body": {"jsonrpc": "2.0", "id": id,
+                 "result": {"content": [{"type": "text", "text": text}]}}});
+    ev
+}

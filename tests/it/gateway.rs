@@ -23,15 +23,8 @@ pub(crate) fn request(tool: &str, session: Option<&str>, id: u64, arguments: Val
                  "params": {"name": tool, "arguments": arguments}}}}})
 }
 
-/// The RESPONSE invocation of `request` after the target answered `text`.
-pub(crate) fn response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
-}
+/// The RESPONSE invocation of a REQUEST after the target answered a text.
+pub(crate) use toolcall_dedup::test_util::harness::interceptor_response as response;
 
 /// One container of a deployment over `store`: the interceptor never invokes a tool itself, and
 /// an identical call in flight is answered at once ("in progress") instead of waited for.

@@ -35,6 +35,7 @@ use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
+use toolcall_dedup::test_util::harness::interceptor_response as response;
 use toolcall_dedup::test_util::servers::Faulty;
 
 use super::{ChaosError, SoakReport};
@@ -192,16 +193,6 @@ impl Call {
     }
 }
 
-/// The RESPONSE invocation of `request` after the target answered `text`.
-fn response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
-}
-
 /// The text of a replayed result, if the answer is one.
 fn replayed_text(handled: &Handled) -> Option<String> {
     let answer: Value = serde_json::from_str(handled.response.as_ref().ok()?.get()).ok()?;
@@ -227,6 +218,11 @@ struct Seen {
 }
 
 impl Seen {
+    /// `fault` acted on this call.
+    fn acted(&mut self, fault: GatewayFault) {
+        *self.faults.entry(fault.name()).or_default() += 1;
+    }
+
     fn saw(&mut self, handled: &Handled) {
         self.invocations += 1;
         *self.outcomes.entry(handled.outcome.name()).or_default() += 1;
@@ -267,7 +263,7 @@ async fn round(
         if lost.outcome != Outcome::StoreError {
             lost
         } else {
-            *seen.faults.entry(fault.name()).or_default() += 1;
+            seen.acted(fault);
             // The Gateway sends the same request again, to another container...
             let resent = send(&first, &request, &request_id, seen).await;
             // ...while the first container's next call releases the token it remembered.
@@ -302,9 +298,14 @@ async fn round(
         _ => return,
     }
     let text = run_target(call, seen);
+    if !matches!(
+        fault,
+        GatewayFault::None | GatewayFault::ResentAfterLostAnswers
+    ) {
+        seen.acted(fault);
+    }
     let responder: Arc<Container> = match fault {
         GatewayFault::RefreshRekeys | GatewayFault::SchemaChange => {
-            *seen.faults.entry(fault.name()).or_default() += 1;
             let config = if fault == GatewayFault::RefreshRekeys {
                 &dep.rekeyed
             } else {
@@ -313,7 +314,6 @@ async fn round(
             Arc::new(dep.build(config).carrying_on(&dep.other(rng, at)))
         }
         GatewayFault::ListingChange => {
-            *seen.faults.entry(fault.name()).or_default() += 1;
             let learner = dep.other(rng, at);
             send(
                 &learner,
@@ -325,7 +325,6 @@ async fn round(
             learner
         }
         GatewayFault::ContainerRestart => {
-            *seen.faults.entry(fault.name()).or_default() += 1;
             let replaced = rng.usize(..dep.containers.len());
             let fresh = Arc::new(dep.build(&dep.base));
             *dep.containers[replaced]
@@ -334,7 +333,6 @@ async fn round(
             fresh
         }
         GatewayFault::RetryInFlight => {
-            *seen.faults.entry(fault.name()).or_default() += 1;
             let retry = call.request(attempt + 500_000);
             let retry_id = format!("{request_id}-in-flight");
             let dup = send(&dep.other(rng, at), &retry, &retry_id, seen).await;
