@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::http::split;
+use super::http::{Message, split};
 
 /// What an armed rule does to a matching request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,11 @@ impl KeyedFaults {
     }
 
     /// The fault of the first live rule that `request` (head and body) matches.
-    pub(super) fn matching(&self, request: &[u8], target: &str) -> Option<(KeyedFault, Arc<Flight>)> {
+    pub(super) fn matching(
+        &self,
+        request: &[u8],
+        target: &str,
+    ) -> Option<(KeyedFault, Arc<Flight>)> {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         if rules.is_empty() {
             return None;
@@ -119,7 +123,7 @@ impl KeyedFaults {
             *left -= 1;
         }
         if rule.first_body.is_none() {
-            rule.first_body = Some(split(request).1.to_vec());
+            rule.first_body = Some(split(request, Message::Request).1.to_vec());
         }
         rule.in_flight.count.fetch_add(1, Ordering::SeqCst);
         Some((rule.fault, rule.in_flight.clone()))

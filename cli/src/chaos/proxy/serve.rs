@@ -217,7 +217,7 @@ pub(super) async fn serve(shared: Arc<Shared>, mut inbound: TcpStream) {
             hold_while_blackholed(&shared).await;
             return;
         }
-        let (head, body) = split(&response);
+        let (head, body) = split(&response, Message::Response);
         match after {
             After::Pass => {}
             After::Drop => return,

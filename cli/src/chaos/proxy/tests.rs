@@ -80,8 +80,7 @@ async fn the_write_log_keeps_what_the_server_did_even_when_the_caller_got_a_faul
             .await
             .unwrap();
     }
-    let release =
-        r#"{"Key":{"pk":{"S":"k1"}},"ExpressionAttributeValues":{":tok":{"S":"t1"}}}"#;
+    let release = r#"{"Key":{"pk":{"S":"k1"}},"ExpressionAttributeValues":{":tok":{"S":"t1"}}}"#;
     let refused = FaultProxy::start(&upstream(CONFLICT).await, 7, "pk")
         .await
         .unwrap();
@@ -221,7 +220,7 @@ async fn every_form_of_a_garbled_or_server_error_answer_is_what_it_says() {
             .find(|(k, v)| before.get(*k) != Some(v))
             .map(|(k, _)| k.clone())
             .unwrap();
-        let (head, body) = split(&answer);
+        let (head, body) = split(&answer, Message::Response);
         let head = String::from_utf8_lossy(head).to_string();
         match form.as_str() {
             "store_response_garbled.body_cut_short" => {

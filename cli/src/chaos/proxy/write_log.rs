@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::StoreFault;
-use super::http::split;
+use super::http::{Message, split, status};
 
 /// Every write request the proxy sent to the server, by key: what the server did with it, seen
 /// from the wire. The soak's oracle takes a claim's time from here (a claim takes the key when
@@ -79,11 +79,16 @@ impl WriteLog {
     }
 
     /// Notes `request` (a write) as sent now; `None` for a request that is not a keyed write.
-    pub(super) fn sending(&self, request: &[u8], target: &str, fault: Option<StoreFault>) -> Option<Sending> {
+    pub(super) fn sending(
+        &self,
+        request: &[u8],
+        target: &str,
+        fault: Option<StoreFault>,
+    ) -> Option<Sending> {
         if !is_write(target) {
             return None;
         }
-        let (_, body) = split(request);
+        let (_, body) = split(request, Message::Request);
         let body: serde_json::Value = serde_json::from_slice(body).ok()?;
         let item = body.get("Item").or_else(|| body.get("Key"))?;
         let key = item[&self.key_attribute]["S"].as_str()?.to_string();
@@ -111,12 +116,8 @@ impl WriteLog {
 
     /// Notes the server's answer to a write noted by [`WriteLog::sending`].
     pub(super) fn answered(&self, sending: &Sending, response: &[u8]) {
-        let (head, body) = split(response);
-        let status = String::from_utf8_lossy(head)
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        let (_, body) = split(response, Message::Response);
+        let status = status(response);
         let error = serde_json::from_slice::<serde_json::Value>(body)
             .ok()
             .and_then(|v| {
