@@ -23,7 +23,7 @@ use toolcall_dedup::store::{
 
 tokio::task_local! {
     /// The invocation the current task runs.
-    pub static ATTEMPT: Arc<Attempt>;
+    pub(crate) static ATTEMPT: Arc<Attempt>;
 }
 
 /// What the tool does on this invocation (if the handler calls it).
@@ -103,7 +103,7 @@ pub enum ToolFault {
 
 /// How long the [`ToolFault::SlowClaim`] tool may run (its own timeout), and so what the lease
 /// covers from the tool's start.
-pub const LONG_RUN: Duration = super::BUDGET;
+pub(crate) const LONG_RUN: Duration = super::BUDGET;
 /// The [`ToolFault::SlowClaim`] side effect happens this long before [`LONG_RUN`] ends.
 pub(super) const LONG_RUN_SLACK: Duration = Duration::from_millis(100);
 /// PutItem answers are held this long past the attempt timeout...
@@ -124,7 +124,7 @@ const CLAIM_LOST_FOR: Duration =
     Duration::from_millis(super::STORE_DEADLINE.as_millis() as u64 + 300);
 
 impl ToolFault {
-    pub const ALL: [ToolFault; 21] = [
+    pub(crate) const ALL: [ToolFault; 21] = [
         ToolFault::None,
         ToolFault::ErrorBeforeEffect,
         ToolFault::TypedErrorAfterEffect,
@@ -148,12 +148,7 @@ impl ToolFault {
         ToolFault::InvokeConnectionLost,
     ];
 
-    /// The fault called `name` (see [`ToolFault::name`]).
-    pub fn from_name(name: &str) -> Option<ToolFault> {
-        ToolFault::ALL.into_iter().find(|f| f.name() == name)
-    }
-
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ToolFault::None => "none",
             ToolFault::ErrorBeforeEffect => "tool_error_before_effect",
@@ -180,7 +175,7 @@ impl ToolFault {
     }
 
     /// Sent through the real `LambdaDispatcher` to the fake Lambda ([`super::lambda`]).
-    pub fn is_invoke(self) -> bool {
+    pub(crate) fn is_invoke(self) -> bool {
         matches!(
             self,
             ToolFault::InvokeThrottled
@@ -194,7 +189,7 @@ impl ToolFault {
 
     /// Counted by the fault proxy when it hits (its name is a [`super::proxy::StoreFault`]'s),
     /// not by the soak when the tool is reached.
-    pub fn counted_by_proxy(self) -> bool {
+    pub(crate) fn counted_by_proxy(self) -> bool {
         matches!(
             self,
             ToolFault::ItemTooLarge | ToolFault::ItemTooLargeOnClaim
@@ -204,7 +199,7 @@ impl ToolFault {
 
 /// How the store took this invocation's completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Completion {
+pub(crate) enum Completion {
     Stored,
     /// Stored without its result (too large for an item): the `result_omitted` marker.
     ResultOmitted,
@@ -214,7 +209,7 @@ pub enum Completion {
 
 /// What became of a claim whose every answer was lost ([`ToolFault::ClaimAnswersLost`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LostClaim {
+pub(crate) enum LostClaim {
     /// The store said it read the claim back and released it (or found it was not written), and
     /// a read right after found the key not held by it.
     ReleasedByStore,
@@ -236,57 +231,57 @@ pub enum LostClaim {
 
 /// Notes on one invocation.
 #[derive(Debug, Default, Clone)]
-pub struct Notes {
+pub(crate) struct Notes {
     /// The store time the successful claim's condition was written with (the store's first clock
     /// reading in the claim, noted by [`NotingClock`]), and the lease it asked for.
-    pub claimed_at_ms: Option<i64>,
-    pub lease_until_ms: Option<i64>,
+    pub(crate) claimed_at_ms: Option<i64>,
+    pub(crate) lease_until_ms: Option<i64>,
     /// The token of that claim.
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The tool was called.
-    pub invoked: bool,
+    pub(crate) invoked: bool,
     /// The receipt the tool wrote, and when.
-    pub receipt_id: Option<String>,
-    pub completion: Option<Completion>,
+    pub(crate) receipt_id: Option<String>,
+    pub(crate) completion: Option<Completion>,
     /// Store time when the completion was sent.
-    pub completed_at_ms: Option<i64>,
+    pub(crate) completed_at_ms: Option<i64>,
     /// The executor moved the lease (a slow claim).
-    pub lease_extended: bool,
+    pub(crate) lease_extended: bool,
     /// For [`ToolFault::ClaimAnswersLost`]: the claim failed, and what became of it.
-    pub lost_claim: Option<LostClaim>,
+    pub(crate) lost_claim: Option<LostClaim>,
     /// Store time when the completion returned.
-    pub completion_returned_at_ms: Option<i64>,
+    pub(crate) completion_returned_at_ms: Option<i64>,
     /// A store-path fault was armed for this invocation.
-    pub armed: bool,
+    pub(crate) armed: bool,
     /// The invocation's Lambda deadline (store time).
-    pub deadline_ms: Option<i64>,
+    pub(crate) deadline_ms: Option<i64>,
     /// For a handed-back claim: the executor's release attempts that failed (store time: error).
-    pub orphan_releases: Vec<String>,
+    pub(crate) orphan_releases: Vec<String>,
     /// For a handed-back claim still pending: when another claim on the same key was handed back
     /// (store time).
-    pub later_unconfirmed_on_key: Vec<i64>,
+    pub(crate) later_unconfirmed_on_key: Vec<i64>,
     /// A claim is under way: the next store clock reading is its time ([`NotingClock`]).
-    pub claiming: Option<Option<i64>>,
+    pub(crate) claiming: Option<Option<i64>>,
     /// The size of the result the completion stored (or tried to).
-    pub result_bytes: Option<usize>,
+    pub(crate) result_bytes: Option<usize>,
     /// For [`Completion::ResultOmitted`]: the size the store said it omitted.
-    pub omitted_bytes: Option<usize>,
+    pub(crate) omitted_bytes: Option<usize>,
     /// The last claim that failed: the kind of its error ([`error_kind`]).
-    pub claim_error: Option<&'static str>,
+    pub(crate) claim_error: Option<&'static str>,
     /// A completion that failed: the kind of its error.
-    pub completion_error: Option<&'static str>,
+    pub(crate) completion_error: Option<&'static str>,
     /// A claim that failed with a final error (`rejected`, `config`) and that a later claim on the
     /// key found written, held under a token no claim was told it holds: the kind of that error.
-    pub claim_written_though_failed: Option<&'static str>,
+    pub(crate) claim_written_though_failed: Option<&'static str>,
     /// An invoke fault's form: what the executor must do with the claim (see
     /// [`super::lambda::Form::release`]).
-    pub invoke_release: Option<Option<bool>>,
+    pub(crate) invoke_release: Option<Option<bool>>,
     /// The executor sent a release of this invocation's claim.
-    pub release_sent: bool,
+    pub(crate) release_sent: bool,
 }
 
 /// A store error with its sources (`a: b: c`), so that a note names the service's error code.
-pub fn error_chain(e: &StoreError) -> String {
+fn error_chain(e: &StoreError) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
@@ -298,7 +293,7 @@ pub fn error_chain(e: &StoreError) -> String {
 }
 
 /// A short name of a store error's kind, for the counts.
-pub fn error_kind(e: &StoreError) -> &'static str {
+fn error_kind(e: &StoreError) -> &'static str {
     match e {
         StoreError::LeaseLost => "lease_lost",
         StoreError::ResultTooLarge { .. } => "result_too_large",
@@ -315,15 +310,15 @@ pub fn error_kind(e: &StoreError) -> &'static str {
 
 /// One invocation: its planned tool fault, a kill switch, and notes.
 #[derive(Debug)]
-pub struct Attempt {
-    pub fault: ToolFault,
+pub(crate) struct Attempt {
+    pub(crate) fault: ToolFault,
     /// Pulled by the tool for the kill faults; the driver then drops the invocation's future.
-    pub kill: Notify,
-    pub notes: Mutex<Notes>,
+    pub(crate) kill: Notify,
+    pub(crate) notes: Mutex<Notes>,
 }
 
 impl Attempt {
-    pub fn new(fault: ToolFault) -> Attempt {
+    pub(crate) fn new(fault: ToolFault) -> Attempt {
         Attempt {
             fault,
             kill: Notify::new(),
@@ -331,7 +326,7 @@ impl Attempt {
         }
     }
 
-    pub fn note<T>(&self, f: impl FnOnce(&mut Notes) -> T) -> T {
+    pub(crate) fn note<T>(&self, f: impl FnOnce(&mut Notes) -> T) -> T {
         f(&mut self.notes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
@@ -344,7 +339,7 @@ pub(super) fn current() -> Option<Arc<Attempt>> {
 /// claim is under way ([`Notes::claiming`]), the first reading the store takes in it: the time
 /// the claim's condition is written with.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NotingClock;
+pub(crate) struct NotingClock;
 
 impl Clock for NotingClock {
     fn now_ms(&self) -> i64 {
@@ -376,7 +371,7 @@ pub(super) fn effect(
 
 /// A store that notes, per invocation, its successful claim and how its completion went, and
 /// holds a [`ToolFault::PauseBeforeComplete`] completion until the key is taken over.
-pub struct NotingStore<S> {
+pub(crate) struct NotingStore<S> {
     inner: S,
     /// Per key, woken at each successful claim.
     claims: Mutex<HashMap<String, Arc<Notify>>>,
@@ -402,7 +397,7 @@ type FailedClaim = (i64, &'static str, Arc<Attempt>);
 const MAX_PAUSE_PAST_LEASE: Duration = Duration::from_secs(3);
 
 impl<S: Store> NotingStore<S> {
-    pub fn new(inner: S) -> NotingStore<S> {
+    pub(crate) fn new(inner: S) -> NotingStore<S> {
         NotingStore {
             inner,
             claims: Mutex::new(HashMap::new()),
@@ -443,7 +438,7 @@ impl<S: Store> NotingStore<S> {
     }
 
     /// Arms the store-path faults through `keyed` (the fault proxy's rules).
-    pub fn with_keyed_faults(mut self, keyed: Arc<KeyedFaults>) -> NotingStore<S> {
+    pub(crate) fn with_keyed_faults(mut self, keyed: Arc<KeyedFaults>) -> NotingStore<S> {
         self.keyed = Some(keyed);
         self
     }

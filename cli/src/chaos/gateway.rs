@@ -88,7 +88,7 @@ impl GatewayFault {
         }
     }
 
-    pub fn from_name(name: &str) -> Option<GatewayFault> {
+    pub(crate) fn from_name(name: &str) -> Option<GatewayFault> {
         GatewayFault::ALL.into_iter().find(|f| f.name() == name)
     }
 }

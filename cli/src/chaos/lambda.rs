@@ -24,11 +24,11 @@ use toolcall_dedup::config::Routes;
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher, LambdaDispatcher, build_client};
 
 /// How long the fake's function may run: the lease covers it ([`Dispatcher::max_run_time`]).
-pub const FUNCTION_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const FUNCTION_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What the fake Lambda answers an invoke with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Answer {
+pub(crate) enum Answer {
     /// An `Invoke` error: this status, `X-Amzn-Errortype` this code.
     Error(u16, &'static str),
     /// HTTP 200 with `X-Amz-Function-Error: Unhandled` and an error payload of this `errorType`.
@@ -45,16 +45,16 @@ pub enum Answer {
 
 /// One form of an invoke fault class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Form {
+pub(crate) struct Form {
     /// The form's name in the report's `fault_variants` (`class.label`).
-    pub label: &'static str,
+    pub(crate) label: &'static str,
     /// The function runs (and does its side effect) before the answer.
-    pub runs: bool,
-    pub answer: Answer,
+    pub(crate) runs: bool,
+    pub(crate) answer: Answer,
     /// What the executor must do with the claim: `Some(true)` release it (the tool provably did
     /// not run), `Some(false)` keep it until its lease ends (it may have run), `None` complete it
     /// (the invoke succeeded).
-    pub release: Option<bool>,
+    pub(crate) release: Option<bool>,
 }
 
 const fn refused(label: &'static str, status: u16, code: &'static str) -> Form {
@@ -256,7 +256,7 @@ const CONNECTION_LOST: &[Form] = &[
 ];
 
 /// The forms of an invoke fault class; empty for every other fault.
-pub fn forms(fault: ToolFault) -> &'static [Form] {
+pub(crate) fn forms(fault: ToolFault) -> &'static [Form] {
     match fault {
         ToolFault::InvokeThrottled => THROTTLED,
         ToolFault::InvokeRefused => REFUSED,
@@ -286,7 +286,7 @@ struct Jobs {
 }
 
 /// The fake Lambda and the two dispatchers the soak's tool invokes it through.
-pub struct ToolLambda {
+pub(crate) struct ToolLambda {
     /// To the fake Lambda.
     dispatcher: LambdaDispatcher,
     /// To a loopback port nobody listens on.
@@ -306,7 +306,7 @@ impl Drop for ToolLambda {
 
 impl ToolLambda {
     /// Starts the fake Lambda on a free loopback port; its function does `demo`'s side effects.
-    pub async fn start(demo: Arc<DemoTool>) -> std::io::Result<ToolLambda> {
+    pub(crate) async fn start(demo: Arc<DemoTool>) -> std::io::Result<ToolLambda> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("http://{}", listener.local_addr()?);
         // A port that was free a moment ago: connects to it are refused.
@@ -330,7 +330,7 @@ impl ToolLambda {
     }
 
     /// Invokes the tool for `attempt` (an invoke fault class) in one of its forms, drawn here.
-    pub async fn invoke(
+    pub(crate) async fn invoke(
         &self,
         attempt: Arc<Attempt>,
         target: &str,
@@ -411,7 +411,7 @@ impl ToolLambda {
 
     /// Invokes sent so far, by `class.label`, and those the dispatcher stopped before the form's
     /// last answer (`class.timed_out`, `class.given_up_throttled`).
-    pub fn variants(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn variants(&self) -> BTreeMap<String, u64> {
         self.variants
             .lock()
             .unwrap_or_else(|p| p.into_inner())

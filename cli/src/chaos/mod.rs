@@ -22,13 +22,13 @@
 //! so takeovers happen within seconds. The interleaving (which call is sent when, with which
 //! fault) is fixed by the seed; the exact timing against a real server is not.
 
-pub mod attempt;
+pub(crate) mod attempt;
 pub mod gateway;
-pub mod lambda;
-pub mod oracle;
-pub mod plan;
+pub(crate) mod lambda;
+pub(crate) mod oracle;
+pub(crate) mod plan;
 pub mod proxy;
-pub mod tool;
+pub(crate) mod tool;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -58,35 +58,35 @@ use proxy::{AccessError, FaultProxy, RequestFaults, StoreFault};
 use tool::ChaosTool;
 
 /// Time each invocation has before its Lambda deadline.
-pub const BUDGET: Duration = Duration::from_millis(3000);
+pub(crate) const BUDGET: Duration = Duration::from_millis(3000);
 /// The handler keeps this much back before the deadline to store the result; it covers the
 /// store's retry deadline, so a completion is not cut by the deadline...
-pub const COMPLETION_RESERVE: Duration = Duration::from_millis(1200);
+const COMPLETION_RESERVE: Duration = Duration::from_millis(1200);
 /// ...and this much to answer.
-pub const REPLY_MARGIN: Duration = Duration::from_millis(100);
+const REPLY_MARGIN: Duration = Duration::from_millis(100);
 /// A lease ends this long after its invocation's deadline.
-pub const LEASE_MARGIN: Duration = Duration::from_millis(500);
+const LEASE_MARGIN: Duration = Duration::from_millis(500);
 /// The store's retries: an attempt slower than this is given up and retried...
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(400);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(400);
 /// ...until this much time has passed since the call.
-pub const STORE_DEADLINE: Duration = Duration::from_millis(1200);
+pub(crate) const STORE_DEADLINE: Duration = Duration::from_millis(1200);
 /// How long the store may take to read back a claim whose every answer was lost.
-pub const READ_BACK_WITHIN: Duration = Duration::from_secs(1);
+pub(crate) const READ_BACK_WITHIN: Duration = Duration::from_secs(1);
 /// A [`ToolFault::SlowClaim`] invocation is followed by a fault-free repeat this long after the
 /// lease sized at its claim would have ended (before its late side effect).
 const SLOW_CLAIM_PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Waited past the last lease end before the settling pass.
-pub const SETTLE_MARGIN: Duration = Duration::from_millis(500);
+const SETTLE_MARGIN: Duration = Duration::from_millis(500);
 
 /// The settling pass waits for the last lease asked for, but never longer than this.
-pub const MAX_SETTLE_WAIT: Duration = Duration::from_secs(60);
+const MAX_SETTLE_WAIT: Duration = Duration::from_secs(60);
 
 /// The settling pass: invocations in flight, and rounds for calls answered with a store error.
 const SETTLE_CONCURRENCY: usize = 4;
 const SETTLE_ROUNDS: usize = 3;
 
 /// Per-request store faults (per mille) during the run.
-pub const STORE_FAULTS: RequestFaults = RequestFaults {
+const STORE_FAULTS: RequestFaults = RequestFaults {
     drop_before: 15,
     drop_after: 10,
     delay: 10,
@@ -205,18 +205,18 @@ pub struct SoakConfig {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SoakReport {
     pub seed: u64,
-    pub servers: Vec<String>,
+    pub(crate) servers: Vec<String>,
     pub invocations: u64,
     pub distinct_calls: u64,
     /// Every fault class (and the proxy's own counts), 0 when not drawn or left out.
     pub faults: BTreeMap<String, u64>,
     /// The forms of the classes that have several, as `class.form` (e.g.
     /// `store_server_error.503_after_forward`), and what the windows cut.
-    pub fault_variants: BTreeMap<String, u64>,
+    pub(crate) fault_variants: BTreeMap<String, u64>,
     /// What the store-path faults led to: leases moved, lost claims released (by the store or,
     /// handed back, by the executor), slow completions stored and how close to the deadline.
-    pub store_paths: BTreeMap<String, u64>,
-    pub outcomes: BTreeMap<String, u64>,
+    pub(crate) store_paths: BTreeMap<String, u64>,
+    pub(crate) outcomes: BTreeMap<String, u64>,
     /// Side effects in the ledger.
     pub executed: u64,
     /// Answers replayed from a stored result (after a wait included).
@@ -224,21 +224,21 @@ pub struct SoakReport {
     pub double_executions: u64,
     pub lost_results: u64,
     pub stuck_claims: u64,
-    pub reexecutions_after_unknown_outcome: u64,
+    pub(crate) reexecutions_after_unknown_outcome: u64,
     /// Of those, the ones whose claim's write applied after the earlier lease ended although its
     /// condition's clock reading came before (a held or retried claim write).
-    pub reexecutions_claimed_by_a_late_write: u64,
+    pub(crate) reexecutions_claimed_by_a_late_write: u64,
     /// Completions refused because they came after their own lease ended and the key had been
     /// taken over: the lease token's fence at work.
-    pub late_completions_refused: u64,
-    pub unexecuted_before_settle: u64,
+    pub(crate) late_completions_refused: u64,
+    pub(crate) unexecuted_before_settle: u64,
     /// Invoke faults after which the executor released a claim whose tool may have run, or kept
     /// one whose tool provably never started.
     pub claims_misjudged: u64,
-    pub key_splits: u64,
-    pub settle_failures: u64,
-    pub duration_ms: u64,
-    pub ledgers: Vec<String>,
+    pub(crate) key_splits: u64,
+    settle_failures: u64,
+    pub(crate) duration_ms: u64,
+    pub(crate) ledgers: Vec<String>,
     pub findings: Vec<String>,
 }
 
@@ -254,7 +254,7 @@ impl SoakReport {
     }
 
     /// Sums reports of several servers.
-    pub fn merge(mut self, other: SoakReport) -> SoakReport {
+    pub(crate) fn merge(mut self, other: SoakReport) -> SoakReport {
         self.servers.extend(other.servers);
         self.invocations += other.invocations;
         self.distinct_calls += other.distinct_calls;
@@ -364,7 +364,7 @@ pub enum ChaosError {
 
 /// The corpus events (with the corpus policy) that the handler executes with the demo tool;
 /// events it rejects or the tool declines to run are left out.
-pub async fn corpus_events(
+async fn corpus_events(
     events_dir: &Path,
 ) -> Result<(Vec<(String, Value)>, PolicySet), ChaosError> {
     let corpus = events_dir.join("corpus");

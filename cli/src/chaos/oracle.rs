@@ -38,58 +38,58 @@ use toolcall_dedup::telemetry::Outcome;
 
 /// One finished (or killed) invocation, as the oracle needs it.
 #[derive(Debug)]
-pub struct Observed {
-    pub call: usize,
+pub(crate) struct Observed {
+    pub(crate) call: usize,
     /// `None` when the invocation was killed.
-    pub outcome: Option<Outcome>,
+    pub(crate) outcome: Option<Outcome>,
     /// Why it was killed: `killed_by_fault` (the tool pulled the switch) or `killed_at_deadline`.
-    pub killed: Option<&'static str>,
-    pub response: Option<String>,
-    pub key: Option<String>,
-    pub notes: Notes,
+    pub(crate) killed: Option<&'static str>,
+    pub(crate) response: Option<String>,
+    pub(crate) key: Option<String>,
+    pub(crate) notes: Notes,
     /// Where the notes come from (read again before the oracle runs).
-    pub attempt: std::sync::Arc<Attempt>,
+    pub(crate) attempt: std::sync::Arc<Attempt>,
 }
 
 /// What the store holds for one call, and how its door answers from a stored result.
 #[derive(Clone, Copy)]
-pub struct StoreSeen<'a> {
+pub(crate) struct StoreSeen<'a> {
     /// The call's record after the run.
-    pub record: Option<&'a Record>,
+    pub(crate) record: Option<&'a Record>,
     /// The writes the proxy saw for the call's key.
-    pub writes: &'a [WriteSeen],
+    pub(crate) writes: &'a [WriteSeen],
     /// The answer the call's door writes from a stored result.
-    pub answered_from: &'a dyn Fn(&[u8]) -> Option<String>,
+    pub(crate) answered_from: &'a dyn Fn(&[u8]) -> Option<String>,
 }
 
 /// What the oracle found.
 #[derive(Debug, Default)]
-pub struct Verdict {
-    pub executed: u64,
-    pub double_executions: u64,
-    pub reexecutions_after_unknown_outcome: u64,
+pub(crate) struct Verdict {
+    pub(crate) executed: u64,
+    pub(crate) double_executions: u64,
+    pub(crate) reexecutions_after_unknown_outcome: u64,
     /// Of those, the ones whose claim write applied after the earlier lease ended, though its
     /// condition was written before.
-    pub reexecutions_claimed_by_a_late_write: u64,
-    pub late_completions_refused: u64,
-    pub lost_results: u64,
-    pub stuck_claims: u64,
+    pub(crate) reexecutions_claimed_by_a_late_write: u64,
+    pub(crate) late_completions_refused: u64,
+    pub(crate) lost_results: u64,
+    pub(crate) stuck_claims: u64,
     /// Calls with no side effect before the settling pass (every attempt ended in a store
     /// outage, a tool fault or a kill before the effect).
-    pub unexecuted_before_settle: u64,
+    pub(crate) unexecuted_before_settle: u64,
     /// Calls whose invocations derived different keys (the sends of one call must meet).
-    pub key_splits: u64,
+    pub(crate) key_splits: u64,
     /// Completions stored without their result (too large), the record saying so.
-    pub results_omitted: u64,
+    pub(crate) results_omitted: u64,
     /// Replayed answers of such a record: "already ran", without the result.
-    pub already_ran_answers: u64,
+    pub(crate) already_ran_answers: u64,
     /// Invoke faults after which the executor released the claim, or kept it.
-    pub invoke_claims_released: u64,
-    pub invoke_claims_kept: u64,
+    pub(crate) invoke_claims_released: u64,
+    pub(crate) invoke_claims_kept: u64,
     /// Invoke faults after which the executor released a claim whose tool may have run, or kept
     /// one whose tool provably never started.
-    pub claims_misjudged: u64,
-    pub findings: Vec<String>,
+    pub(crate) claims_misjudged: u64,
+    pub(crate) findings: Vec<String>,
 }
 
 /// Lease ends are compared with claim times read from the same clock a few microseconds apart.
@@ -113,7 +113,7 @@ impl Verdict {
 
 /// Checks one call. `observed` are its invocations in the run (settling pass included),
 /// `settled` the outcome of its fault-free settling send, `record` its final stored record.
-pub fn check_call(
+pub(crate) fn check_call(
     verdict: &mut Verdict,
     session: &str,
     entries: &[&Value],

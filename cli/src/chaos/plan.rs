@@ -10,46 +10,42 @@ use super::proxy::AccessError;
 
 /// One distinct call: its own session, so the ledger tells calls apart without the keyer.
 #[derive(Debug, Clone)]
-pub struct Call {
-    pub session_id: String,
-    /// Where the event came from: a corpus file name, or `generated`.
-    pub source: String,
-    pub event: Value,
+pub(crate) struct Call {
+    pub(crate) session_id: String,
+    pub(crate) event: Value,
 }
 
 /// One invocation.
 #[derive(Debug, Clone)]
-pub struct Send {
-    pub call: usize,
+pub(crate) struct Send {
+    pub(crate) call: usize,
     /// When it starts, from the start of the run.
-    pub at: Duration,
-    pub fault: ToolFault,
+    pub(crate) at: Duration,
+    pub(crate) fault: ToolFault,
     /// The call's event with its parameters in a shuffled order (the same call as the agent
     /// would resend it).
-    pub event: Value,
+    pub(crate) event: Value,
 }
 
 #[derive(Debug, Clone)]
-pub struct Plan {
-    pub calls: Vec<Call>,
+pub(crate) struct Plan {
+    pub(crate) calls: Vec<Call>,
     /// In start order.
-    pub sends: Vec<Send>,
-    /// The planned length of the run.
-    pub span: Duration,
+    pub(crate) sends: Vec<Send>,
     /// Store outages and server pauses: (start, length).
-    pub outages: Vec<(Duration, Duration)>,
-    pub pauses: Vec<(Duration, Duration)>,
+    pub(crate) outages: Vec<(Duration, Duration)>,
+    pub(crate) pauses: Vec<(Duration, Duration)>,
     /// Windows in which every store request is answered with one access or table error.
-    pub access_errors: Vec<(Duration, Duration, AccessError)>,
+    pub(crate) access_errors: Vec<(Duration, Duration, AccessError)>,
     /// Windows in which the fault proxy does not listen (connects refused).
-    pub refusals: Vec<(Duration, Duration)>,
+    pub(crate) refusals: Vec<(Duration, Duration)>,
     /// Windows in which connects to the fault proxy hang and its connections go silent.
-    pub blackholes: Vec<(Duration, Duration)>,
+    pub(crate) blackholes: Vec<(Duration, Duration)>,
 }
 
 /// Per mille of invocations that carry each planned fault (the tool's, or a store-path fault
 /// armed for that invocation's key).
-pub const TOOL_FAULTS: [(ToolFault, u32); 20] = [
+const TOOL_FAULTS: [(ToolFault, u32); 20] = [
     (ToolFault::ErrorBeforeEffect, 35),
     (ToolFault::TypedErrorAfterEffect, 20),
     (ToolFault::FourXxAfterRun, 20),
@@ -103,7 +99,7 @@ const RARE_WINDOW_EVERY: Duration = Duration::from_secs(16);
 
 /// Builds the plan. `corpus` holds `(file name, event)` of executable events; `rate` is the
 /// planned invocations per second; `excluded` tool faults are never drawn.
-pub fn build(
+pub(crate) fn build(
     seed: u64,
     invocations: usize,
     rate: f64,
@@ -129,14 +125,14 @@ pub fn build(
     let mut sends = Vec::new();
     let mut next_corpus = 0;
     while sends.len() < drawn_sends {
-        let (source, event) = if !order.is_empty() && rng.u32(0..10) < 7 {
-            let (name, event) = &corpus[order[next_corpus % order.len()]];
+        let event = if !order.is_empty() && rng.u32(0..10) < 7 {
+            let (_, event) = &corpus[order[next_corpus % order.len()]];
             next_corpus += 1;
-            (name.clone(), event.clone())
+            event.clone()
         } else {
-            ("generated".to_string(), generated(&mut rng))
+            generated(&mut rng)
         };
-        let id = push_call(&mut calls, seed, source, event);
+        let id = push_call(&mut calls, seed, event);
         let event = &calls[id].event;
         let center = span.mul_f64(rng.f64());
         let copies = rng.usize(1..=20).min(drawn_sends - sends.len());
@@ -203,7 +199,7 @@ pub fn build(
     for fault in covered {
         for _ in 0..COVERAGE_CALLS {
             let generated = generated(&mut rng);
-            let id = push_call(&mut calls, seed, "generated".to_string(), generated);
+            let id = push_call(&mut calls, seed, generated);
             let event = &calls[id].event;
             let first_try = span.mul_f64(rng.f64());
             let at = clear_of(&mut rng, span, &quiet, first_try, COVERAGE_CLEAR);
@@ -227,7 +223,6 @@ pub fn build(
     Plan {
         calls,
         sends,
-        span,
         outages,
         pauses,
         access_errors,
@@ -238,15 +233,11 @@ pub fn build(
 
 /// Adds a call with its own session (`chaos-<seed>-<index>`, written into the event), and returns
 /// its index.
-fn push_call(calls: &mut Vec<Call>, seed: u64, source: String, mut event: Value) -> usize {
+fn push_call(calls: &mut Vec<Call>, seed: u64, mut event: Value) -> usize {
     let id = calls.len();
     let session_id = format!("chaos-{seed}-{id}");
     event["sessionId"] = json!(session_id);
-    calls.push(Call {
-        session_id,
-        source,
-        event,
-    });
+    calls.push(Call { session_id, event });
     id
 }
 

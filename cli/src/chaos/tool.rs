@@ -12,14 +12,14 @@ use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
 
 /// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
 /// tool (with its timeout enforced).
-pub struct ChaosTool {
-    pub demo: Arc<DemoTool>,
+pub(crate) struct ChaosTool {
+    pub(crate) demo: Arc<DemoTool>,
     /// The `Invoke` path of the invoke fault classes (without it, they run in process).
     lambda: Option<Arc<ToolLambda>>,
 }
 
 impl ChaosTool {
-    pub fn new(demo: DemoTool) -> ChaosTool {
+    pub(crate) fn new(demo: DemoTool) -> ChaosTool {
         ChaosTool {
             demo: Arc::new(demo),
             lambda: None,
@@ -27,7 +27,7 @@ impl ChaosTool {
     }
 
     /// Sends the invoke fault classes through `lambda`.
-    pub fn with_lambda(mut self, lambda: Arc<ToolLambda>) -> ChaosTool {
+    pub(crate) fn with_lambda(mut self, lambda: Arc<ToolLambda>) -> ChaosTool {
         self.lambda = Some(lambda);
         self
     }

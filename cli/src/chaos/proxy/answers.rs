@@ -90,7 +90,7 @@ pub(super) const EXPIRED_TOKEN: Canned = Canned::bad_request(
 /// common-errors documentation gives for all four calls that refuses a request without applying it
 /// and without a retry (docs/testing.md, "Fault model from the AWS contracts").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum AccessError {
+pub(crate) enum AccessError {
     ResourceNotFound,
     AccessDenied,
     ExpiredToken,
@@ -107,7 +107,7 @@ pub enum AccessError {
 }
 
 impl AccessError {
-    pub const ALL: [AccessError; 13] = [
+    pub(crate) const ALL: [AccessError; 13] = [
         AccessError::ResourceNotFound,
         AccessError::AccessDenied,
         AccessError::ExpiredToken,
@@ -123,7 +123,7 @@ impl AccessError {
         AccessError::RequestEntityTooLarge,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AccessError::ResourceNotFound => "ResourceNotFoundException",
             AccessError::AccessDenied => "AccessDeniedException",

@@ -120,7 +120,7 @@ pub enum StoreFault {
 }
 
 impl StoreFault {
-    pub const ALL: [StoreFault; 18] = [
+    pub(crate) const ALL: [StoreFault; 18] = [
         StoreFault::DropBeforeForward,
         StoreFault::DropAfterForward,
         StoreFault::DelayPastTimeout,
@@ -141,7 +141,7 @@ impl StoreFault {
         StoreFault::BodyStalled,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             StoreFault::DropBeforeForward => "store_drop_before_forward",
             StoreFault::DropAfterForward => "store_drop_after_forward",
@@ -165,7 +165,7 @@ impl StoreFault {
     }
 
     /// Drawn per request from [`RequestFaults`] (so `--without` can leave it out there).
-    pub fn is_per_request(self) -> bool {
+    pub(crate) fn is_per_request(self) -> bool {
         let mut faults = RequestFaults::NONE;
         faults.per_mille_mut(self).is_some()
     }

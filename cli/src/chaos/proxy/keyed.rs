@@ -12,7 +12,7 @@ use super::http::{Message, split};
 
 /// What an armed rule does to a matching request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyedFault {
+pub(crate) enum KeyedFault {
     /// Forwarded; the answer is held this long (past the attempt timeout: lost to the caller).
     Hold(Duration),
     /// Forwarded; the answer is dropped and the connection closed (the write happened).
@@ -48,13 +48,13 @@ pub(super) struct Flight {
 
 /// Rules that hit one operation on one key for a while; shared by the proxy and whoever arms them.
 #[derive(Debug, Default)]
-pub struct KeyedFaults {
+pub(crate) struct KeyedFaults {
     rules: Mutex<Vec<KeyedRule>>,
 }
 
 impl KeyedFaults {
     /// Hits `operation` requests on `key` that arrive from `after` to `after + length` from now.
-    pub fn arm(
+    pub(crate) fn arm(
         &self,
         operation: &'static str,
         key: &str,
@@ -66,7 +66,7 @@ impl KeyedFaults {
     }
 
     /// Hits the first `operation` request on `key` that arrives within `length` from now.
-    pub fn arm_first(
+    pub(crate) fn arm_first(
         &self,
         operation: &'static str,
         key: &str,
@@ -131,7 +131,7 @@ impl KeyedFaults {
 
     /// Requests rules armed for `operation` on `key` forwarded that the server has not answered
     /// yet (writes that may still apply), and when the server last answered one.
-    pub fn in_flight(&self, operation: &str, key: &str) -> (usize, Option<Instant>) {
+    pub(crate) fn in_flight(&self, operation: &str, key: &str) -> (usize, Option<Instant>) {
         let quoted = format!("\"{key}\"");
         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         rules
@@ -151,7 +151,7 @@ impl KeyedFaults {
     }
 
     /// The body of the first request that a rule armed for `operation` on `key` hit.
-    pub fn first_body(&self, operation: &str, key: &str) -> Option<Vec<u8>> {
+    pub(crate) fn first_body(&self, operation: &str, key: &str) -> Option<Vec<u8>> {
         let quoted = format!("\"{key}\"");
         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         rules

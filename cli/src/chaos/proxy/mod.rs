@@ -68,11 +68,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-pub use answers::AccessError;
+pub(crate) use answers::AccessError;
 pub use faults::{RequestFaults, StoreFault};
-pub use keyed::{KeyedFault, KeyedFaults};
-pub(crate) use write_log::written_token;
-pub use write_log::{WriteLog, WriteSeen};
+pub(crate) use keyed::{KeyedFault, KeyedFaults};
+pub(crate) use write_log::{WriteLog, WriteSeen, written_token};
 
 use listen::{Listening, accept_loop, listen};
 

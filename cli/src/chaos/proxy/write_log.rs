@@ -12,31 +12,31 @@ use super::http::{Message, split, status};
 /// the write applies, which a held or late request does well after its condition's clock
 /// reading), and a finding prints a key's writes so that it names the writer.
 #[derive(Debug)]
-pub struct WriteLog {
+pub(crate) struct WriteLog {
     key_attribute: String,
     by_key: Mutex<HashMap<String, Vec<WriteSeen>>>,
 }
 
 /// One write request sent to the server.
 #[derive(Debug, Clone)]
-pub struct WriteSeen {
+pub(crate) struct WriteSeen {
     /// `PutItem`, `UpdateItem` or `DeleteItem`.
-    pub operation: String,
+    pub(crate) operation: String,
     /// The lease token it carried: the item's (a claim) or its condition's (a fenced write).
-    pub token: Option<String>,
+    pub(crate) token: Option<String>,
     /// The condition's clock reading (`:now_ms`), when it has one.
-    pub condition_now_ms: Option<i64>,
+    pub(crate) condition_now_ms: Option<i64>,
     /// When the proxy started sending it to the server (system clock, ms).
-    pub sent_ms: i64,
+    pub(crate) sent_ms: i64,
     /// When the server answered, and with what status and error type; `None` while unanswered.
-    pub answered: Option<(i64, u16, String)>,
+    pub(crate) answered: Option<(i64, u16, String)>,
     /// What the caller got instead of the server's answer, if a fault took it.
-    pub fault: Option<&'static str>,
+    pub(crate) fault: Option<&'static str>,
 }
 
 impl WriteSeen {
     /// The server applied it (HTTP 200).
-    pub fn applied(&self) -> bool {
+    pub(crate) fn applied(&self) -> bool {
         self.answered
             .as_ref()
             .is_some_and(|(_, status, _)| *status == 200)
@@ -136,7 +136,7 @@ impl WriteLog {
     }
 
     /// The writes sent for `key`, in the order they were sent.
-    pub fn of(&self, key: &str) -> Vec<WriteSeen> {
+    pub(crate) fn of(&self, key: &str) -> Vec<WriteSeen> {
         self.by_key
             .lock()
             .unwrap_or_else(|p| p.into_inner())
