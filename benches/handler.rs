@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use toolcall_dedup::bedrock::{self, ActionGroupEvent};
+use toolcall_dedup::doors::bedrock::{self, ActionGroupEvent};
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
-use toolcall_dedup::seam::{Scoping, Sessionless};
+use toolcall_dedup::doors::port::{Scoping, Sessionless};
 use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
 use toolcall_dedup::test_util::demo::{DemoTool, Ledger};
@@ -592,12 +592,12 @@ fn summary(_: &mut Criterion) {
         let event = make(1);
         let bytes = serde_json::to_vec(&event).unwrap();
         let detected = Door::detect(&event, client_context.as_ref()).unwrap();
-        let door = detected.entry_point();
+        let door = detected.entry_point().expect("a door that invokes the tool");
         let call = door.call(scoping).unwrap();
         let key_call = call.key_call();
         let (k, _) = key(&keyer, &key_call);
         let (group, tool_name) = door.route();
-        let target = tool.route(group, tool_name).unwrap();
+        let target = tool.route(group, tool_name).unwrap().target;
         let value = median_us(rounds, n, |n| {
             timed(
                 n,

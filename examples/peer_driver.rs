@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::handler::{Handler, Invocation};
-use toolcall_dedup::seam::Forward;
+use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
 use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};

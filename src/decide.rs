@@ -17,7 +17,6 @@
 use std::time::Duration;
 
 use crate::key::Delivery;
-use crate::seam::ReplyClass;
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 
 /// What the executor does with a repeat (`DEDUP_MODE`).
@@ -179,6 +178,38 @@ pub fn after_run(end: RunEnd, delivery: Delivery) -> AfterRun {
         RunEnd::Failed {
             outcome_unknown: true,
         } => unknown,
+    }
+}
+
+/// What a tool's reply says it did: the part of the tool's contract that decides whether the
+/// call is stored, released or kept (see [`crate::decide::after_run`]). The rule is the payment
+/// APIs': a call is saved once the tool started acting, and only a refusal of the input before
+/// acting lets an identical retry run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyClass {
+    /// The tool completed: the reply is stored and replayed to repeats.
+    Success,
+    /// The tool failed while acting (Bedrock FAILURE, HTTP 5xx, MCP `isError`): stored and
+    /// replayed, never re-run.
+    Failure,
+    /// The tool refused its input before acting (Bedrock REPROMPT, HTTP 4xx other than 409 and
+    /// 429): nothing happened, so the claim is released and a retry runs.
+    Rejected,
+    /// "Not now" (HTTP 409 conflict, 429 too many requests): the tool may have acted first, so
+    /// the claim is kept until its lease ends, as for an unknown outcome.
+    NotNow,
+}
+
+impl ReplyClass {
+    /// The class of a bare HTTP status (an OpenAPI action group's reply without a
+    /// `responseState`).
+    pub fn from_http_status(status: u64) -> ReplyClass {
+        match status {
+            409 | 429 => ReplyClass::NotNow,
+            400..=499 => ReplyClass::Rejected,
+            500.. => ReplyClass::Failure,
+            _ => ReplyClass::Success,
+        }
     }
 }
 

@@ -1,23 +1,23 @@
 //! What every door's flow runs on: the executor (store and keyer), how the doors scope a call,
-//! the catalogs the interceptor learns, and the telemetry. The handler owns one [`Service`] and
-//! hands it to the flow of the door an event came in by ([`crate::direct`],
-//! [`crate::interceptor::flow`]).
+//! the catalogs the interceptor learns, and the telemetry. The handler owns one [`Engine`] and
+//! hands it to the flow of the door an event came in by ([`crate::invoking`],
+//! [`crate::doors::interceptor::flow`]).
 
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::dispatch::{ErrorTypes, Routes};
-use crate::door::Doors;
+use crate::dispatch::ErrorTypes;
+use crate::doors::Gate;
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::CallerKeyScope;
 use crate::key::{Call, CallerKeyError, Delivery, KeyError, Keyer};
-use crate::seam::{Notice, NoticeKind, Scoping, ToolCall, refusal};
-use crate::seam::{Scope, Sessionless};
+use crate::doors::port::{Notice, NoticeKind, Scoping, ToolCall, refusal};
+use crate::doors::port::{Scope, Sessionless};
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
-/// The flows' shared state.
-pub(crate) struct Service<S> {
+/// The flows' shared state: what every door's flow runs on.
+pub(crate) struct Engine<S> {
     pub(crate) executor: Executor<S>,
     pub(crate) doors: DoorSettings,
     pub(crate) catalogs: Catalogs,
@@ -26,7 +26,7 @@ pub(crate) struct Service<S> {
     pub(crate) warned_gateway_unnamed: std::sync::atomic::AtomicBool,
 }
 
-impl<S: Store> Service<S> {
+impl<S: Store> Engine<S> {
     pub(crate) fn store(&self) -> &S {
         self.executor.store()
     }
@@ -65,21 +65,15 @@ pub struct DoorSettings {
     pub sessionless: Sessionless,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (by id) whose listings may loosen a key.
     pub trusted_annotations: Vec<String>,
-    /// `DEDUP_GATEWAY_ID`: the gateway's id when the invocation names none.
-    pub gateway_id: Option<String>,
-    /// `DEDUP_DOORS`: the entry points this deployment serves.
-    pub served: Doors,
-    /// `DEDUP_INTERCEPTOR_ALIAS`: the alias that serves the interceptor door alone.
-    pub interceptor_alias: Option<String>,
+    /// `DEDUP_DOORS`, `DEDUP_INTERCEPTOR_ALIAS`, `DEDUP_GATEWAY_ID`: which doors answer,
+    /// through which alias, and the gateway an interception names when it names none.
+    pub gate: Gate,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
     pub idempotency_key_name: String,
     /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches.
     pub envelope_caller_key_scope: CallerKeyScope,
-    /// The routes, for the namespace a route states (`{"namespace": ...}`): calls of a routed
-    /// door are keyed in it instead of the one the door derives.
-    pub routes: Routes,
 }
 
 impl DoorSettings {

@@ -73,7 +73,7 @@ use tokio::time::Instant;
 
 use crate::executor::{CallerKey, Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
 use crate::key::{Call, CallerKeyError, KeyError, Keyer};
-use crate::seam::ReplyClass;
+use crate::decide::ReplyClass;
 use crate::store::{Store, StoreError};
 
 /// A guarded result.

@@ -3,13 +3,13 @@
 //! 1. **Detect** the entry point ([`Door::detect`]: AgentCore Gateway, Bedrock Agents action
 //!    group, invoke envelope, first match wins) and **route** the call. An event no entry point
 //!    recognises is a Lambda error naming the three expected.
-//! 2. **Key** it: the adapter's [`crate::seam::ToolCall`] (tool, arguments, namespace, run,
+//! 2. **Key** it: the adapter's [`crate::doors::port::ToolCall`] (tool, arguments, namespace, run,
 //!    step, declared schema) overlaid with the policy file's schema, through the typed keyer.
 //! 3. **Run** it through the [`crate::executor::Executor`]: claim; on first sight invoke the
 //!    routed tool with the payload it would have received directly (plus the key), check the
 //!    reply, store it; replay a completed call; wait for an identical call in flight, bounded by
 //!    the smaller of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
-//! 4. **Answer** in the caller's format ([`crate::seam::Answers`]) and report.
+//! 4. **Answer** in the caller's format ([`crate::doors::port::Answers`]) and report.
 //!
 //! Steps 2 to 4 are each door's flow: `direct.rs` for the doors that invoke the tool themselves,
 //! `interceptor/flow.rs` for the Gateway interceptor; this module only picks the door.
@@ -41,7 +41,6 @@
 //! invoked. The tool's timeout ends early enough for the completion to be stored before the
 //! deadline. Completion and release are fenced by the lease token (see [`crate::executor`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -57,14 +56,15 @@ use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::executor::{Executor, Outcome};
 use crate::key::Keyer;
-use crate::service::Service;
+use crate::doors::{Gate, Interception, RefusalKind};
+use crate::engine::Engine;
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
 
-pub use crate::answer::{HandlerError, Unanswerable};
-pub use crate::door::{Door, Refusal, door_name};
+pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Unanswerable};
+
 pub use crate::executor::Settings;
-pub use crate::service::DoorSettings;
+pub use crate::engine::DoorSettings;
 
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]
@@ -77,9 +77,6 @@ pub struct Invocation {
     /// field); `None` for the unqualified function.
     pub qualifier: Option<String>,
 }
-
-/// The `custom` map of a Lambda client context (an AgentCore Gateway names the tool there).
-pub type ClientContext = HashMap<String, String>;
 
 impl Invocation {
     /// A deadline that has already passed cannot be real (the function would be frozen); some
@@ -124,7 +121,7 @@ pub struct Handled {
 
 /// The handler, generic over its store and dispatcher (static dispatch).
 pub struct Handler<S, D> {
-    service: Service<S>,
+    engine: Engine<S>,
     dispatcher: D,
     /// Where calls left with their outcome unknown are announced, if anywhere.
     events: Option<EventBus>,
@@ -136,7 +133,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     pub fn new(store: S, dispatcher: D, config: &Config, telemetry: Telemetry) -> Handler<S, D> {
         let keyer = Keyer::new().with_policies(config.policies.clone());
         Handler {
-            service: Service {
+            engine: Engine {
                 executor: Executor::new(store, keyer, executor_settings(config)),
                 doors: door_settings(config),
                 catalogs: Catalogs::new(config.catalog_ttl),
@@ -152,10 +149,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// configuration (a config refresh builds a new handler): the claims whose answers were lost,
     /// so that each is still released at the next call, whatever the new configuration says.
     pub fn carrying_on(mut self, earlier: &Handler<S, D>) -> Handler<S, D> {
-        self.service.executor = self
-            .service
+        self.engine.executor = self
+            .engine
             .executor
-            .sharing_lost_claims(&earlier.service.executor);
+            .sharing_lost_claims(&earlier.engine.executor);
         self
     }
 
@@ -167,13 +164,13 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     /// Adjusts the settings (tests shorten margins and budgets).
     pub fn with_settings(mut self, adjust: impl FnOnce(&mut Settings)) -> Handler<S, D> {
-        self.service.executor = self.service.executor.with_settings(adjust);
+        self.engine.executor = self.engine.executor.with_settings(adjust);
         self
     }
 
     /// The store claims are made in.
     pub fn store(&self) -> &S {
-        self.service.store()
+        self.engine.store()
     }
 
     /// The dispatcher tools are invoked through.
@@ -183,7 +180,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
 
     /// The executor's settings.
     pub fn settings(&self) -> &Settings {
-        self.service.settings()
+        self.engine.settings()
     }
 
     /// The Lambda entry point: the payload and the context (deadline, client context).
@@ -210,20 +207,14 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let started = Instant::now();
         let store = self.store();
         let requests_before = store.requests();
-        let unknown_before = self.service.executor.settled_unknown();
+        let unknown_before = self.engine.executor.settled_unknown();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let door = door_name(event, client_context);
-        let answered = self
-            .answer(
-                event,
-                client_context,
-                door,
-                invocation.qualifier.as_deref(),
-                end,
-            )
+        let (door, answered) = self
+            .answer(event, client_context, invocation.qualifier.as_deref(), end)
             .await;
+        let door = door.map(DoorName::as_str);
         let store_requests = (store.requests() - requests_before).total();
-        self.service.telemetry.invocation(&InvocationReport {
+        self.engine.telemetry.invocation(&InvocationReport {
             request_id: &invocation.request_id,
             mode: self.settings().mode,
             outcome: answered.outcome,
@@ -232,12 +223,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: answered.key.as_deref(),
             latency: started.elapsed(),
             store_requests,
-            settled_unknown: self.service.executor.settled_unknown() - unknown_before,
+            settled_unknown: self.engine.executor.settled_unknown() - unknown_before,
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });
         if let (Some(events), Some(key)) = (&self.events, answered.key.as_deref())
-            && self.service.executor.settled_unknown() > unknown_before
+            && self.engine.executor.settled_unknown() > unknown_before
         {
             let call = UnknownOutcome {
                 key,
@@ -257,97 +248,39 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         }
     }
 
-    /// With `DEDUP_INTERCEPTOR_ALIAS` set, the interceptor door is served through that alias
-    /// alone and that alias serves nothing else: the Gateway's role may invoke the alias, a
-    /// harness only the function's other alias, so no envelope invoker can write a catalog
-    /// with an interceptor-shaped event.
-    fn through_wrong_alias(
-        &self,
-        door: Option<&'static str>,
-        qualifier: Option<&str>,
-    ) -> Option<Answered> {
-        let alias = self.service.doors.interceptor_alias.as_deref()?;
-        let door = door?;
-        let through_alias = qualifier == Some(alias);
-        if through_alias == (door == "interceptor") {
-            return None;
-        }
-        tracing::warn!(
-            door,
-            qualifier,
-            alias,
-            "refused an event that came through the wrong alias for its door"
-        );
-        let refused = Unanswerable::WrongAlias {
-            door,
-            alias: alias.to_string(),
-            qualifier: qualifier.unwrap_or("$LATEST").to_string(),
-        };
-        Some(door_refused(
-            refused,
-            format!("door {door} through the wrong alias"),
-        ))
-    }
-
-    /// Picks the door and hands the event to its flow.
+    /// Opens the door the event came in by (once) and hands the call to that door's flow.
     async fn answer(
         &self,
         event: &Value,
         client_context: Option<&ClientContext>,
-        door: Option<&'static str>,
         qualifier: Option<&str>,
         end: Instant,
-    ) -> Answered {
-        let doors = self.service.doors.served;
-        if let Some(door) = door.filter(|d| !doors.serves(d)) {
-            let refused = Unanswerable::DoorNotServed {
-                door,
-                served: match doors.names().join(",") {
-                    none if none.is_empty() => "no".to_string(),
-                    names => names,
-                },
-            };
-            tracing::warn!(
-                door,
-                "refused an event of a door this deployment does not serve"
-            );
-            return door_refused(refused, format!("door {door} not served"));
-        }
-        if let Some(refused) = self.through_wrong_alias(door, qualifier) {
-            return refused;
-        }
-        // The door named once (`door_name`), never asked of the event again.
-        if door == Some("interceptor") {
-            return crate::interceptor::flow::intercept(&self.service, event, client_context, end)
-                .await;
-        }
-        let (service, dispatcher) = (&self.service, &self.dispatcher);
-        match Door::detect(event, client_context) {
-            Ok(Door::Bedrock(call)) => crate::direct::answer(service, dispatcher, &call, end).await,
-            Ok(Door::AgentCore(call)) => {
-                crate::direct::answer(service, dispatcher, &call, end).await
-            }
-            Ok(Door::Envelope(call)) => {
-                crate::direct::answer(service, dispatcher, &call, end).await
-            }
+    ) -> (Option<DoorName>, Answered) {
+        let engine = &self.engine;
+        let door = match Door::open(event, client_context, qualifier, &engine.doors.gate) {
+            Ok(door) => door,
             Err(refusal) => {
                 tracing::debug!(reason = %refusal.reason, "refused event");
-                let mut answered =
-                    Answered::new(Outcome::BadRequest, refusal.response).because(refusal.reason);
-                answered.tool = refusal.tool;
-                answered
+                let outcome = match refusal.kind {
+                    RefusalKind::BadEvent => Outcome::BadRequest,
+                    RefusalKind::DoorRefused => Outcome::DoorRefused,
+                };
+                let answered = Answered::new(outcome, refusal.response).because(refusal.reason);
+                return (refusal.door, answered);
             }
-        }
+        };
+        let name = Some(door.name());
+        let dispatcher = &self.dispatcher;
+        let answered = match door {
+            Door::Interceptor(Interception(read)) => {
+                crate::doors::interceptor::flow::intercept(engine, read, end).await
+            }
+            Door::Bedrock(call) => crate::invoking::answer(engine, dispatcher, &call, end).await,
+            Door::AgentCore(call) => crate::invoking::answer(engine, dispatcher, &call, end).await,
+            Door::Envelope(call) => crate::invoking::answer(engine, dispatcher, &call, end).await,
+        };
+        (name, answered)
     }
-}
-
-/// An event refused for its door: a Lambda error, counted as `door_refused`, touching nothing.
-fn door_refused(refused: Unanswerable, reason: String) -> Answered {
-    Answered::new(
-        Outcome::DoorRefused,
-        Err(HandlerError::InvalidEvent(refused)),
-    )
-    .because(reason)
 }
 
 /// The executor's settings: the configured mode, TTL, wait and cache, with its built-in margins.
@@ -379,15 +312,16 @@ fn door_settings(config: &Config) -> DoorSettings {
         trusted_annotations: config
             .trusted_annotations
             .iter()
-            .map(|g| crate::agentcore::gateway_id(g).to_string())
+            .map(|g| crate::doors::agentcore::gateway_id(g).to_string())
             .collect(),
-        gateway_id: config.gateway_id.clone(),
-        served: config.doors,
-        interceptor_alias: config.interceptor_alias.clone(),
+        gate: Gate {
+            served: config.doors,
+            interceptor_alias: config.interceptor_alias.clone(),
+            gateway_id: config.gateway_id.clone(),
+        },
         interceptor_timeout: config.interceptor_timeout,
         idempotency_key_name: config.idempotency_key_name.clone(),
         envelope_caller_key_scope: config.envelope_caller_key_scope,
-        routes: config.routes.clone(),
     }
 }
 

@@ -9,19 +9,19 @@ use crate::answer::{self, Answered, ToolFailure};
 use crate::decide::Mode;
 use crate::dispatch::Dispatcher;
 use crate::executor::{Lease, Outcome, ToolRun, remaining};
-use crate::seam::{EntryPoint, Notice, Scoping, Unkeyed};
-use crate::service::{CallKey, Service};
+use crate::doors::port::{EntryPoint, Notice, Scoping, Unkeyed};
+use crate::engine::{CallKey, Engine};
 use crate::store::Store;
 
 /// Routes, keys and runs one call that came in by `door`.
 pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
-    service: &Service<S>,
+    engine: &Engine<S>,
     dispatcher: &D,
     door: &E,
     end: Instant,
 ) -> Answered {
     let flow = Direct {
-        service,
+        engine,
         dispatcher,
     };
     flow.answer(door, end).await
@@ -38,7 +38,7 @@ pub(crate) fn warn_sessionless(tool: &str, missing: &str) {
 }
 
 struct Direct<'a, S, D> {
-    service: &'a Service<S>,
+    engine: &'a Engine<S>,
     dispatcher: &'a D,
 }
 
@@ -46,8 +46,8 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
     async fn answer<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
         let tool = door.tool().to_string();
         let (group, tool_name) = door.route();
-        let target = match self.dispatcher.route(group, tool_name) {
-            Ok(target) => target,
+        let route = match self.dispatcher.route(group, tool_name) {
+            Ok(route) => route,
             Err(e) => {
                 return answer::notice(
                     door,
@@ -58,12 +58,12 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
                 .because(e.to_string());
             }
         };
-        let service = self.service;
-        let settings = service.settings();
-        let scoping = service.doors.scoping();
+        let engine = self.engine;
+        let settings = engine.settings();
+        let scoping = engine.doors.scoping();
         if settings.mode == Mode::Off {
             return self
-                .pass_through(door, &target, scoping, end, Outcome::Executed)
+                .pass_through(door, &route.target, scoping, end, Outcome::Executed)
                 .await;
         }
         let mut call = match door.call(scoping) {
@@ -71,25 +71,25 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             Err(_) if settings.mode == Mode::Shadow => {
                 tracing::warn!("shadow mode: invalid event passed through unkeyed");
                 return self
-                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .pass_through(door, &route.target, scoping, end, Outcome::Executed)
                     .await;
             }
             Err(Unkeyed::Sessionless(missing)) => {
                 warn_sessionless(&tool, &missing);
                 return self
-                    .pass_through(door, &target, scoping, end, Outcome::Sessionless)
+                    .pass_through(door, &route.target, scoping, end, Outcome::Sessionless)
                     .await
                     .because("sessionless");
             }
             Err(Unkeyed::Refused(notice)) => return answer::refuse(door, notice),
         };
-        if let Some(namespace) = service.doors.routes.namespace(group, tool_name) {
+        if let Some(namespace) = &route.namespace {
             call.rename_namespace(namespace);
         }
-        let keyer = service.keyer();
+        let keyer = engine.keyer();
         if !keyer.dedups(call.policy_key()) {
             return self
-                .pass_through(door, &target, scoping, end, Outcome::DedupOff)
+                .pass_through(door, &route.target, scoping, end, Outcome::DedupOff)
                 .await;
         }
         let key_call = call.key_call();
@@ -100,7 +100,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             Err(notice) if settings.mode == Mode::Shadow => {
                 tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");
                 return self
-                    .pass_through(door, &target, scoping, end, Outcome::Executed)
+                    .pass_through(door, &route.target, scoping, end, Outcome::Executed)
                     .await;
             }
             Err(notice) => return answer::refuse(door, notice),
@@ -108,15 +108,15 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
         let keyed = call_key.keyed(&key_call, keyer.delivery(call.policy_key()));
         let key = call_key.key.as_str();
         let lease = Lease::Covering {
-            max_run_time: self.dispatcher.max_run_time(&target),
+            max_run_time: route.max_run_time,
         };
-        let finished = service
+        let finished = engine
             .executor
             .run(keyed, end, lease, |timeout| {
-                self.invoke(door, &target, Some(key), scoping, timeout)
+                self.invoke(door, &route.target, Some(key), scoping, timeout)
             })
             .await;
-        service.telemetry.call(keyer, &key_call, finished.outcome);
+        engine.telemetry.call(keyer, &key_call, finished.outcome);
         answer::finished(door, finished, key)
     }
 
@@ -156,7 +156,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
                 },
             },
             Err(e) => ToolRun::Failed {
-                outcome_unknown: e.outcome_unknown(&self.service.doors.release_on_errors),
+                outcome_unknown: e.outcome_unknown(&self.engine.doors.release_on_errors),
                 error: ToolFailure::Dispatch(e),
             },
         }
@@ -173,7 +173,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
         end: Instant,
         outcome: Outcome,
     ) -> Answered {
-        let timeout = remaining(end).saturating_sub(self.service.settings().reply_margin);
+        let timeout = remaining(end).saturating_sub(self.engine.settings().reply_margin);
         let run = self.invoke(door, target, None, scoping, timeout).await;
         let answered = match run {
             ToolRun::Replied { reply, .. } => Answered::new(

@@ -17,7 +17,7 @@
 //!   answers in the caller's format.
 //! - [`bedrock`], `agentcore`, `envelope`: the entry points (Bedrock Agents action groups, the
 //!   AgentCore Gateway Lambda target, the harness-neutral envelope). Each implements
-//!   [`seam::EntryPoint`].
+//!   [`port::EntryPoint`].
 //! - [`seam`]: what every entry point hands the executor and writes back (calls, replies,
 //!   notices); it imports only the key core.
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
@@ -34,29 +34,25 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-mod agentcore;
 pub mod announce;
 mod answer;
 mod aws;
 mod backoff;
-pub mod bedrock;
 pub mod catalog;
 pub mod config;
 pub mod decide;
-mod direct;
+mod invoking;
 pub mod dispatch;
-mod door;
-mod envelope;
+pub mod doors;
 pub mod executor;
 pub mod guard;
 pub mod handler;
-mod interceptor;
 pub mod key;
 pub mod reload;
-pub mod seam;
-mod service;
+mod engine;
 pub mod store;
 pub mod telemetry;
+mod text_list;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 pub mod xray;

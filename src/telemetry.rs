@@ -347,7 +347,7 @@ struct EmfHead {
 
 impl EmfHead {
     fn new(namespace: &str, service: &str) -> EmfHead {
-        use crate::seam::push_json_str;
+        use crate::key::push_json_str;
         let mut text = String::with_capacity(720);
         text.push_str("{\"Service\":");
         push_json_str(&mut text, service);
@@ -369,7 +369,7 @@ impl EmfHead {
     }
 
     fn line(&self, r: &InvocationReport<'_>, tool_dimension: &str, timestamp_ms: i64) -> String {
-        use crate::seam::push_json_str;
+        use crate::key::push_json_str;
         use std::fmt::Write as _;
         let mut out = String::with_capacity(self.text.len() + 400);
         out.push_str(&self.text);

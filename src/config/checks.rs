@@ -49,7 +49,7 @@ fn no_route_back_to_this_function<F: Fn(&str) -> Option<String>>(
 /// every event through the alias and every interceptor event elsewhere: nothing is intercepted.
 fn an_interceptor_alias_serves_the_interceptor(config: &Config) -> Result<(), ConfigError> {
     match &config.interceptor_alias {
-        Some(alias) if !config.doors.interceptor => Err(invalid(
+        Some(alias) if !config.doors.serves(crate::doors::DoorName::Interceptor) => Err(invalid(
             "DEDUP_INTERCEPTOR_ALIAS",
             alias,
             format!(

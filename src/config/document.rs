@@ -205,7 +205,7 @@ fn hazards(
                 .any(|(pattern, _)| pattern.split_once('/').is_some_and(|(_, t)| t == tool))
         });
         let defined = schema_sources.contains_key(tool)
-            || tool.contains(crate::agentcore::TOOL_NAME_DELIMITER)
+            || tool.contains(crate::doors::agentcore::TOOL_NAME_DELIMITER)
             || routed;
         if defines_tools && !defined {
             return Err(at(

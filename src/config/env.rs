@@ -12,7 +12,7 @@ use super::{
 use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::dispatch::lambda_timeout;
 use crate::executor::lease::MAX_TOOL_TIMEOUT;
-use crate::seam::comma_list;
+use crate::text_list::comma_list;
 use crate::store::ClaimBudget;
 
 /// The variables, read through a lookup; an empty value counts as unset.

@@ -30,7 +30,7 @@ pub mod source;
 mod tests;
 
 pub use crate::dispatch::{ErrorTypes, NOTHING_RAN_ERROR, Routes};
-pub use crate::door::Doors;
+pub use crate::doors::Doors;
 use env::invalid;
 
 /// Errors in the environment, each naming the variable at fault.
@@ -72,7 +72,7 @@ pub enum StoreKind {
 pub use crate::decide::Mode;
 
 pub use crate::key::CallerKeyScope;
-pub use crate::seam::{Scope, Sessionless};
+pub use crate::doors::port::{Scope, Sessionless};
 
 pub use crate::telemetry::LogCalls;
 

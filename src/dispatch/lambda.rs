@@ -31,9 +31,9 @@ use tokio::time::Instant;
 use base64::Engine as _;
 
 use super::Routes;
-use super::{DispatchError, Dispatcher};
+use super::{DispatchError, Dispatcher, Route};
 use crate::executor::lease::{MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
-use crate::seam::Forward;
+use crate::doors::port::Forward;
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;
@@ -153,20 +153,10 @@ pub async fn build_client(endpoint_url: Option<&str>) -> Client {
     Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }
 
-impl Dispatcher for LambdaDispatcher {
-    fn route(&self, action_group: &str, tool: &str) -> Result<String, DispatchError> {
-        self.routes
-            .resolve(action_group, tool)
-            .map(str::to_string)
-            .ok_or_else(|| DispatchError::NoRoute {
-                action_group: action_group.to_string(),
-                tool: tool.to_string(),
-            })
-    }
-
+impl LambdaDispatcher {
     /// The tool's own timeout, plus how late it may start: its init phase runs outside the
     /// timeout, and a throttled invoke is retried.
-    fn max_run_time(&self, target: &str) -> Duration {
+    pub fn max_run_time(&self, target: &str) -> Duration {
         let timeout = self
             .routes
             .stated_timeout(target)
@@ -176,6 +166,23 @@ impl Dispatcher for LambdaDispatcher {
             })
             .unwrap_or(MAX_TOOL_TIMEOUT);
         timeout + TOOL_START_ALLOWANCE
+    }
+}
+
+impl Dispatcher for LambdaDispatcher {
+    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+        let (target, namespace) =
+            self.routes
+                .take(action_group, tool)
+                .ok_or_else(|| DispatchError::NoRoute {
+                    action_group: action_group.to_string(),
+                    tool: tool.to_string(),
+                })?;
+        Ok(Route {
+            max_run_time: self.max_run_time(target),
+            target: target.to_string(),
+            namespace: namespace.map(str::to_string),
+        })
     }
 
     async fn invoke(

@@ -11,22 +11,43 @@ use std::time::Duration;
 pub use lambda::{LambdaDispatcher, build_client};
 pub use routes::{Routes, lambda_timeout};
 
-use crate::seam::Forward;
+use crate::doors::port::Forward;
 
 /// Boxed error kept as a `source`.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Sends a call to its tool.
-pub trait Dispatcher: Send + Sync {
-    /// The tool that takes calls of `tool` in `action_group`. No I/O: the handler asks before it
-    /// claims, so that an unroutable call claims nothing.
-    fn route(&self, action_group: &str, tool: &str) -> Result<String, DispatchError>;
-
+/// Where a call goes, decided once before it is claimed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The tool that takes the call (a function name or ARN).
+    pub target: String,
+    /// The namespace the route states its calls are keyed in (`{"namespace": ...}`), instead of
+    /// the one the door derives; `None` when it states none.
+    pub namespace: Option<String>,
     /// How long `target` can keep running once invoked: its own timeout, which may be longer than
     /// this invocation's deadline. The handler's lease covers it, so that nobody takes a key over
     /// while its tool may still be running. `Duration::ZERO` for a tool that runs in-process and
-    /// cannot outlive the invocation. No I/O (known at cold start).
-    fn max_run_time(&self, target: &str) -> Duration;
+    /// cannot outlive the invocation.
+    pub max_run_time: Duration,
+}
+
+impl Route {
+    /// A route to a tool that runs in-process: no namespace of its own, and it cannot outlive
+    /// the invocation.
+    pub fn in_process(target: &str) -> Route {
+        Route {
+            target: target.to_string(),
+            namespace: None,
+            max_run_time: Duration::ZERO,
+        }
+    }
+}
+
+/// Sends a call to its tool.
+pub trait Dispatcher: Send + Sync {
+    /// The route of a call of `tool` in `action_group`. No I/O: the handler asks before it
+    /// claims, so that an unroutable call claims nothing.
+    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError>;
 
     /// Invokes `target` with the forwarded event and returns the tool's reply bytes. Must give up
     /// with [`DispatchError::Timeout`] once `timeout` has passed.
@@ -150,7 +171,7 @@ impl ErrorTypes {
         if text.trim().eq_ignore_ascii_case("none") {
             return Ok(ErrorTypes::default());
         }
-        let names = crate::seam::comma_list(text);
+        let names = crate::text_list::comma_list(text);
         if let Some(crash) = names.iter().find(|n| {
             CRASH_ERROR_TYPES.contains(&n.as_str())
                 || CRASH_ERROR_PREFIXES.iter().any(|p| n.starts_with(p))

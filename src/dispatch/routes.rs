@@ -68,19 +68,6 @@ impl Routes {
         Ok(routes)
     }
 
-    /// The namespace the route a call of `tool` in `action_group` takes states, if it states one.
-    pub fn namespace(&self, action_group: &str, tool: &str) -> Option<&str> {
-        let entry = route_key(action_group, tool);
-        let taken = if self.exact.contains_key(&entry) {
-            entry
-        } else if self.groups.contains_key(action_group) {
-            route_key(action_group, "*")
-        } else {
-            "*".to_string()
-        };
-        self.namespaces.get(&taken).map(String::as_str)
-    }
-
     /// The namespace the route written as `pattern` states (patterns as [`Routes::candidates`]
     /// gives them).
     pub fn stated_namespace(&self, pattern: &str) -> Option<&str> {
@@ -143,13 +130,24 @@ impl Routes {
         }
     }
 
-    /// The target for a call of `tool` (a function name or `"METHOD /path"`) in `action_group`.
+    /// The route a call of `tool` (a function name or `"METHOD /path"`) in `action_group` takes,
+    /// as `(target, stated namespace)`: the most specific entry, and the namespace that entry
+    /// states, if it states one.
+    pub fn take(&self, action_group: &str, tool: &str) -> Option<(&str, Option<&str>)> {
+        let exact = route_key(action_group, tool);
+        let (entry, target) = if let Some(target) = self.exact.get(&exact) {
+            (exact, target)
+        } else if let Some(target) = self.groups.get(action_group) {
+            (route_key(action_group, "*"), target)
+        } else {
+            ("*".to_string(), self.default.as_ref()?)
+        };
+        Some((target, self.namespaces.get(&entry).map(String::as_str)))
+    }
+
+    /// The target for a call of `tool` in `action_group` ([`Routes::take`] without the namespace).
     pub fn resolve(&self, action_group: &str, tool: &str) -> Option<&str> {
-        self.exact
-            .get(&route_key(action_group, tool))
-            .or_else(|| self.groups.get(action_group))
-            .or(self.default.as_ref())
-            .map(String::as_str)
+        self.take(action_group, tool).map(|(target, _)| target)
     }
 
     /// The routes a call of `tool` may take, most specific first, as `(pattern, target)`: its own
@@ -274,7 +272,7 @@ fn route_key(action_group: &str, tool: &str) -> String {
     format!("{action_group}/{tool}")
 }
 
-/// `"post /x"` → `"POST /x"`, the spelling [`crate::bedrock`] gives OpenAPI tools.
+/// `"post /x"` → `"POST /x"`, the spelling [`crate::doors::bedrock`] gives OpenAPI tools.
 fn normalize_tool(tool: &str) -> String {
     match tool.split_once(' ') {
         Some((method, path)) if path.starts_with('/') => {
@@ -321,10 +319,11 @@ mod tests {
                 "payments/*": {"function": "c", "namespace": "pay", "shared": true},
                 "support/*": "s", "*": "d"}"#,
         );
-        assert_eq!(table.namespace("payments", "charge"), Some("pay-charge"));
-        assert_eq!(table.namespace("payments", "refund"), Some("pay"));
-        assert_eq!(table.namespace("support", "charge"), None);
-        assert_eq!(table.namespace("other", "charge"), None);
+        let namespace = |group, tool| table.take(group, tool).and_then(|(_, ns)| ns);
+        assert_eq!(namespace("payments", "charge"), Some("pay-charge"));
+        assert_eq!(namespace("payments", "refund"), Some("pay"));
+        assert_eq!(namespace("support", "charge"), None);
+        assert_eq!(namespace("other", "charge"), None);
     }
 
     #[test]

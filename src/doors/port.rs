@@ -2,7 +2,7 @@
 //! what it writes back, format-free. It imports only the key core, so every module can use it and
 //! it uses none of them.
 //!
-//! An entry point (an *adapter*: [`crate::bedrock`], `agentcore`, `envelope`)
+//! An entry point (an *adapter*: [`crate::doors::bedrock`], `agentcore`, `envelope`)
 //! implements [`EntryPoint`] on its parsed call:
 //!
 //! - a [`ToolCall`]: tool, arguments, namespace, run id, step and schema, which is all the key
@@ -21,7 +21,8 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::key::{Call, CallerKeyScope, Schema};
+use crate::decide::ReplyClass;
+use crate::key::{Call, CallerKeyScope, Schema, push_json_str};
 
 /// The client-context key through which the executor hands the derived key to a tool that takes
 /// a client context (AgentCore Gateway targets, the envelope's tools).
@@ -150,38 +151,6 @@ pub struct Forward {
     pub payload: Vec<u8>,
     /// The Lambda client context (JSON text, not yet base64), for tools that read one.
     pub client_context: Option<String>,
-}
-
-/// What a tool's reply says it did: the part of the tool's contract that decides whether the
-/// call is stored, released or kept (see [`crate::decide::after_run`]). The rule is the payment
-/// APIs': a call is saved once the tool started acting, and only a refusal of the input before
-/// acting lets an identical retry run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReplyClass {
-    /// The tool completed: the reply is stored and replayed to repeats.
-    Success,
-    /// The tool failed while acting (Bedrock FAILURE, HTTP 5xx, MCP `isError`): stored and
-    /// replayed, never re-run.
-    Failure,
-    /// The tool refused its input before acting (Bedrock REPROMPT, HTTP 4xx other than 409 and
-    /// 429): nothing happened, so the claim is released and a retry runs.
-    Rejected,
-    /// "Not now" (HTTP 409 conflict, 429 too many requests): the tool may have acted first, so
-    /// the claim is kept until its lease ends, as for an unknown outcome.
-    NotNow,
-}
-
-impl ReplyClass {
-    /// The class of a bare HTTP status (an OpenAPI action group's reply without a
-    /// `responseState`).
-    pub fn from_http_status(status: u64) -> ReplyClass {
-        match status {
-            409 | 429 => ReplyClass::NotNow,
-            400..=499 => ReplyClass::Rejected,
-            500.. => ReplyClass::Failure,
-            _ => ReplyClass::Success,
-        }
-    }
 }
 
 /// Classifies a reply that only has to be JSON: an object with `"isError": true` (the MCP
@@ -498,7 +467,6 @@ pub fn refusal(kind: NoticeKind, message: &str) -> Notice {
     Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
-pub use crate::key::push_json_str;
 
 /// The step named by a caller-supplied value: a non-blank string (trimmed) or a number.
 pub fn step_value(value: &serde_json::Value) -> Option<String> {
@@ -637,14 +605,6 @@ pub fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// A comma-separated list (a setting's names), each item trimmed, empty items dropped.
-pub(crate) fn comma_list(text: &str) -> Vec<String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 #[cfg(test)]
 mod tests {

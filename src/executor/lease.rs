@@ -11,7 +11,7 @@ pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// A lease ends this long after the later of the tool's timeout and the Lambda deadline: the
 /// bound on clock skew between the containers that compare it (Lambda hosts keep time with the
-/// Amazon Time Sync Service, well within a second).
+/// Amazon Time Sync Engine, well within a second).
 pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// How late a tool Lambda may start after it is invoked, on top of its own timeout: its init

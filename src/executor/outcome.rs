@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::decide::AfterRun;
 use crate::key::{Call, Delivery};
-use crate::seam::ReplyClass;
+use crate::decide::ReplyClass;
 use crate::store::StoreError;
 
 /// How one invocation ended.

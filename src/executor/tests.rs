@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::key::Call;
-use crate::seam::ReplyClass;
+use crate::decide::ReplyClass;
 use crate::store::{ClaimOutcome, MemoryStore};
 
 /// The tool gets the time to the deadline less what the completion and the answer need: a

@@ -27,12 +27,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
-use crate::bedrock::{
+use crate::doors::bedrock::{
     self, ActionGroupEvent, DEDUP_KEY_ATTRIBUTE, EventError, ResponseState, response,
 };
-use crate::dispatch::{DispatchError, Dispatcher};
-use crate::seam::Forward;
-use crate::{agentcore, envelope};
+use crate::dispatch::{DispatchError, Dispatcher, Route, Routes};
+use crate::doors::port::Forward;
+use crate::doors::{agentcore, envelope};
 
 /// The default ledger file name (in the temp directory).
 pub const DEFAULT_LEDGER_FILE: &str = "toolcall-dedup-demo-ledger.jsonl";
@@ -393,6 +393,9 @@ impl StandIn for DemoTool {
 pub struct InProcess<T> {
     tool: T,
     max_run_time: Duration,
+    /// Routes whose stated namespaces this dispatcher's calls are keyed in (their targets are
+    /// not used: every call reaches the tool).
+    routes: Routes,
 }
 
 impl<T: StandIn> InProcess<T> {
@@ -401,7 +404,14 @@ impl<T: StandIn> InProcess<T> {
         InProcess {
             tool,
             max_run_time: Duration::ZERO,
+            routes: Routes::default(),
         }
+    }
+
+    /// States the namespaces `routes` state, as a [`crate::dispatch::LambdaDispatcher`] with
+    /// these routes would.
+    pub fn with_routes(self, routes: Routes) -> InProcess<T> {
+        InProcess { routes, ..self }
     }
 
     /// What `max_run_time` reports: the timeout of the tool Lambda this stands in for.
@@ -422,12 +432,15 @@ impl<T> std::ops::Deref for InProcess<T> {
 }
 
 impl<T: StandIn> Dispatcher for InProcess<T> {
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
-        Ok("in-process".into())
-    }
-
-    fn max_run_time(&self, _target: &str) -> Duration {
-        self.max_run_time
+    /// Every call routes to the tool; a namespace only where [`InProcess::with_routes`]
+    /// states one.
+    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+        let namespace = self.routes.take(action_group, tool).and_then(|(_, ns)| ns);
+        Ok(Route {
+            target: "in-process".into(),
+            namespace: namespace.map(str::to_string),
+            max_run_time: self.max_run_time,
+        })
     }
 
     async fn invoke(
@@ -462,13 +475,9 @@ fn now_ms() -> i64 {
 
 /// In-process dispatch: every route leads to this tool.
 impl Dispatcher for DemoTool {
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
-        Ok("demo-tool".into())
-    }
-
     /// In-process: it cannot outlive the invocation.
-    fn max_run_time(&self, _target: &str) -> Duration {
-        Duration::ZERO
+    fn route(&self, _action_group: &str, _tool: &str) -> Result<Route, DispatchError> {
+        Ok(Route::in_process("demo-tool"))
     }
 
     async fn invoke(

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use super::demo::{DemoTool, Ledger};
-use crate::bedrock::{self, ActionGroupEvent};
+use crate::doors::bedrock::{self, ActionGroupEvent};
 use crate::config::{Config, Scope};
 use crate::handler::{Handler, HandlerError, Invocation};
 use crate::key::{Call, Keyer, Schema, Strategy};

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 
 use super::demo::{DemoTool, InProcess, Ledger, StandIn};
 use crate::dispatch::{DispatchError, Dispatcher};
-use crate::seam::Forward;
+use crate::doors::port::Forward;
 
 // The names a handler test usually needs, so that `use fixture::*` brings them.
 pub use crate::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
@@ -238,11 +238,12 @@ pub fn huge_text() -> String {
 /// session attributes): what a replay of `event` answers with.
 pub fn answered_from_stored(event: &Value, stored: &[u8]) -> String {
     let door = crate::handler::Door::detect(event, None).expect("a valid event");
-    let dedup = crate::seam::DedupInfo {
+    let dedup = crate::doors::port::DedupInfo {
         outcome: "replayed",
         key: None,
     };
     door.entry_point()
+        .expect("a door that invokes the tool")
         .result(std::str::from_utf8(stored).unwrap(), dedup)
 }
 

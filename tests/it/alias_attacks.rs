@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use toolcall_dedup::MemoryStore;
 use toolcall_dedup::catalog::catalog_key;
 use toolcall_dedup::config::{Config, ConfigError, Doors, StoreKind, document};
+use toolcall_dedup::handler::DoorName;
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{ClientContext, Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::store::{ManualClock, Status, Store};
@@ -539,7 +540,8 @@ async fn doors_and_the_alias_compose() {
             for qualifier in [Some(ALIAS), Some("live"), None] {
                 let answered = invoke(&h, &ev, qualifier, None).await;
                 let right_alias = (qualifier == Some(ALIAS)) == (name == "interceptor");
-                let should_serve = served.serves(name) && right_alias;
+                let door = DoorName::parse(name).unwrap();
+                let should_serve = served.serves(door) && right_alias;
                 assert_eq!(
                     answered.outcome != Outcome::DoorRefused,
                     should_serve,
@@ -549,7 +551,7 @@ async fn doors_and_the_alias_compose() {
         }
         assert_eq!(
             catalog(h.store()).await,
-            served.interceptor,
+            served.serves(DoorName::Interceptor),
             "DEDUP_DOORS={doors}: learned only by the served interceptor door through its alias"
         );
     }

@@ -23,7 +23,7 @@ use toolcall_dedup::config::Config;
 use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
-use toolcall_dedup::seam::Forward;
+use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::Outcome;
 use toolcall_dedup::test_util::demo::{DemoTool, InProcess, Ledger, StandIn};

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
+use toolcall_dedup::test_util::demo::InProcess;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::Outcome;
@@ -86,11 +87,9 @@ async fn a_namespace_a_route_states_keeps_keys_across_a_renamed_action_group() {
         (r#"{"*": "demo"}"#, Outcome::Executed),
         (stated, Outcome::Replayed),
     ] {
-        let config = Config {
-            routes: Routes::parse(routes).unwrap(),
-            ..Config::default()
-        };
-        let h = handler(MemoryStore::new(), demo(), &config);
+        // The routes are the dispatcher's: it states the namespace with the target.
+        let routed = InProcess::new(demo()).with_routes(Routes::parse(routes).unwrap());
+        let h = handler(MemoryStore::new(), routed, &Config::default());
         let first = send(&h, &original).await;
         assert_eq!(first.outcome, Outcome::Executed);
         let retry = send(&h, &renamed).await;
@@ -123,13 +122,14 @@ fn a_route_namespace_must_be_text() {
         r#"{"payments/charge_card": "exact", "payments/*": {"function": "group", "namespace": "pay", "shared": true}}"#,
     )
     .unwrap();
-    assert_eq!(routes.namespace("payments", "refund"), Some("pay"));
+    let namespace = |group, tool| routes.take(group, tool).and_then(|(_, ns)| ns);
+    assert_eq!(namespace("payments", "refund"), Some("pay"));
     assert_eq!(
-        routes.namespace("payments", "charge_card"),
+        namespace("payments", "charge_card"),
         None,
         "the namespace of the route the call takes, not of a wider one"
     );
-    assert_eq!(routes.namespace("support", "refund"), None);
+    assert_eq!(namespace("support", "refund"), None);
     assert_eq!(routes.stated_namespace("payments/*"), Some("pay"));
     assert_eq!(routes.stated_namespace("payments/charge_card"), None);
     // A stated namespace on a route that catches several callers merges them: refused unless
@@ -145,6 +145,9 @@ fn a_route_namespace_must_be_text() {
         Routes::parse(r#"{"payments/refund": {"function": "demo", "namespace": "pay"}}"#).is_ok()
     );
     let everything = Routes::everything_to("demo");
-    assert_eq!(everything.resolve("support", "refund"), Some("demo"));
-    assert_eq!(everything.namespace("support", "refund"), None);
+    assert_eq!(
+        everything.take("support", "refund"),
+        Some(("demo", None)),
+        "the default route states no namespace"
+    );
 }

@@ -279,22 +279,23 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     let dispatcher = lambda_dispatcher(&fake.url, routes).await;
     // Each tool's own timeout, plus how late it may start (its init phase, throttled invokes).
     let start = TOOL_START_ALLOWANCE;
+    let run_time = |group, tool| dispatcher.route(group, tool).unwrap().max_run_time;
     assert_eq!(
-        dispatcher.max_run_time("refund-fn"),
+        run_time("payments", "refund"),
         Duration::from_secs(900) + start,
         "until it is looked up"
     );
     dispatcher.clone().look_up_timeouts().await;
     assert_eq!(
-        dispatcher.max_run_time("refund-fn"),
+        run_time("payments", "refund"),
         Duration::from_secs(120) + start
     );
     assert_eq!(
-        dispatcher.max_run_time("stated-fn"),
+        run_time("payments", "charge"),
         Duration::from_secs(30) + start
     );
     assert_eq!(
-        dispatcher.max_run_time("unknown-fn"),
+        run_time("support", "create_ticket"),
         Duration::from_secs(900) + start,
         "a failed lookup assumes Lambda's maximum"
     );

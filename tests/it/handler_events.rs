@@ -10,12 +10,12 @@ use std::time::Duration;
 use crate::servers;
 use fixture::*;
 use serde_json::{Value, json};
-use toolcall_dedup::bedrock::ActionGroupEvent;
+use toolcall_dedup::doors::bedrock::ActionGroupEvent;
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::seam::Forward;
+use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
@@ -355,9 +355,9 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
             self.0.fetch_add(1, Ordering::SeqCst);
             let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
             let reply_to = ActionGroupEvent::parse(&ev).unwrap().reply_to;
-            let reply = toolcall_dedup::bedrock::notice(
+            let reply = toolcall_dedup::doors::bedrock::notice(
                 &reply_to,
-                toolcall_dedup::bedrock::ResponseState::Reprompt,
+                toolcall_dedup::doors::bedrock::ResponseState::Reprompt,
                 400,
                 &json!({"error": "amount over the limit"}),
             );
@@ -383,14 +383,11 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
 async fn no_route_is_a_failure_and_claims_nothing() {
     struct Nowhere;
     impl Dispatcher for Nowhere {
-        fn route(&self, group: &str, tool: &str) -> Result<String, DispatchError> {
+        fn route(&self, group: &str, tool: &str) -> Result<Route, DispatchError> {
             Err(DispatchError::NoRoute {
                 action_group: group.into(),
                 tool: tool.into(),
             })
-        }
-        fn max_run_time(&self, _: &str) -> Duration {
-            Duration::ZERO
         }
         async fn invoke(&self, _: &str, _: Vec<u8>, _: Duration) -> Result<Vec<u8>, DispatchError> {
             unreachable!("never routed")

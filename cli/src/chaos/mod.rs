@@ -44,7 +44,7 @@ use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Door, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::seam::DedupInfo;
+use toolcall_dedup::doors::port::DedupInfo;
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{
     ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store,
@@ -642,7 +642,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
                 key: None,
             };
             let stored = std::str::from_utf8(stored).ok()?;
-            Some(door.as_ref()?.entry_point().result(stored, dedup))
+            Some(door.as_ref()?.entry_point()?.result(stored, dedup))
         };
         oracle::check_call(
             &mut verdict,

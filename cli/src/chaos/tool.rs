@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::demo::DemoTool;
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route};
 
 use super::attempt::*;
 use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
@@ -129,18 +129,18 @@ impl ChaosTool {
 }
 
 impl Dispatcher for ChaosTool {
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<String, DispatchError> {
-        Ok("demo-tool".into())
-    }
-
-    fn max_run_time(&self, _target: &str) -> Duration {
+    fn route(&self, _action_group: &str, _tool: &str) -> Result<Route, DispatchError> {
         // In process, a tool cannot outlive its invocation, except the slow-claim one, which
         // models a tool Lambda with a timeout of its own.
-        match current() {
+        let max_run_time = match current() {
             Some(a) if a.fault == ToolFault::SlowClaim => LONG_RUN,
             Some(a) if a.fault.is_invoke() && self.lambda.is_some() => FUNCTION_TIMEOUT,
             _ => Duration::ZERO,
-        }
+        };
+        Ok(Route {
+            max_run_time,
+            ..Route::in_process("demo-tool")
+        })
     }
 
     async fn invoke(

@@ -28,7 +28,7 @@ use serde_json::Value;
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::key::Keyer;
-use toolcall_dedup::seam::{Scoping, Sessionless, Unkeyed};
+use toolcall_dedup::doors::port::{Scoping, Sessionless, Unkeyed};
 
 fn root() -> PathBuf {
     crate::fixture::root()
@@ -480,6 +480,7 @@ fn the_adapters_read_every_valid_event_and_refuse_every_bad_one() {
                 assert!(expected, "{}: detected as {door:?}", name(&file));
                 let call = door
                     .entry_point()
+                    .expect("a door that invokes the tool")
                     .call(scoping)
                     .map_err(|unkeyed| match unkeyed {
                         Unkeyed::Refused(notice) => notice.message,

@@ -38,8 +38,9 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use crate::key::CallerKeyScope;
-use crate::seam::{
-    Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, ReplyClass,
+use crate::decide::ReplyClass;
+use crate::doors::port::{
+    Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
     ScopeArguments, Scoping, Sessionless, ToolCall, Unforwardable, Unkeyed, classify_json_reply,
     json_type, refusal, scoped_namespace, step_value,
 };
@@ -63,7 +64,7 @@ pub(crate) const MESSAGE_VERSION: &str = "bedrockAgentCoreMessageVersion";
 pub(crate) const SESSION_ID: &str = "bedrockAgentCoreSessionId";
 /// Between the target name and the tool name in [`TOOL_NAME`].
 pub(crate) const TOOL_NAME_DELIMITER: &str = "___";
-pub(crate) use crate::seam::DEDUP_KEY_CONTEXT;
+pub(crate) use crate::doors::port::DEDUP_KEY_CONTEXT;
 /// The message versions this adapter reads.
 const SUPPORTED_VERSIONS: [&str; 1] = ["1.0"];
 

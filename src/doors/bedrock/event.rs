@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value};
 
 use super::response::{Flavour, ReplyTo};
-use crate::seam::json_type;
+use crate::doors::port::json_type;
 
 /// Declared parameter types (`ParameterDetail.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

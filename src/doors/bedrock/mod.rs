@@ -34,12 +34,12 @@ pub use event::{ActionGroupEvent, CheckedCall, DeclaredType, EventError, Param};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
 use crate::key::{CallerKeyScope, Schema};
-use crate::seam::{
+use crate::doors::port::{
     self, Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, Scope,
     Scoping, Unforwardable, Unkeyed, refusal as refused,
 };
 
-/// This entry point's name in every key (see [`seam::scoped_namespace`]).
+/// This entry point's name in every key (see [`port::scoped_namespace`]).
 pub const ENTRY_POINT: &str = "bedrock";
 
 /// The session attribute through which the executor hands the derived key to the tool.
@@ -71,7 +71,7 @@ pub fn call(
     step_attribute: &str,
     caller_key_name: &str,
     scope: Scope,
-) -> Result<seam::ToolCall, EventError> {
+) -> Result<port::ToolCall, EventError> {
     let call = envelope.tool_call()?;
     let schema = Schema::from_declared_types(call.declared_types()).map_err(|e| {
         EventError::ActionGroupEvent {
@@ -83,11 +83,11 @@ pub fn call(
         .reply_to
         .session_attributes
         .get(caller_key_name)
-        .and_then(seam::step_value);
-    Ok(seam::ToolCall {
+        .and_then(port::step_value);
+    Ok(port::ToolCall {
         caller_key,
         step: step(&call, step_attribute, scope),
-        namespace: seam::scoped_namespace(ENTRY_POINT, &call.namespace()),
+        namespace: port::scoped_namespace(ENTRY_POINT, &call.namespace()),
         tool: call.tool().to_string(),
         run_id: Some(call.session_id.to_string()),
         args: call.args,
@@ -117,7 +117,7 @@ impl EntryPoint for ActionGroupCall<'_> {
         (&self.envelope.reply_to.action_group, self.tool())
     }
 
-    fn call(&self, scoping: Scoping<'_>) -> Result<seam::ToolCall, Unkeyed> {
+    fn call(&self, scoping: Scoping<'_>) -> Result<port::ToolCall, Unkeyed> {
         call(
             &self.envelope,
             scoping.step_attribute,
@@ -140,7 +140,7 @@ impl EntryPoint for ActionGroupCall<'_> {
             .map_err(|e| Unforwardable(e.to_string()))
     }
 
-    fn classify(&self, reply: &[u8]) -> Result<seam::ReplyClass, MalformedReply> {
+    fn classify(&self, reply: &[u8]) -> Result<crate::decide::ReplyClass, MalformedReply> {
         validate_reply(reply, &self.envelope.reply_to).map_err(|reason| MalformedReply {
             expected: "a Bedrock response",
             reason,

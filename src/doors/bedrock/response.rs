@@ -160,7 +160,7 @@ pub fn finish_text(
     })
 }
 
-pub use crate::seam::ReplyClass;
+pub use crate::decide::ReplyClass;
 
 /// The member of a stored reply that holds what the tool changed in each session map, in place of
 /// the maps themselves: `{"sessionAttributes": {"set": {...}, "removed": [...]}, ...}`.

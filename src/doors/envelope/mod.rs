@@ -26,9 +26,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::seam::{
+use crate::decide::ReplyClass;
+use crate::doors::port::{
     Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
-    ReplyClass, Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal,
+    Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal,
     scoped_namespace, step_value,
 };
 
@@ -317,9 +318,9 @@ pub(crate) fn result(reply: &str, dedup: &DedupInfo<'_>) -> String {
 pub(crate) fn error(notice: &Notice, dedup: &DedupInfo<'_>) -> String {
     let mut out = String::with_capacity(notice.message.len() + 128);
     out.push_str("{\"error\":{\"type\":");
-    crate::seam::push_json_str(&mut out, notice.kind.status());
+    crate::key::push_json_str(&mut out, notice.kind.status());
     out.push_str(",\"message\":");
-    crate::seam::push_json_str(&mut out, &notice.message);
+    crate::key::push_json_str(&mut out, &notice.message);
     if let Some(ms) = notice.retry_after_ms {
         out.push_str(",\"retry_after_ms\":");
         out.push_str(&ms.to_string());

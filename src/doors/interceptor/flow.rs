@@ -1,55 +1,44 @@
 //! The interceptor's protocol: a `tools/call` is claimed at REQUEST (the Gateway then calls the
 //! target) and settled at RESPONSE, when the target's answer passes by; every other message
-//! passes through. See the module docs of [`crate::interceptor`] for the contract.
+//! passes through. See the module docs of [`crate::doors::interceptor`] for the contract.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::{Intercepted, Interception, Phase, ToolsCall};
-use crate::answer::{self, Answered, HandlerError, ToolFailure, Unanswerable};
+use crate::answer::{self, Answered, ToolFailure};
 use crate::decide::Mode;
 use crate::decide::RunEnd;
-use crate::direct::warn_sessionless;
+use crate::invoking::warn_sessionless;
 use crate::executor::lease::TOOL_START_ALLOWANCE;
 use crate::executor::{
     ClaimMade, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner, Settled,
 };
 use crate::key::{Call, Delivery};
-use crate::seam::{Notice, ReplyClass, ToolCall, Unkeyed};
-use crate::service::{CallKey, Service};
+use crate::decide::ReplyClass;
+use crate::doors::port::{Notice, ToolCall, Unkeyed};
+use crate::engine::{CallKey, Engine};
 use crate::store::Store;
 
-/// Answers one interceptor invocation.
+/// Answers one interceptor invocation, as [`Intercepted::parse`] read it.
 pub(crate) async fn intercept<S: Store>(
-    service: &Service<S>,
-    event: &Value,
-    client_context: Option<&HashMap<String, String>>,
+    engine: &Engine<S>,
+    read: Intercepted<'_>,
     end: Instant,
 ) -> Answered {
-    let doors = &service.doors;
-    let interception = match Intercepted::parse(event, client_context, doors.gateway_id.as_deref())
-    {
-        Ok(Intercepted::Mcp(interception)) => interception,
-        Ok(Intercepted::Unread { answer, why, warn }) => {
+    let doors = &engine.doors;
+    let interception = match read {
+        Intercepted::Mcp(interception) => interception,
+        Intercepted::Unread { answer, why, warn } => {
             if warn {
                 tracing::warn!("interceptor invocation passed on unread: {why}");
             } else {
                 tracing::debug!("interceptor invocation passed on unread: {why}");
             }
             return Answered::new(Outcome::PassedUnread, answer::raw(answer)).because(why);
-        }
-        Err(e) => {
-            let reason = e.to_string();
-            return Answered::new(
-                Outcome::BadRequest,
-                Err(HandlerError::InvalidEvent(Unanswerable::Interceptor(
-                    e.reason().to_string(),
-                ))),
-            )
-            .because(reason);
         }
     };
     // At RESPONSE, what the target answered, read once for every claim it settles.
@@ -58,7 +47,7 @@ pub(crate) async fn intercept<S: Store>(
         Phase::Request => None,
     };
     let flow = Flow {
-        service,
+        engine,
         interception,
         reply,
         end,
@@ -68,7 +57,7 @@ pub(crate) async fn intercept<S: Store>(
 
 /// One interceptor invocation being answered.
 struct Flow<'a, S> {
-    service: &'a Service<S>,
+    engine: &'a Engine<S>,
     interception: Interception<'a>,
     /// At RESPONSE, the target's answer to settle with ([`Interception::target_reply`]); `None`
     /// when there is nothing to settle (and always at REQUEST).
@@ -92,8 +81,8 @@ impl<S: Store> Flow<'_, S> {
     }
 
     async fn answer(&self) -> Answered {
-        let (service, interception) = (self.service, &self.interception);
-        let enforcing = service.settings().mode != Mode::Off;
+        let (engine, interception) = (self.engine, &self.interception);
+        let enforcing = engine.settings().mode != Mode::Off;
         if let Some(listed) = interception.listed_tools() {
             if enforcing {
                 self.learn(listed).await;
@@ -118,7 +107,7 @@ impl<S: Store> Flow<'_, S> {
             }
             _ => return self.pass(Outcome::PassedOn),
         };
-        warn_once_if_gateway_unnamed(&service.warned_gateway_unnamed, interception);
+        warn_once_if_gateway_unnamed(&engine.warned_gateway_unnamed, interception);
         if !self.request()
             && let Some(settled) = self.settle_as_noted(&call).await
         {
@@ -129,12 +118,12 @@ impl<S: Store> Flow<'_, S> {
             Err(answered) => return answered.tool(call.tool),
         };
         let key_call = prepared.tool_call.key_call();
-        let keyer = service.keyer();
+        let keyer = engine.keyer();
         let derived = tracing::info_span!("key")
             .in_scope(|| CallKey::derive(keyer, &prepared.tool_call, &key_call));
         let call_key = match derived {
             Ok(call_key) => call_key,
-            Err(notice) if self.request() && service.settings().mode != Mode::Shadow => {
+            Err(notice) if self.request() && engine.settings().mode != Mode::Shadow => {
                 return answer::refuse(&call, notice);
             }
             Err(_) => return self.pass(Outcome::PassedOn).tool(call.tool),
@@ -159,8 +148,8 @@ impl<S: Store> Flow<'_, S> {
     /// The call to key, with the schema and delivery its policy entry, or else its learned
     /// listing, gives; `Err` is the answer when there is none to key.
     async fn prepare(&self, call: &ToolsCall<'_>) -> Result<Prepared, Answered> {
-        let (service, interception) = (self.service, &self.interception);
-        let doors = &service.doors;
+        let (engine, interception) = (self.engine, &self.interception);
+        let doors = &engine.doors;
         let mut tool_call = match interception.tool_call(
             call,
             &doors.step_attribute,
@@ -179,7 +168,7 @@ impl<S: Store> Flow<'_, S> {
             }
             Err(Unkeyed::Refused(_)) => return Err(self.pass(Outcome::PassedOn)),
         };
-        let keyer = service.keyer();
+        let keyer = engine.keyer();
         // Policy entries name the tool as the Gateway lists it (`target___tool`), so that one
         // target's policy never applies to another target's tool of the same name.
         tool_call.policy_name = Some(call.listed_name.to_string());
@@ -187,9 +176,9 @@ impl<S: Store> Flow<'_, S> {
         let mut delivery = keyer.delivery(call.listed_name);
         if !by_policy {
             let trusted = doors.trusts_gateway(interception.gateway());
-            match service
+            match engine
                 .catalogs
-                .lookup(service.store(), &tool_call.namespace, trusted)
+                .lookup(engine.store(), &tool_call.namespace, trusted)
                 .await
             {
                 Ok(catalog) => {
@@ -204,7 +193,7 @@ impl<S: Store> Flow<'_, S> {
                     }
                 }
                 // Keying without the schema could give a retry another key: fail closed.
-                Err(e) if service.settings().mode != Mode::Shadow => {
+                Err(e) if engine.settings().mode != Mode::Shadow => {
                     tracing::error!(error = %e, "could not read the tool catalog");
                     let answered = if self.request() {
                         answer::notice(
@@ -232,7 +221,7 @@ impl<S: Store> Flow<'_, S> {
 
     /// REQUEST: claim the call for the target the Gateway calls next, or answer for it.
     async fn open(&self, call: &ToolsCall<'_>, keyed: Keyed<'_>, key_call: &Call<'_>) -> Answered {
-        let service = self.service;
+        let engine = self.engine;
         let owner = RequestOwner {
             name: self.interception.owner(keyed.key),
             is_one_request: self.interception.owner_is_one_request(),
@@ -240,15 +229,15 @@ impl<S: Store> Flow<'_, S> {
         };
         // The target runs after we answer, within the Gateway's limit on a call, once started.
         let lease = Lease::Covering {
-            max_run_time: service.doors.interceptor_timeout + TOOL_START_ALLOWANCE,
+            max_run_time: engine.doors.interceptor_timeout + TOOL_START_ALLOWANCE,
         };
-        match service
+        match engine
             .executor
             .open::<ToolFailure>(keyed, self.end, lease, &owner)
             .await
         {
             Opened::Claimed => {
-                let passed = match &service.doors.target_key_header {
+                let passed = match &engine.doors.target_key_header {
                     Some(header) => self.interception.pass_with_key(header, keyed.key),
                     None => self.interception.pass(),
                 };
@@ -257,7 +246,7 @@ impl<S: Store> Flow<'_, S> {
             }
             Opened::Unclaimed(outcome) => self.pass(outcome),
             Opened::Answered(finished) => {
-                if let Some(ended) = ended_task(&finished, service.store().now_ms()) {
+                if let Some(ended) = ended_task(&finished, engine.store().now_ms()) {
                     // The stored answer hands out a task that no longer lives: the call was made
                     // once, and what its task did is not ours to know.
                     tracing::info!(ended, "the stored task handle outlived its task");
@@ -269,9 +258,9 @@ impl<S: Store> Flow<'_, S> {
                     )
                     .because("the stored task has ended");
                 }
-                service
+                engine
                     .telemetry
-                    .call(service.keyer(), key_call, finished.outcome);
+                    .call(engine.keyer(), key_call, finished.outcome);
                 answer::finished(call, finished, keyed.key)
             }
         }
@@ -284,7 +273,7 @@ impl<S: Store> Flow<'_, S> {
             return Some(self.pass(Outcome::PassedOn));
         }
         let record = self.interception.request_record();
-        let noted = match self.service.executor.noted_claims(&record, self.end).await {
+        let noted = match self.engine.executor.noted_claims(&record, self.end).await {
             Ok(noted) if noted.is_empty() => return None,
             Ok(noted) => noted,
             Err(e) => {
@@ -334,7 +323,7 @@ impl<S: Store> Flow<'_, S> {
             ),
         };
         let settled = self
-            .service
+            .engine
             .executor
             .finish_claimed(made, self.end, run_end, stored)
             .await;
@@ -365,13 +354,13 @@ impl<S: Store> Flow<'_, S> {
     /// that cannot be written is only logged: the listing still reaches the client, and calls
     /// are keyed as before.
     async fn learn(&self, listed: BTreeMap<&str, Map<String, Value>>) {
-        let (service, interception) = (self.service, &self.interception);
-        let trusted = service.doors.trusts_gateway(interception.gateway());
+        let (engine, interception) = (self.engine, &self.interception);
+        let trusted = engine.doors.trusts_gateway(interception.gateway());
         for (target, tools) in listed {
             let namespace = interception.namespace(target);
-            match service
+            match engine
                 .catalogs
-                .learn(service.store(), &namespace, &tools, trusted)
+                .learn(engine.store(), &namespace, &tools, trusted)
                 .await
             {
                 Ok(wrote) => {

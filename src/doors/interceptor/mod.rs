@@ -61,16 +61,23 @@ pub(crate) mod flow;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::agentcore::{TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host};
+use crate::doors::agentcore::{TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host};
 use crate::key::CallerKeyScope;
-use crate::seam::{
-    Answers, DedupInfo, Notice, NoticeKind, ReplyClass, Sessionless, ToolCall, json_type, refusal,
+use crate::decide::ReplyClass;
+use crate::doors::port::{
+    Answers, DedupInfo, Notice, NoticeKind, Sessionless, ToolCall, json_type, refusal,
     scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub(crate) const ENTRY_POINT: &str = "interceptor";
-pub(crate) use crate::door::INPUT_VERSION;
+/// The member that marks a Gateway interceptor invocation.
+pub(crate) const INPUT_VERSION: &str = "interceptorInputVersion";
+
+/// True when `event` is shaped as a Gateway interceptor invocation.
+pub(crate) fn is_interception(event: &Value) -> bool {
+    event.get(INPUT_VERSION).is_some()
+}
 /// The input version this adapter reads, and the output version it writes.
 pub(crate) const VERSION: &str = "1.0";
 /// The `_meta` member of a `tools/call` result the REQUEST answered from the store: says so (and
@@ -415,7 +422,7 @@ impl<'a> Interception<'a> {
         step_attribute: &str,
         caller_key_name: &str,
         sessionless: Sessionless,
-    ) -> Result<ToolCall, crate::seam::Unkeyed> {
+    ) -> Result<ToolCall, crate::doors::port::Unkeyed> {
         let run_id = self.run(call, sessionless);
         let caller_key = call
             .meta
@@ -468,7 +475,7 @@ impl<'a> Interception<'a> {
         let named = call
             .meta
             .and_then(|m| m.get(RUN_META))
-            .and_then(crate::seam::step_value);
+            .and_then(crate::doors::port::step_value);
         if let Some(run) = named {
             return Some(format!("meta:{run}"));
         }

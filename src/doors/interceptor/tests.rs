@@ -141,7 +141,7 @@ fn other_messages_pass_and_bad_payloads_are_named() {
             "idempotency_key",
             Sessionless::PassThrough
         ),
-        Err(crate::seam::Unkeyed::Sessionless(_))
+        Err(crate::doors::port::Unkeyed::Sessionless(_))
     ));
     assert_eq!(
         i.tool_call(

@@ -109,7 +109,7 @@ impl DynamoDbStore {
                     Ok(Ok(value)) => return Ok(value),
                     Ok(Err(err)) => match classify(&err) {
                         Class::Final => {
-                            return Err(Failed::Service {
+                            return Err(Failed::Engine {
                                 err,
                                 maybe_applied_before: maybe_applied,
                             });
@@ -141,7 +141,7 @@ impl DynamoDbStore {
 /// Why [`DynamoDbStore::send`] stopped without a response.
 pub(super) enum Failed<E> {
     /// A final answer from the service (or a request that could not be built).
-    Service {
+    Engine {
         err: SdkError<E, HttpResponse>,
         maybe_applied_before: bool,
     },
@@ -158,7 +158,7 @@ where
 {
     pub(super) fn maybe_applied_before(&self) -> bool {
         match self {
-            Failed::Service {
+            Failed::Engine {
                 maybe_applied_before,
                 ..
             } => *maybe_applied_before,
@@ -172,7 +172,7 @@ where
         self,
         ccf: impl Fn(&E) -> Option<Option<Item>>,
     ) -> Result<Option<Item>, StoreError> {
-        if let Failed::Service { err, .. } = &self
+        if let Failed::Engine { err, .. } = &self
             && let Some(old) = err.as_service_error().and_then(&ccf)
         {
             return Ok(old);
@@ -182,7 +182,7 @@ where
 
     pub(super) fn is_item_too_large(&self) -> bool {
         match self {
-            Failed::Service { err, .. } => {
+            Failed::Engine { err, .. } => {
                 err.code() == Some("ValidationException")
                     && err
                         .message()
@@ -195,7 +195,7 @@ where
     pub(super) fn into_store_error(self) -> StoreError {
         match self {
             Failed::Unavailable { error, .. } => error,
-            Failed::Service { err, .. } => match err.code() {
+            Failed::Engine { err, .. } => match err.code() {
                 Some("ResourceNotFoundException") => StoreError::Config {
                     message: "table not found (create it with `dedup table create`)".into(),
                     source: Some(Box::new(err)),

@@ -233,7 +233,7 @@ fn an_answer_without_an_error_code_may_have_applied() {
 
 #[test]
 fn item_size_refusal_is_recognised() {
-    let too_large: Failed<GetItemError> = Failed::Service {
+    let too_large: Failed<GetItemError> = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
@@ -242,7 +242,7 @@ fn item_size_refusal_is_recognised() {
         maybe_applied_before: false,
     };
     assert!(too_large.is_item_too_large());
-    let other: Failed<GetItemError> = Failed::Service {
+    let other: Failed<GetItemError> = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
