@@ -106,7 +106,6 @@ pub(crate) fn build(
     corpus: &[(String, Value)],
     excluded: &[ToolFault],
 ) -> Plan {
-    let mut rng = fastrand::Rng::with_seed(seed);
     let span = Duration::from_secs_f64(invocations as f64 / rate.max(1.0));
     let covered: Vec<ToolFault> = TOOL_FAULTS
         .iter()
@@ -119,116 +118,183 @@ pub(crate) fn build(
     } else {
         (Vec::new(), invocations)
     };
-    let mut order: Vec<usize> = (0..corpus.len()).collect();
-    rng.shuffle(&mut order);
-    let mut calls = Vec::new();
-    let mut sends = Vec::new();
-    let mut next_corpus = 0;
-    while sends.len() < drawn_sends {
-        let event = if !order.is_empty() && rng.u32(0..10) < 7 {
-            let (_, event) = &corpus[order[next_corpus % order.len()]];
-            next_corpus += 1;
-            event.clone()
-        } else {
-            generated(&mut rng)
-        };
-        let id = push_call(&mut calls, seed, event);
-        let event = &calls[id].event;
-        let center = span.mul_f64(rng.f64());
-        let copies = rng.usize(1..=20).min(drawn_sends - sends.len());
-        for _ in 0..copies {
-            let offset = if rng.u32(0..10) < 4 {
-                BURST.mul_f64(rng.f64())
-            } else {
-                SPREAD.mul_f64(rng.f64())
-            };
-            sends.push(Send {
-                call: id,
-                at: center + offset,
-                fault: draw_fault(&mut rng, excluded),
-                event: shuffled(event, &mut rng),
-            });
-        }
-    }
-    let windows = |rng: &mut fastrand::Rng, every: Duration, millis: std::ops::Range<u64>| {
-        let n = (span.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as usize;
-        let mut w: Vec<_> = (0..n)
-            .map(|_| {
-                (
-                    span.mul_f64(rng.f64()),
-                    Duration::from_millis(rng.u64(millis.clone())),
-                )
-            })
-            .collect();
-        w.sort();
-        w
+    let mut workload = Workload {
+        rng: fastrand::Rng::with_seed(seed),
+        seed,
+        span,
+        calls: Vec::new(),
+        sends: Vec::new(),
     };
-    let outages = windows(&mut rng, OUTAGE_EVERY, 300..2500);
-    let pauses = windows(&mut rng, OUTAGE_EVERY, 300..2500);
-    // Clear of the outages (which close every connection before a request is read) and of each
-    // other, so that each window's own failure is what the store sees.
-    let mut taken = outages.clone();
-    // Short: a table or a permission back within a second or two.
-    let mut access_errors = Vec::new();
-    for (at, length) in windows(&mut rng, RARE_WINDOW_EVERY, 150..1200) {
-        let at = clear_of(&mut rng, span, &taken, at, length);
-        taken.push((at, length));
-        let error = AccessError::ALL[rng.usize(..AccessError::ALL.len())];
-        access_errors.push((at, length, error));
-    }
-    access_errors.sort();
-    // Each window moved clear of those placed before it, and taken in turn.
-    let mut placed = |rng: &mut fastrand::Rng, drawn: Vec<(Duration, Duration)>| {
-        let mut placed: Vec<_> = drawn
-            .into_iter()
-            .map(|(at, length)| {
-                let at = clear_of(rng, span, &taken, at, length);
-                taken.push((at, length));
-                (at, length)
-            })
-            .collect();
-        placed.sort();
-        placed
-    };
-    let drawn = windows(&mut rng, RARE_WINDOW_EVERY, 300..2000);
-    let refusals = placed(&mut rng, drawn);
-    let drawn = windows(&mut rng, RARE_WINDOW_EVERY, 300..1500);
-    let blackholes = placed(&mut rng, drawn);
-    // Coverage sends claim where no window (server pauses included) is open.
-    let quiet: Vec<_> = taken.iter().chain(&pauses).copied().collect();
-    for fault in covered {
-        for _ in 0..COVERAGE_CALLS {
-            let generated = generated(&mut rng);
-            let id = push_call(&mut calls, seed, generated);
-            let event = &calls[id].event;
-            let first_try = span.mul_f64(rng.f64());
-            let at = clear_of(&mut rng, span, &quiet, first_try, COVERAGE_CLEAR);
-            sends.push(Send {
-                call: id,
-                at,
-                fault,
-                event: shuffled(event, &mut rng),
-            });
-            for _ in 0..COVERAGE_RETRIES {
-                sends.push(Send {
-                    call: id,
-                    at: at + COVERAGE_RETRY_AFTER + SPREAD.mul_f64(rng.f64()),
-                    fault: ToolFault::None,
-                    event: shuffled(event, &mut rng),
-                });
-            }
-        }
-    }
+    workload.draw_sends(drawn_sends, corpus, excluded);
+    let (windows, quiet) = Windows::draw(&mut workload.rng, span);
+    workload.cover(&covered, &quiet);
+    let Workload {
+        calls, mut sends, ..
+    } = workload;
     sends.sort_by_key(|s| s.at);
     Plan {
         calls,
         sends,
-        outages,
-        pauses,
-        access_errors,
-        refusals,
-        blackholes,
+        outages: windows.outages,
+        pauses: windows.pauses,
+        access_errors: windows.access_errors,
+        refusals: windows.refusals,
+        blackholes: windows.blackholes,
     }
+}
+
+/// The calls and sends planned so far, and the generator that draws them (the seed fixes the
+/// order of its draws: sends, then windows, then coverage sends).
+struct Workload {
+    rng: fastrand::Rng,
+    seed: u64,
+    /// The planned length of the run.
+    span: Duration,
+    calls: Vec<Call>,
+    sends: Vec<Send>,
+}
+
+impl Workload {
+    /// `count` sends with drawn faults: calls from the corpus (7 in 10) or generated, each sent
+    /// 1 to 20 times around a random moment, some in a burst racing for the claim.
+    fn draw_sends(&mut self, count: usize, corpus: &[(String, Value)], excluded: &[ToolFault]) {
+        let rng = &mut self.rng;
+        let mut order: Vec<usize> = (0..corpus.len()).collect();
+        rng.shuffle(&mut order);
+        let mut next_corpus = 0;
+        while self.sends.len() < count {
+            let event = if !order.is_empty() && rng.u32(0..10) < 7 {
+                let (_, event) = &corpus[order[next_corpus % order.len()]];
+                next_corpus += 1;
+                event.clone()
+            } else {
+                generated(rng)
+            };
+            let id = push_call(&mut self.calls, self.seed, event);
+            let event = &self.calls[id].event;
+            let center = self.span.mul_f64(rng.f64());
+            let copies = rng.usize(1..=20).min(count - self.sends.len());
+            for _ in 0..copies {
+                let offset = if rng.u32(0..10) < 4 {
+                    BURST.mul_f64(rng.f64())
+                } else {
+                    SPREAD.mul_f64(rng.f64())
+                };
+                self.sends.push(Send {
+                    call: id,
+                    at: center + offset,
+                    fault: draw_fault(rng, excluded),
+                    event: shuffled(event, rng),
+                });
+            }
+        }
+    }
+
+    /// [`COVERAGE_CALLS`] calls per `covered` fault, each opened by a send that carries it where
+    /// no window of `quiet` is open, then retried plainly.
+    fn cover(&mut self, covered: &[ToolFault], quiet: &[(Duration, Duration)]) {
+        let rng = &mut self.rng;
+        for &fault in covered {
+            for _ in 0..COVERAGE_CALLS {
+                let generated = generated(rng);
+                let id = push_call(&mut self.calls, self.seed, generated);
+                let event = &self.calls[id].event;
+                let first_try = self.span.mul_f64(rng.f64());
+                let at = clear_of(rng, self.span, quiet, first_try, COVERAGE_CLEAR);
+                self.sends.push(Send {
+                    call: id,
+                    at,
+                    fault,
+                    event: shuffled(event, rng),
+                });
+                for _ in 0..COVERAGE_RETRIES {
+                    self.sends.push(Send {
+                        call: id,
+                        at: at + COVERAGE_RETRY_AFTER + SPREAD.mul_f64(rng.f64()),
+                        fault: ToolFault::None,
+                        event: shuffled(event, rng),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The store's fault windows of one run.
+struct Windows {
+    outages: Vec<(Duration, Duration)>,
+    pauses: Vec<(Duration, Duration)>,
+    access_errors: Vec<(Duration, Duration, AccessError)>,
+    refusals: Vec<(Duration, Duration)>,
+    blackholes: Vec<(Duration, Duration)>,
+}
+
+impl Windows {
+    /// Draws the windows over `span`, and every window in which a coverage send may not start.
+    fn draw(rng: &mut fastrand::Rng, span: Duration) -> (Windows, Vec<(Duration, Duration)>) {
+        let outages = windows(rng, span, OUTAGE_EVERY, 300..2500);
+        let pauses = windows(rng, span, OUTAGE_EVERY, 300..2500);
+        // Clear of the outages (which close every connection before a request is read) and of
+        // each other, so that each window's own failure is what the store sees.
+        let mut taken = outages.clone();
+        // Short: a table or a permission back within a second or two.
+        let mut access_errors = Vec::new();
+        for (at, length) in windows(rng, span, RARE_WINDOW_EVERY, 150..1200) {
+            let at = clear_of(rng, span, &taken, at, length);
+            taken.push((at, length));
+            let error = AccessError::ALL[rng.usize(..AccessError::ALL.len())];
+            access_errors.push((at, length, error));
+        }
+        access_errors.sort();
+        // Each window moved clear of those placed before it, and taken in turn.
+        let mut placed = |rng: &mut fastrand::Rng, drawn: Vec<(Duration, Duration)>| {
+            let mut placed: Vec<_> = drawn
+                .into_iter()
+                .map(|(at, length)| {
+                    let at = clear_of(rng, span, &taken, at, length);
+                    taken.push((at, length));
+                    (at, length)
+                })
+                .collect();
+            placed.sort();
+            placed
+        };
+        let drawn = windows(rng, span, RARE_WINDOW_EVERY, 300..2000);
+        let refusals = placed(rng, drawn);
+        let drawn = windows(rng, span, RARE_WINDOW_EVERY, 300..1500);
+        let blackholes = placed(rng, drawn);
+        // Coverage sends claim where no window (server pauses included) is open.
+        let quiet = taken.iter().chain(&pauses).copied().collect();
+        let windows = Windows {
+            outages,
+            pauses,
+            access_errors,
+            refusals,
+            blackholes,
+        };
+        (windows, quiet)
+    }
+}
+
+/// One window per `every` of `span` (at least one), each starting at a random time and lasting
+/// a random number of `millis`; in start order.
+fn windows(
+    rng: &mut fastrand::Rng,
+    span: Duration,
+    every: Duration,
+    millis: std::ops::Range<u64>,
+) -> Vec<(Duration, Duration)> {
+    let n = (span.as_secs_f64() / every.as_secs_f64()).ceil().max(1.0) as usize;
+    let mut w: Vec<_> = (0..n)
+        .map(|_| {
+            (
+                span.mul_f64(rng.f64()),
+                Duration::from_millis(rng.u64(millis.clone())),
+            )
+        })
+        .collect();
+    w.sort();
+    w
 }
 
 /// Adds a call with its own session (`chaos-<seed>-<index>`, written into the event), and returns
