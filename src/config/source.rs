@@ -194,7 +194,7 @@ impl Loader {
         Ok(Loaded {
             text,
             document,
-            version: crate::key::hex(&version.finalize()[..16]),
+            version: hex::encode(&version.finalize()[..16]),
             s3_schemas,
         })
     }

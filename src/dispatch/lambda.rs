@@ -31,12 +31,19 @@ use tokio::time::Instant;
 use base64::Engine as _;
 
 use super::Routes;
+use crate::backoff::Backoff;
 use super::{DispatchError, Dispatcher, Route};
 use crate::executor::lease::{MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
 use crate::doors::port::Forward;
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;
+
+/// The pauses between throttled attempts: about 120 ms, then 240 ms (the crate's one backoff).
+const THROTTLE_BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(160),
+    most: Duration::from_millis(640),
+};
 
 /// Bound on looking up one tool's timeout.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -244,8 +251,7 @@ impl LambdaDispatcher {
                     if matches!(e.err(), InvokeError::TooManyRequestsException(_))
                         && attempt < THROTTLE_ATTEMPTS =>
                 {
-                    let pause =
-                        Duration::from_millis(50 * 2u64.pow(attempt) + fastrand::u64(0..50));
+                    let pause = THROTTLE_BACKOFF.jittered(attempt);
                     if Instant::now() + pause >= end {
                         return Err(invoke_error(target, SdkError::ServiceError(e)));
                     }

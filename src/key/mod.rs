@@ -151,7 +151,7 @@ pub struct Key(pub [u8; 16]);
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex(&self.0))
+        f.write_str(&hex::encode(self.0))
     }
 }
 
@@ -162,17 +162,6 @@ impl Key {
         key.copy_from_slice(&digest[..16]);
         Key(key)
     }
-}
-
-/// `bytes` as lowercase hex, two digits a byte.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
 }
 
 impl FromStr for Key {

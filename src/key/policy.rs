@@ -387,10 +387,7 @@ fn fingerprint(texts: &[String]) -> String {
         hasher.update((text.len() as u64).to_be_bytes());
         hasher.update(text.as_bytes());
     }
-    hasher.finalize()[..6]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&hasher.finalize()[..6])
 }
 
 impl ToolPolicy {

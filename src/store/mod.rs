@@ -550,7 +550,7 @@ pub struct LeaseToken(String);
 impl LeaseToken {
     /// A fresh random token (UUID v4).
     pub fn random() -> Self {
-        LeaseToken(fresh_uuid().to_string())
+        LeaseToken(uuid::Uuid::new_v4().to_string())
     }
 
     /// A fresh random token, prefixed by `owner` when there is one (`<owner>.<uuid>`): the
@@ -558,7 +558,7 @@ impl LeaseToken {
     /// one owner still differ.
     pub fn for_owner(owner: Option<&str>) -> Self {
         match owner {
-            Some(owner) => LeaseToken(format!("{owner}.{}", fresh_uuid())),
+            Some(owner) => LeaseToken(format!("{owner}.{}", uuid::Uuid::new_v4())),
             None => LeaseToken::random(),
         }
     }
@@ -579,11 +579,6 @@ impl LeaseToken {
     }
 }
 
-/// A v4 UUID from the thread's generator (ChaCha, seeded and reseeded from the OS): as unpredictable
-/// as `Uuid::new_v4`, without its system call on every claim.
-fn fresh_uuid() -> uuid::Uuid {
-    uuid::Builder::from_random_bytes(rand::random()).into_uuid()
-}
 
 impl fmt::Display for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

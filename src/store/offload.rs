@@ -144,7 +144,7 @@ pub fn check(offloaded: &Offloaded, body: Vec<u8>) -> Result<Vec<u8>, String> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    crate::key::hex(&Sha256::digest(bytes))
+    hex::encode(&Sha256::digest(bytes))
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ pub fn step(call: &CheckedCall, step_attribute: &str, scope: Scope) -> Option<St
 /// `"turn:"` + 16 hex digits of SHA-256 of the turn's input text.
 pub fn turn_step(input_text: &str) -> String {
     let digest = Sha256::digest(input_text.as_bytes());
-    format!("turn:{}", crate::key::hex(&digest[..8]))
+    format!("turn:{}", hex::encode(&digest[..8]))
 }
 
 /// The format-free call of an action-group event: the declared parameter types become its

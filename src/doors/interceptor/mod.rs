@@ -507,7 +507,7 @@ impl<'a> Interception<'a> {
             .chain_update([0])
             .chain_update(subject.as_bytes())
             .finalize();
-        Some(crate::key::hex(&digest[..16]))
+        Some(hex::encode(&digest[..16]))
     }
 
     /// The JSON-RPC id of the request (`null` when it has none).
@@ -526,7 +526,7 @@ impl<'a> Interception<'a> {
             .chain_update([0])
             .chain_update(self.request_id.unwrap_or_default().as_bytes())
             .finalize();
-        crate::key::hex(&digest[..12])
+        hex::encode(&digest[..12])
     }
 
     /// The record a REQUEST's claim is noted under (which key it claimed, under which owner), so
