@@ -78,35 +78,12 @@ impl ChaosTool {
                 tokio::time::sleep(timeout.saturating_sub(NEAR_TIMEOUT)).await;
                 self.effect(target, &payload)
             }
-            ToolFault::ErrorBeforeEffect => Err(DispatchError::FunctionError {
-                target: target.into(),
-                kind: toolcall_dedup::config::NOTHING_RAN_ERROR.into(),
-                message: "chaos: the tool rejected the call before doing anything".into(),
-            }),
-            ToolFault::TypedErrorAfterEffect => {
+            ToolFault::ErrorBeforeEffect => Err(failure(attempt.fault, target)),
+            ToolFault::TypedErrorAfterEffect
+            | ToolFault::FourXxAfterRun
+            | ToolFault::CrashAfterEffect => {
                 self.effect(target, &payload)?;
-                Err(DispatchError::FunctionError {
-                    target: target.into(),
-                    kind: "ValidationException".into(),
-                    message: "chaos: the receipt write was rejected after the side effect".into(),
-                })
-            }
-            ToolFault::FourXxAfterRun => {
-                self.effect(target, &payload)?;
-                Err(DispatchError::Invoke {
-                    target: target.into(),
-                    // What the Lambda dispatcher makes of a 410 EFSIOException.
-                    outcome_unknown: true,
-                    source: "chaos: EFSIOException (410) after the function ran".into(),
-                })
-            }
-            ToolFault::CrashAfterEffect => {
-                self.effect(target, &payload)?;
-                Err(DispatchError::FunctionError {
-                    target: target.into(),
-                    kind: "Runtime.ExitError".into(),
-                    message: "chaos: the tool exited after its side effect".into(),
-                })
+                Err(failure(attempt.fault, target))
             }
             ToolFault::HangPastTimeout => std::future::pending().await,
             ToolFault::SlowPastDeadline => {
@@ -125,6 +102,37 @@ impl ChaosTool {
                 std::future::pending().await
             }
         }
+    }
+}
+
+/// The error a tool fault that fails the call returns (after its side effect, for all but
+/// [`ToolFault::ErrorBeforeEffect`]).
+fn failure(fault: ToolFault, target: &str) -> DispatchError {
+    let function_error = |kind: &str, message: &str| DispatchError::FunctionError {
+        target: target.into(),
+        kind: kind.into(),
+        message: message.into(),
+    };
+    match fault {
+        ToolFault::ErrorBeforeEffect => function_error(
+            toolcall_dedup::config::NOTHING_RAN_ERROR,
+            "chaos: the tool rejected the call before doing anything",
+        ),
+        ToolFault::TypedErrorAfterEffect => function_error(
+            "ValidationException",
+            "chaos: the receipt write was rejected after the side effect",
+        ),
+        ToolFault::FourXxAfterRun => DispatchError::Invoke {
+            target: target.into(),
+            // What the Lambda dispatcher makes of a 410 EFSIOException.
+            outcome_unknown: true,
+            source: "chaos: EFSIOException (410) after the function ran".into(),
+        },
+        ToolFault::CrashAfterEffect => function_error(
+            "Runtime.ExitError",
+            "chaos: the tool exited after its side effect",
+        ),
+        other => unreachable!("{other:?} does not fail the call"),
     }
 }
 
