@@ -111,8 +111,8 @@ impl Verdict {
     }
 }
 
-/// Checks one call. `observed` are its invocations in the run (settling pass included),
-/// `settled` the outcome of its fault-free settling send, `record` its final stored record.
+/// Checks one call. `observed` are its invocations in the run (settling pass included, from
+/// `settle_index` on), `store` what the store holds for it.
 pub(crate) fn check_call(
     verdict: &mut Verdict,
     session: &str,
@@ -121,11 +121,6 @@ pub(crate) fn check_call(
     settle_index: usize,
     store: &StoreSeen<'_>,
 ) {
-    let StoreSeen {
-        record,
-        writes,
-        answered_from,
-    } = *store;
     verdict.executed += entries.len() as u64;
     let before_settle = entries
         .iter()
@@ -148,14 +143,41 @@ pub(crate) fn check_call(
             keys.len()
         ));
     }
+    check_side_effects(verdict, session, entries, observed, store.writes);
+    check_results(verdict, session, observed, store);
+    check_lost_claims(verdict, session, observed);
+    check_invoke_releases(verdict, session, observed);
 
-    // Side effects, in the order they happened.
+    // Claims.
+    let record = store.record;
+    let settled = observed.get(settle_index).and_then(|o| o.outcome);
+    let blocking = record.is_some_and(|r| r.status == Status::InProgress);
+    if settled == Some(Outcome::InProgress) || blocking {
+        verdict.stuck_claims += 1;
+        verdict.finding(format!(
+            "{session}: still claimed after every lease ended (settling answer {settled:?}, record {record:?})"
+        ));
+    }
+}
+
+/// One side effect, with the invocation that noted it and when its claim took the key.
+type Execution<'a> = (&'a Value, Option<&'a Observed>, Option<i64>);
+
+/// Side effects, in the order they happened: each after the first is a re-execution after an
+/// unknown outcome whose lease had ended, or a double execution.
+fn check_side_effects(
+    verdict: &mut Verdict,
+    session: &str,
+    entries: &[&Value],
+    observed: &[&Observed],
+    writes: &[WriteSeen],
+) {
     let by_receipt: HashMap<&str, &Observed> = observed
         .iter()
         .filter_map(|o| o.notes.receipt_id.as_deref().map(|r| (r, *o)))
         .collect();
     // Each with its invocation and when its claim took the key, worked out once.
-    let mut executions: Vec<(&Value, Option<&Observed>, Option<i64>)> = entries
+    let mut executions: Vec<Execution<'_>> = entries
         .iter()
         .map(|e| {
             let o = e["receipt_id"]
@@ -166,7 +188,7 @@ pub(crate) fn check_call(
         .collect();
     executions.sort_by_key(|(e, _, took)| (took.unwrap_or(i64::MAX), e["ts_ms"].as_i64()));
     for i in 1..executions.len() {
-        let (entry, this, claimed_at) = executions[i];
+        let (_, this, claimed_at) = executions[i];
         let explained_at = |claimed_at: i64| {
             executions[..i].iter().any(|(earlier_entry, earlier, _)| {
                 // The earlier side effect itself happened before this claim: a lease that ended
@@ -195,104 +217,135 @@ pub(crate) fn check_call(
             }
         } else {
             verdict.double_executions += 1;
-            let history: Vec<String> = executions[..=i]
-                .iter()
-                .map(|(e, o, took)| describe(e, *o, *took))
-                .collect();
-            let from = executions[0].1.and_then(|o| o.notes.claimed_at_ms);
-            let until = claimed_at.map(|t| t + WRITES_SHOWN_AFTER_MS);
-            let seen: Vec<String> = writes
-                .iter()
-                .filter(|w| from.is_none_or(|f| w.sent_ms >= f - WRITES_SHOWN_BEFORE_MS))
-                .filter(|w| until.is_none_or(|u| w.sent_ms <= u))
-                .map(WriteSeen::to_string)
-                .collect();
-            verdict.finding(format!(
-                "{session}: side effect #{} ({}) is a double execution; executions: {}; the key's \
-                 writes around them: {}",
-                i + 1,
-                entry["receipt_id"],
-                history.join(" | "),
-                seen.join(" | ")
-            ));
+            let finding = double_execution(session, &executions[..=i], writes);
+            verdict.finding(finding);
         }
     }
+}
 
-    // Results.
+/// The finding for the last of `executions`, a double execution: every execution up to it, and
+/// the key's writes around them.
+fn double_execution(session: &str, executions: &[Execution<'_>], writes: &[WriteSeen]) -> String {
+    let (entry, _, claimed_at) = executions[executions.len() - 1];
+    let history: Vec<String> = executions
+        .iter()
+        .map(|(e, o, took)| describe(e, *o, *took))
+        .collect();
+    let from = executions[0].1.and_then(|o| o.notes.claimed_at_ms);
+    let until = claimed_at.map(|t| t + WRITES_SHOWN_AFTER_MS);
+    let seen: Vec<String> = writes
+        .iter()
+        .filter(|w| from.is_none_or(|f| w.sent_ms >= f - WRITES_SHOWN_BEFORE_MS))
+        .filter(|w| until.is_none_or(|u| w.sent_ms <= u))
+        .map(WriteSeen::to_string)
+        .collect();
+    format!(
+        "{session}: side effect #{} ({}) is a double execution; executions: {}; the key's \
+         writes around them: {}",
+        executions.len(),
+        entry["receipt_id"],
+        history.join(" | "),
+        seen.join(" | ")
+    )
+}
+
+/// Results: every answer from the stored result equals it, a result too large to store is
+/// accounted for as such, and no completion is refused within its lease.
+fn check_results(
+    verdict: &mut Verdict,
+    session: &str,
+    observed: &[&Observed],
+    store: &StoreSeen<'_>,
+) {
+    let record = store.record;
     let completed = record.filter(|r| r.status == Status::Completed);
     let stored = completed.and_then(|r| r.result.as_deref());
     let omitted = completed.and_then(|r| r.omitted_result_bytes);
     for o in observed {
-        let replayed = matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited));
-        let executed_and_stored =
-            o.outcome == Some(Outcome::Executed) && o.notes.completion == Some(Completion::Stored);
-        if o.notes.completion == Some(Completion::ResultOmitted) {
-            // Not stored by design: the record must say so, with this result's size.
-            let told = o.notes.omitted_bytes;
-            if omitted.is_some() && omitted == o.notes.result_bytes && told == omitted {
-                verdict.results_omitted += 1;
-            } else {
-                verdict.lost_results += 1;
-                verdict.finding(format!(
-                    "{session}: a completion reported its result omitted ({told:?} bytes; the \
-                     result had {:?}), but the record's marker says {omitted:?} ({})",
-                    o.notes.result_bytes,
-                    describe_notes(o)
-                ));
-            }
-        } else if replayed && omitted.is_some() {
-            let notice = o
-                .response
-                .as_deref()
-                .is_some_and(|r| r.contains(ALREADY_RAN));
-            if notice {
-                verdict.already_ran_answers += 1;
-            } else {
-                verdict.lost_results += 1;
-                verdict.finding(format!(
-                    "{session}: a {:?} answer of a call stored without its result is not the \
-                     \"already ran\" notice: {:?}",
-                    o.outcome, o.response
-                ));
-            }
-        } else if o.notes.completion == Some(Completion::LeaseLost) {
-            // The fence checks the token, not the lease: a completion sent within its lease whose
-            // retries outlast it may meet a takeover, which the lease allowed.
-            let late = match (o.notes.completion_returned_at_ms, o.notes.lease_until_ms) {
-                (Some(refused), Some(lease)) => refused > lease,
-                _ => false,
-            };
-            if late {
-                verdict.late_completions_refused += 1;
-            } else {
-                verdict.lost_results += 1;
-                verdict.finding(format!(
-                    "{session}: a completion was refused within its lease: the record was \
-                     overwritten or deleted under its holder, and its result is lost ({})",
-                    describe_notes(o)
-                ));
-            }
-        } else if replayed || executed_and_stored {
-            // The answer is what the call's door writes from the stored result (a Bedrock reply
-            // with the call's own session attributes).
-            let same = match (stored.and_then(answered_from), &o.response) {
-                (Some(expected), Some(answer)) => expected == *answer,
-                _ => false,
-            };
-            if !same {
-                verdict.lost_results += 1;
-                verdict.finding(format!(
-                    "{session}: a {:?} answer differs from the stored result (stored: {})",
-                    o.outcome,
-                    stored.map_or("none".into(), |s| String::from_utf8_lossy(s).into_owned())
-                ));
-            }
+        check_result(verdict, session, o, stored, omitted, store.answered_from);
+    }
+}
+
+/// The results check of one invocation; `stored` and `omitted` are the completed record's.
+fn check_result(
+    verdict: &mut Verdict,
+    session: &str,
+    o: &Observed,
+    stored: Option<&[u8]>,
+    omitted: Option<usize>,
+    answered_from: &dyn Fn(&[u8]) -> Option<String>,
+) {
+    let replayed = matches!(o.outcome, Some(Outcome::Replayed | Outcome::Waited));
+    let executed_and_stored =
+        o.outcome == Some(Outcome::Executed) && o.notes.completion == Some(Completion::Stored);
+    if o.notes.completion == Some(Completion::ResultOmitted) {
+        // Not stored by design: the record must say so, with this result's size.
+        let told = o.notes.omitted_bytes;
+        if omitted.is_some() && omitted == o.notes.result_bytes && told == omitted {
+            verdict.results_omitted += 1;
+        } else {
+            verdict.lost_results += 1;
+            verdict.finding(format!(
+                "{session}: a completion reported its result omitted ({told:?} bytes; the \
+                 result had {:?}), but the record's marker says {omitted:?} ({})",
+                o.notes.result_bytes,
+                describe_notes(o)
+            ));
+        }
+    } else if replayed && omitted.is_some() {
+        let notice = o
+            .response
+            .as_deref()
+            .is_some_and(|r| r.contains(ALREADY_RAN));
+        if notice {
+            verdict.already_ran_answers += 1;
+        } else {
+            verdict.lost_results += 1;
+            verdict.finding(format!(
+                "{session}: a {:?} answer of a call stored without its result is not the \
+                 \"already ran\" notice: {:?}",
+                o.outcome, o.response
+            ));
+        }
+    } else if o.notes.completion == Some(Completion::LeaseLost) {
+        // The fence checks the token, not the lease: a completion sent within its lease whose
+        // retries outlast it may meet a takeover, which the lease allowed.
+        let late = match (o.notes.completion_returned_at_ms, o.notes.lease_until_ms) {
+            (Some(refused), Some(lease)) => refused > lease,
+            _ => false,
+        };
+        if late {
+            verdict.late_completions_refused += 1;
+        } else {
+            verdict.lost_results += 1;
+            verdict.finding(format!(
+                "{session}: a completion was refused within its lease: the record was \
+                 overwritten or deleted under its holder, and its result is lost ({})",
+                describe_notes(o)
+            ));
+        }
+    } else if replayed || executed_and_stored {
+        // The answer is what the call's door writes from the stored result (a Bedrock reply
+        // with the call's own session attributes).
+        let same = match (stored.and_then(answered_from), &o.response) {
+            (Some(expected), Some(answer)) => expected == *answer,
+            _ => false,
+        };
+        if !same {
+            verdict.lost_results += 1;
+            verdict.finding(format!(
+                "{session}: a {:?} answer differs from the stored result (stored: {})",
+                o.outcome,
+                stored.map_or("none".into(), |s| String::from_utf8_lossy(s).into_owned())
+            ));
         }
     }
+}
 
-    // Claims whose every answer was lost: released by the store, or handed back and released by
-    // the executor (the fault-free settling pass gives it calls to do that at), never left to
-    // block the key for a whole lease.
+/// Claims whose every answer was lost: released by the store, or handed back and released by
+/// the executor (the fault-free settling pass gives it calls to do that at), never left to
+/// block the key for a whole lease.
+fn check_lost_claims(verdict: &mut Verdict, session: &str, observed: &[&Observed]) {
     for o in observed {
         let left = match o.notes.lost_claim {
             Some(LostClaim::LeftHeld) => {
@@ -313,9 +366,11 @@ pub(crate) fn check_call(
             o.notes.later_unconfirmed_on_key,
         ));
     }
+}
 
-    // The `Invoke` path: a claim is released exactly when the dispatcher's answer proves that the
-    // tool never started (an invocation killed at its deadline may not have got to decide).
+/// The `Invoke` path: a claim is released exactly when the dispatcher's answer proves that the
+/// tool never started (an invocation killed at its deadline may not have got to decide).
+fn check_invoke_releases(verdict: &mut Verdict, session: &str, observed: &[&Observed]) {
     for o in observed.iter().filter(|o| o.killed.is_none()) {
         let Some(expected) = o.notes.invoke_release else {
             continue;
@@ -340,16 +395,6 @@ pub(crate) fn check_call(
                 describe_notes(o)
             ));
         }
-    }
-
-    // Claims.
-    let settled = observed.get(settle_index).and_then(|o| o.outcome);
-    let blocking = record.is_some_and(|r| r.status == Status::InProgress);
-    if settled == Some(Outcome::InProgress) || blocking {
-        verdict.stuck_claims += 1;
-        verdict.finding(format!(
-            "{session}: still claimed after every lease ended (settling answer {settled:?}, record {record:?})"
-        ));
     }
 }
 
