@@ -121,6 +121,41 @@ struct Deployment {
 }
 
 impl Deployment {
+    /// A fresh table on the server, and `cfg.containers` containers over it.
+    async fn start(cfg: &GatewaySoakConfig) -> Result<Deployment, ChaosError> {
+        let table = format!(
+            "dedup-gateway-soak-{}-{}",
+            cfg.seed,
+            uuid::Uuid::new_v4().simple()
+        );
+        let store_cfg = DynamoDbConfig::new(table);
+        let client = super::sdk_client(&cfg.endpoint);
+        create_table_with_client(&client, &store_cfg).await?;
+        let store = DynamoDbStore::new(&client, store_cfg)?;
+        let base = Config::default();
+        let rekeyed = Config {
+            policies: policies(json!({"tools": {TOOL: {"key_fields": ["/sku"]}}}))?,
+            ..Config::default()
+        };
+        let retyped = Config {
+            policies: policies(json!({"tools": {TOOL: {"schema": {"type": "object",
+            "properties": {"sku": {"type": "string"}, "quantity": {"type": "string"}}}}}}))?,
+            ..Config::default()
+        };
+        let mut dep = Deployment {
+            store,
+            containers: Vec::new(),
+            base,
+            rekeyed,
+            retyped,
+        };
+        let containers = (0..cfg.containers.max(1))
+            .map(|_| RwLock::new(Arc::new(dep.build(&dep.base))))
+            .collect();
+        dep.containers = containers;
+        Ok(dep)
+    }
+
     fn build(&self, config: &Config) -> Container {
         Handler::new(
             Faulty::new(self.store.clone()),
@@ -227,6 +262,33 @@ impl Seen {
         self.invocations += 1;
         *self.outcomes.entry(handled.outcome.name()).or_default() += 1;
     }
+
+    /// Adds what `call`'s rounds saw to the report (`outcomes` by name).
+    fn add_to(
+        self,
+        call: &Call,
+        report: &mut SoakReport,
+        outcomes: &mut HashMap<&'static str, u64>,
+    ) {
+        report.invocations += self.invocations;
+        report.executed += self.runs;
+        report.replayed += self.replayed;
+        report.double_executions += self.runs.saturating_sub(1);
+        if self.runs > 1 {
+            report.findings.push(format!(
+                "call {}: the target ran {} times",
+                call.index, self.runs
+            ));
+        }
+        report.lost_results += self.lost_results;
+        report.findings.extend(self.findings);
+        for (name, n) in self.faults {
+            *report.faults.entry(name.to_string()).or_default() += n;
+        }
+        for (name, n) in self.outcomes {
+            *outcomes.entry(name).or_default() += n;
+        }
+    }
 }
 
 async fn send(container: &Container, ev: &Value, request_id: &str, seen: &mut Seen) -> Handled {
@@ -257,27 +319,7 @@ async fn round(
     let request_id = format!("{}-{attempt}", call.index);
     let (at, first) = dep.pick(rng);
     let answered = if fault == GatewayFault::ResentAfterLostAnswers {
-        let lossy = dep.build(&dep.base);
-        lossy.store().lose_claim_answers.store(1, Ordering::SeqCst);
-        let lost = send(&lossy, &request, &request_id, seen).await;
-        if lost.outcome != Outcome::StoreError {
-            lost
-        } else {
-            seen.acted(fault);
-            // The Gateway sends the same request again, to another container...
-            let resent = send(&first, &request, &request_id, seen).await;
-            // ...while the first container's next call releases the token it remembered.
-            let other = Call {
-                index: call.index + 1_000_000_000,
-                sends: vec![],
-            };
-            let next = other.request(attempt);
-            let next_id = format!("{}-next-{attempt}", call.index);
-            if send(&lossy, &next, &next_id, seen).await.outcome == Outcome::Executed {
-                send(&lossy, &response(&next, "noted"), &next_id, seen).await;
-            }
-            resent
-        }
+        resent_after_lost_answers(dep, call, attempt, &first, seen).await
     } else {
         send(&first, &request, &request_id, seen).await
     };
@@ -304,7 +346,75 @@ async fn round(
     ) {
         seen.acted(fault);
     }
-    let responder: Arc<Container> = match fault {
+    let responder = responder_after(dep, call, attempt, fault, at, rng, seen).await;
+    let settled = send(&responder, &response(&request, &text), &request_id, seen).await;
+    if fault == GatewayFault::ListingChange {
+        send(
+            &responder,
+            &call.listing("integer"),
+            &format!("{request_id}-relist"),
+            seen,
+        )
+        .await;
+    }
+    if settled.outcome == Outcome::Executed {
+        seen.stored = Some(text);
+    } else {
+        seen.lost_results += 1;
+        seen.findings.push(format!(
+            "call {} send {attempt} ({}): the RESPONSE did not settle: {:?}",
+            call.index,
+            fault.name(),
+            settled.outcome
+        ));
+    }
+}
+
+/// The REQUEST of `call`'s send `attempt` through a container whose claim answers are all lost;
+/// when they were, the Gateway sends it again to `first` (another container), while the lossy
+/// container's next call releases the token it remembered.
+async fn resent_after_lost_answers(
+    dep: &Deployment,
+    call: &Call,
+    attempt: u64,
+    first: &Container,
+    seen: &mut Seen,
+) -> Handled {
+    let request = call.request(attempt);
+    let request_id = format!("{}-{attempt}", call.index);
+    let lossy = dep.build(&dep.base);
+    lossy.store().lose_claim_answers.store(1, Ordering::SeqCst);
+    let lost = send(&lossy, &request, &request_id, seen).await;
+    if lost.outcome != Outcome::StoreError {
+        return lost;
+    }
+    seen.acted(GatewayFault::ResentAfterLostAnswers);
+    let resent = send(first, &request, &request_id, seen).await;
+    let other = Call {
+        index: call.index + 1_000_000_000,
+        sends: vec![],
+    };
+    let next = other.request(attempt);
+    let next_id = format!("{}-next-{attempt}", call.index);
+    if send(&lossy, &next, &next_id, seen).await.outcome == Outcome::Executed {
+        send(&lossy, &response(&next, "noted"), &next_id, seen).await;
+    }
+    resent
+}
+
+/// The container that gets the RESPONSE of a REQUEST answered by container `at`, after `fault`
+/// acted in between.
+async fn responder_after(
+    dep: &Deployment,
+    call: &Call,
+    attempt: u64,
+    fault: GatewayFault,
+    at: usize,
+    rng: &mut fastrand::Rng,
+    seen: &mut Seen,
+) -> Arc<Container> {
+    let request_id = format!("{}-{attempt}", call.index);
+    match fault {
         GatewayFault::RefreshRekeys | GatewayFault::SchemaChange => {
             let config = if fault == GatewayFault::RefreshRekeys {
                 &dep.rekeyed
@@ -349,27 +459,6 @@ async fn round(
             dep.other(rng, at)
         }
         GatewayFault::None | GatewayFault::ResentAfterLostAnswers => dep.other(rng, at),
-    };
-    let settled = send(&responder, &response(&request, &text), &request_id, seen).await;
-    if fault == GatewayFault::ListingChange {
-        send(
-            &responder,
-            &call.listing("integer"),
-            &format!("{request_id}-relist"),
-            seen,
-        )
-        .await;
-    }
-    if settled.outcome == Outcome::Executed {
-        seen.stored = Some(text);
-    } else {
-        seen.lost_results += 1;
-        seen.findings.push(format!(
-            "call {} send {attempt} ({}): the RESPONSE did not settle: {:?}",
-            call.index,
-            fault.name(),
-            settled.outcome
-        ));
     }
 }
 
@@ -409,37 +498,7 @@ fn plan(cfg: &GatewaySoakConfig) -> Vec<Call> {
 /// Runs the interceptor soak against one server.
 pub async fn gateway_soak(cfg: &GatewaySoakConfig) -> Result<SoakReport, ChaosError> {
     let started = Instant::now();
-    let table = format!(
-        "dedup-gateway-soak-{}-{}",
-        cfg.seed,
-        uuid::Uuid::new_v4().simple()
-    );
-    let store_cfg = DynamoDbConfig::new(table);
-    let client = super::sdk_client(&cfg.endpoint);
-    create_table_with_client(&client, &store_cfg).await?;
-    let store = DynamoDbStore::new(&client, store_cfg)?;
-    let base = Config::default();
-    let rekeyed = Config {
-        policies: policies(json!({"tools": {TOOL: {"key_fields": ["/sku"]}}}))?,
-        ..Config::default()
-    };
-    let retyped = Config {
-        policies: policies(json!({"tools": {TOOL: {"schema": {"type": "object",
-            "properties": {"sku": {"type": "string"}, "quantity": {"type": "string"}}}}}}))?,
-        ..Config::default()
-    };
-    let mut dep = Deployment {
-        store,
-        containers: Vec::new(),
-        base,
-        rekeyed,
-        retyped,
-    };
-    let containers = (0..cfg.containers.max(1))
-        .map(|_| RwLock::new(Arc::new(dep.build(&dep.base))))
-        .collect();
-    dep.containers = containers;
-    let dep = Arc::new(dep);
+    let dep = Arc::new(Deployment::start(cfg).await?);
     let calls = plan(cfg);
     let distinct = calls.len() as u64;
 
@@ -486,51 +545,10 @@ pub async fn gateway_soak(cfg: &GatewaySoakConfig) -> Result<SoakReport, ChaosEr
     while let Some(joined) = tasks.join_next().await {
         let (call, mut seen) =
             joined.map_err(|e| ChaosError::Setup(format!("a call panicked: {e}")))?;
-        // The settling pass: a fresh container replays every call that ran.
         if seen.runs > 0 {
-            let request = call.request(999);
-            let id = format!("{}-settle", call.index);
-            let last = send(&settle, &request, &id, &mut seen).await;
-            match last.outcome {
-                Outcome::Replayed if replayed_text(&last) == seen.stored => {}
-                Outcome::InProgress => {
-                    report.stuck_claims += 1;
-                    report
-                        .findings
-                        .push(format!("call {}: still in progress at the end", call.index));
-                }
-                Outcome::Executed => {
-                    let text = run_target(&call, &mut seen);
-                    send(&settle, &response(&request, &text), &id, &mut seen).await;
-                }
-                other => {
-                    seen.lost_results += 1;
-                    seen.findings.push(format!(
-                        "call {}: at the end {other:?}, {:?}",
-                        call.index,
-                        replayed_text(&last)
-                    ));
-                }
-            }
+            settle_call(&settle, &call, &mut seen, &mut report).await;
         }
-        report.invocations += seen.invocations;
-        report.executed += seen.runs;
-        report.replayed += seen.replayed;
-        report.double_executions += seen.runs.saturating_sub(1);
-        if seen.runs > 1 {
-            report.findings.push(format!(
-                "call {}: the target ran {} times",
-                call.index, seen.runs
-            ));
-        }
-        report.lost_results += seen.lost_results;
-        report.findings.extend(seen.findings);
-        for (name, n) in seen.faults {
-            *report.faults.entry(name.to_string()).or_default() += n;
-        }
-        for (name, n) in seen.outcomes {
-            *outcomes.entry(name).or_default() += n;
-        }
+        seen.add_to(&call, &mut report, &mut outcomes);
     }
     report.outcomes = outcomes
         .into_iter()
@@ -538,4 +556,32 @@ pub async fn gateway_soak(cfg: &GatewaySoakConfig) -> Result<SoakReport, ChaosEr
         .collect();
     report.duration_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// The settling pass of a call that ran: a fresh container replays it.
+async fn settle_call(settle: &Container, call: &Call, seen: &mut Seen, report: &mut SoakReport) {
+    let request = call.request(999);
+    let id = format!("{}-settle", call.index);
+    let last = send(settle, &request, &id, seen).await;
+    match last.outcome {
+        Outcome::Replayed if replayed_text(&last) == seen.stored => {}
+        Outcome::InProgress => {
+            report.stuck_claims += 1;
+            report
+                .findings
+                .push(format!("call {}: still in progress at the end", call.index));
+        }
+        Outcome::Executed => {
+            let text = run_target(call, seen);
+            send(settle, &response(&request, &text), &id, seen).await;
+        }
+        other => {
+            seen.lost_results += 1;
+            seen.findings.push(format!(
+                "call {}: at the end {other:?}, {:?}",
+                call.index,
+                replayed_text(&last)
+            ));
+        }
+    }
 }
