@@ -22,7 +22,7 @@ use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::doors::port::{Scoping, Sessionless};
 use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
-use toolcall_dedup::test_util::demo::{DemoTool, Ledger};
+use toolcall_dedup::stand_ins::demo::{DemoTool, Ledger};
 
 /// A typical function-details event: five parameters of four declared types (an `array` among
 /// them), as Bedrock sends it (the shape of `events/fd-charge_card.json`).

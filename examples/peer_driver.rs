@@ -41,7 +41,7 @@ use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
-use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
+use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]

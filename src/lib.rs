@@ -51,6 +51,8 @@ pub mod key;
 pub mod reload;
 mod engine;
 pub mod store;
+#[cfg(feature = "stand-ins")]
+pub mod stand_ins;
 pub mod telemetry;
 mod text_list;
 #[cfg(feature = "test-util")]

@@ -5,14 +5,16 @@
 //! - [`audit`]: retries and deliberate repeats found in tool-call logs, scored per keyer.
 //! - [`cost`]: the token-waste versus store-cost model.
 //! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
+//! - [`operator`]: the operator's workflows over the store (inspect, settle).
 //! - [`demo`]: the demo tool (a ledger of side effects), a `Dispatcher` and a Lambda.
 pub mod audit;
 pub mod chaos;
 pub mod commands;
 pub mod corpus;
 pub mod cost;
+pub mod operator;
 pub mod progress;
-/// The demo tool, from the product's test support.
-pub use toolcall_dedup::test_util::demo;
+/// The demo tool, from the product's stand-ins.
+pub use toolcall_dedup::stand_ins::demo;
 
 pub use commands::main;

@@ -26,11 +26,13 @@ mod checks;
 pub mod document;
 pub mod env;
 pub mod source;
+mod variables;
 #[cfg(test)]
 mod tests;
 
 pub use crate::dispatch::{ErrorTypes, NOTHING_RAN_ERROR, Routes};
 pub use crate::doors::Doors;
+pub use variables::VARIABLES;
 use env::invalid;
 
 /// Errors in the environment, each naming the variable at fault.

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::handler::ClientContext;
 
@@ -57,4 +57,15 @@ pub fn client_context_path(path: &std::path::Path) -> PathBuf {
         .unwrap_or_default();
     let stem = name.strip_suffix(".json").unwrap_or(&name);
     path.with_file_name(format!("{stem}{CLIENT_CONTEXT_SUFFIX}"))
+}
+
+/// The AgentCore Gateway interceptor's RESPONSE invocation of `request` (a REQUEST event) after
+/// the target answered `text` (developer guide, *Types of interceptors*).
+pub fn interceptor_response(request: &Value, text: &str) -> Value {
+    let mut ev = request.clone();
+    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
+    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
+        "body": {"jsonrpc": "2.0", "id": id,
+                 "result": {"content": [{"type": "text", "text": text}]}}});
+    ev
 }

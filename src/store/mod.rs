@@ -44,10 +44,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod codec;
 pub mod dynamodb;
-pub mod inspect;
 pub mod memory;
 pub mod offload;
-pub mod settle;
 pub mod table;
 
 pub use codec::{

@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use super::demo::{DemoTool, Ledger};
+use crate::stand_ins::demo::{DemoTool, Ledger};
 use crate::doors::bedrock::{self, ActionGroupEvent};
 use crate::config::{Config, Scope};
 use crate::handler::{Handler, HandlerError, Invocation};

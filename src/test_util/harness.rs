@@ -11,12 +11,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::demo::{DemoTool, InProcess, Ledger, StandIn};
+use crate::stand_ins::demo::{DemoTool, InProcess, Ledger, StandIn};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::doors::port::Forward;
 
 // The names a handler test usually needs, so that `use fixture::*` brings them.
 pub use crate::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
+pub use crate::stand_ins::events::interceptor_response;
 pub use crate::handler::{Handled, Handler, HandlerError, Invocation};
 pub use crate::key::PolicySet;
 pub use crate::store::{
@@ -67,7 +68,7 @@ pub fn demo_handler(telemetry: Telemetry) -> Handler<MemoryStore, DemoTool> {
 /// The client context an event file is sent with (an AgentCore event's
 /// `<name>.client-context.json`), read the way `dedup replay` reads it.
 pub fn client_context(name: &str) -> Option<crate::handler::ClientContext> {
-    super::events::EventFile::read(events_dir().join(name))
+    crate::stand_ins::events::EventFile::read(events_dir().join(name))
         .unwrap()
         .client_context
 }
@@ -367,13 +368,3 @@ pub async fn logged<F: std::future::Future>(work: F) -> (F::Output, String) {
     (output, text)
 }
 
-/// The AgentCore Gateway interceptor's RESPONSE invocation of `request` (a REQUEST event) after
-/// the target answered `text` (developer guide, *Types of interceptors*).
-pub fn interceptor_response(request: &Value, text: &str) -> Value {
-    let mut ev = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    ev["mcp"]["gatewayResponse"] = json!({"statusCode": 200, "headers": {},
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "result": {"content": [{"type": "text", "text": text}]}}});
-    ev
-}

@@ -1,13 +1,11 @@
-//! Test support, behind the `test-util` feature: what this crate's tests, benches and examples,
-//! and the `dedup` CLI's, share instead of copies of it.
+//! Test support, behind the `test-util` feature (which brings [`crate::stand_ins`] along): the
+//! fixtures and servers this crate's tests, benches and examples, and the `dedup` CLI's tests,
+//! share instead of copies of them. No normal build enables it.
 //!
-//! - [`demo`]: the demo tool (a ledger of side effects) as an in-process `Dispatcher` and a
-//!   Lambda; `dedup replay`'s embedded default.
 //! - [`harness`]: events, handlers, scripted tools (the demo tool behind a script of faults) and
 //!   the assertions on answers.
-//! - [`servers`]: the store backends, the local DynamoDB-compatible servers (`moto`, `dynalite`,
-//!   started by `scripts/dynamodb-servers.sh`) and a fault-injecting store decorator.
-//! - [`events`]: event files, with the client context beside an AgentCore event.
+//! - [`servers`]: the store backends and the local DynamoDB-compatible servers (`moto`,
+//!   `dynalite`, started by `scripts/dynamodb-servers.sh`).
 //! - [`shapes`]: the real-shape cases and the three ways a schema reaches the keyer.
 //! - [`fuzz_checks`]: the properties the fuzz targets check, replayed by the tests on the inputs
 //!   the fuzzers kept.
@@ -18,8 +16,6 @@
 #![allow(missing_docs)]
 
 pub mod cpu;
-pub mod demo;
-pub mod events;
 pub mod fuzz_checks;
 pub mod harness;
 pub mod servers;

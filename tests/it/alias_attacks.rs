@@ -18,7 +18,7 @@ use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{ClientContext, Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::store::{ManualClock, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
-use toolcall_dedup::test_util::demo::DemoTool;
+use toolcall_dedup::stand_ins::demo::DemoTool;
 
 use crate::fixture::{charges, client_context, demo, event as event_file, handler};
 use crate::gateway::{self, response};

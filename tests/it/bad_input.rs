@@ -26,7 +26,7 @@ use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
 use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::Outcome;
-use toolcall_dedup::test_util::demo::{DemoTool, InProcess, Ledger, StandIn};
+use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, Ledger, StandIn};
 
 // ---------------------------------------------------------------------------------------------
 // helpers

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::test_util::demo::InProcess;
+use toolcall_dedup::stand_ins::demo::InProcess;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::Outcome;

@@ -405,7 +405,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         "{receipt}"
     );
 
-    let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();
+    let entries = toolcall_dedup::stand_ins::demo::read_ledger(&ledger).unwrap();
     let charges: Vec<&Value> = entries.iter().filter(|e| e["kind"] == "charge").collect();
     assert_eq!(
         charges.len(),
@@ -422,7 +422,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     // A deliberate repeat (a new caller step) is a second charge.
     invoke("fd-charge_card-step3.json");
     invoke("fd-charge_card-step4.json");
-    let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();
+    let entries = toolcall_dedup::stand_ins::demo::read_ledger(&ledger).unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 3);
 
     // AgentCore Gateway: the arguments as the event, the tool in the client context. The tool's
@@ -437,7 +437,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         first["receipt_id"].as_str().unwrap().starts_with("ch_"),
         "{first}"
     );
-    let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();
+    let entries = toolcall_dedup::stand_ins::demo::read_ledger(&ledger).unwrap();
     let last = entries.last().unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 4);
     assert_eq!(last["receipt_id"], first["receipt_id"]);
@@ -454,7 +454,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     assert_eq!(retry["dedup"]["outcome"], "replayed", "{retry}");
     assert_eq!(first["result"], retry["result"]);
     assert_eq!(first["dedup"]["key"], retry["dedup"]["key"]);
-    let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();
+    let entries = toolcall_dedup::stand_ins::demo::read_ledger(&ledger).unwrap();
     assert_eq!(entries.iter().filter(|e| e["kind"] == "charge").count(), 5);
     let bad = invoke("envelope/bad-no-run-id.json");
     assert_eq!(bad["error"]["type"], "invalid_event", "{bad}");
@@ -527,7 +527,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         );
         body
     };
-    let charges_before = toolcall_dedup::test_util::demo::read_ledger(&ledger)
+    let charges_before = toolcall_dedup::stand_ins::demo::read_ledger(&ledger)
         .unwrap()
         .iter()
         .filter(|e| e["kind"] == "charge")
@@ -552,7 +552,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         first["result"], replayed,
         "the retry gets the stored result"
     );
-    let entries = toolcall_dedup::test_util::demo::read_ledger(&ledger).unwrap();
+    let entries = toolcall_dedup::stand_ins::demo::read_ledger(&ledger).unwrap();
     assert_eq!(
         entries.iter().filter(|e| e["kind"] == "charge").count(),
         charges_before + 1,

@@ -18,7 +18,7 @@ use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
-use toolcall_dedup::test_util::demo::{DemoTool, InProcess, StandIn};
+use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 
 // ---------------------------------------------------------------------------------------------
 // events

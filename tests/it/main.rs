@@ -17,7 +17,6 @@
 use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
 mod alias_attacks;
-mod at_most_once;
 mod bad_input;
 mod caller_keys;
 mod config_document;
@@ -30,6 +29,7 @@ mod guard;
 mod handler_dispatch;
 mod handler_events;
 mod handler_faults;
+mod house_rules;
 mod interceptor;
 mod interceptor_containers;
 mod interceptor_model;

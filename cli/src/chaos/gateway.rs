@@ -32,11 +32,11 @@ use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{ClientContext, Handled, Handler, Invocation};
 use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::stand_ins::Faulty;
+use toolcall_dedup::stand_ins::events::interceptor_response as response;
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{DynamoDbConfig, DynamoDbStore};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
-use toolcall_dedup::test_util::harness::interceptor_response as response;
-use toolcall_dedup::test_util::servers::Faulty;
 
 use super::{ChaosError, SoakReport};
 

@@ -1,12 +1,12 @@
 //! `dedup list`, `dedup show KEY`, `dedup evict KEY --yes`: the records an operator finds, reads
-//! and removes (see [`toolcall_dedup::store::inspect`]).
+//! and removes (see [`crate::operator::inspect`]).
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use aws_smithy_types::DateTime;
 use aws_smithy_types::date_time::Format;
-use toolcall_dedup::store::inspect::{self, describe, evict, row, state_name};
+use crate::operator::inspect::{self, describe, evict, row, state_name};
 use toolcall_dedup::store::{LeaseToken, RecordFilter, RecordState, Records, Store};
 
 use super::CliError;

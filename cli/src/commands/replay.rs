@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-pub use toolcall_dedup::test_util::events::{
+pub use toolcall_dedup::stand_ins::events::{
     CLIENT_CONTEXT_SUFFIX, EventFile, client_context_path,
 };
 

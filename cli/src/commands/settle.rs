@@ -1,13 +1,13 @@
 //! `dedup settle KEY --completed FILE | --release | --show`: an operator's word on a call whose
-//! outcome nobody else can settle (see [`toolcall_dedup::store::settle`]).
+//! outcome nobody else can settle (see [`crate::operator::settle`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use toolcall_dedup::store::Store;
-use toolcall_dedup::store::inspect::describe;
-use toolcall_dedup::store::settle::{Action, settle};
+use crate::operator::inspect::describe;
+use crate::operator::settle::{Action, settle};
 
 use super::CliError;
 use super::table::TableArgs;

@@ -6,7 +6,7 @@ use aws_smithy_types::DateTime;
 use aws_smithy_types::date_time::Format;
 use serde_json::{Map, Value, json};
 
-use super::{LeaseToken, Record, RecordState, Records, Status, StoreError};
+use toolcall_dedup::store::{LeaseToken, Record, RecordState, Records, Status, StoreError};
 
 /// Epoch milliseconds as ISO 8601 in UTC (`2026-12-06T05:59:26.123Z`).
 pub fn iso8601(ms: i64) -> String {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Record, Records, Resolution, Status, Store, StoreError};
+use toolcall_dedup::store::{Record, Records, Resolution, Status, Store, StoreError};
 
 /// What the operator does with the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

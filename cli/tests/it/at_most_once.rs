@@ -1,13 +1,13 @@
 //! `at_most_once` tools through the real handler, on memory and moto: an unknown outcome is
 //! settled as such and never re-run; every repeat answers `outcome_unknown` naming the key, until
-//! an operator settles the call (`toolcall_dedup::store::settle`, what `dedup settle` runs).
+//! an operator settles the call (`dedup_cli::operator::settle`, what `dedup settle` runs).
 
 use std::time::Duration;
 
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::Handled;
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::store::settle::{Action, SettleError, settle};
+use dedup_cli::operator::settle::{Action, SettleError, settle};
 use toolcall_dedup::store::{ManualClock, Records, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 

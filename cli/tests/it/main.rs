@@ -5,6 +5,7 @@ use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
 mod agent_api;
 mod agent_commands;
+mod at_most_once;
 mod audit_replay;
 mod bedrock_declared;
 mod chaos;
