@@ -21,6 +21,7 @@ mod bad_input;
 mod caller_keys;
 mod config_document;
 mod documented_shapes;
+mod doors_attacks;
 mod drift;
 mod e2e_lambda;
 mod fuzz_regressions;
