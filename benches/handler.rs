@@ -597,7 +597,10 @@ fn summary(_: &mut Criterion) {
         let key_call = call.key_call();
         let (k, _) = key(&keyer, &key_call);
         let (group, tool_name) = door.route();
-        let target = tool.route(group, tool_name).unwrap().target;
+        let target = tool
+            .route(&Default::default(), group, tool_name)
+            .unwrap()
+            .target;
         let value = median_us(rounds, n, |n| {
             timed(
                 n,

@@ -18,7 +18,7 @@ pub const SOURCE: &str = "toolcall-dedup";
 /// The `detail-type` of the event for a call left with its outcome unknown.
 pub const OUTCOME_UNKNOWN: &str = "Tool call outcome unknown";
 /// The longest an answer waits for its announcement.
-pub const SEND_WITHIN: Duration = Duration::from_millis(500);
+pub(crate) const SEND_WITHIN: Duration = Duration::from_millis(500);
 
 /// An EventBridge bus the function announces to.
 #[derive(Debug, Clone)]
@@ -30,15 +30,15 @@ pub struct EventBus {
 
 /// A call an invocation left with its outcome unknown.
 #[derive(Debug, Clone, Copy)]
-pub struct UnknownOutcome<'a> {
+pub(crate) struct UnknownOutcome<'a> {
     /// The record's key: what `dedup settle` and `dedup show` take.
-    pub key: &'a str,
+    pub(crate) key: &'a str,
     /// The tool called.
-    pub tool: Option<&'a str>,
+    pub(crate) tool: Option<&'a str>,
     /// The entry point the call came in by.
-    pub door: Option<&'a str>,
+    pub(crate) door: Option<&'a str>,
     /// The Lambda request id of the invocation that left it so.
-    pub request_id: &'a str,
+    pub(crate) request_id: &'a str,
 }
 
 impl EventBus {
@@ -58,7 +58,7 @@ impl EventBus {
     }
 
     /// Sends one event for `call`, waiting at most `within` (and never more than [`SEND_WITHIN`]).
-    pub async fn outcome_unknown(&self, call: &UnknownOutcome<'_>, within: Duration) {
+    pub(crate) async fn outcome_unknown(&self, call: &UnknownOutcome<'_>, within: Duration) {
         let detail = json!({
             "key": call.key,
             "tool": call.tool,

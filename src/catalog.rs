@@ -37,12 +37,12 @@ use crate::key::{Delivery, Key};
 use crate::store::{LeaseToken, Store, StoreError};
 
 /// How long a container trusts the catalog it read or learned before reading it again.
-pub const CATALOG_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const CATALOG_REFRESH: Duration = Duration::from_secs(60);
 /// Default for `DEDUP_CATALOG_TTL_SECONDS`: a learned catalog lives a week after it last changed
 /// or was refreshed.
-pub const DEFAULT_CATALOG_TTL_SECONDS: u64 = 7 * 86_400;
+pub(crate) const DEFAULT_CATALOG_TTL_SECONDS: u64 = 7 * 86_400;
 /// Earlier entries kept per tool, newest first.
-pub const EARLIER_LISTINGS: usize = 3;
+pub(crate) const EARLIER_LISTINGS: usize = 3;
 /// Rounds of read, merge, conditional write before learning gives up on a contended record.
 const WRITE_ROUNDS: u32 = 4;
 /// The record's label (its `tool` attribute), which `dedup table` and the call log show.
@@ -53,15 +53,15 @@ const FORM: &str = "$catalog";
 
 /// One tool as a listing described it.
 #[derive(Debug, Clone, Default)]
-pub struct LearnedTool {
+pub(crate) struct LearnedTool {
     /// The compiled `inputSchema`; `None` when there was none or it could not be compiled.
-    pub schema: Option<Schema>,
+    pub(crate) schema: Option<Schema>,
     /// `annotations.readOnlyHint`.
-    pub read_only: Option<bool>,
+    pub(crate) read_only: Option<bool>,
     /// `annotations.destructiveHint`.
-    pub destructive: Option<bool>,
+    pub(crate) destructive: Option<bool>,
     /// `annotations.idempotentHint`.
-    pub idempotent: Option<bool>,
+    pub(crate) idempotent: Option<bool>,
 }
 
 impl LearnedTool {
@@ -69,7 +69,7 @@ impl LearnedTool {
     /// (`destructiveHint: true`) and not idempotent. Only a hint spelled out counts (MCP's
     /// defaults would make every unannotated tool destructive). Acting on it needs no trust: it
     /// only ever makes a call run fewer times.
-    pub fn delivery(&self) -> Delivery {
+    pub(crate) fn delivery(&self) -> Delivery {
         Delivery::default_for(self.destructive == Some(true) && self.idempotent != Some(true))
     }
 
@@ -133,7 +133,7 @@ fn without_key_modes(schema: &mut Value) {
 
 /// The tools learned for one gateway and target.
 #[derive(Debug, Default)]
-pub struct TargetCatalog {
+pub(crate) struct TargetCatalog {
     /// The stored entries, by tool name (without the target prefix).
     entries: Map<String, Value>,
     /// Each tool's earlier entries, newest first (`null`: not listed then).
@@ -143,6 +143,8 @@ pub struct TargetCatalog {
     expires_at_s: i64,
     /// The stored record's version (its token): a write replaces only this version.
     version: Option<LeaseToken>,
+    /// Whether the gateway's listings may loosen keys, for reading the earlier entries again.
+    #[cfg_attr(not(test), allow(dead_code))]
     trusted: bool,
 }
 
@@ -187,14 +189,15 @@ impl TargetCatalog {
     }
 
     /// What was learned about `tool`.
-    pub fn tool(&self, tool: &str) -> Option<&LearnedTool> {
+    pub(crate) fn tool(&self, tool: &str) -> Option<&LearnedTool> {
         self.tools.get(tool)
     }
 
     /// Every schema `tool` was keyed with that this record remembers: its current listing first,
     /// then its earlier ones, newest first (`None`: no schema, as before it was listed). A
     /// RESPONSE whose own key finds no claim tries the keys these give.
-    pub fn schemas_of(&self, tool: &str) -> Vec<Option<Schema>> {
+    #[cfg(test)]
+    pub(crate) fn schemas_of(&self, tool: &str) -> Vec<Option<Schema>> {
         let current = self.entries.get(tool);
         let earlier = self
             .earlier
@@ -210,12 +213,14 @@ impl TargetCatalog {
     }
 
     /// Number of tools learned.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.tools.len()
     }
 
     /// Whether no tool was learned.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
 
@@ -260,7 +265,7 @@ pub fn catalog_key(namespace: &str) -> String {
 
 /// Why a catalog could not be read or learned.
 #[derive(Debug, thiserror::Error)]
-pub enum CatalogError {
+pub(crate) enum CatalogError {
     /// The store did not answer.
     #[error("reading or writing the tool catalog: {0}")]
     Store(#[from] StoreError),
@@ -273,14 +278,14 @@ pub enum CatalogError {
 
 /// The catalogs a container knows, each kept for [`CATALOG_REFRESH`] (see the module docs).
 #[derive(Debug)]
-pub struct Catalogs {
+pub(crate) struct Catalogs {
     cached: Mutex<HashMap<String, (Instant, Arc<TargetCatalog>)>>,
     ttl: Duration,
 }
 
 impl Catalogs {
     /// Catalogs whose records live `ttl` after they last changed.
-    pub fn new(ttl: Duration) -> Catalogs {
+    pub(crate) fn new(ttl: Duration) -> Catalogs {
         Catalogs {
             cached: Mutex::new(HashMap::new()),
             ttl,
@@ -289,7 +294,7 @@ impl Catalogs {
 
     /// The catalog of `namespace`: this container's copy while fresh, else the store's (one
     /// read). `None` when no listing was learned. `trusted`: the gateway's listings may loosen keys.
-    pub async fn lookup<S: Store>(
+    pub(crate) async fn lookup<S: Store>(
         &self,
         store: &S,
         namespace: &str,
@@ -302,7 +307,7 @@ impl Catalogs {
     }
 
     /// The catalog of `namespace` as the store has it now (one read), kept for later lookups.
-    pub async fn refresh<S: Store>(
+    pub(crate) async fn refresh<S: Store>(
         &self,
         store: &S,
         namespace: &str,
@@ -325,7 +330,7 @@ impl Catalogs {
     /// Learns one target's tools from a listing (`listed` by tool name): read, merge, write if
     /// unchanged, else read again (see the module docs). Writes only when the listing changes the
     /// record or the record is past half its life. Returns whether it wrote.
-    pub async fn learn<S: Store>(
+    pub(crate) async fn learn<S: Store>(
         &self,
         store: &S,
         namespace: &str,

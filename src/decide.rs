@@ -46,7 +46,7 @@ pub struct CallerMatch<'a> {
 
 impl CallerMatch<'_> {
     /// Whether `record` is of this same call (see the type's docs).
-    pub fn meets(&self, record: &Record) -> bool {
+    pub(crate) fn meets(&self, record: &Record) -> bool {
         record.fingerprint == self.fingerprint
             || (record.about.policy.as_deref() != self.policy
                 && record.about.arguments.as_deref() == Some(self.arguments))

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::catalog::Catalogs;
-use crate::dispatch::ErrorTypes;
+use crate::dispatch::{ErrorTypes, Routes};
 use crate::doors::Gate;
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::CallerKeyScope;
@@ -21,6 +21,8 @@ pub(crate) struct Engine<S> {
     pub(crate) executor: Executor<S>,
     pub(crate) doors: DoorSettings,
     pub(crate) catalogs: Catalogs,
+    /// `DEDUP_ROUTES`: the one route table, which the dispatcher resolves each call by.
+    pub(crate) routes: Routes,
     pub(crate) telemetry: Telemetry,
     /// Set once this handler has warned that no gateway names itself (see the interceptor flow).
     pub(crate) warned_gateway_unnamed: std::sync::atomic::AtomicBool,
@@ -44,42 +46,42 @@ impl<S: Store> Engine<S> {
 #[derive(Debug, Clone)]
 pub struct DoorSettings {
     /// `DEDUP_SCOPE`: a Bedrock call's step is its turn, or none.
-    pub scope: Scope,
+    pub(crate) scope: Scope,
     /// `DEDUP_STEP_ATTRIBUTE`: the session attribute or argument that names the step.
-    pub step_attribute: String,
+    pub(crate) step_attribute: String,
     /// `DEDUP_RUN_ARGUMENT`: the argument an AgentCore call names its run by when the Gateway
     /// sends no session.
-    pub run_argument: String,
+    pub(crate) run_argument: String,
     /// `DEDUP_ENVELOPE_NAMESPACES`: the namespaces an envelope may name (`None`: any).
-    pub envelope_namespaces: Option<Vec<String>>,
+    pub(crate) envelope_namespaces: Option<Vec<String>>,
     /// `DEDUP_RELEASE_ON_ERRORS`: tool error types that prove nothing ran; only these release
     /// the claim.
-    pub release_on_errors: ErrorTypes,
+    pub(crate) release_on_errors: ErrorTypes,
     /// `DEDUP_RELEASE_ON_RPC_ERRORS`: a Gateway target's own JSON-RPC error codes that say
     /// nothing ran.
-    pub release_on_rpc_errors: Vec<i64>,
+    pub(crate) release_on_rpc_errors: Vec<i64>,
     /// `DEDUP_TARGET_KEY_HEADER`: the header the interceptor hands a claimed call's key to its
     /// target in (`Idempotency-Key`), if any.
-    pub target_key_header: Option<String>,
+    pub(crate) target_key_header: Option<String>,
     /// `DEDUP_SESSIONLESS`: what a Gateway call that names no run gets.
-    pub sessionless: Sessionless,
+    pub(crate) sessionless: Sessionless,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (by id) whose listings may loosen a key.
-    pub trusted_annotations: Vec<String>,
+    pub(crate) trusted_annotations: Vec<String>,
     /// `DEDUP_DOORS`, `DEDUP_INTERCEPTOR_ALIAS`, `DEDUP_GATEWAY_ID`: which doors answer,
     /// through which alias, and the gateway an interception names when it names none.
-    pub gate: Gate,
+    pub(crate) gate: Gate,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
-    pub interceptor_timeout: Duration,
+    pub(crate) interceptor_timeout: Duration,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
-    pub idempotency_key_name: String,
+    pub(crate) idempotency_key_name: String,
     /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches.
-    pub envelope_caller_key_scope: CallerKeyScope,
+    pub(crate) envelope_caller_key_scope: CallerKeyScope,
 }
 
 impl DoorSettings {
     /// Whether `gateway`'s listings may loosen a key (annotations acted on, `x-dedup` field modes
     /// applied); `gateway` is its id, as keys name it.
-    pub fn trusts_gateway(&self, gateway: &str) -> bool {
+    pub(crate) fn trusts_gateway(&self, gateway: &str) -> bool {
         self.trusted_annotations
             .iter()
             .any(|g| g == "*" || g == gateway)

@@ -137,6 +137,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 executor: Executor::new(store, keyer, executor_settings(config)),
                 doors: door_settings(config),
                 catalogs: Catalogs::new(config.catalog_ttl),
+                routes: config.routes.clone(),
                 telemetry,
                 warned_gateway_unnamed: Default::default(),
             },

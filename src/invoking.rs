@@ -46,7 +46,7 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
     async fn answer<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
         let tool = door.tool().to_string();
         let (group, tool_name) = door.route();
-        let route = match self.dispatcher.route(group, tool_name) {
+        let route = match self.dispatcher.route(&self.engine.routes, group, tool_name) {
             Ok(route) => route,
             Err(e) => {
                 return answer::notice(

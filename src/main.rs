@@ -35,12 +35,12 @@ async fn run() -> Result<(), Error> {
     };
     let config = Config::lambda_with_document(document.as_ref().map(|(_, l, _)| &l.document))?;
     let lambda_client = dispatch::build_client(config.lambda_endpoint.as_deref()).await;
-    let dispatcher = LambdaDispatcher::new(&lambda_client, config.routes.clone());
+    let dispatcher = LambdaDispatcher::new(&lambda_client);
     // In the background: until a tool's timeout is known, its lease assumes Lambda's maximum.
     if config.look_up_timeouts {
         tokio::spawn({
-            let dispatcher = dispatcher.clone();
-            async move { dispatcher.keep_timeouts_current().await }
+            let (dispatcher, routes) = (dispatcher.clone(), config.routes.clone());
+            async move { dispatcher.keep_timeouts_current(routes).await }
         });
     }
     match config.store {
@@ -88,10 +88,9 @@ async fn run_with<S: Store + Clone>(
     let build = move |document: &Document| {
         let config = Config::lambda_with_document(Some(document))?;
         let telemetry = Telemetry::lambda(&config.metrics, config.log_calls);
-        let routed = dispatcher.with_routes(config.routes.clone());
         Ok(announcing(Handler::new(
             store.clone(),
-            routed,
+            dispatcher.clone(),
             &config,
             telemetry,
         )))

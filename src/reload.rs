@@ -23,7 +23,7 @@ use crate::store::Store;
 use crate::telemetry::Telemetry;
 
 /// Default for `DEDUP_CONFIG_REFRESH_SECONDS`.
-pub const DEFAULT_REFRESH: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_REFRESH: Duration = Duration::from_secs(60);
 
 /// Where the config document comes from and how often it is read again: `DEDUP_CONFIG`,
 /// `DEDUP_CONFIG_REFRESH_SECONDS` and, for local servers, `DEDUP_SSM_ENDPOINT` and

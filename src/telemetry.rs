@@ -68,62 +68,62 @@ impl Sink {
 
 /// One invocation, as reported.
 #[derive(Debug, Clone)]
-pub struct InvocationReport<'a> {
+pub(crate) struct InvocationReport<'a> {
     /// The Lambda request id of the invocation.
-    pub request_id: &'a str,
+    pub(crate) request_id: &'a str,
     /// The `DEDUP_MODE` in force.
-    pub mode: Mode,
+    pub(crate) mode: Mode,
     /// How the invocation ended; the EMF line counts it.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// The entry point the event came in by (`bedrock`, `agentcore`, `interceptor`,
     /// `envelope`); `None` when it was no door's.
-    pub door: Option<&'a str>,
+    pub(crate) door: Option<&'a str>,
     /// The tool called; `None` when the event was refused before a tool was known.
-    pub tool: Option<&'a str>,
+    pub(crate) tool: Option<&'a str>,
     /// The derived key; `None` when none was derived (pass-through, refused events). Only its
     /// first 12 characters are logged.
-    pub key: Option<&'a str>,
+    pub(crate) key: Option<&'a str>,
     /// Wall time of the whole invocation, from event to answer.
-    pub latency: Duration,
+    pub(crate) latency: Duration,
     /// Requests this invocation sent to the idempotency store (retries included).
-    pub store_requests: u64,
+    pub(crate) store_requests: u64,
     /// Calls this invocation left with their outcome unknown, for an operator to settle
     /// (`dedup list --state unknown`).
-    pub settled_unknown: u64,
+    pub(crate) settled_unknown: u64,
     /// Normalization rules that made a replayed call meet the stored one.
-    pub rules: &'a [&'static str],
+    pub(crate) rules: &'a [&'static str],
     /// A short reason for error outcomes (never argument values).
-    pub reason: Option<&'a str>,
+    pub(crate) reason: Option<&'a str>,
 }
 
 /// What names the EMF metrics: where they go and how they are split.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsSettings {
     /// The CloudWatch namespace (`DEDUP_METRICS_NAMESPACE`).
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The `Service` dimension: the function's name (`AWS_LAMBDA_FUNCTION_NAME`, or
     /// `DEDUP_METRICS_SERVICE`), so that two stacks in one account and namespace stay apart.
     pub service: String,
     /// Tools with a `Tool` dimension of their own, per container (`DEDUP_METRICS_MAX_TOOLS`);
     /// the tools first seen beyond them are counted as `other`. Each named tool costs its own
     /// custom metrics, so the bound is the bill's.
-    pub max_tools: usize,
+    pub(crate) max_tools: usize,
 }
 
 /// Default `Service` dimension outside Lambda.
-pub const DEFAULT_METRICS_SERVICE: &str = "toolcall-dedup";
+pub(crate) const DEFAULT_METRICS_SERVICE: &str = "toolcall-dedup";
 /// Default for [`MetricsSettings::max_tools`].
-pub const DEFAULT_METRICS_MAX_TOOLS: usize = 25;
+pub(crate) const DEFAULT_METRICS_MAX_TOOLS: usize = 25;
 /// The `Tool` dimension of tools past [`MetricsSettings::max_tools`].
-pub const OTHER_TOOLS: &str = "other";
+pub(crate) const OTHER_TOOLS: &str = "other";
 /// The metric of a refused config document ([`Telemetry::config_rejected`]).
-pub const CONFIG_REJECTED: &str = "config_rejected";
+pub(crate) const CONFIG_REJECTED: &str = "config_rejected";
 /// The `Door` or `Tool` dimension of an invocation that had none.
-pub const NO_DIMENSION: &str = "none";
+pub(crate) const NO_DIMENSION: &str = "none";
 
 impl MetricsSettings {
     /// `namespace` with the default service and tool bound.
-    pub fn new(namespace: impl Into<String>) -> MetricsSettings {
+    pub(crate) fn new(namespace: impl Into<String>) -> MetricsSettings {
         MetricsSettings {
             namespace: namespace.into(),
             service: DEFAULT_METRICS_SERVICE.into(),
@@ -253,7 +253,7 @@ impl Telemetry {
     }
 
     /// The per-invocation tracing line and EMF line.
-    pub fn invocation(&self, r: &InvocationReport<'_>) {
+    pub(crate) fn invocation(&self, r: &InvocationReport<'_>) {
         let key_prefix = r.key.map(|k| &k[..k.len().min(12)]).unwrap_or("");
         let latency_ms = r.latency.as_secs_f64() * 1000.0;
         let rules = r.rules.join(",");
@@ -290,7 +290,7 @@ impl Telemetry {
 
     /// One `config_rejected` count: a config document was refused and the last good one stays
     /// (an EMF line of its own, under the `Service` dimension).
-    pub fn config_rejected(&self) {
+    pub(crate) fn config_rejected(&self) {
         let Some(emf) = &self.emf else { return };
         let line = json!({
             "_aws": {
@@ -317,26 +317,9 @@ impl Telemetry {
     }
 }
 
-/// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
-/// (it is on every invocation's path).
-pub fn emf_text(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
-    EmfHead::new(dims.namespace, dims.service).line(r, dims.tool, timestamp_ms)
-}
-
 /// The dimension sets every metric is published under: the whole service (what the alarms
 /// watch), and per door and tool (what the dashboard splits by).
-pub const DIMENSION_SETS: [&[&str]; 2] = [&["Service"], &["Service", "Door", "Tool"]];
-
-/// What one EMF line is filed under.
-#[derive(Debug, Clone, Copy)]
-pub struct EmfDimensions<'a> {
-    /// The CloudWatch namespace.
-    pub namespace: &'a str,
-    /// The `Service` dimension.
-    pub service: &'a str,
-    /// The `Tool` dimension (the tool's name, [`OTHER_TOOLS`] or [`NO_DIMENSION`]).
-    pub tool: &'a str,
-}
+pub(crate) const DIMENSION_SETS: [&[&str]; 2] = [&["Service"], &["Service", "Door", "Tool"]];
 
 /// The start of every EMF line of one namespace (the metric definitions), written once: only the
 /// timestamp and the values change from one invocation to the next.
@@ -412,50 +395,6 @@ impl EmfHead {
     }
 }
 
-/// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for
-/// the others), so sums give counts per outcome and averages give rates.
-pub fn emf_line(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> Value {
-    let mut metrics: Vec<Value> = Outcome::ALL
-        .iter()
-        .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
-        .collect();
-    metrics.push(json!({"Name": "latency_ms", "Unit": "Milliseconds"}));
-    metrics.push(json!({"Name": "store_requests", "Unit": "Count"}));
-    metrics.push(json!({"Name": "settled_unknown", "Unit": "Count"}));
-    let mut doc = Map::new();
-    doc.insert(
-        "_aws".into(),
-        json!({
-            "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": dims.namespace,
-                "Dimensions": DIMENSION_SETS,
-                "Metrics": metrics,
-            }],
-        }),
-    );
-    doc.insert("Service".into(), json!(dims.service));
-    doc.insert("Door".into(), json!(r.door.unwrap_or(NO_DIMENSION)));
-    doc.insert("Tool".into(), json!(dims.tool));
-    for o in Outcome::ALL {
-        doc.insert(o.name().into(), json!(u8::from(o == r.outcome)));
-    }
-    doc.insert(
-        "latency_ms".into(),
-        json!((r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
-    );
-    doc.insert("store_requests".into(), json!(r.store_requests));
-    doc.insert("settled_unknown".into(), json!(r.settled_unknown));
-    doc.insert("outcome".into(), json!(r.outcome.name()));
-    doc.insert("mode".into(), json!(r.mode.name()));
-    if let Some(tool) = r.tool {
-        doc.insert("tool".into(), json!(tool));
-    }
-    if !r.request_id.is_empty() {
-        doc.insert("requestId".into(), json!(r.request_id));
-    }
-    Value::Object(doc)
-}
 
 /// The tool-call line: keys under every strategy (null where a strategy fails on these args).
 pub fn call_line(keyer: &Keyer, call: &Call<'_>, outcome: Outcome, with_args: bool) -> Value {
@@ -491,6 +430,69 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`emf_line`] as the JSON text written per invocation, built without a `serde_json::Value`
+    /// (it is on every invocation's path).
+    fn emf_text(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> String {
+        EmfHead::new(dims.namespace, dims.service).line(r, dims.tool, timestamp_ms)
+    }
+
+    /// What one EMF line is filed under.
+    #[derive(Debug, Clone, Copy)]
+    struct EmfDimensions<'a> {
+        /// The CloudWatch namespace.
+        namespace: &'a str,
+        /// The `Service` dimension.
+        service: &'a str,
+        /// The `Tool` dimension (the tool's name, [`OTHER_TOOLS`] or [`NO_DIMENSION`]).
+        tool: &'a str,
+    }
+
+    /// The EMF document of one invocation: every outcome is a Count metric (1 for this one's, 0 for
+    /// the others), so sums give counts per outcome and averages give rates.
+    fn emf_line(dims: &EmfDimensions<'_>, r: &InvocationReport<'_>, timestamp_ms: i64) -> Value {
+        let mut metrics: Vec<Value> = Outcome::ALL
+            .iter()
+            .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
+            .collect();
+        metrics.push(json!({"Name": "latency_ms", "Unit": "Milliseconds"}));
+        metrics.push(json!({"Name": "store_requests", "Unit": "Count"}));
+        metrics.push(json!({"Name": "settled_unknown", "Unit": "Count"}));
+        let mut doc = Map::new();
+        doc.insert(
+            "_aws".into(),
+            json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{
+                    "Namespace": dims.namespace,
+                    "Dimensions": DIMENSION_SETS,
+                    "Metrics": metrics,
+                }],
+            }),
+        );
+        doc.insert("Service".into(), json!(dims.service));
+        doc.insert("Door".into(), json!(r.door.unwrap_or(NO_DIMENSION)));
+        doc.insert("Tool".into(), json!(dims.tool));
+        for o in Outcome::ALL {
+            doc.insert(o.name().into(), json!(u8::from(o == r.outcome)));
+        }
+        doc.insert(
+            "latency_ms".into(),
+            json!((r.latency.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0),
+        );
+        doc.insert("store_requests".into(), json!(r.store_requests));
+        doc.insert("settled_unknown".into(), json!(r.settled_unknown));
+        doc.insert("outcome".into(), json!(r.outcome.name()));
+        doc.insert("mode".into(), json!(r.mode.name()));
+        if let Some(tool) = r.tool {
+            doc.insert("tool".into(), json!(tool));
+        }
+        if !r.request_id.is_empty() {
+            doc.insert("requestId".into(), json!(r.request_id));
+        }
+        Value::Object(doc)
+    }
+
 
     fn report(outcome: Outcome) -> InvocationReport<'static> {
         InvocationReport {

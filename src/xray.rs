@@ -20,7 +20,7 @@ use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 
 /// The spans sent as subsegments, by name: one call's stages in the order they happen.
-pub const STAGES: [&str; 4] = ["key", "claim", "invoke", "complete"];
+pub(crate) const STAGES: [&str; 4] = ["key", "claim", "invoke", "complete"];
 
 /// The daemon's header line, before every document.
 const HEADER: &str = "{\"format\":\"json\",\"version\":1}\n";
@@ -35,7 +35,7 @@ pub struct XrayLayer {
 impl XrayLayer {
     /// The layer for Lambda: the daemon at `AWS_XRAY_DAEMON_ADDRESS` and each invocation's
     /// `_X_AMZN_TRACE_ID`. `None` when there is no daemon (tracing off, or not in Lambda).
-    pub fn from_env() -> Option<XrayLayer> {
+    pub(crate) fn from_env() -> Option<XrayLayer> {
         let address = std::env::var("AWS_XRAY_DAEMON_ADDRESS").ok()?;
         XrayLayer::new(daemon_address(&address)?, || {
             std::env::var("_X_AMZN_TRACE_ID").ok()
@@ -69,7 +69,7 @@ impl XrayLayer {
 }
 
 /// The UDP address in `AWS_XRAY_DAEMON_ADDRESS`: `host:port`, or `udp:host:port tcp:host:port`.
-pub fn daemon_address(text: &str) -> Option<SocketAddr> {
+pub(crate) fn daemon_address(text: &str) -> Option<SocketAddr> {
     let udp = text
         .split_whitespace()
         .find_map(|part| part.strip_prefix("udp:"))
@@ -79,16 +79,16 @@ pub fn daemon_address(text: &str) -> Option<SocketAddr> {
 
 /// The parts of a trace header a subsegment needs: only for a sampled invocation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceHeader {
+pub(crate) struct TraceHeader {
     /// `Root`: the trace id.
-    pub root: String,
+    pub(crate) root: String,
     /// `Parent`: the function segment's id.
-    pub parent: String,
+    pub(crate) parent: String,
 }
 
 impl TraceHeader {
     /// `Root=…;Parent=…;Sampled=1` read; `None` unless sampled and complete.
-    pub fn parse(text: &str) -> Option<TraceHeader> {
+    pub(crate) fn parse(text: &str) -> Option<TraceHeader> {
         let (mut root, mut parent, mut sampled) = (None, None, false);
         for part in text.split(';') {
             match part.trim().split_once('=') {

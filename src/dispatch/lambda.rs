@@ -14,8 +14,8 @@
 //! ([`LambdaDispatcher::keep_timeouts_current`], switched off by `DEDUP_LOOK_UP_TIMEOUTS=false`:
 //! that permission also reads the tool's environment variables), else Lambda's maximum.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use aws_sdk_lambda::Client;
@@ -52,18 +52,21 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// keep the old, shorter lease for the life of this container.
 const LOOKUP_REFRESH: Duration = Duration::from_secs(300);
 
-/// Invokes tool Lambdas chosen by a route table.
+/// Invokes tool Lambdas chosen by the handler's route table.
 #[derive(Debug, Clone)]
 pub struct LambdaDispatcher {
     client: Client,
-    routes: Routes,
     /// Tool timeouts found by [`LambdaDispatcher::look_up_timeouts`] (shared by clones).
     looked_up: Arc<RwLock<HashMap<String, Duration>>>,
+    /// Targets routed to whose timeout is neither stated nor looked up yet (shared by clones):
+    /// the next lookup reads them, so that a function a config refresh routes to is looked up
+    /// like the ones routed to at start-up.
+    unknown: Arc<Mutex<HashSet<String>>>,
 }
 
 impl LambdaDispatcher {
     /// A dispatcher on `client` (whose retries are switched off here).
-    pub fn new(client: &Client, routes: Routes) -> LambdaDispatcher {
+    pub fn new(client: &Client) -> LambdaDispatcher {
         let conf = client
             .config()
             .to_builder()
@@ -71,48 +74,44 @@ impl LambdaDispatcher {
             .build();
         LambdaDispatcher {
             client: Client::from_conf(conf),
-            routes,
             looked_up: Arc::default(),
+            unknown: Arc::default(),
         }
     }
 
-    /// The routing table this dispatcher invokes by.
-    pub fn routes(&self) -> &Routes {
-        &self.routes
-    }
-
-    /// The same client and looked-up timeouts, under new routes (a reloaded config document).
-    pub fn with_routes(&self, routes: Routes) -> LambdaDispatcher {
-        LambdaDispatcher {
-            client: self.client.clone(),
-            routes,
-            looked_up: Arc::clone(&self.looked_up),
-        }
-    }
-
-    /// Calls [`LambdaDispatcher::look_up_timeouts`] now and every five minutes after (the Lambda
-    /// runs it in the background when `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply
-    /// refreshes late).
-    pub async fn keep_timeouts_current(&self) {
+    /// Calls [`LambdaDispatcher::look_up_timeouts`] for `routes` now, then every five minutes for
+    /// every target routed to since (the Lambda runs it in the background when
+    /// `DEDUP_LOOK_UP_TIMEOUTS` is on; a frozen container simply refreshes late).
+    pub async fn keep_timeouts_current(&self, routes: Routes) {
+        self.look_up_timeouts(&routes).await;
         loop {
-            self.look_up_timeouts().await;
             tokio::time::sleep(LOOKUP_REFRESH).await;
+            self.look_up_timeouts(&routes).await;
         }
     }
 
-    /// Looks up the timeout of every routed tool whose route does not state one, with
-    /// `GetFunctionConfiguration`, for this dispatcher and its clones. Until it is known, and when
-    /// its lookup fails (no permission, a local emulator), a tool counts as running up to Lambda's
-    /// maximum, so its lease errs on the long side. The Lambda runs this in the background, so that
-    /// cold start does not wait for it.
-    pub async fn look_up_timeouts(&self) {
-        let targets: Vec<String> = self
-            .routes
+    /// Looks up the timeout of every tool `routes` route to whose route does not state one, of
+    /// every target routed to whose timeout is not known yet, and of every one looked up before, with `GetFunctionConfiguration`,
+    /// for this dispatcher and its clones. Until it is known, and when its lookup fails (no
+    /// permission, a local emulator), a tool counts as running up to Lambda's maximum, so its
+    /// lease errs on the long side. The Lambda runs this in the background, so that cold start
+    /// does not wait for it.
+    pub async fn look_up_timeouts(&self, routes: &Routes) {
+        let mut targets: HashSet<String> = routes
             .targets()
             .into_iter()
-            .filter(|t| self.routes.stated_timeout(t).is_none())
+            .filter(|t| routes.stated_timeout(t).is_none())
             .map(str::to_string)
             .collect();
+        targets.extend(std::mem::take(
+            &mut *self.unknown.lock().unwrap_or_else(|p| p.into_inner()),
+        ));
+        // Read again what was read before: a tool redeployed with a longer timeout.
+        targets.extend(
+            (self.looked_up.read().unwrap_or_else(|p| p.into_inner()))
+                .keys()
+                .cloned(),
+        );
         let mut lookups = tokio::task::JoinSet::new();
         for target in targets {
             let request = self
@@ -161,32 +160,39 @@ pub async fn build_client(endpoint_url: Option<&str>) -> Client {
 }
 
 impl LambdaDispatcher {
-    /// The tool's own timeout, plus how late it may start: its init phase runs outside the
-    /// timeout, and a throttled invoke is retried.
-    pub fn max_run_time(&self, target: &str) -> Duration {
-        let timeout = self
-            .routes
-            .stated_timeout(target)
-            .or_else(|| {
-                let looked_up = self.looked_up.read().unwrap_or_else(|p| p.into_inner());
-                looked_up.get(target).copied()
-            })
-            .unwrap_or(MAX_TOOL_TIMEOUT);
+    /// The tool's own timeout (stated in `routes`, else looked up), plus how late it may start:
+    /// its init phase runs outside the timeout, and a throttled invoke is retried. A target whose
+    /// timeout is unknown counts as running up to Lambda's maximum, and is looked up next time.
+    fn max_run_time(&self, routes: &Routes, target: &str) -> Duration {
+        let timeout = routes.stated_timeout(target).or_else(|| {
+            let looked_up = self.looked_up.read().unwrap_or_else(|p| p.into_inner());
+            looked_up.get(target).copied()
+        });
+        let timeout = timeout.unwrap_or_else(|| {
+            let mut unknown = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
+            unknown.insert(target.to_string());
+            MAX_TOOL_TIMEOUT
+        });
         timeout + TOOL_START_ALLOWANCE
     }
 }
 
 impl Dispatcher for LambdaDispatcher {
-    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+    fn route(
+        &self,
+        routes: &Routes,
+        action_group: &str,
+        tool: &str,
+    ) -> Result<Route, DispatchError> {
         let (target, namespace) =
-            self.routes
+            routes
                 .take(action_group, tool)
                 .ok_or_else(|| DispatchError::NoRoute {
                     action_group: action_group.to_string(),
                     tool: tool.to_string(),
                 })?;
         Ok(Route {
-            max_run_time: self.max_run_time(target),
+            max_run_time: self.max_run_time(routes, target),
             target: target.to_string(),
             namespace: namespace.map(str::to_string),
         })

@@ -14,7 +14,7 @@ pub use routes::{Routes, lambda_timeout};
 use crate::doors::port::Forward;
 
 /// Boxed error kept as a `source`.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Where a call goes, decided once before it is claimed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +32,13 @@ pub struct Route {
 }
 
 impl Route {
-    /// A route to a tool that runs in-process: no namespace of its own, and it cannot outlive
-    /// the invocation.
-    pub fn in_process(target: &str) -> Route {
+    /// A route to a tool that runs in-process and takes every call: keyed in the namespace the
+    /// route `routes` give the call states, if any, and it cannot outlive the invocation.
+    pub fn in_process(target: &str, routes: &Routes, action_group: &str, tool: &str) -> Route {
+        let namespace = routes.take(action_group, tool).and_then(|(_, ns)| ns);
         Route {
             target: target.to_string(),
-            namespace: None,
+            namespace: namespace.map(str::to_string),
             max_run_time: Duration::ZERO,
         }
     }
@@ -45,9 +46,12 @@ impl Route {
 
 /// Sends a call to its tool.
 pub trait Dispatcher: Send + Sync {
-    /// The route of a call of `tool` in `action_group`. No I/O: the handler asks before it
-    /// claims, so that an unroutable call claims nothing.
-    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError>;
+    /// The route of a call of `tool` in `action_group` by the handler's `routes` (the
+    /// configuration's `DEDUP_ROUTES`, which the handler alone holds): target, stated namespace
+    /// and run time, decided together. No I/O: the handler asks before it claims, so that an
+    /// unroutable call claims nothing.
+    fn route(&self, routes: &Routes, action_group: &str, tool: &str)
+    -> Result<Route, DispatchError>;
 
     /// Invokes `target` with the forwarded event and returns the tool's reply bytes. Must give up
     /// with [`DispatchError::Timeout`] once `timeout` has passed.
@@ -131,7 +135,7 @@ impl DispatchError {
     }
 
     /// A one-line reason for the model: no payloads, no stack traces.
-    pub fn short_reason(&self) -> String {
+    pub(crate) fn short_reason(&self) -> String {
         match self {
             DispatchError::NoRoute { action_group, tool } => {
                 format!("no tool is configured for {action_group}/{tool}")
@@ -187,7 +191,7 @@ impl ErrorTypes {
     /// True when a tool error of this type proves that nothing ran: [`NOTHING_RAN_ERROR`] (also
     /// as the last segment of a qualified name, `com.example.DedupNothingRan`), or a configured
     /// type (exact, case-sensitive).
-    pub fn contains(&self, error_type: &str) -> bool {
+    pub(crate) fn contains(&self, error_type: &str) -> bool {
         let simple = error_type.rsplit(['.', '$']).next().unwrap_or(error_type);
         simple == NOTHING_RAN_ERROR || self.0.iter().any(|n| n == error_type)
     }

@@ -37,6 +37,7 @@ impl Routes {
         let map: serde_json::Map<String, serde_json::Value> =
             serde_json::from_str(text).map_err(|e| format!("not a JSON object of strings: {e}"))?;
         let mut routes = Routes::default();
+        let mut entries = std::collections::HashSet::new();
         for (pattern, value) in map {
             let RouteValue {
                 target,
@@ -61,6 +62,14 @@ impl Routes {
                 routes.state_timeout(&target, timeout);
             }
             let entry = routes.insert(&pattern, target)?;
+            // Two spellings of one entry (`"g/t"` and `" g/t"`) would leave one's target with
+            // the other's namespace.
+            if !entries.insert(entry.clone()) {
+                return Err(format!(
+                    "route {pattern:?} is the same route as another one ({entry}); write each \
+                     route once"
+                ));
+            }
             if let Some(namespace) = namespace {
                 routes.namespaces.insert(entry, namespace);
             }
@@ -75,13 +84,13 @@ impl Routes {
     }
 
     /// Records that `target` can run for `timeout` (the longest stated one wins).
-    pub fn state_timeout(&mut self, target: &str, timeout: Duration) {
+    pub(crate) fn state_timeout(&mut self, target: &str, timeout: Duration) {
         let known = self.timeouts.entry(target.to_string()).or_default();
         *known = (*known).max(timeout);
     }
 
     /// The timeout stated for `target` in the routes, if any.
-    pub fn stated_timeout(&self, target: &str) -> Option<Duration> {
+    pub(crate) fn stated_timeout(&self, target: &str) -> Option<Duration> {
         self.timeouts.get(target).copied()
     }
 
@@ -101,7 +110,7 @@ impl Routes {
 
     /// Adds one route; the pattern syntax is the same as in [`Routes::parse`]. Returns the
     /// entry's key.
-    pub fn insert(&mut self, pattern: &str, target: String) -> Result<String, String> {
+    pub(crate) fn insert(&mut self, pattern: &str, target: String) -> Result<String, String> {
         let pattern = pattern.trim();
         if pattern == "*" {
             self.default = Some(target);
@@ -146,7 +155,8 @@ impl Routes {
     }
 
     /// The target for a call of `tool` in `action_group` ([`Routes::take`] without the namespace).
-    pub fn resolve(&self, action_group: &str, tool: &str) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn resolve(&self, action_group: &str, tool: &str) -> Option<&str> {
         self.take(action_group, tool).map(|(target, _)| target)
     }
 
@@ -175,7 +185,7 @@ impl Routes {
     /// The first route that sends calls to the function named `function` (a name, or an ARN with
     /// or without a qualifier), as `(pattern, target)`: a route back to the dedup function itself
     /// would claim each call twice and never reach the tool.
-    pub fn route_to(&self, function: &str) -> Option<(String, &str)> {
+    pub(crate) fn route_to(&self, function: &str) -> Option<(String, &str)> {
         let own = function_name(function);
         let mut routes: Vec<(String, &str)> = self
             .exact
@@ -195,7 +205,7 @@ impl Routes {
     }
 
     /// True when no route at all is configured (the Lambda refuses to start then).
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.groups.is_empty() && self.default.is_none()
     }
 }

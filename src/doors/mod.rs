@@ -142,13 +142,13 @@ pub struct Refusal {
 
 /// Which doors answer, and through which alias: the deployment's gate.
 #[derive(Debug, Clone, Default)]
-pub struct Gate {
+pub(crate) struct Gate {
     /// `DEDUP_DOORS`: the doors this deployment serves.
-    pub served: Doors,
+    pub(crate) served: Doors,
     /// `DEDUP_INTERCEPTOR_ALIAS`: the alias that serves the interceptor door alone.
-    pub interceptor_alias: Option<String>,
+    pub(crate) interceptor_alias: Option<String>,
     /// `DEDUP_GATEWAY_ID`: the gateway's id when an interceptor invocation names none.
-    pub gateway_id: Option<String>,
+    pub(crate) gateway_id: Option<String>,
 }
 
 impl Gate {
@@ -202,7 +202,7 @@ impl<'a> Door<'a> {
     /// The door question, asked once: names the door ([`DoorName::of`]), refuses it at the
     /// `gate` (not served, wrong alias: a Lambda error, touching nothing), then parses the event
     /// as that door's.
-    pub fn open(
+    pub(crate) fn open(
         event: &'a Value,
         client_context: Option<&'a ClientContext>,
         qualifier: Option<&str>,
@@ -264,8 +264,8 @@ impl<'a> Door<'a> {
             (Some(DoorName::Bedrock), _) => ActionGroupCall::parse(event)
                 .map(Door::Bedrock)
                 .map_err(|e| {
-                    let why = Unanswerable::Bedrock(e);
-                    refused(Err(HandlerError::InvalidEvent(why)), "unrecognised event".into())
+                    let reason = format!("invalid Bedrock Agents event: {e}");
+                    refused(Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))), reason)
                 }),
             (Some(DoorName::Envelope), _) => envelope::Envelope::parse(event)
                 .map(Door::Envelope)
@@ -323,7 +323,7 @@ pub struct Doors([bool; 4]);
 
 impl Doors {
     /// The environment variable.
-    pub const VAR: &'static str = "DEDUP_DOORS";
+    pub(crate) const VAR: &'static str = "DEDUP_DOORS";
     /// Every door.
     pub const ALL: Doors = Doors([true; 4]);
 
@@ -354,7 +354,7 @@ impl Doors {
     }
 
     /// The doors served, by name.
-    pub fn names(&self) -> Vec<&'static str> {
+    pub(crate) fn names(&self) -> Vec<&'static str> {
         DoorName::ALL
             .into_iter()
             .filter(|d| self.serves(*d))

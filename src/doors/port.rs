@@ -26,7 +26,7 @@ use crate::key::{Call, CallerKeyScope, Schema, push_json_str};
 
 /// The client-context key through which the executor hands the derived key to a tool that takes
 /// a client context (AgentCore Gateway targets, the envelope's tools).
-pub const DEDUP_KEY_CONTEXT: &str = "dedupKey";
+pub(crate) const DEDUP_KEY_CONTEXT: &str = "dedupKey";
 
 /// How a door writes the executor's answers in its caller's format.
 pub trait Answers {
@@ -69,9 +69,9 @@ pub struct Unforwardable(pub String);
 #[error("tool reply is not {expected}: {reason}")]
 pub struct MalformedReply {
     /// What the caller's format needs (`"JSON"`, `"a Bedrock response"`).
-    pub expected: &'static str,
+    pub(crate) expected: &'static str,
     /// What is wrong with it.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// One tool call, format-free.
@@ -105,7 +105,7 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// Keys the call in `namespace` (one a route states), still behind its entry point's name.
-    pub fn rename_namespace(&mut self, namespace: &str) {
+    pub(crate) fn rename_namespace(&mut self, namespace: &str) {
         let entry_point = self
             .namespace
             .split_once(':')
@@ -128,7 +128,7 @@ impl ToolCall {
     }
 
     /// The name this call's policy entry is looked up by.
-    pub fn policy_key(&self) -> &str {
+    pub(crate) fn policy_key(&self) -> &str {
         self.policy_name.as_deref().unwrap_or(&self.tool)
     }
 }
@@ -136,7 +136,7 @@ impl ToolCall {
 /// `<entry point>:<namespace>`: the entry point is part of every key (domain separation), so no
 /// caller of one door can name a scope of another (an envelope that copies a Bedrock call's
 /// agent, action group, session, step and arguments is still its own call).
-pub fn scoped_namespace(entry_point: &str, namespace: &str) -> String {
+pub(crate) fn scoped_namespace(entry_point: &str, namespace: &str) -> String {
     let mut scoped = String::with_capacity(entry_point.len() + 1 + namespace.len());
     scoped.push_str(entry_point);
     scoped.push(':');
@@ -179,7 +179,7 @@ pub fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
 
 /// Why the executor answers in its own words instead of with the tool's reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoticeKind {
+pub(crate) enum NoticeKind {
     /// An identical call is still running (or identical calls keep racing for the key).
     InProgress,
     /// An identical call already ran, but its result was too large to store.
@@ -210,7 +210,7 @@ pub enum NoticeKind {
 
 impl NoticeKind {
     /// The `status` (or error `type`) word the caller reads.
-    pub fn status(self) -> &'static str {
+    pub(crate) fn status(self) -> &'static str {
         match self {
             NoticeKind::InProgress => "in_progress",
             NoticeKind::AlreadyExecuted => "already_executed",
@@ -228,7 +228,7 @@ impl NoticeKind {
     }
 
     /// The HTTP status an HTTP-shaped answer carries (Bedrock OpenAPI responses).
-    pub fn http_status(self) -> u16 {
+    pub(crate) fn http_status(self) -> u16 {
         match self {
             NoticeKind::InProgress
             | NoticeKind::AlreadyExecuted
@@ -245,7 +245,7 @@ impl NoticeKind {
 
     /// True when the model may correct the call or try again later (Bedrock REPROMPT); false
     /// when only the configuration can fix it (Bedrock FAILURE).
-    pub fn model_can_act(self) -> bool {
+    pub(crate) fn model_can_act(self) -> bool {
         !matches!(
             self,
             NoticeKind::InvalidEvent | NoticeKind::NoRoute | NoticeKind::KeyReused
@@ -257,16 +257,16 @@ impl NoticeKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
     /// What happened; sets the `status` word, the HTTP status and the Bedrock response state.
-    pub kind: NoticeKind,
+    pub(crate) kind: NoticeKind,
     /// One or two sentences for the model: no argument values, no stack traces.
     pub message: String,
     /// For [`NoticeKind::InProgress`]: when the running call's lease ends.
-    pub retry_after_ms: Option<i64>,
+    pub(crate) retry_after_ms: Option<i64>,
 }
 
 impl Notice {
     /// A notice of `kind` with `message` and no retry hint.
-    pub fn new(kind: NoticeKind, message: impl Into<String>) -> Notice {
+    pub(crate) fn new(kind: NoticeKind, message: impl Into<String>) -> Notice {
         Notice {
             kind,
             message: message.into(),
@@ -275,7 +275,7 @@ impl Notice {
     }
 
     /// `{"status":…,"message":…[,"retry_after_ms":…]}`, written without building a `Value`.
-    pub fn body_json(&self) -> String {
+    pub(crate) fn body_json(&self) -> String {
         let mut out = String::with_capacity(self.message.len() + 64);
         out.push_str("{\"status\":");
         push_json_str(&mut out, self.kind.status());
@@ -292,7 +292,7 @@ impl Notice {
 /// The executor's own answers, in the words the model reads: what happened, and what to do.
 impl Notice {
     /// No tool is configured for the call.
-    pub fn no_route(reason: &str) -> Notice {
+    pub(crate) fn no_route(reason: &str) -> Notice {
         Notice::new(
             NoticeKind::NoRoute,
             format!(
@@ -302,7 +302,7 @@ impl Notice {
     }
 
     /// An identical call already ran; its result was too large to store.
-    pub fn already_executed(tool: &str) -> Notice {
+    pub(crate) fn already_executed(tool: &str) -> Notice {
         Notice::new(
             NoticeKind::AlreadyExecuted,
             format!(
@@ -315,7 +315,7 @@ impl Notice {
 
     /// An identical call ran, but its stored result cannot be read back (the object is missing or
     /// is not the one the record describes).
-    pub fn result_unavailable(tool: &str) -> Notice {
+    pub(crate) fn result_unavailable(tool: &str) -> Notice {
         Notice::new(
             NoticeKind::ResultUnavailable,
             format!(
@@ -328,7 +328,7 @@ impl Notice {
 
     /// The caller's idempotency key was first used for another call: `paths` are the argument
     /// paths that differ (`None`: not recorded). Never a value.
-    pub fn key_reused(tool: &str, paths: Option<&[String]>) -> Notice {
+    pub(crate) fn key_reused(tool: &str, paths: Option<&[String]>) -> Notice {
         let differ = match paths {
             Some([]) | None => "The differing paths were not recorded.".to_string(),
             Some(paths) => format!("Paths that differ: {}.", paths.join(", ")),
@@ -345,7 +345,7 @@ impl Notice {
 
     /// An identical call of an `at_most_once` tool may or may not have taken effect; `key` names
     /// it for the operator who settles it.
-    pub fn outcome_unknown(tool: &str, key: &str) -> Notice {
+    pub(crate) fn outcome_unknown(tool: &str, key: &str) -> Notice {
         Notice::new(
             NoticeKind::SettledUnknown,
             format!(
@@ -359,7 +359,7 @@ impl Notice {
 
     /// An identical call still holds the key (`retry_after_ms`: when its lease ends), or, without
     /// it, identical calls kept racing for the key.
-    pub fn in_progress(tool: &str, retry_after_ms: Option<i64>) -> Notice {
+    pub(crate) fn in_progress(tool: &str, retry_after_ms: Option<i64>) -> Notice {
         let message = match retry_after_ms {
             Some(_) => format!(
                 "An identical {tool} call made earlier in this session is still running, so this one \
@@ -378,7 +378,7 @@ impl Notice {
     }
 
     /// The store could not be asked; the tool was not called.
-    pub fn store_unavailable(tool: &str) -> Notice {
+    pub(crate) fn store_unavailable(tool: &str) -> Notice {
         Notice::new(
             NoticeKind::StoreUnavailable,
             format!(
@@ -390,7 +390,7 @@ impl Notice {
     }
 
     /// Too little time was left to call the tool.
-    pub fn no_time() -> Notice {
+    pub(crate) fn no_time() -> Notice {
         Notice::new(
             NoticeKind::NoTime,
             "There was not enough time left to call the tool, so it was NOT called. You may retry the call.",
@@ -398,7 +398,7 @@ impl Notice {
     }
 
     /// The tool ran but its reply is not one of the caller's format.
-    pub fn malformed_reply() -> Notice {
+    pub(crate) fn malformed_reply() -> Notice {
         Notice::new(
             NoticeKind::ToolFailed,
             "The tool ran but answered with a malformed response, so its result was not recorded. \
@@ -407,7 +407,7 @@ impl Notice {
     }
 
     /// The event could not be forwarded: the tool did not run.
-    pub fn unforwardable() -> Notice {
+    pub(crate) fn unforwardable() -> Notice {
         Notice::new(
             NoticeKind::ToolFailed,
             "The call could not be forwarded to the tool, so it was NOT executed and nothing was recorded. \
@@ -416,7 +416,7 @@ impl Notice {
     }
 
     /// The tool failed (`reason`: one line, no payload); `outcome_unknown` when it may have acted.
-    pub fn tool_failed(reason: &str, outcome_unknown: bool) -> Notice {
+    pub(crate) fn tool_failed(reason: &str, outcome_unknown: bool) -> Notice {
         if outcome_unknown {
             Notice::new(
                 NoticeKind::OutcomeUnknown,
@@ -448,7 +448,7 @@ pub struct DedupInfo<'a> {
 
 impl DedupInfo<'_> {
     /// `{"outcome":…,"key":…|null}`.
-    pub fn json(&self) -> String {
+    pub(crate) fn json(&self) -> String {
         let mut out = String::with_capacity(64);
         out.push_str("{\"outcome\":");
         push_json_str(&mut out, self.outcome);
@@ -463,13 +463,13 @@ impl DedupInfo<'_> {
 }
 
 /// A refused call's notice: what is wrong, and that nothing ran.
-pub fn refusal(kind: NoticeKind, message: &str) -> Notice {
+pub(crate) fn refusal(kind: NoticeKind, message: &str) -> Notice {
     Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
 
 /// The step named by a caller-supplied value: a non-blank string (trimmed) or a number.
-pub fn step_value(value: &serde_json::Value) -> Option<String> {
+pub(crate) fn step_value(value: &serde_json::Value) -> Option<String> {
     match value {
         serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
         serde_json::Value::Number(n) => Some(n.to_string()),
@@ -488,13 +488,13 @@ pub enum Scope {
 
 /// Which arguments carry the caller's run id and step (AgentCore Gateway calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ScopeArguments<'a> {
+pub(crate) struct ScopeArguments<'a> {
     /// The argument that names the run when the Gateway sends no session id (`DEDUP_RUN_ARGUMENT`).
-    pub run: &'a str,
+    pub(crate) run: &'a str,
     /// The argument that names the step (`DEDUP_STEP_ATTRIBUTE`).
     pub step: &'a str,
     /// The argument that carries the caller's idempotency key (`DEDUP_IDEMPOTENCY_KEY_NAME`).
-    pub caller_key: &'a str,
+    pub(crate) caller_key: &'a str,
 }
 
 /// Which names carry the caller's run and step, the Bedrock turn scope, and the namespaces an
@@ -556,7 +556,7 @@ pub enum Unkeyed {
 impl Sessionless {
     /// What a call that names no run gets: `Ok` when it is keyed by its namespace alone, else why
     /// it is unkeyed. `missing` says what the call lacked, for the warning or the refusal.
-    pub fn unkeyed(self, missing: String) -> Result<(), Unkeyed> {
+    pub(crate) fn unkeyed(self, missing: String) -> Result<(), Unkeyed> {
         match self {
             Sessionless::PassThrough => Err(Unkeyed::Sessionless(missing)),
             Sessionless::Refuse => Err(refusal(
@@ -584,7 +584,7 @@ impl From<Notice> for Unkeyed {
 
 impl Scoping<'_> {
     /// The run and step argument names.
-    pub fn arguments(&self) -> ScopeArguments<'_> {
+    pub(crate) fn arguments(&self) -> ScopeArguments<'_> {
         ScopeArguments {
             run: self.run_argument,
             step: self.step_attribute,
@@ -594,7 +594,7 @@ impl Scoping<'_> {
 }
 
 /// The JSON type of `v`, for messages.
-pub fn json_type(v: &Value) -> &'static str {
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -46,10 +46,11 @@ pub enum Unanswerable {
     Interceptor(String),
     /// No entry point recognises it.
     #[error(
-        "not a Bedrock Agents action-group event, an AgentCore Gateway call or an invoke envelope: {0}. \
-         Expected, in this order: a Lambda client context with custom.bedrockAgentCoreToolName \
-         (AgentCore Gateway), an object with \"actionGroup\" (Bedrock Agents), an object with \"tool\" \
-         (invoke envelope)"
+        "not a Bedrock Agents action-group event, an AgentCore Gateway call or interception, or an \
+         invoke envelope: {0}. Expected, in this order: a Lambda client context with \
+         custom.bedrockAgentCoreToolName (AgentCore Gateway target), an object with \
+         \"interceptorInputVersion\" (AgentCore Gateway interceptor), an object with \"actionGroup\" \
+         (Bedrock Agents), an object with \"tool\" (invoke envelope)"
     )]
     NoEntryPoint(String),
     /// Shaped for a door this deployment does not serve (`DEDUP_DOORS`).

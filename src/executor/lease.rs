@@ -26,9 +26,9 @@ pub const LONGEST_LEASE: Duration = Duration::from_secs(
 );
 
 /// How long a completed call replays by default (a day).
-pub const DEFAULT_TTL: Duration = Duration::from_secs(86_400);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(86_400);
 /// How long a repeat waits by default for an identical call in flight.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 /// The executor's own knobs (mode, retention, waiting, cache, timing). The handler builds them
 /// from the configuration; [`Settings::default`] holds the built-in values. How a call is scoped

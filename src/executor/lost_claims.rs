@@ -16,7 +16,7 @@ const MAX_ORPHANS: usize = 256;
 impl<S: Store> Executor<S> {
     /// This executor, sharing `earlier`'s list of claims whose answers were lost (a container's
     /// state, which a new configuration must not forget: each is released at the next call).
-    pub fn sharing_lost_claims(mut self, earlier: &Executor<S>) -> Executor<S> {
+    pub(crate) fn sharing_lost_claims(mut self, earlier: &Executor<S>) -> Executor<S> {
         self.orphans = Arc::clone(&earlier.orphans);
         self
     }

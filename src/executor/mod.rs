@@ -25,7 +25,7 @@ use crate::store::{
 };
 
 mod cache;
-pub mod lease;
+pub(crate) mod lease;
 mod lost_claims;
 mod note;
 mod outcome;
@@ -34,9 +34,10 @@ mod tests;
 
 use cache::RecordCache;
 pub use lease::{Lease, Settings};
-pub use outcome::{
-    CallerKey, ClaimMade, Finished, FinishedElsewhere, Keyed, Opened, Outcome, RecordedClaim,
-    RequestOwner, Settled, ToolRun,
+pub use outcome::Outcome;
+pub(crate) use outcome::{
+    CallerKey, ClaimMade, Finished, FinishedElsewhere, Keyed, Opened, RecordedClaim, RequestOwner,
+    Settled, ToolRun,
 };
 
 /// What the claim loop ended with.
@@ -76,7 +77,7 @@ const POLL_BACKOFF: Backoff = Backoff {
 };
 
 /// Runs keyed calls against one store.
-pub struct Executor<S> {
+pub(crate) struct Executor<S> {
     /// Shared with the completion task, which outlives a dropped caller.
     store: Arc<S>,
     keyer: Keyer,
@@ -127,7 +128,7 @@ enum Waited {
 
 impl<S: Store> Executor<S> {
     /// An executor over `store`, keying with `keyer`.
-    pub fn new(store: S, keyer: Keyer, settings: Settings) -> Executor<S> {
+    pub(crate) fn new(store: S, keyer: Keyer, settings: Settings) -> Executor<S> {
         let cache = RecordCache::new(settings.local_cache_items);
         Executor {
             store: Arc::new(store),
@@ -141,36 +142,36 @@ impl<S: Store> Executor<S> {
 
     /// How many calls this executor has left with their outcome unknown, for an operator to
     /// settle, since it started.
-    pub fn settled_unknown(&self) -> u64 {
+    pub(crate) fn settled_unknown(&self) -> u64 {
         self.settled_unknown.load(Ordering::Relaxed)
     }
 
     /// Adjusts the settings (tests shorten margins and budgets).
-    pub fn with_settings(mut self, adjust: impl FnOnce(&mut Settings)) -> Executor<S> {
+    pub(crate) fn with_settings(mut self, adjust: impl FnOnce(&mut Settings)) -> Executor<S> {
         adjust(&mut self.settings);
         self.cache = RecordCache::new(self.settings.local_cache_items);
         self
     }
 
     /// The store claims are made in.
-    pub fn store(&self) -> &S {
+    pub(crate) fn store(&self) -> &S {
         &self.store
     }
 
     /// The keyer calls are keyed with.
-    pub fn keyer(&self) -> &Keyer {
+    pub(crate) fn keyer(&self) -> &Keyer {
         &self.keyer
     }
 
     /// The executor's settings.
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
     /// Runs `call` at most once per key. `end` is the deadline (monotonic) by which the answer
     /// is due; `lease` says how long the side effect may run and how its claim is kept.
     /// `side_effect` gets the time it may take.
-    pub async fn run<E, F, Fut>(
+    pub(crate) async fn run<E, F, Fut>(
         &self,
         call: Keyed<'_>,
         end: Instant,
@@ -206,7 +207,7 @@ impl<S: Store> Executor<S> {
     /// Gateway interceptor door: the Gateway calls the target once the REQUEST interceptor lets the
     /// request through). `owner` names the request, so that the invocation that sees the side
     /// effect's reply can tell its own claim ([`Executor::finish_claimed`]).
-    pub async fn open<E>(
+    pub(crate) async fn open<E>(
         &self,
         call: Keyed<'_>,
         end: Instant,
@@ -246,7 +247,7 @@ impl<S: Store> Executor<S> {
     /// completed record, another request's claim, none) is left as it is and said in the answer.
     /// What an unknown outcome allows is the claim's (taken `at_most_once` or not), whatever this
     /// invocation's view of the tool says.
-    pub async fn finish_claimed(
+    pub(crate) async fn finish_claimed(
         &self,
         made: ClaimMade<'_>,
         end: Instant,
@@ -933,7 +934,7 @@ fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) 
 }
 
 /// The time left before `end`.
-pub fn remaining(end: Instant) -> Duration {
+pub(crate) fn remaining(end: Instant) -> Duration {
     end.saturating_duration_since(Instant::now())
 }
 

@@ -72,7 +72,7 @@ impl<S: Store> Executor<S> {
     }
 
     /// The claims a request noted under `at` ([`super::RequestOwner::noted_at`]); empty when none.
-    pub async fn noted_claims(
+    pub(crate) async fn noted_claims(
         &self,
         at: &str,
         end: Instant,

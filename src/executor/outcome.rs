@@ -90,7 +90,7 @@ impl Outcome {
     /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
     /// repeats included), `replayed` for one answered from the store (waited-for calls
     /// included), else the outcome's own name.
-    pub fn caller_word(self) -> &'static str {
+    pub(crate) fn caller_word(self) -> &'static str {
         match self {
             Outcome::Executed
             | Outcome::ShadowReplay
@@ -110,34 +110,34 @@ impl std::fmt::Display for Outcome {
 
 /// One call, keyed.
 #[derive(Debug, Clone, Copy)]
-pub struct Keyed<'a> {
+pub(crate) struct Keyed<'a> {
     /// The typed key, or the caller's key scoped ([`crate::key::CallerKeyed`]), 32 hex digits.
-    pub key: &'a str,
+    pub(crate) key: &'a str,
     /// The strict fingerprint (keyer B) of the arguments, stored beside the result; for a
     /// caller-keyed call, the typed canonical form's (a repeat must match it).
-    pub fingerprint: &'a str,
+    pub(crate) fingerprint: &'a str,
     /// The key core's view of the call (to explain which rules made a repeat meet the original).
-    pub call: &'a Call<'a>,
+    pub(crate) call: &'a Call<'a>,
     /// What an unknown outcome allows (the tool's policy, or what its Gateway listing says).
-    pub delivery: Delivery,
+    pub(crate) delivery: Delivery,
     /// Set for a call keyed by its caller's key: a record under the key with another fingerprint
     /// is a mismatch.
-    pub caller: Option<CallerKey<'a>>,
+    pub(crate) caller: Option<CallerKey<'a>>,
 }
 
 /// What a call keyed by its caller's own key carries beside its key.
 #[derive(Debug, Clone, Copy)]
-pub struct CallerKey<'a> {
+pub(crate) struct CallerKey<'a> {
     /// The arguments' leaf digests ([`crate::key::CallerKeyed::path_digests`]), stored with the
     /// claim so that a mismatch can name its paths; `None` when too many to store.
-    pub path_digests: Option<&'a str>,
+    pub(crate) path_digests: Option<&'a str>,
     /// The strict fingerprint of the arguments ([`crate::key::CallerKeyed::arguments`]).
-    pub arguments: &'a str,
+    pub(crate) arguments: &'a str,
 }
 
 /// What running the side effect gave.
 #[derive(Debug)]
-pub enum ToolRun<E> {
+pub(crate) enum ToolRun<E> {
     /// A reply, classified by the caller's format.
     Replied {
         /// The reply, in the caller's format.
@@ -157,7 +157,7 @@ pub enum ToolRun<E> {
 
 /// How a keyed call ended.
 #[derive(Debug)]
-pub enum Settled<E> {
+pub(crate) enum Settled<E> {
     /// The side effect ran for this call (also shadow mode's repeats: see `outcome`).
     Executed {
         /// The tool's reply.
@@ -204,54 +204,54 @@ pub enum Settled<E> {
 
 /// [`Settled`] with what the report needs.
 #[derive(Debug)]
-pub struct Finished<E> {
+pub(crate) struct Finished<E> {
     /// How the call ended.
-    pub settled: Settled<E>,
+    pub(crate) settled: Settled<E>,
     /// The outcome to report.
-    pub outcome: Outcome,
+    pub(crate) outcome: Outcome,
     /// For replays: the normalization rules that made this call meet the stored one.
-    pub rules: Vec<&'static str>,
+    pub(crate) rules: Vec<&'static str>,
 }
 
 /// Who takes a claim for a side effect that runs elsewhere ([`crate::executor::Executor::open`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestOwner {
+pub(crate) struct RequestOwner {
     /// The name the claim's token carries ([`crate::store::LeaseToken::for_owner`]).
-    pub name: String,
+    pub(crate) name: String,
     /// The name stands for one request and no other: a claim found under it is this request's
     /// own, taken by an earlier invocation for the same request (the Gateway invokes an
     /// interceptor again after a failure or a timeout), and goes on as the owner's.
-    pub is_one_request: bool,
+    pub(crate) is_one_request: bool,
     /// The record the claim is noted under ([`RecordedClaim`]), found again by whatever settles
     /// it; `None` when the settling side derives the key itself.
-    pub noted_at: Option<String>,
+    pub(crate) noted_at: Option<String>,
 }
 
 /// Which key a request claimed and under which owner, as noted beside the claim (its JSON).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct RecordedClaim {
+pub(crate) struct RecordedClaim {
     /// The key claimed.
-    pub key: String,
+    pub(crate) key: String,
     /// The owner the claim's token names.
-    pub owner: String,
+    pub(crate) owner: String,
 }
 
 /// A claim [`crate::executor::Executor::open`] took, as the invocation that took it recorded it:
 /// what settles it later ([`crate::executor::Executor::finish_claimed`]) acts on this, never on a
 /// key derived again from a configuration or listing that may have changed since.
 #[derive(Debug, Clone, Copy)]
-pub struct ClaimMade<'a> {
+pub(crate) struct ClaimMade<'a> {
     /// The key claimed.
-    pub key: &'a str,
+    pub(crate) key: &'a str,
     /// The owner the claim's token names ([`RequestOwner::name`]).
-    pub owner: &'a str,
+    pub(crate) owner: &'a str,
     /// The policy entry the settled record's expiry comes from.
-    pub policy_name: &'a str,
+    pub(crate) policy_name: &'a str,
 }
 
 /// What [`crate::executor::Executor::open`] ended with.
 #[derive(Debug)]
-pub enum Opened<E> {
+pub(crate) enum Opened<E> {
     /// This request holds the claim: let the side effect run.
     Claimed,
     /// Shadow mode: nothing was claimed for this request (`outcome` says what enforce mode would
@@ -263,7 +263,7 @@ pub enum Opened<E> {
 
 /// What [`crate::executor::Executor::finish_claimed`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishedElsewhere {
+pub(crate) enum FinishedElsewhere {
     /// This request's claim was completed, released or kept.
     Settled(AfterRun),
     /// The call was already completed (a replayed answer, or an earlier owner's reply).

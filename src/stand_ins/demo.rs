@@ -393,9 +393,6 @@ impl StandIn for DemoTool {
 pub struct InProcess<T> {
     tool: T,
     max_run_time: Duration,
-    /// Routes whose stated namespaces this dispatcher's calls are keyed in (their targets are
-    /// not used: every call reaches the tool).
-    routes: Routes,
 }
 
 impl<T: StandIn> InProcess<T> {
@@ -404,14 +401,7 @@ impl<T: StandIn> InProcess<T> {
         InProcess {
             tool,
             max_run_time: Duration::ZERO,
-            routes: Routes::default(),
         }
-    }
-
-    /// States the namespaces `routes` state, as a [`crate::dispatch::LambdaDispatcher`] with
-    /// these routes would.
-    pub fn with_routes(self, routes: Routes) -> InProcess<T> {
-        InProcess { routes, ..self }
     }
 
     /// What `max_run_time` reports: the timeout of the tool Lambda this stands in for.
@@ -432,14 +422,11 @@ impl<T> std::ops::Deref for InProcess<T> {
 }
 
 impl<T: StandIn> Dispatcher for InProcess<T> {
-    /// Every call routes to the tool; a namespace only where [`InProcess::with_routes`]
-    /// states one.
-    fn route(&self, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
-        let namespace = self.routes.take(action_group, tool).and_then(|(_, ns)| ns);
+    /// Every call routes to the tool.
+    fn route(&self, routes: &Routes, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
         Ok(Route {
-            target: "in-process".into(),
-            namespace: namespace.map(str::to_string),
             max_run_time: self.max_run_time,
+            ..Route::in_process("in-process", routes, action_group, tool)
         })
     }
 
@@ -476,8 +463,8 @@ fn now_ms() -> i64 {
 /// In-process dispatch: every route leads to this tool.
 impl Dispatcher for DemoTool {
     /// In-process: it cannot outlive the invocation.
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<Route, DispatchError> {
-        Ok(Route::in_process("demo-tool"))
+    fn route(&self, routes: &Routes, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+        Ok(Route::in_process("demo-tool", routes, action_group, tool))
     }
 
     async fn invoke(

@@ -38,7 +38,7 @@ pub enum ResultEncoding {
 
 impl ResultEncoding {
     /// The stored spelling.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             ResultEncoding::Raw => "raw",
             ResultEncoding::Gzip => "gzip",

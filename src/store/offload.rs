@@ -45,7 +45,7 @@ impl fmt::Debug for ResultBucket {
 }
 
 /// The prefix every result object is written under (the lifecycle rule's filter).
-pub const RESULTS_PREFIX: &str = "results/";
+pub(crate) const RESULTS_PREFIX: &str = "results/";
 
 /// An S3 client for the results bucket; with `endpoint_url` (a local server) it addresses buckets
 /// by path, as local servers expect.
@@ -73,7 +73,7 @@ impl ResultBucket {
     }
 
     /// Writes `result` for the claim `token` holds on `key`.
-    pub async fn put(
+    pub(crate) async fn put(
         &self,
         key: &str,
         token: &LeaseToken,
@@ -144,7 +144,7 @@ pub fn check(offloaded: &Offloaded, body: Vec<u8>) -> Result<Vec<u8>, String> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

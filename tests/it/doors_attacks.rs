@@ -420,9 +420,9 @@ impl FakeLambda {
     }
 }
 
-async fn lambda_dispatcher(url: &str, routes: &str) -> LambdaDispatcher {
+async fn lambda_dispatcher(url: &str) -> LambdaDispatcher {
     let client = toolcall_dedup::dispatch::build_client(Some(url)).await;
-    LambdaDispatcher::new(&client, Routes::parse(routes).unwrap())
+    LambdaDispatcher::new(&client)
 }
 
 /// The demo tool's Bedrock reply to `ev`: what the routed tool Lambda answers.
@@ -751,9 +751,8 @@ fn build_like_main(
 + Sync {
     move |document: &Document| {
         let config = Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)?;
-        let routed = dispatcher.with_routes(config.routes.clone());
         Ok(
-            Handler::new(store.clone(), routed, &config, Telemetry::quiet())
+            Handler::new(store.clone(), dispatcher.clone(), &config, Telemetry::quiet())
                 .with_settings(|s| s.wait = Duration::from_millis(50)),
         )
     }
@@ -787,7 +786,7 @@ async fn a_refresh_moves_a_calls_namespace_target_and_lease_together() {
     let loader = Loader::new(ConfigSource::File(path.clone()), None, None).await;
     let loaded = loader.load().await.unwrap();
     let store = MemoryStore::new();
-    let dispatcher = lambda_dispatcher(&fake.url, r#"{"*": "unused-at-start"}"#).await;
+    let dispatcher = lambda_dispatcher(&fake.url).await;
     let build = build_like_main(store.clone(), dispatcher);
     let reloading = Reloading::start(
         loader,
@@ -902,7 +901,7 @@ async fn every_handler_of_one_config_keys_a_call_in_the_namespace_its_routes_sta
     let client = toolcall_dedup::dispatch::build_client(Some(&fake.url)).await;
     let lambda = Handler::new(
         MemoryStore::new(),
-        LambdaDispatcher::new(&client, config.routes.clone()),
+        LambdaDispatcher::new(&client),
         &config,
         Telemetry::quiet(),
     );
@@ -976,9 +975,9 @@ async fn two_spellings_of_one_route_never_mix_one_targets_namespace_with_another
             written.contains(&taken),
             "{table}: the route taken is {taken:?}"
         );
-        let route = lambda_dispatcher(&fake.url, table)
+        let route = lambda_dispatcher(&fake.url)
             .await
-            .route(group, tool)
+            .route(&Routes::parse(table).unwrap(), group, tool)
             .unwrap();
         assert!(
             written.contains(&Some((route.target.clone(), route.namespace.clone()))),
@@ -1009,27 +1008,24 @@ async fn every_route_kind_leases_past_its_tools_timeout() {
         ("grp", "any_tool"),
         ("other", "any_tool"),
     ];
-    let stated = lambda_dispatcher(
-        &fake.url,
+    let stated = Routes::parse(
         r#"{"pay/exact_tool": {"function": "fn-exact", "timeout_seconds": 300},
             "grp/*": {"function": "fn-group", "timeout_seconds": 400},
             "*": {"function": "fn-default", "timeout_seconds": 500}}"#,
     )
-    .await;
-    let looked_up = lambda_dispatcher(
-        &fake.url,
-        r#"{"pay/exact_tool": "fn-x", "grp/*": "fn-y", "*": "fn-z"}"#,
-    )
-    .await;
-    looked_up.look_up_timeouts().await;
+    .unwrap();
+    let looked_up =
+        Routes::parse(r#"{"pay/exact_tool": "fn-x", "grp/*": "fn-y", "*": "fn-z"}"#).unwrap();
+    let dispatcher = lambda_dispatcher(&fake.url).await;
+    dispatcher.look_up_timeouts(&looked_up).await;
     // A refresh: the same functions under other patterns, and one never looked up.
-    let refreshed = looked_up.with_routes(
-        Routes::parse(
-            r#"{"pay/*": "fn-x", "grp/any_tool": "fn-y", "other/any_tool": "fn-new", "*": "fn-z"}"#,
-        )
-        .unwrap(),
-    );
-    let tables: [(&str, LambdaDispatcher, [(u64, &str); 3]); 3] = [
+    let refreshed = Routes::parse(
+        r#"{"pay/*": "fn-x", "grp/any_tool": "fn-y", "other/any_tool": "fn-new", "*": "fn-z"}"#,
+    )
+    .unwrap();
+    // What each table routes the three kinds to: (seconds, function).
+    type Table = (&'static str, Routes, [(u64, &'static str); 3]);
+    let tables: [Table; 3] = [
         (
             "stated",
             stated,
@@ -1046,9 +1042,9 @@ async fn every_route_kind_leases_past_its_tools_timeout() {
             [(320, "fn-x"), (420, "fn-y"), (900, "fn-new")],
         ),
     ];
-    for (what, dispatcher, wants) in tables {
+    for (what, routes, wants) in tables {
         for ((group, tool), (seconds, target)) in kinds.into_iter().zip(wants) {
-            let route = dispatcher.route(group, tool).unwrap();
+            let route = dispatcher.route(&routes, group, tool).unwrap();
             assert_eq!(route.target, target, "{what} {group}/{tool}");
             assert_eq!(
                 route.max_run_time,
@@ -1056,10 +1052,14 @@ async fn every_route_kind_leases_past_its_tools_timeout() {
                 "{what} {group}/{tool}"
             );
         }
+        let config = Config {
+            routes,
+            ..Config::default()
+        };
         let h = Handler::new(
             MemoryStore::new(),
-            dispatcher,
-            &Config::default(),
+            dispatcher.clone(),
+            &config,
             Telemetry::quiet(),
         );
         for ((group, tool), (seconds, _)) in kinds.into_iter().zip(wants) {
@@ -1270,18 +1270,24 @@ async fn a_refusals_log_line_names_its_door() {
 #[tokio::test]
 async fn a_function_a_refresh_routes_to_is_looked_up_like_the_others() {
     let fake = FakeLambda::start(vec![], vec![("fn-old", 60), ("fn-new", 120)]).await;
-    // src/main.rs: the dispatcher of the start-up routes, whose clone keeps timeouts current.
-    let started = lambda_dispatcher(&fake.url, r#"{"*": "fn-old"}"#).await;
-    // A refresh (src/main.rs's build closure): the same dispatcher under the document's routes.
-    let refreshed = started.with_routes(Routes::parse(r#"{"*": "fn-new"}"#).unwrap());
-    // What the background task does every five minutes.
-    started.look_up_timeouts().await;
+    // src/main.rs: one dispatcher, whose clone keeps timeouts current for the start-up routes.
+    let started = lambda_dispatcher(&fake.url).await;
+    let start_routes = Routes::parse(r#"{"*": "fn-old"}"#).unwrap();
+    // A refresh (src/main.rs's build closure): the handler's routes change, and a call is routed
+    // to fn-new before its timeout is known (Lambda's maximum, the safe side).
+    let refreshed = Routes::parse(r#"{"*": "fn-new"}"#).unwrap();
     assert_eq!(
-        started.route("g", "t").unwrap().max_run_time,
+        started.route(&refreshed, "g", "t").unwrap().max_run_time,
+        Duration::from_secs(900) + TOOL_START_ALLOWANCE
+    );
+    // What the background task does every five minutes, with the start-up routes.
+    started.look_up_timeouts(&start_routes).await;
+    assert_eq!(
+        started.route(&start_routes, "g", "t").unwrap().max_run_time,
         Duration::from_secs(60) + TOOL_START_ALLOWANCE
     );
     assert_eq!(
-        refreshed.route("g", "t").unwrap().max_run_time,
+        started.route(&refreshed, "g", "t").unwrap().max_run_time,
         Duration::from_secs(120) + TOOL_START_ALLOWANCE,
         "fn-new, routed to since the refresh, is never looked up"
     );

@@ -3,7 +3,6 @@
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::stand_ins::demo::InProcess;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::Outcome;
@@ -87,9 +86,11 @@ async fn a_namespace_a_route_states_keeps_keys_across_a_renamed_action_group() {
         (r#"{"*": "demo"}"#, Outcome::Executed),
         (stated, Outcome::Replayed),
     ] {
-        // The routes are the dispatcher's: it states the namespace with the target.
-        let routed = InProcess::new(demo()).with_routes(Routes::parse(routes).unwrap());
-        let h = handler(MemoryStore::new(), routed, &Config::default());
+        let config = Config {
+            routes: Routes::parse(routes).unwrap(),
+            ..Config::default()
+        };
+        let h = handler(MemoryStore::new(), demo(), &config);
         let first = send(&h, &original).await;
         assert_eq!(first.outcome, Outcome::Executed);
         let retry = send(&h, &renamed).await;

@@ -130,12 +130,17 @@ impl FakeLambda {
     }
 }
 
-async fn lambda_dispatcher(url: &str, routes: &str) -> toolcall_dedup::dispatch::LambdaDispatcher {
+async fn lambda_dispatcher(url: &str) -> toolcall_dedup::dispatch::LambdaDispatcher {
     let client = toolcall_dedup::dispatch::build_client(Some(url)).await;
-    toolcall_dedup::dispatch::LambdaDispatcher::new(
-        &client,
-        toolcall_dedup::config::Routes::parse(routes).unwrap(),
-    )
+    toolcall_dedup::dispatch::LambdaDispatcher::new(&client)
+}
+
+/// The configuration whose `DEDUP_ROUTES` is `routes`.
+fn routed(routes: &str) -> Config {
+    Config {
+        routes: toolcall_dedup::config::Routes::parse(routes).unwrap(),
+        ..Config::default()
+    }
 }
 
 #[tokio::test]
@@ -155,12 +160,9 @@ async fn the_lambda_dispatcher_routes_forwards_the_key_and_maps_function_errors(
         (200, vec![], tool_reply.clone()),
     ])
     .await;
-    let dispatcher = lambda_dispatcher(
-        &fake.url,
-        r#"{"payments/refund":"refund-fn","*":"other-fn"}"#,
-    )
-    .await;
-    let h = handler(MemoryStore::new(), dispatcher, &Config::default());
+    let dispatcher = lambda_dispatcher(&fake.url).await;
+    let config = routed(r#"{"payments/refund":"refund-fn","*":"other-fn"}"#);
+    let h = handler(MemoryStore::new(), dispatcher, &config);
     let ev = event("fd-refund.json");
     let failed = send(&h, &ev).await;
     assert_eq!(
@@ -208,8 +210,8 @@ async fn an_unreachable_tool_lambda_releases_the_claim() {
     let closed = "http://127.0.0.1:1";
     let h = handler(
         MemoryStore::new(),
-        lambda_dispatcher(closed, r#"{"*":"fn"}"#).await,
-        &Config::default(),
+        lambda_dispatcher(closed).await,
+        &routed(r#"{"*":"fn"}"#),
     );
     let r = send(&h, &event("fd-refund.json")).await;
     assert_eq!(
@@ -235,8 +237,8 @@ async fn a_connection_that_breaks_mid_invoke_keeps_the_claim() {
     let fake = FakeLambda::start(vec![(0, vec![], Vec::new())]).await;
     let h = handler(
         MemoryStore::new(),
-        lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
-        &Config::default(),
+        lambda_dispatcher(&fake.url).await,
+        &routed(r#"{"*":"fn"}"#),
     )
     .with_settings(|s| s.wait = Duration::from_millis(50));
     let ev = event("fd-refund.json");
@@ -276,16 +278,16 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     let routes = r#"{"payments/refund":"refund-fn",
                      "payments/*":{"function":"stated-fn","timeout_seconds":30},
                      "*":"unknown-fn"}"#;
-    let dispatcher = lambda_dispatcher(&fake.url, routes).await;
+    let (dispatcher, routes) = (lambda_dispatcher(&fake.url).await, routed(routes).routes);
     // Each tool's own timeout, plus how late it may start (its init phase, throttled invokes).
     let start = TOOL_START_ALLOWANCE;
-    let run_time = |group, tool| dispatcher.route(group, tool).unwrap().max_run_time;
+    let run_time = |group, tool| dispatcher.route(&routes, group, tool).unwrap().max_run_time;
     assert_eq!(
         run_time("payments", "refund"),
         Duration::from_secs(900) + start,
         "until it is looked up"
     );
-    dispatcher.clone().look_up_timeouts().await;
+    dispatcher.clone().look_up_timeouts(&routes).await;
     assert_eq!(
         run_time("payments", "refund"),
         Duration::from_secs(120) + start
@@ -306,10 +308,14 @@ async fn the_lambda_dispatcher_sizes_each_lease_to_its_tools_own_timeout() {
     );
 
     let clock = ManualClock::starting_now();
+    let config = Config {
+        routes,
+        ..Config::default()
+    };
     let h = handler(
         MemoryStore::new().with_clock(clock.clone()),
         dispatcher,
-        &Config::default(),
+        &config,
     )
     .with_settings(|s| s.wait = Duration::from_millis(50));
     let claimed_at = h.store().now_ms();
@@ -357,8 +363,8 @@ async fn only_an_invoke_error_lambda_raises_before_starting_releases_the_claim()
         .await;
         let h = handler(
             MemoryStore::new(),
-            lambda_dispatcher(&fake.url, r#"{"*":"fn"}"#).await,
-            &Config::default(),
+            lambda_dispatcher(&fake.url).await,
+            &routed(r#"{"*":"fn"}"#),
         )
         .with_settings(|s| s.wait = Duration::ZERO);
         let ev = event("fd-refund.json");

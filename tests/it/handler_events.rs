@@ -12,7 +12,7 @@ use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::doors::bedrock::ActionGroupEvent;
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route};
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route, Routes};
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::doors::port::Forward;
@@ -383,7 +383,7 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
 async fn no_route_is_a_failure_and_claims_nothing() {
     struct Nowhere;
     impl Dispatcher for Nowhere {
-        fn route(&self, group: &str, tool: &str) -> Result<Route, DispatchError> {
+        fn route(&self, _: &Routes, group: &str, tool: &str) -> Result<Route, DispatchError> {
             Err(DispatchError::NoRoute {
                 action_group: group.into(),
                 tool: tool.into(),

@@ -20,7 +20,6 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, ToolFault};
 use crate::demo::DemoTool;
-use toolcall_dedup::config::Routes;
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher, LambdaDispatcher, build_client};
 
 /// How long the fake's function may run: the lease covers it ([`Dispatcher::max_run_time`]).
@@ -318,10 +317,9 @@ impl ToolLambda {
             demo,
         });
         let server = tokio::spawn(serve(listener, jobs.clone()));
-        let routes = Routes::parse(r#"{"*": "chaos"}"#).expect("a valid route table");
         Ok(ToolLambda {
-            dispatcher: LambdaDispatcher::new(&build_client(Some(&url)).await, routes.clone()),
-            unreachable: LambdaDispatcher::new(&build_client(Some(&closed_url)).await, routes),
+            dispatcher: LambdaDispatcher::new(&build_client(Some(&url)).await),
+            unreachable: LambdaDispatcher::new(&build_client(Some(&closed_url)).await),
             jobs,
             next: AtomicU64::new(0),
             variants: Mutex::new(BTreeMap::new()),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::demo::DemoTool;
-use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route};
+use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route, Routes};
 
 use super::attempt::*;
 use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
@@ -137,7 +137,12 @@ fn failure(fault: ToolFault, target: &str) -> DispatchError {
 }
 
 impl Dispatcher for ChaosTool {
-    fn route(&self, _action_group: &str, _tool: &str) -> Result<Route, DispatchError> {
+    fn route(
+        &self,
+        routes: &Routes,
+        action_group: &str,
+        tool: &str,
+    ) -> Result<Route, DispatchError> {
         // In process, a tool cannot outlive its invocation, except the slow-claim one, which
         // models a tool Lambda with a timeout of its own.
         let max_run_time = match current() {
@@ -147,7 +152,7 @@ impl Dispatcher for ChaosTool {
         };
         Ok(Route {
             max_run_time,
-            ..Route::in_process("demo-tool")
+            ..Route::in_process("demo-tool", routes, action_group, tool)
         })
     }
 

@@ -96,7 +96,7 @@ pub(crate) fn context_value<'a>(
 
 /// Why a Gateway call was refused (answered as a [`Notice`]) or runs unkeyed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GatewayError {
+pub(crate) enum GatewayError {
     /// Something only the Gateway's or the executor's configuration can fix.
     #[error("invalid AgentCore Gateway call: {0}")]
     Event(String),
@@ -141,16 +141,16 @@ pub struct GatewayCall<'a> {
     event: &'a Value,
     custom: &'a HashMap<String, String>,
     /// The target name (the prefix of the tool name), `""` without one.
-    pub target: &'a str,
+    pub(crate) target: &'a str,
     /// The tool name without the target prefix.
-    pub tool: &'a str,
+    pub(crate) tool: &'a str,
     /// The tool name as the Gateway lists it (`target___tool`).
-    pub listed_name: &'a str,
+    pub(crate) listed_name: &'a str,
 }
 
 impl<'a> GatewayCall<'a> {
     /// Reads the client context. The arguments are checked by [`GatewayCall::tool_call`].
-    pub fn parse(
+    pub(crate) fn parse(
         event: &'a Value,
         custom: &'a HashMap<String, String>,
     ) -> Result<GatewayCall<'a>, GatewayError> {
@@ -184,7 +184,7 @@ impl<'a> GatewayCall<'a> {
     }
 
     /// The route: (target name, tool), as `DEDUP_ROUTES` names it (`"<target>/<tool>"`).
-    pub fn route(&self) -> (&str, &str) {
+    pub(crate) fn route(&self) -> (&str, &str) {
         (self.target, self.tool)
     }
 
@@ -206,7 +206,7 @@ impl<'a> GatewayCall<'a> {
 
     /// The call to key: see the module docs. `sessionless` says what a call that names no run
     /// gets.
-    pub fn tool_call(
+    pub(crate) fn tool_call(
         &self,
         scope: ScopeArguments<'_>,
         sessionless: Sessionless,
@@ -255,7 +255,7 @@ impl<'a> GatewayCall<'a> {
 
     /// What the routed tool receives: the arguments (without the scope arguments) and the same
     /// client context, plus [`DEDUP_KEY_CONTEXT`] when a key was derived.
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         key: Option<&str>,
         scope: ScopeArguments<'_>,

@@ -44,7 +44,7 @@ impl DeclaredType {
     }
 
     /// The JSON Schema type name, as [`crate::key::Schema::from_declared_types`] reads it.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DeclaredType::String => "string",
             DeclaredType::Number => "number",
@@ -222,11 +222,11 @@ pub struct ActionGroupEvent<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Param<'a> {
     /// The parameter's name, unique within the call.
-    pub name: &'a str,
+    pub(crate) name: &'a str,
     /// Its declared type (`string` when the event declares none).
-    pub declared: DeclaredType,
+    pub(crate) declared: DeclaredType,
     /// The value as text: a string as sent, any other JSON value written as JSON.
-    pub value: Cow<'a, str>,
+    pub(crate) value: Cow<'a, str>,
 }
 
 /// A checked tool call, borrowed from its envelope: what the key core and the dispatcher need.

@@ -24,8 +24,8 @@
 //! Whatever the mode, the article's hard ceiling holds: from the arguments alone nobody can tell
 //! a retry from a deliberate repeat with identical arguments; only a step the caller supplies can.
 
-pub mod event;
-pub mod response;
+pub(crate) mod event;
+pub(crate) mod response;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -40,10 +40,10 @@ use crate::doors::port::{
 };
 
 /// This entry point's name in every key (see [`port::scoped_namespace`]).
-pub const ENTRY_POINT: &str = "bedrock";
+pub(crate) const ENTRY_POINT: &str = "bedrock";
 
 /// The session attribute through which the executor hands the derived key to the tool.
-pub const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
+pub(crate) const DEDUP_KEY_ATTRIBUTE: &str = "dedup_key";
 
 /// The step of `call`: the caller's step attribute when present, else what `scope` says.
 pub fn step(call: &CheckedCall, step_attribute: &str, scope: Scope) -> Option<String> {
@@ -59,7 +59,7 @@ pub fn step(call: &CheckedCall, step_attribute: &str, scope: Scope) -> Option<St
 }
 
 /// `"turn:"` + 16 hex digits of SHA-256 of the turn's input text.
-pub fn turn_step(input_text: &str) -> String {
+pub(crate) fn turn_step(input_text: &str) -> String {
     let digest = Sha256::digest(input_text.as_bytes());
     format!("turn:{}", hex::encode(&digest[..8]))
 }

@@ -32,20 +32,20 @@ pub enum Flavour {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplyTo {
     /// `actionGroup`: echoed in every response, and checked in the tool's reply.
-    pub action_group: String,
+    pub(crate) action_group: String,
     /// Which response shape the call needs.
-    pub flavour: Flavour,
+    pub(crate) flavour: Flavour,
     /// The function name, or `"METHOD /apiPath"`.
     tool: String,
     /// `sessionAttributes`, echoed unchanged in every response the executor writes.
-    pub session_attributes: Map<String, Value>,
+    pub(crate) session_attributes: Map<String, Value>,
     /// `promptSessionAttributes`, echoed unchanged in every response the executor writes.
-    pub prompt_session_attributes: Map<String, Value>,
+    pub(crate) prompt_session_attributes: Map<String, Value>,
 }
 
 impl ReplyTo {
     /// Addresses a response; the tool name is derived from `flavour`.
-    pub fn new(
+    pub(crate) fn new(
         action_group: impl Into<String>,
         flavour: Flavour,
         session_attributes: Map<String, Value>,
@@ -68,7 +68,7 @@ impl ReplyTo {
     }
 
     /// The function name, or `"METHOD /apiPath"`.
-    pub fn tool(&self) -> &str {
+    pub(crate) fn tool(&self) -> &str {
         &self.tool
     }
 }
@@ -94,7 +94,7 @@ pub enum ResponseState {
 
 impl ResponseState {
     /// The wire value: `FAILURE` or `REPROMPT`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ResponseState::Failure => "FAILURE",
             ResponseState::Reprompt => "REPROMPT",
@@ -108,7 +108,7 @@ pub fn notice(reply_to: &ReplyTo, state: ResponseState, http_status: u16, body: 
 }
 
 /// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
-pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
+pub(crate) fn success(reply_to: &ReplyTo, body: &Value) -> Value {
     finish(reply_to, None, 200, body)
 }
 
@@ -116,7 +116,7 @@ pub fn success(reply_to: &ReplyTo, body: &Value) -> Value {
 /// (<https://docs.aws.amazon.com/bedrock/latest/userguide/agents-lambda.html>): a function-details
 /// answer carries `functionResponse.responseState` (FAILURE or REPROMPT; none on success), an
 /// OpenAPI answer its `httpStatusCode` and no `responseState`, which that flavour does not have.
-pub fn finish(
+pub(crate) fn finish(
     reply_to: &ReplyTo,
     state: Option<ResponseState>,
     http_status: u16,
@@ -126,7 +126,7 @@ pub fn finish(
 }
 
 /// [`finish`] with the body already written as JSON text.
-pub fn finish_text(
+pub(crate) fn finish_text(
     reply_to: &ReplyTo,
     state: Option<ResponseState>,
     http_status: u16,
@@ -182,7 +182,7 @@ fn own_map<'a>(reply_to: &'a ReplyTo, name: &str) -> &'a Map<String, Value> {
 /// replay to another session cannot carry them; [`with_own_session`] lays the changes over the
 /// replayed call's own maps. `dedup_key`, which the executor itself puts in the forwarded event,
 /// is not a change. `None` when the reply is not a JSON object (it was validated before, so never).
-pub fn session_changes_only(reply: &[u8], reply_to: &ReplyTo) -> Option<Vec<u8>> {
+pub(crate) fn session_changes_only(reply: &[u8], reply_to: &ReplyTo) -> Option<Vec<u8>> {
     let mut value: Map<String, Value> = serde_json::from_slice(reply).ok()?;
     let mut changes = Map::new();
     for name in SESSION_MAPS {
@@ -209,7 +209,7 @@ pub fn session_changes_only(reply: &[u8], reply_to: &ReplyTo) -> Option<Vec<u8>>
 /// The answer to `reply_to` from a stored reply: each session map the tool answered with is the
 /// call's own map with the tool's changes laid over it. A reply stored before changes were kept
 /// (it holds the first session's whole maps) answers with the call's own maps unchanged.
-pub fn with_own_session(stored: &str, reply_to: &ReplyTo) -> String {
+pub(crate) fn with_own_session(stored: &str, reply_to: &ReplyTo) -> String {
     let Ok(mut value) = serde_json::from_str::<Map<String, Value>>(stored) else {
         return stored.to_string();
     };

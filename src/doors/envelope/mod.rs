@@ -51,7 +51,7 @@ pub(crate) fn is_envelope(event: &Value) -> bool {
 
 /// Why an envelope was refused; answered as a [`Notice`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EnvelopeError {
+pub(crate) enum EnvelopeError {
     /// A missing or ill-typed member: only the caller can fix it.
     #[error("invalid invoke envelope: {0}")]
     Event(String),
@@ -84,9 +84,9 @@ struct RawEnvelope {
 #[derive(Debug, Clone)]
 pub struct Envelope {
     /// The tool's name.
-    pub tool: String,
+    pub(crate) tool: String,
     /// Who owns the tool; part of the key, so equal names in two namespaces stay apart.
-    pub namespace: String,
+    pub(crate) namespace: String,
     run_id: Option<String>,
     step: Option<String>,
     /// The arguments as JSON object text: `args` as sent, or `input` serialized.
@@ -99,7 +99,7 @@ pub struct Envelope {
 impl Envelope {
     /// Reads the members a route and an answer need. Argument problems surface in
     /// [`Envelope::tool_call`], so that they are answered after the route is known.
-    pub fn parse(event: &Value) -> Result<Envelope, EnvelopeError> {
+    pub(crate) fn parse(event: &Value) -> Result<Envelope, EnvelopeError> {
         let raw =
             RawEnvelope::deserialize(event).map_err(|e| EnvelopeError::Event(e.to_string()))?;
         let tool = match &raw.tool {
@@ -177,14 +177,14 @@ impl Envelope {
     }
 
     /// The route: (namespace, tool), as `DEDUP_ROUTES` names it (`"<namespace>/<tool>"`).
-    pub fn route(&self) -> (&str, &str) {
+    pub(crate) fn route(&self) -> (&str, &str) {
         (&self.namespace, &self.tool)
     }
 
     /// The call to key. `allowed`: the namespaces the deployment lets an envelope name
     /// (`DEDUP_ENVELOPE_NAMESPACES`; any when `None`); `caller_key_name`: the member that carries
     /// the caller's own idempotency key.
-    pub fn tool_call(
+    pub(crate) fn tool_call(
         &self,
         allowed: Option<&[String]>,
         caller_key_name: &str,
@@ -243,7 +243,7 @@ impl Envelope {
 
     /// The tool receives the arguments object, and a client context naming the tool and the key
     /// (`{"custom": {"dedupTool": …, "dedupKey": …}}`), which a single-tool Lambda can ignore.
-    pub fn forward(&self, key: Option<&str>) -> Result<Forward, EnvelopeError> {
+    pub(crate) fn forward(&self, key: Option<&str>) -> Result<Forward, EnvelopeError> {
         let mut custom = serde_json::Map::new();
         custom.insert(DEDUP_TOOL_CONTEXT.into(), Value::String(self.tool.clone()));
         if let Some(key) = key {

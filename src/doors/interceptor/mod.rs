@@ -182,7 +182,7 @@ pub(crate) enum Intercepted<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Interception<'a> {
     /// REQUEST or RESPONSE.
-    pub phase: Phase,
+    pub(crate) phase: Phase,
     body: &'a Value,
     headers: Option<&'a Map<String, Value>>,
     response: Option<&'a Map<String, Value>>,
@@ -196,11 +196,11 @@ pub(crate) struct Interception<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct ToolsCall<'a> {
     /// The target name (the prefix of the tool name).
-    pub target: &'a str,
+    pub(crate) target: &'a str,
     /// The tool name without the target prefix.
-    pub tool: &'a str,
+    pub(crate) tool: &'a str,
     /// The full name, as the Gateway lists it (`target___tool`): policy entries are looked up by it.
-    pub listed_name: &'a str,
+    pub(crate) listed_name: &'a str,
     arguments: &'a Map<String, Value>,
     meta: Option<&'a Map<String, Value>>,
     /// The request's JSON-RPC id, which every answer carries.

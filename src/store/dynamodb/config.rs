@@ -50,7 +50,7 @@ impl ClaimBudget {
     /// against a store answering 500 (Powertools, docs/performance.md).
     pub const DEFAULT_WITHIN: Duration = Duration::from_millis(150);
     /// How long the breaker stays open unless configured.
-    pub const DEFAULT_BREAKER_OPEN_FOR: Duration = Duration::from_secs(2);
+    pub(crate) const DEFAULT_BREAKER_OPEN_FOR: Duration = Duration::from_secs(2);
 
     /// A budget of `within` in all, split between the write and the read-back.
     pub fn within(within: Duration, breaker_open_for: Duration) -> Self {
@@ -73,7 +73,7 @@ impl DynamoDbConfig {
     /// The partition key attribute unless configured.
     pub const DEFAULT_KEY_ATTRIBUTE: &'static str = "pk";
     /// The TTL attribute unless configured.
-    pub const DEFAULT_TTL_ATTRIBUTE: &'static str = "expires_at";
+    pub(crate) const DEFAULT_TTL_ATTRIBUTE: &'static str = "expires_at";
 
     /// Defaults for everything but the table name.
     pub fn new(table: impl Into<String>) -> Self {
@@ -89,7 +89,7 @@ impl DynamoDbConfig {
     }
 
     /// Rejects names DynamoDB would refuse or that collide with the fixed attributes.
-    pub fn validate(&self) -> Result<(), StoreError> {
+    pub(crate) fn validate(&self) -> Result<(), StoreError> {
         let table_ok = (3..=255).contains(&self.table.len())
             && self
                 .table

@@ -5,51 +5,51 @@ use super::*;
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
 pub mod attr {
     /// `IN_PROGRESS` or `COMPLETED` (S).
-    pub const STATUS: &str = "status";
+    pub(crate) const STATUS: &str = "status";
     /// End of the claim's lease, epoch milliseconds (N).
-    pub const LEASE_UNTIL: &str = "lease_until";
+    pub(crate) const LEASE_UNTIL: &str = "lease_until";
     /// The claim's fencing token (S).
     pub const LEASE_TOKEN: &str = "lease_token";
     /// Hash of the call's canonical form (S).
-    pub const FINGERPRINT: &str = "fingerprint";
+    pub(crate) const FINGERPRINT: &str = "fingerprint";
     /// The tool's name (S).
-    pub const TOOL: &str = "tool";
+    pub(crate) const TOOL: &str = "tool";
     /// When the claim was made, epoch milliseconds (N).
-    pub const CREATED_AT: &str = "created_at";
+    pub(crate) const CREATED_AT: &str = "created_at";
     /// The stored result (B).
-    pub const RESULT: &str = "result";
+    pub(crate) const RESULT: &str = "result";
     /// How `result` is encoded: `raw` or `gzip` (S).
-    pub const RESULT_ENCODING: &str = "result_encoding";
+    pub(crate) const RESULT_ENCODING: &str = "result_encoding";
     /// On a completed record without its result (too large): the result's size in bytes.
-    pub const RESULT_OMITTED: &str = "result_omitted";
+    pub(crate) const RESULT_OMITTED: &str = "result_omitted";
     /// On a completed record settled as outcome unknown: `true` (BOOL).
-    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
+    pub(crate) const OUTCOME_UNKNOWN: &str = "outcome_unknown";
     /// On a claim of an `at_most_once` tool: `true` (BOOL); never taken over.
-    pub const AT_MOST_ONCE: &str = "at_most_once";
+    pub(crate) const AT_MOST_ONCE: &str = "at_most_once";
     /// On a claim keyed by its caller's key: a digest per argument leaf (S).
-    pub const PATH_DIGESTS: &str = "path_digests";
+    pub(crate) const PATH_DIGESTS: &str = "path_digests";
     /// On a completed record whose result is in the results bucket: the object's key (S).
-    pub const RESULT_OBJECT: &str = "result_object";
+    pub(crate) const RESULT_OBJECT: &str = "result_object";
     /// With `result_object`: the result's SHA-256, hex (S).
-    pub const RESULT_SHA256: &str = "result_sha256";
+    pub(crate) const RESULT_SHA256: &str = "result_sha256";
     /// With `result_object`: the result's size in bytes (N).
-    pub const RESULT_BYTES: &str = "result_bytes";
+    pub(crate) const RESULT_BYTES: &str = "result_bytes";
     /// The call's namespace: entry point and owner (S).
-    pub const NAMESPACE: &str = "namespace";
+    pub(crate) const NAMESPACE: &str = "namespace";
     /// The run (session) the call belongs to (S).
-    pub const RUN: &str = "run";
+    pub(crate) const RUN: &str = "run";
     /// The step within the run (S).
-    pub const STEP: &str = "step";
+    pub(crate) const STEP: &str = "step";
     /// The keyer that derived the key (S).
-    pub const KEYER: &str = "keyer";
+    pub(crate) const KEYER: &str = "keyer";
     /// The fingerprint of the tool's policy when it was keyed (S).
-    pub const POLICY: &str = "policy";
+    pub(crate) const POLICY: &str = "policy";
     /// A caller-keyed call's strict fingerprint of its arguments (S).
-    pub const ARGUMENTS: &str = "arguments_fingerprint";
+    pub(crate) const ARGUMENTS: &str = "arguments_fingerprint";
     /// Set while a record needs an operator's eye: `claim` on an `at_most_once` claim (it needs
     /// one once its lease ends), `unknown` once settled so. The key of the sparse index
     /// [`ATTENTION_INDEX`](super::ATTENTION_INDEX) (S).
-    pub const ATTENTION: &str = "attention";
+    pub(crate) const ATTENTION: &str = "attention";
 
     pub(crate) const ALL: [&str; 22] = [
         STATUS,

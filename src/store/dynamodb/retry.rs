@@ -35,7 +35,7 @@ impl Breaker {
 #[error("the store was unavailable to a recent claim; claims fail at once for {left:?} more")]
 pub struct BreakerOpen {
     /// Until the next claim probes the store.
-    pub left: Duration,
+    pub(crate) left: Duration,
 }
 
 /// Counts every request attempt by operation name.
