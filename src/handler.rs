@@ -1,8 +1,9 @@
 //! The Lambda handler: the state machine of one invocation, whatever door it came in by.
 //!
-//! 1. **Detect** the entry point ([`Door::detect`]: AgentCore Gateway, Bedrock Agents action
-//!    group, invoke envelope, first match wins) and **route** the call. An event no entry point
-//!    recognises is a Lambda error naming the three expected.
+//! 1. **Open** the door once ([`Door::open`]: named by a cheap look at the event and its client
+//!    context, gated by `DEDUP_DOORS` and the interceptor's alias, parsed) and **route** the call
+//!    (target, namespace and run time together). An event no door recognises is a Lambda error
+//!    naming the four markers looked for.
 //! 2. **Key** it: the adapter's [`crate::doors::port::ToolCall`] (tool, arguments, namespace, run,
 //!    step, declared schema) overlaid with the policy file's schema, through the typed keyer.
 //! 3. **Run** it through the [`crate::executor::Executor`]: claim; on first sight invoke the
@@ -11,8 +12,8 @@
 //!    the smaller of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
 //! 4. **Answer** in the caller's format ([`crate::doors::port::Answers`]) and report.
 //!
-//! Steps 2 to 4 are each door's flow: `direct.rs` for the doors that invoke the tool themselves,
-//! `interceptor/flow.rs` for the Gateway interceptor; this module only picks the door.
+//! Steps 2 to 4 are each door's flow: `invoking.rs` for the doors that invoke the tool themselves,
+//! `doors/interceptor/flow.rs` for the Gateway interceptor; this module only opens the door.
 //!
 //! Failures are answered, never thrown, whenever the caller's format can carry them:
 //!

@@ -13,24 +13,33 @@
 //! ```
 //!
 //! The modules, in the order one call meets them:
-//! - [`handler`]: the Lambda handler: detects the entry point, routes, keys, runs the executor,
-//!   answers in the caller's format.
-//! - [`bedrock`], `agentcore`, `envelope`: the entry points (Bedrock Agents action groups, the
-//!   AgentCore Gateway Lambda target, the harness-neutral envelope). Each implements
-//!   [`port::EntryPoint`].
-//! - [`seam`]: what every entry point hands the executor and writes back (calls, replies,
-//!   notices); it imports only the key core.
+//! - `reload`: the handler rebuilt when the config document changes (`main.rs` wires it).
+//! - [`handler`]: one invocation: opens its door once, hands the call to that door's flow,
+//!   reports it.
+//! - [`doors`]: the door question (named, gated, parsed) and the doors themselves: Bedrock Agents
+//!   action groups ([`doors::bedrock`]), the AgentCore Gateway Lambda target and interceptor, the
+//!   harness-neutral envelope; [`doors::port`] is what each hands the executor.
+//! - `invoking` and `engine`: the flow of the doors that invoke the tool (route, key, run,
+//!   answer) and what every flow shares; the interceptor's flow lives with it, with
+//!   [`catalog`] (what `tools/list` teaches).
+//! - [`dispatch`]: the route (target, namespace, run time) and the [`dispatch::Dispatcher`] port to
+//!   the real tool.
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
 //! - [`executor`]: one keyed call: claim, run once, complete, wait, replay; [`decide`] is its
 //!   state table as pure functions.
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
-//! - [`dispatch`]: the port to the real tool (`Dispatcher`, `LambdaDispatcher`).
-//! - [`guard`]: the same executor in-process ([`Dedup`]).
-//! - [`config`], [`telemetry`], [`xray`], `aws`: environment, observability (logs, metrics,
-//!   traces), the shared SDK configuration.
+//! - `answer`: the answer in the caller's format, whatever happened.
+//! - [`telemetry`], [`announce`], [`xray`]: the log line and metrics, the event for an unknown
+//!   outcome, traces.
 //!
-//! The `dedup` CLI, the replay corpus, the chaos soak, the audit and cost models and the demo tool
-//! live in the workspace's `cli` package, outside the Lambda's build.
+//! Beside the call path: [`guard`] (the same executor in-process, [`Dedup`]), [`config`] (the
+//! environment and the config document, parsed once), `aws` (the shared SDK configuration),
+//! `backoff` and `text_list`. Two features no Lambda build enables: `stand-ins` (`stand_ins`: the
+//! demo tool, event files and a store that fails on cue, which the `dedup` CLI runs on) and
+//! `test-util` (`test_util`: fixtures and the local servers).
+//!
+//! The `dedup` CLI, the replay corpus, the chaos soaks, the operator's commands, the audit and
+//! cost models live in the workspace's `cli` package, outside the Lambda's build.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
