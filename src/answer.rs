@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use crate::dispatch::DispatchError;
 pub(crate) use crate::doors::refusal::raw;
 pub(crate) use crate::doors::refusal::HandlerError;
-use crate::executor::{Finished, Outcome, Settled};
+use crate::executor::{Finished, Outcome, Settled, ToolRun};
 use crate::doors::port::{Answers, DedupInfo, MalformedReply, Notice, NoticeKind, Unforwardable};
 use crate::store::StoreError;
 
@@ -60,6 +60,57 @@ pub(crate) enum ToolFailure {
     Unforwardable(Unforwardable),
     /// The tool ran, but its reply is not one of the caller's format; the reason says why.
     MalformedReply(MalformedReply),
+}
+
+/// How a call through a door that invokes the tool ended, before it is written in the door's
+/// format ([`ended`]).
+pub(crate) enum Ending {
+    /// No route for the tool: nothing was claimed or invoked.
+    NoRoute(DispatchError),
+    /// The call cannot be keyed (bad arguments, a missing session, ...): nothing ran.
+    Refused(Notice),
+    /// Sent to the tool unkeyed, reported as `outcome`.
+    PassedThrough {
+        outcome: Outcome,
+        run: ToolRun<ToolFailure>,
+    },
+    /// Keyed and run through the executor.
+    Finished {
+        finished: Finished<ToolFailure>,
+        key: String,
+    },
+}
+
+/// Writes how a call ended in `door`'s format: the one place a direct door's call is answered.
+pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Answered {
+    match ending {
+        Ending::NoRoute(e) => notice(
+            door,
+            Outcome::ToolError,
+            Notice::no_route(&e.short_reason()),
+            None,
+        )
+        .because(e.to_string()),
+        Ending::Refused(notice) => refuse(door, notice),
+        Ending::PassedThrough { outcome, run } => {
+            let answered = match run {
+                ToolRun::Replied { reply, .. } => Answered::new(
+                    outcome,
+                    reply_answer(door, &reply, dedup(outcome, None)),
+                ),
+                ToolRun::Failed {
+                    error,
+                    outcome_unknown,
+                } => tool_failed(door, &error, outcome_unknown, None),
+            };
+            let answered = answered.tool(door.tool());
+            match outcome {
+                Outcome::Sessionless => answered.because("sessionless"),
+                _ => answered,
+            }
+        }
+        Ending::Finished { finished: f, key } => finished(door, f, &key),
+    }
 }
 
 /// Turns how the executor settled the call into the caller's answer.

@@ -5,15 +5,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::answer::{self, Answered, ToolFailure};
+use crate::answer::{self, Answered, Ending, ToolFailure};
 use crate::decide::Mode;
 use crate::dispatch::Dispatcher;
 use crate::executor::{Lease, Outcome, ToolRun, remaining};
-use crate::doors::port::{EntryPoint, Notice, Scoping, Unkeyed};
+use crate::doors::port::{EntryPoint, Scoping, Unkeyed};
 use crate::engine::{CallKey, Engine};
 use crate::store::Store;
 
-/// Routes, keys and runs one call that came in by `door`.
+/// Routes, keys and runs one call that came in by `door`, then writes how it ended in the door's
+/// format (the one hand-over to [`answer`]).
 pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
     engine: &Engine<S>,
     dispatcher: &D,
@@ -24,7 +25,8 @@ pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
         engine,
         dispatcher,
     };
-    flow.answer(door, end).await
+    let ending = flow.run(door, end).await;
+    answer::ended(door, ending)
 }
 
 /// Every sessionless call that runs is warned about, so that a deployment never believes it is
@@ -43,54 +45,37 @@ struct Direct<'a, S, D> {
 }
 
 impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
-    async fn answer<E: EntryPoint>(&self, door: &E, end: Instant) -> Answered {
-        let tool = door.tool().to_string();
+    async fn run<E: EntryPoint>(&self, door: &E, end: Instant) -> Ending {
         let (group, tool_name) = door.route();
         let route = match self.dispatcher.route(&self.engine.routes, group, tool_name) {
             Ok(route) => route,
-            Err(e) => {
-                return answer::notice(
-                    door,
-                    Outcome::ToolError,
-                    Notice::no_route(&e.short_reason()),
-                    None,
-                )
-                .because(e.to_string());
-            }
+            Err(e) => return Ending::NoRoute(e),
         };
         let engine = self.engine;
         let settings = engine.settings();
         let scoping = engine.doors.scoping();
+        let passed = |outcome| self.pass_through(door, &route.target, scoping, end, outcome);
         if settings.mode == Mode::Off {
-            return self
-                .pass_through(door, &route.target, scoping, end, Outcome::Executed)
-                .await;
+            return passed(Outcome::Executed).await;
         }
         let mut call = match door.call(scoping) {
             Ok(call) => call,
             Err(_) if settings.mode == Mode::Shadow => {
                 tracing::warn!("shadow mode: invalid event passed through unkeyed");
-                return self
-                    .pass_through(door, &route.target, scoping, end, Outcome::Executed)
-                    .await;
+                return passed(Outcome::Executed).await;
             }
             Err(Unkeyed::Sessionless(missing)) => {
-                warn_sessionless(&tool, &missing);
-                return self
-                    .pass_through(door, &route.target, scoping, end, Outcome::Sessionless)
-                    .await
-                    .because("sessionless");
+                warn_sessionless(door.tool(), &missing);
+                return passed(Outcome::Sessionless).await;
             }
-            Err(Unkeyed::Refused(notice)) => return answer::refuse(door, notice),
+            Err(Unkeyed::Refused(notice)) => return Ending::Refused(notice),
         };
         if let Some(namespace) = &route.namespace {
             call.rename_namespace(namespace);
         }
         let keyer = engine.keyer();
         if !keyer.dedups(call.policy_key()) {
-            return self
-                .pass_through(door, &route.target, scoping, end, Outcome::DedupOff)
-                .await;
+            return passed(Outcome::DedupOff).await;
         }
         let key_call = call.key_call();
         let derived =
@@ -99,11 +84,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             Ok(call_key) => call_key,
             Err(notice) if settings.mode == Mode::Shadow => {
                 tracing::warn!(message = %notice.message, "shadow mode: unkeyable call passed through");
-                return self
-                    .pass_through(door, &route.target, scoping, end, Outcome::Executed)
-                    .await;
+                return passed(Outcome::Executed).await;
             }
-            Err(notice) => return answer::refuse(door, notice),
+            Err(notice) => return Ending::Refused(notice),
         };
         let keyed = call_key.keyed(&key_call, keyer.delivery(call.policy_key()));
         let key = call_key.key.as_str();
@@ -117,7 +100,10 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
             })
             .await;
         engine.telemetry.call(keyer, &key_call, finished.outcome);
-        answer::finished(door, finished, key)
+        Ending::Finished {
+            finished,
+            key: call_key.key.clone(),
+        }
     }
 
     /// Invokes the routed tool and checks its reply in the caller's format.
@@ -162,9 +148,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
         }
     }
 
-    /// `DEDUP_MODE=off`, shadow mode's unkeyable calls, and tools whose policy says
-    /// `dedup = "off"`: the event goes to the tool as it came, and its reply comes back unchanged,
-    /// reported as `outcome`.
+    /// `DEDUP_MODE=off`, shadow mode's unkeyable calls, sessionless calls and tools whose policy
+    /// says `dedup = "off"`: the event goes to the tool as it came, and its reply comes back
+    /// unchanged, reported as `outcome`.
     async fn pass_through(
         &self,
         door: &impl EntryPoint,
@@ -172,19 +158,9 @@ impl<S: Store, D: Dispatcher> Direct<'_, S, D> {
         scoping: Scoping<'_>,
         end: Instant,
         outcome: Outcome,
-    ) -> Answered {
+    ) -> Ending {
         let timeout = remaining(end).saturating_sub(self.engine.settings().reply_margin);
         let run = self.invoke(door, target, None, scoping, timeout).await;
-        let answered = match run {
-            ToolRun::Replied { reply, .. } => Answered::new(
-                outcome,
-                answer::reply_answer(door, &reply, answer::dedup(outcome, None)),
-            ),
-            ToolRun::Failed {
-                error,
-                outcome_unknown,
-            } => answer::tool_failed(door, &error, outcome_unknown, None),
-        };
-        answered.tool(door.tool())
+        Ending::PassedThrough { outcome, run }
     }
 }
