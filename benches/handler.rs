@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use toolcall_dedup::doors::bedrock::{self, ActionGroupEvent};
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::doors::bedrock::{self, ActionGroupEvent};
+use toolcall_dedup::doors::port::{Scoping, Sessionless};
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
-use toolcall_dedup::doors::port::{Scoping, Sessionless};
+use toolcall_dedup::stand_ins::demo::{DemoTool, Ledger};
 use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use toolcall_dedup::telemetry::Telemetry;
-use toolcall_dedup::stand_ins::demo::{DemoTool, Ledger};
 
 /// A typical function-details event: five parameters of four declared types (an `array` among
 /// them), as Bedrock sends it (the shape of `events/fd-charge_card.json`).
@@ -592,7 +592,9 @@ fn summary(_: &mut Criterion) {
         let event = make(1);
         let bytes = serde_json::to_vec(&event).unwrap();
         let detected = Door::detect(&event, client_context.as_ref()).unwrap();
-        let door = detected.entry_point().expect("a door that invokes the tool");
+        let door = detected
+            .entry_point()
+            .expect("a door that invokes the tool");
         let call = door.call(scoping).unwrap();
         let key_call = call.key_call();
         let (k, _) = key(&keyer, &key_call);

@@ -37,11 +37,11 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::DispatchError;
-use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::handler::{Handler, Invocation};
+use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};
 use toolcall_dedup::telemetry::Telemetry;
-use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(default)]

@@ -6,10 +6,10 @@
 use serde_json::value::RawValue;
 
 use crate::dispatch::DispatchError;
-pub(crate) use crate::doors::refusal::raw;
-pub(crate) use crate::doors::refusal::HandlerError;
-use crate::executor::{Finished, Outcome, Settled, ToolRun};
 use crate::doors::port::{Answers, DedupInfo, MalformedReply, Notice, NoticeKind, Unforwardable};
+pub(crate) use crate::doors::refusal::HandlerError;
+pub(crate) use crate::doors::refusal::raw;
+use crate::executor::{Finished, Outcome, Settled, ToolRun};
 use crate::store::StoreError;
 
 /// How one invocation ended: the answer and what the report says about it.
@@ -94,10 +94,9 @@ pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Answered {
         Ending::Refused(notice) => refuse(door, notice),
         Ending::PassedThrough { outcome, run } => {
             let answered = match run {
-                ToolRun::Replied { reply, .. } => Answered::new(
-                    outcome,
-                    reply_answer(door, &reply, dedup(outcome, None)),
-                ),
+                ToolRun::Replied { reply, .. } => {
+                    Answered::new(outcome, reply_answer(door, &reply, dedup(outcome, None)))
+                }
                 ToolRun::Failed {
                     error,
                     outcome_unknown,
@@ -245,4 +244,3 @@ pub(crate) fn reply_answer(
         .map_err(|e| HandlerError::Internal(format!("reply is not UTF-8: {e}")))?;
     raw(door.result(text, dedup))
 }
-

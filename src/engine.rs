@@ -8,11 +8,11 @@ use std::time::Duration;
 use crate::catalog::Catalogs;
 use crate::dispatch::{ErrorTypes, Routes};
 use crate::doors::Gate;
+use crate::doors::port::{Notice, NoticeKind, Scoping, ToolCall, refusal};
+use crate::doors::port::{Scope, Sessionless};
 use crate::executor::{CallerKey, Executor, Keyed, Settings};
 use crate::key::CallerKeyScope;
 use crate::key::{Call, CallerKeyError, Delivery, KeyError, Keyer};
-use crate::doors::port::{Notice, NoticeKind, Scoping, ToolCall, refusal};
-use crate::doors::port::{Scope, Sessionless};
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 

@@ -71,9 +71,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
+use crate::decide::ReplyClass;
 use crate::executor::{CallerKey, Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
 use crate::key::{Call, CallerKeyError, KeyError, Keyer};
-use crate::decide::ReplyClass;
 use crate::store::{Store, StoreError};
 
 /// A guarded result.

@@ -55,17 +55,17 @@ use crate::answer::Answered;
 use crate::catalog::Catalogs;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
-use crate::executor::{Executor, Outcome};
-use crate::key::Keyer;
 use crate::doors::{Gate, Interception, RefusalKind};
 use crate::engine::Engine;
+use crate::executor::{Executor, Outcome};
+use crate::key::Keyer;
 use crate::store::Store;
 use crate::telemetry::{InvocationReport, Telemetry};
 
 pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Unanswerable};
 
-pub use crate::executor::Settings;
 pub use crate::engine::DoorSettings;
+pub use crate::executor::Settings;
 
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]

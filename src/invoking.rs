@@ -8,9 +8,9 @@ use tokio::time::Instant;
 use crate::answer::{self, Answered, Ending, ToolFailure};
 use crate::decide::Mode;
 use crate::dispatch::Dispatcher;
-use crate::executor::{Lease, Outcome, ToolRun, remaining};
 use crate::doors::port::{EntryPoint, Scoping, Unkeyed};
 use crate::engine::{CallKey, Engine};
+use crate::executor::{Lease, Outcome, ToolRun, remaining};
 use crate::store::Store;
 
 /// Routes, keys and runs one call that came in by `door`, then writes how it ended in the door's
@@ -21,10 +21,7 @@ pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
     door: &E,
     end: Instant,
 ) -> Answered {
-    let flow = Direct {
-        engine,
-        dispatcher,
-    };
+    let flow = Direct { engine, dispatcher };
     let ending = flow.run(door, end).await;
     answer::ended(door, ending)
 }

@@ -50,22 +50,22 @@ mod backoff;
 pub mod catalog;
 pub mod config;
 pub mod decide;
-mod invoking;
 pub mod dispatch;
 pub mod doors;
+mod engine;
 pub mod executor;
 pub mod guard;
 pub mod handler;
+mod invoking;
 pub mod key;
 pub mod reload;
-mod engine;
-pub mod store;
 #[cfg(feature = "stand-ins")]
 pub mod stand_ins;
+pub mod store;
 pub mod telemetry;
-mod text_list;
 #[cfg(feature = "test-util")]
 pub mod test_util;
+mod text_list;
 pub mod xray;
 
 pub use guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError, Guarded};

@@ -30,7 +30,10 @@ pub(crate) const DEFAULT_REFRESH: Duration = Duration::from_secs(60);
 /// `DEDUP_S3_ENDPOINT`. `None` without `DEDUP_CONFIG`.
 pub async fn document_from_env() -> Result<Option<(Loader, Duration)>, ConfigError> {
     let var = |name: &str| {
-        debug_assert!(crate::config::VARIABLES.contains(&name), "{name} is not registered");
+        debug_assert!(
+            crate::config::VARIABLES.contains(&name),
+            "{name} is not registered"
+        );
         std::env::var(name).ok().filter(|v| !v.trim().is_empty())
     };
     let Some(text) = var("DEDUP_CONFIG") else {

@@ -395,7 +395,6 @@ impl EmfHead {
     }
 }
 
-
 /// The tool-call line: keys under every strategy (null where a strategy fails on these args).
 pub fn call_line(keyer: &Keyer, call: &Call<'_>, outcome: Outcome, with_args: bool) -> Value {
     let mut keys = Map::new();
@@ -492,7 +491,6 @@ mod tests {
         }
         Value::Object(doc)
     }
-
 
     fn report(outcome: Outcome) -> InvocationReport<'static> {
         InvocationReport {

@@ -12,8 +12,8 @@ use super::{
 use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
 use crate::dispatch::lambda_timeout;
 use crate::executor::lease::MAX_TOOL_TIMEOUT;
-use crate::text_list::comma_list;
 use crate::store::ClaimBudget;
+use crate::text_list::comma_list;
 
 /// The variables, read through a lookup; an empty value counts as unset.
 pub(super) struct Vars<F> {

@@ -26,14 +26,14 @@ mod checks;
 pub mod document;
 pub mod env;
 pub mod source;
-mod variables;
 #[cfg(test)]
 mod tests;
+mod variables;
 
 pub use crate::dispatch::{ErrorTypes, NOTHING_RAN_ERROR, Routes};
 pub use crate::doors::Doors;
-pub use variables::VARIABLES;
 use env::invalid;
+pub use variables::VARIABLES;
 
 /// Errors in the environment, each naming the variable at fault.
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +73,8 @@ pub enum StoreKind {
 
 pub use crate::decide::Mode;
 
-pub use crate::key::CallerKeyScope;
 pub use crate::doors::port::{Scope, Sessionless};
+pub use crate::key::CallerKeyScope;
 
 pub use crate::telemetry::LogCalls;
 

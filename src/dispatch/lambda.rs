@@ -31,10 +31,10 @@ use tokio::time::Instant;
 use base64::Engine as _;
 
 use super::Routes;
-use crate::backoff::Backoff;
 use super::{DispatchError, Dispatcher, Route};
-use crate::executor::lease::{MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
+use crate::backoff::Backoff;
 use crate::doors::port::Forward;
+use crate::executor::lease::{MAX_TOOL_TIMEOUT, TOOL_START_ALLOWANCE};
 
 /// Attempts on throttling before giving up (the first attempt included).
 const THROTTLE_ATTEMPTS: u32 = 3;

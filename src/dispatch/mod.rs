@@ -50,8 +50,12 @@ pub trait Dispatcher: Send + Sync {
     /// configuration's `DEDUP_ROUTES`, which the handler alone holds): target, stated namespace
     /// and run time, decided together. No I/O: the handler asks before it claims, so that an
     /// unroutable call claims nothing.
-    fn route(&self, routes: &Routes, action_group: &str, tool: &str)
-    -> Result<Route, DispatchError>;
+    fn route(
+        &self,
+        routes: &Routes,
+        action_group: &str,
+        tool: &str,
+    ) -> Result<Route, DispatchError>;
 
     /// Invokes `target` with the forwarded event and returns the tool's reply bytes. Must give up
     /// with [`DispatchError::Timeout`] once `timeout` has passed.

@@ -29,8 +29,8 @@ use agentcore::GatewayCall;
 use bedrock::ActionGroupCall;
 use interceptor::Intercepted;
 use port::{DedupInfo, EntryPoint, json_type};
-pub use refusal::{HandlerError, Unanswerable};
 use refusal::raw;
+pub use refusal::{HandlerError, Unanswerable};
 
 /// The `custom` map of a Lambda client context (an AgentCore Gateway names the tool there).
 pub type ClientContext = HashMap<String, String>;
@@ -255,17 +255,22 @@ impl<'a> Door<'a> {
                     let notice = agentcore::gateway_refusal(&e);
                     refused(raw(notice.body_json()), e.to_string())
                 }),
-            (Some(DoorName::Interceptor), _) => Intercepted::parse(event, client_context, gateway_id)
-                .map(|read| Door::Interceptor(Interception(read)))
-                .map_err(|e| {
-                    let why = Unanswerable::Interceptor(e.reason().to_string());
-                    refused(Err(HandlerError::InvalidEvent(why)), e.to_string())
-                }),
+            (Some(DoorName::Interceptor), _) => {
+                Intercepted::parse(event, client_context, gateway_id)
+                    .map(|read| Door::Interceptor(Interception(read)))
+                    .map_err(|e| {
+                        let why = Unanswerable::Interceptor(e.reason().to_string());
+                        refused(Err(HandlerError::InvalidEvent(why)), e.to_string())
+                    })
+            }
             (Some(DoorName::Bedrock), _) => ActionGroupCall::parse(event)
                 .map(Door::Bedrock)
                 .map_err(|e| {
                     let reason = format!("invalid Bedrock Agents event: {e}");
-                    refused(Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))), reason)
+                    refused(
+                        Err(HandlerError::InvalidEvent(Unanswerable::Bedrock(e))),
+                        reason,
+                    )
                 }),
             (Some(DoorName::Envelope), _) => envelope::Envelope::parse(event)
                 .map(Door::Envelope)

@@ -467,7 +467,6 @@ pub(crate) fn refusal(kind: NoticeKind, message: &str) -> Notice {
     Notice::new(kind, format!("{message}. The call was not executed."))
 }
 
-
 /// The step named by a caller-supplied value: a non-blank string (trimmed) or a number.
 pub(crate) fn step_value(value: &serde_json::Value) -> Option<String> {
     match value {
@@ -604,7 +603,6 @@ pub(crate) fn json_type(v: &Value) -> &'static str {
         Value::Object(_) => "object",
     }
 }
-
 
 #[cfg(test)]
 mod tests {

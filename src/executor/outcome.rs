@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::decide::AfterRun;
-use crate::key::{Call, Delivery};
 use crate::decide::ReplyClass;
+use crate::key::{Call, Delivery};
 use crate::store::StoreError;
 
 /// How one invocation ended.

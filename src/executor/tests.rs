@@ -1,8 +1,8 @@
 //! The executor's unit tests.
 
 use super::*;
-use crate::key::Call;
 use crate::decide::ReplyClass;
+use crate::key::Call;
 use crate::store::{ClaimOutcome, MemoryStore};
 
 /// The tool gets the time to the deadline less what the completion and the answer need: a

@@ -27,10 +27,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
+use crate::dispatch::{DispatchError, Dispatcher, Route, Routes};
 use crate::doors::bedrock::{
     self, ActionGroupEvent, DEDUP_KEY_ATTRIBUTE, EventError, ResponseState, response,
 };
-use crate::dispatch::{DispatchError, Dispatcher, Route, Routes};
 use crate::doors::port::Forward;
 use crate::doors::{agentcore, envelope};
 
@@ -423,7 +423,12 @@ impl<T> std::ops::Deref for InProcess<T> {
 
 impl<T: StandIn> Dispatcher for InProcess<T> {
     /// Every call routes to the tool.
-    fn route(&self, routes: &Routes, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+    fn route(
+        &self,
+        routes: &Routes,
+        action_group: &str,
+        tool: &str,
+    ) -> Result<Route, DispatchError> {
         Ok(Route {
             max_run_time: self.max_run_time,
             ..Route::in_process("in-process", routes, action_group, tool)
@@ -463,7 +468,12 @@ fn now_ms() -> i64 {
 /// In-process dispatch: every route leads to this tool.
 impl Dispatcher for DemoTool {
     /// In-process: it cannot outlive the invocation.
-    fn route(&self, routes: &Routes, action_group: &str, tool: &str) -> Result<Route, DispatchError> {
+    fn route(
+        &self,
+        routes: &Routes,
+        action_group: &str,
+        tool: &str,
+    ) -> Result<Route, DispatchError> {
         Ok(Route::in_process("demo-tool", routes, action_group, tool))
     }
 

@@ -5,8 +5,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::store::{
-    CallAbout, ClaimOutcome, ClaimRequest, Completion, LeaseToken, ManualClock, Record, RequestCounts,
-    Store, StoreError,
+    CallAbout, ClaimOutcome, ClaimRequest, Completion, LeaseToken, ManualClock, Record,
+    RequestCounts, Store, StoreError,
 };
 
 /// A store wrapper with scripted slowness, lost answers and outages.

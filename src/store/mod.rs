@@ -577,7 +577,6 @@ impl LeaseToken {
     }
 }
 
-
 impl fmt::Display for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

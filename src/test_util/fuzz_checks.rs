@@ -4,11 +4,11 @@
 
 use std::sync::OnceLock;
 
-use crate::stand_ins::demo::{DemoTool, Ledger};
-use crate::doors::bedrock::{self, ActionGroupEvent};
 use crate::config::{Config, Scope};
+use crate::doors::bedrock::{self, ActionGroupEvent};
 use crate::handler::{Handler, HandlerError, Invocation};
 use crate::key::{Call, Keyer, Schema, Strategy};
+use crate::stand_ins::demo::{DemoTool, Ledger};
 use crate::store::MemoryStore;
 use crate::telemetry::{Outcome, Telemetry};
 use serde_json::Value;

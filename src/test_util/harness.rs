@@ -11,15 +11,15 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use crate::stand_ins::demo::{DemoTool, InProcess, Ledger, StandIn};
 use crate::dispatch::{DispatchError, Dispatcher};
 use crate::doors::port::Forward;
+use crate::stand_ins::demo::{DemoTool, InProcess, Ledger, StandIn};
 
 // The names a handler test usually needs, so that `use fixture::*` brings them.
 pub use crate::config::{Config, ErrorTypes, LogCalls, Mode, Scope};
-pub use crate::stand_ins::events::interceptor_response;
 pub use crate::handler::{Handled, Handler, HandlerError, Invocation};
 pub use crate::key::PolicySet;
+pub use crate::stand_ins::events::interceptor_response;
 pub use crate::store::{
     ClaimOutcome, ClaimRequest, Completion, DynamoDbConfig, DynamoDbStore, LeaseToken, ManualClock,
     MemoryStore, Record, RequestCounts, RetryPolicy, Status, Store, StoreError,
@@ -367,4 +367,3 @@ pub async fn logged<F: std::future::Future>(work: F) -> (F::Output, String) {
     let text = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
     (output, text)
 }
-

@@ -203,4 +203,3 @@ pub async fn dynamodb_store_offloading(backend: Backend, clock: ManualClock) -> 
 pub fn memory_store(clock: ManualClock) -> MemoryStore {
     MemoryStore::new().with_clock(clock)
 }
-

@@ -13,12 +13,12 @@ use serde_json::{Value, json};
 use toolcall_dedup::MemoryStore;
 use toolcall_dedup::catalog::catalog_key;
 use toolcall_dedup::config::{Config, ConfigError, Doors, StoreKind, document};
-use toolcall_dedup::handler::DoorName;
 use toolcall_dedup::dispatch::Dispatcher;
+use toolcall_dedup::handler::DoorName;
 use toolcall_dedup::handler::{ClientContext, Handled, Handler, HandlerError, Invocation};
+use toolcall_dedup::stand_ins::demo::DemoTool;
 use toolcall_dedup::store::{ManualClock, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
-use toolcall_dedup::stand_ins::demo::DemoTool;
 
 use crate::fixture::{charges, client_context, demo, event as event_file, handler};
 use crate::gateway::{self, response};

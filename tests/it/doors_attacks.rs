@@ -751,10 +751,13 @@ fn build_like_main(
 + Sync {
     move |document: &Document| {
         let config = Config::from_lookup_and_document(|_| None, Some(document), StoreKind::Memory)?;
-        Ok(
-            Handler::new(store.clone(), dispatcher.clone(), &config, Telemetry::quiet())
-                .with_settings(|s| s.wait = Duration::from_millis(50)),
+        Ok(Handler::new(
+            store.clone(),
+            dispatcher.clone(),
+            &config,
+            Telemetry::quiet(),
         )
+        .with_settings(|s| s.wait = Duration::from_millis(50)))
     }
 }
 

@@ -10,15 +10,15 @@ use std::time::Duration;
 use crate::servers;
 use fixture::*;
 use serde_json::{Value, json};
-use toolcall_dedup::doors::bedrock::ActionGroupEvent;
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route, Routes};
+use toolcall_dedup::doors::bedrock::ActionGroupEvent;
+use toolcall_dedup::doors::port::Forward;
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
-use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 
 // ---------------------------------------------------------------------------------------------
 // events

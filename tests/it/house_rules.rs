@@ -57,13 +57,23 @@ fn every_variable_the_sources_quote_is_registered_and_every_registered_one_is_qu
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
-        read.extend(names(&quoted, &text).into_iter().filter(|n| !n.starts_with("DEDUP_TEST_")));
+        read.extend(
+            names(&quoted, &text)
+                .into_iter()
+                .filter(|n| !n.starts_with("DEDUP_TEST_")),
+        );
     }
     let registered = registry();
     let unregistered: Vec<_> = read.difference(&registered).collect();
     let unread: Vec<_> = registered.difference(&read).collect();
-    assert!(unregistered.is_empty(), "read but not in config::VARIABLES: {unregistered:?}");
-    assert!(unread.is_empty(), "in config::VARIABLES but read nowhere: {unread:?}");
+    assert!(
+        unregistered.is_empty(),
+        "read but not in config::VARIABLES: {unregistered:?}"
+    );
+    assert!(
+        unread.is_empty(),
+        "in config::VARIABLES but read nowhere: {unread:?}"
+    );
 }
 
 /// The names in the first cell of each table row of `text` (a row may document two variables,
@@ -85,7 +95,10 @@ fn docs_configuration_documents_exactly_the_registered_variables() {
     let registered = registry();
     let undocumented: Vec<_> = registered.difference(&documented).collect();
     let unread: Vec<_> = documented.difference(&registered).collect();
-    assert!(undocumented.is_empty(), "read but not documented: {undocumented:?}");
+    assert!(
+        undocumented.is_empty(),
+        "read but not documented: {undocumented:?}"
+    );
     assert!(unread.is_empty(), "documented but not read: {unread:?}");
 }
 
@@ -94,7 +107,10 @@ fn docs_configuration_documents_exactly_the_registered_variables() {
 fn the_readme_table_names_only_registered_variables() {
     let text = std::fs::read_to_string(root().join("README.md")).unwrap();
     let shown = table_names(&text);
-    assert!(shown.len() >= 5, "the README's table lost its rows: {shown:?}");
+    assert!(
+        shown.len() >= 5,
+        "the README's table lost its rows: {shown:?}"
+    );
     let registered = registry();
     let unread: Vec<_> = shown.difference(&registered).collect();
     assert!(unread.is_empty(), "in the README but not read: {unread:?}");
@@ -132,11 +148,20 @@ fn the_clis_normal_build_leaves_test_support_out() {
         manifest[section]["toolcall-dedup"]
             .get("features")
             .and_then(|f| f.as_array())
-            .map(|f| f.iter().filter_map(|v| v.as_str()).map(str::to_string).collect())
+            .map(|f| {
+                f.iter()
+                    .filter_map(|v| v.as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let normal = features("dependencies");
     assert!(!normal.iter().any(|f| f == "test-util"), "{normal:?}");
     assert!(normal.iter().any(|f| f == "stand-ins"), "{normal:?}");
-    assert!(features("dev-dependencies").iter().any(|f| f == "test-util"));
+    assert!(
+        features("dev-dependencies")
+            .iter()
+            .any(|f| f == "test-util")
+    );
 }

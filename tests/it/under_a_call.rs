@@ -14,9 +14,9 @@ use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handled, Handler};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::reload::{Refreshed, Reloading};
+use toolcall_dedup::stand_ins::demo::DemoTool;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
-use toolcall_dedup::stand_ins::demo::DemoTool;
 
 use crate::fixture::{self, Scripted, demo, handler};
 use crate::gateway::{self, container, response, send, send_with};

@@ -4,9 +4,9 @@
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
+use crate::operator::inspect::{self, describe, evict, row, state_name};
 use aws_smithy_types::DateTime;
 use aws_smithy_types::date_time::Format;
-use crate::operator::inspect::{self, describe, evict, row, state_name};
 use toolcall_dedup::store::{LeaseToken, RecordFilter, RecordState, Records, Store};
 
 use super::CliError;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use toolcall_dedup::store::Store;
 use crate::operator::inspect::describe;
 use crate::operator::settle::{Action, settle};
+use toolcall_dedup::store::Store;
 
 use super::CliError;
 use super::table::TableArgs;

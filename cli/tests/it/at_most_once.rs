@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use dedup_cli::operator::settle::{Action, SettleError, settle};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::Handled;
 use toolcall_dedup::key::PolicySet;
-use dedup_cli::operator::settle::{Action, SettleError, settle};
 use toolcall_dedup::store::{ManualClock, Records, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 

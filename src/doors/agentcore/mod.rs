@@ -37,13 +37,13 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::key::CallerKeyScope;
 use crate::decide::ReplyClass;
 use crate::doors::port::{
-    Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
-    ScopeArguments, Scoping, Sessionless, ToolCall, Unforwardable, Unkeyed, classify_json_reply,
-    json_type, refusal, scoped_namespace, step_value,
+    Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, ScopeArguments,
+    Scoping, Sessionless, ToolCall, Unforwardable, Unkeyed, classify_json_reply, json_type,
+    refusal, scoped_namespace, step_value,
 };
+use crate::key::CallerKeyScope;
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub(crate) const ENTRY_POINT: &str = "agentcore";

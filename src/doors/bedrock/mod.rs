@@ -33,11 +33,11 @@ use sha2::{Digest, Sha256};
 pub use event::{ActionGroupEvent, CheckedCall, DeclaredType, EventError, Param};
 pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
 
-use crate::key::{CallerKeyScope, Schema};
 use crate::doors::port::{
     self, Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, Scope,
     Scoping, Unforwardable, Unkeyed, refusal as refused,
 };
+use crate::key::{CallerKeyScope, Schema};
 
 /// This entry point's name in every key (see [`port::scoped_namespace`]).
 pub(crate) const ENTRY_POINT: &str = "bedrock";

@@ -29,8 +29,8 @@ use serde_json::value::RawValue;
 use crate::decide::ReplyClass;
 use crate::doors::port::{
     Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
-    Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal,
-    scoped_namespace, step_value,
+    Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal, scoped_namespace,
+    step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).

@@ -11,16 +11,16 @@ use tokio::time::Instant;
 use super::{Intercepted, Interception, Phase, ToolsCall};
 use crate::answer::{self, Answered, ToolFailure};
 use crate::decide::Mode;
+use crate::decide::ReplyClass;
 use crate::decide::RunEnd;
-use crate::invoking::warn_sessionless;
+use crate::doors::port::{Notice, ToolCall, Unkeyed};
+use crate::engine::{CallKey, Engine};
 use crate::executor::lease::TOOL_START_ALLOWANCE;
 use crate::executor::{
     ClaimMade, Finished, FinishedElsewhere, Keyed, Lease, Opened, Outcome, RequestOwner, Settled,
 };
+use crate::invoking::warn_sessionless;
 use crate::key::{Call, Delivery};
-use crate::decide::ReplyClass;
-use crate::doors::port::{Notice, ToolCall, Unkeyed};
-use crate::engine::{CallKey, Engine};
 use crate::store::Store;
 
 /// Answers one interceptor invocation, as [`Intercepted::parse`] read it.

@@ -61,13 +61,15 @@ pub(crate) mod flow;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::doors::agentcore::{TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host};
-use crate::key::CallerKeyScope;
 use crate::decide::ReplyClass;
+use crate::doors::agentcore::{
+    TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host,
+};
 use crate::doors::port::{
     Answers, DedupInfo, Notice, NoticeKind, Sessionless, ToolCall, json_type, refusal,
     scoped_namespace, step_value,
 };
+use crate::key::CallerKeyScope;
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
 pub(crate) const ENTRY_POINT: &str = "interceptor";
