@@ -356,7 +356,7 @@ impl<S: Store> Executor<S> {
             };
             return Acquired::Answered(done);
         }
-        Acquired::Answered(self.settle_after_racing(call, end).await)
+        Acquired::Answered(self.read_after_racing(call, end).await)
     }
 
     /// A repeat the warm cache answers (never in shadow mode, which always runs the call). A
@@ -460,7 +460,7 @@ impl<S: Store> Executor<S> {
     }
 
     /// After every claim round lost to identical calls: what the record says now.
-    async fn settle_after_racing<E>(&self, call: Keyed<'_>, end: Instant) -> Finished<E> {
+    async fn read_after_racing<E>(&self, call: Keyed<'_>, end: Instant) -> Finished<E> {
         match self.bounded(end, self.store.get(call.key)).await {
             Ok(Some(record)) if record.status == Status::Completed => {
                 self.replay(record, call, Outcome::Waited)

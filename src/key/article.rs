@@ -17,42 +17,44 @@ use super::{Key, KeyError};
 
 /// A value as Python's `json.loads` would build it.
 #[derive(Debug, Clone)]
-enum Py {
+enum PyValue {
     None,
     Bool(bool),
     /// Exact integer, as decimal text.
     Int(String),
     Float(f64),
     Str(String),
-    List(Vec<Py>),
+    List(Vec<PyValue>),
     /// Sorted by key, duplicates resolved (last wins).
-    Dict(Vec<(String, Py)>),
+    Dict(Vec<(String, PyValue)>),
 }
 
-impl Py {
-    fn from_node(node: Node<'_>) -> Py {
+impl PyValue {
+    fn from_node(node: Node<'_>) -> PyValue {
         match node {
-            Node::Null => Py::None,
-            Node::Bool(b) => Py::Bool(b),
-            Node::Number(text) if !text.contains(['.', 'e', 'E']) => Py::Int(int_text(text)),
-            Node::Number(text) => Py::Float(text.parse().unwrap_or(f64::NAN)),
-            Node::String(s) => Py::Str(s.into_owned()),
-            Node::Array(items) => Py::List(items.into_iter().map(Py::from_node).collect()),
+            Node::Null => PyValue::None,
+            Node::Bool(b) => PyValue::Bool(b),
+            Node::Number(text) if !text.contains(['.', 'e', 'E']) => PyValue::Int(int_text(text)),
+            Node::Number(text) => PyValue::Float(text.parse().unwrap_or(f64::NAN)),
+            Node::String(s) => PyValue::Str(s.into_owned()),
+            Node::Array(items) => {
+                PyValue::List(items.into_iter().map(PyValue::from_node).collect())
+            }
             Node::Object(members) => {
-                let mut entries: Vec<(String, Py)> = members
+                let mut entries: Vec<(String, PyValue)> = members
                     .into_iter()
-                    .map(|(k, v)| (k.into_owned(), Py::from_node(v)))
+                    .map(|(k, v)| (k.into_owned(), PyValue::from_node(v)))
                     .collect();
                 // Stable sort keeps source order among equal keys, so the last one is kept.
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
-                let mut deduped: Vec<(String, Py)> = Vec::with_capacity(entries.len());
+                let mut deduped: Vec<(String, PyValue)> = Vec::with_capacity(entries.len());
                 for entry in entries {
                     match deduped.last_mut() {
                         Some(last) if last.0 == entry.0 => *last = entry,
                         _ => deduped.push(entry),
                     }
                 }
-                Py::Dict(deduped)
+                PyValue::Dict(deduped)
             }
         }
     }
@@ -153,14 +155,14 @@ fn integral_float_text(f: f64) -> String {
 }
 
 /// `json.dumps(obj, sort_keys=True, separators=(",", ":"))` with the default `ensure_ascii=True`.
-fn dumps(value: &Py, out: &mut String) {
+fn dumps(value: &PyValue, out: &mut String) {
     match value {
-        Py::None => out.push_str("null"),
-        Py::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Py::Int(text) => out.push_str(text),
-        Py::Float(f) => out.push_str(&float_repr(*f)),
-        Py::Str(s) => dumps_str(s, out),
-        Py::List(items) => {
+        PyValue::None => out.push_str("null"),
+        PyValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        PyValue::Int(text) => out.push_str(text),
+        PyValue::Float(f) => out.push_str(&float_repr(*f)),
+        PyValue::Str(s) => dumps_str(s, out),
+        PyValue::List(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
@@ -170,7 +172,7 @@ fn dumps(value: &Py, out: &mut String) {
             }
             out.push(']');
         }
-        Py::Dict(entries) => {
+        PyValue::Dict(entries) => {
             out.push('{');
             for (i, (k, v)) in entries.iter().enumerate() {
                 if i > 0 {
@@ -232,31 +234,35 @@ static DEC: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"^-?[0-9]+\.[0-9]+$").expect("static regex"));
 
 /// C's `_norm`.
-fn norm(value: Py) -> Result<Py, KeyError> {
+fn norm(value: PyValue) -> Result<PyValue, KeyError> {
     Ok(match value {
-        v @ (Py::None | Py::Bool(_)) => v,
-        Py::Int(text) => {
+        v @ (PyValue::None | PyValue::Bool(_)) => v,
+        PyValue::Int(text) => {
             // `float(v).is_integer()` raises OverflowError for ints beyond the float range.
             if text.parse::<f64>().map_or(true, f64::is_infinite) {
                 return Err(KeyError::ArticleOverflow);
             }
-            Py::Int(text)
+            PyValue::Int(text)
         }
-        Py::Float(f) if f.is_finite() && f.fract() == 0.0 => Py::Int(integral_float_text(f)),
-        v @ Py::Float(_) => v,
-        Py::Str(s) => norm_str(&s),
-        Py::List(items) => Py::List(items.into_iter().map(norm).collect::<Result<_, _>>()?),
-        Py::Dict(entries) => Py::Dict(
+        PyValue::Float(f) if f.is_finite() && f.fract() == 0.0 => {
+            PyValue::Int(integral_float_text(f))
+        }
+        v @ PyValue::Float(_) => v,
+        PyValue::Str(s) => norm_str(&s),
+        PyValue::List(items) => {
+            PyValue::List(items.into_iter().map(norm).collect::<Result<_, _>>()?)
+        }
+        PyValue::Dict(entries) => PyValue::Dict(
             entries
                 .into_iter()
-                .filter(|(_, v)| !matches!(v, Py::None))
+                .filter(|(_, v)| !matches!(v, PyValue::None))
                 .map(|(k, v)| Ok((k, norm(v)?)))
                 .collect::<Result<_, KeyError>>()?,
         ),
     })
 }
 
-fn norm_str(s: &str) -> Py {
+fn norm_str(s: &str) -> PyValue {
     let nfc: String = s.nfc().collect();
     let stripped = nfc.trim_matches(is_python_space);
     let mut collapsed = String::with_capacity(stripped.len());
@@ -277,24 +283,24 @@ fn norm_str(s: &str) -> Py {
         let head = &m[1];
         let tz = &m[2];
         let tz = if tz == "Z" || tz == "z" { "Z" } else { tz };
-        return Py::Str(format!("{}T{}{tz}", &head[..10], &head[11..]));
+        return PyValue::Str(format!("{}T{}{tz}", &head[..10], &head[11..]));
     }
     if INT.is_match(&s) {
-        return Py::Int(int_text(&s));
+        return PyValue::Int(int_text(&s));
     }
     if DEC.is_match(&s) {
         let f: f64 = s.parse().unwrap_or(f64::NAN);
         return if f.is_finite() && f.fract() == 0.0 {
-            Py::Int(integral_float_text(f))
+            PyValue::Int(integral_float_text(f))
         } else {
-            Py::Float(f)
+            PyValue::Float(f)
         };
     }
-    Py::Str(caseless::default_case_fold_str(&s))
+    PyValue::Str(caseless::default_case_fold_str(&s))
 }
 
 /// `hashlib.sha256(s.encode()).hexdigest()[:32]`.
-pub(crate) fn h(parts: &[&[u8]]) -> Key {
+pub(crate) fn sha256_key(parts: &[&[u8]]) -> Key {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     for part in parts {
@@ -305,10 +311,10 @@ pub(crate) fn h(parts: &[&[u8]]) -> Key {
 
 /// A: `_h(tool + "|" + raw)`.
 pub(crate) fn key_raw(tool: &str, raw: &str) -> Key {
-    h(&[tool.as_bytes(), b"|", raw.as_bytes()])
+    sha256_key(&[tool.as_bytes(), b"|", raw.as_bytes()])
 }
 
-/// B's canonical text, written straight from the token tape: what `dumps(Py::from_node(..))`
+/// B's canonical text, written straight from the token tape: what `dumps(PyValue::from_node(..))`
 /// writes (keys sorted, duplicates resolved to the last, ints by `int_text`, other numbers by
 /// `float_repr`), without building the intermediate values.
 pub(crate) fn canonical_text(tape: &Tape<'_>) -> String {
@@ -373,10 +379,10 @@ fn dumps_tape(tape: &Tape<'_>, at: usize, out: &mut String) {
 
 /// C's canonical text (top level must be an object, as `json.loads(raw).items()` demands).
 pub(crate) fn normalized_text(root: Node<'_>) -> Result<String, KeyError> {
-    let Py::Dict(entries) = Py::from_node(root) else {
+    let PyValue::Dict(entries) = PyValue::from_node(root) else {
         return Err(KeyError::NotAnObject);
     };
-    let normalized = norm(Py::Dict(entries))?;
+    let normalized = norm(PyValue::Dict(entries))?;
     let mut out = String::new();
     dumps(&normalized, &mut out);
     Ok(out)
@@ -385,7 +391,7 @@ pub(crate) fn normalized_text(root: Node<'_>) -> Result<String, KeyError> {
 /// D: `_h(f"{run_id}|{step}|{C-key}")`, `-` for a missing part.
 pub(crate) fn key_scoped(run_id: Option<&str>, step: Option<&str>, inner: Key) -> Key {
     let inner = inner.to_string();
-    h(&[
+    sha256_key(&[
         run_id.unwrap_or("-").as_bytes(),
         b"|",
         step.unwrap_or("-").as_bytes(),

@@ -479,13 +479,13 @@ impl Keyer {
             Strategy::Canonical => {
                 let tape = json::parse_tape(call.args, self.limits.max_depth)?;
                 let text = article::canonical_text(&tape);
-                let key = article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let key = article::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
                 (key, text, Rules::default())
             }
             Strategy::Normalized | Strategy::Scoped => {
                 let root = json::parse(call.args, self.limits.max_depth)?;
                 let text = article::normalized_text(root)?;
-                let inner = article::h(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let inner = article::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
                 let key = if strategy == Strategy::Scoped {
                     article::key_scoped(call.run_id, call.step, inner)
                 } else {

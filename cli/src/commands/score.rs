@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use super::CliError;
-use crate::corpus::pyjson::{J, Style};
+use crate::corpus::pyjson::{PyJson, Style};
 use crate::corpus::score::{self, KeyerScore, Options, Report};
 use crate::corpus::{self, Corpus, Expect};
 use toolcall_dedup::key::Strategy;
@@ -282,8 +282,8 @@ fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn num(n: usize) -> J {
-    J::Num(n.to_string())
+fn num(n: usize) -> PyJson {
+    PyJson::Num(n.to_string())
 }
 
 fn json(report: &Report, by_class: bool) -> String {
@@ -292,16 +292,16 @@ fn json(report: &Report, by_class: bool) -> String {
         .iter()
         .map(|k| keyer_json(report, k, by_class))
         .collect();
-    let mut out = J::Arr(keyers).dumps(Style::Indent, false);
+    let mut out = PyJson::Arr(keyers).dumps(Style::Indent, false);
     out.push('\n');
     out
 }
 
-fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> J {
+fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> PyJson {
     let mut members = vec![
-        ("keyer".to_string(), J::str(k.strategy.name())),
-        ("label".into(), J::Str(k.label.clone())),
-        ("bedrock_declared_types".into(), J::Bool(k.bedrock)),
+        ("keyer".to_string(), PyJson::str(k.strategy.name())),
+        ("label".into(), PyJson::Str(k.label.clone())),
+        ("bedrock_declared_types".into(), PyJson::Bool(k.bedrock)),
         ("retries_caught".into(), num(k.retries_caught)),
         ("retries_total".into(), num(k.retries_total)),
         ("fm_value_changed".into(), num(k.fm_value_changed)),
@@ -322,30 +322,33 @@ fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> J {
             num(k.adversarial_same_total),
         ),
         ("errors".into(), num(k.errors)),
-        ("us_per_key".into(), J::Num(format!("{:.4}", k.us_per_key))),
+        (
+            "us_per_key".into(),
+            PyJson::Num(format!("{:.4}", k.us_per_key)),
+        ),
         (
             "ratio_to_canonical".into(),
-            J::Obj(vec![
+            PyJson::Obj(vec![
                 (
                     "median".into(),
-                    J::Num(format!("{:.4}", k.ratio_to_canonical.median)),
+                    PyJson::Num(format!("{:.4}", k.ratio_to_canonical.median)),
                 ),
                 (
                     "low".into(),
-                    J::Num(format!("{:.4}", k.ratio_to_canonical.low)),
+                    PyJson::Num(format!("{:.4}", k.ratio_to_canonical.low)),
                 ),
                 (
                     "high".into(),
-                    J::Num(format!("{:.4}", k.ratio_to_canonical.high)),
+                    PyJson::Num(format!("{:.4}", k.ratio_to_canonical.high)),
                 ),
             ]),
         ),
-        ("schemas".into(), J::Bool(report.schemas)),
+        ("schemas".into(), PyJson::Bool(report.schemas)),
         ("runs".into(), num(report.runs)),
         ("iterations".into(), num(report.iterations)),
         (
             "harness_wall_clock_s".into(),
-            J::Num(format!("{:.3}", report.wall_clock.as_secs_f64())),
+            PyJson::Num(format!("{:.3}", report.wall_clock.as_secs_f64())),
         ),
     ];
     if by_class {
@@ -353,21 +356,21 @@ fn keyer_json(report: &Report, k: &KeyerScore, by_class: bool) -> J {
             .by_class
             .iter()
             .map(|c| {
-                J::Obj(vec![
-                    ("section".into(), J::Str(c.section.clone())),
-                    ("class".into(), J::Str(c.class.clone())),
-                    ("expect".into(), J::str(c.expect.name())),
+                PyJson::Obj(vec![
+                    ("section".into(), PyJson::Str(c.section.clone())),
+                    ("class".into(), PyJson::Str(c.class.clone())),
+                    ("expect".into(), PyJson::str(c.expect.name())),
                     ("total".into(), num(c.total)),
                     ("merged".into(), num(c.merged)),
                     ("noops".into(), num(c.noops)),
                     (
                         "wrong".into(),
-                        J::Arr(c.wrong.iter().map(|w| J::Str(w.clone())).collect()),
+                        PyJson::Arr(c.wrong.iter().map(|w| PyJson::Str(w.clone())).collect()),
                     ),
                 ])
             })
             .collect();
-        members.push(("by_class".into(), J::Arr(classes)));
+        members.push(("by_class".into(), PyJson::Arr(classes)));
     }
-    J::Obj(members)
+    PyJson::Obj(members)
 }

@@ -35,7 +35,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::pyjson::{J, Style};
+use super::pyjson::{PyJson, Style};
 use super::{Pair, spec};
 
 /// Where `dedup corpus` writes the events by default.
@@ -93,17 +93,17 @@ fn turn(run_id: &str) -> String {
 }
 
 /// The Bedrock type a schema property is declared with.
-fn declared_type(schema: &J, tool: &str, name: &str) -> &'static str {
+fn declared_type(schema: &PyJson, tool: &str, name: &str) -> &'static str {
     let property = schema
         .get("properties")
         .and_then(|p| p.get(name))
         .unwrap_or_else(|| panic!("{tool}: argument {name} is not in the schema"));
     let types: Vec<&str> = match property.get("type") {
-        Some(J::Str(t)) => vec![t.as_str()],
-        Some(J::Arr(ts)) => ts
+        Some(PyJson::Str(t)) => vec![t.as_str()],
+        Some(PyJson::Arr(ts)) => ts
             .iter()
             .filter_map(|t| match t {
-                J::Str(t) if t != "null" => Some(t.as_str()),
+                PyJson::Str(t) if t != "null" => Some(t.as_str()),
                 _ => None,
             })
             .collect(),
@@ -120,22 +120,22 @@ fn declared_type(schema: &J, tool: &str, name: &str) -> &'static str {
 }
 
 /// A parameter value as Bedrock sends it: always a string.
-fn value_text(value: &J, style: Style) -> String {
+fn value_text(value: &PyJson, style: Style) -> String {
     match value {
-        J::Str(s) => s.clone(),
-        J::Num(n) => n.clone(),
-        J::Bool(b) => b.to_string(),
-        J::Arr(_) | J::Obj(_) => value.dumps(style, true),
-        J::Null => unreachable!("null arguments are left out"),
+        PyJson::Str(s) => s.clone(),
+        PyJson::Num(n) => n.clone(),
+        PyJson::Bool(b) => b.to_string(),
+        PyJson::Arr(_) | PyJson::Obj(_) => value.dumps(style, true),
+        PyJson::Null => unreachable!("null arguments are left out"),
     }
 }
 
-fn agent() -> J {
-    J::Obj(vec![
-        ("name".into(), J::str("toolcall-dedup-corpus-agent")),
-        ("id".into(), J::str("C0RPVS7AGT")),
-        ("alias".into(), J::str("TSTALIASID")),
-        ("version".into(), J::str("DRAFT")),
+fn agent() -> PyJson {
+    PyJson::Obj(vec![
+        ("name".into(), PyJson::str("toolcall-dedup-corpus-agent")),
+        ("id".into(), PyJson::str("C0RPVS7AGT")),
+        ("alias".into(), PyJson::str("TSTALIASID")),
+        ("version".into(), PyJson::str("DRAFT")),
     ])
 }
 
@@ -169,16 +169,16 @@ fn event(
     flavour: Flavour,
     declared: impl Fn(&str) -> &'static str,
 ) -> String {
-    let args = J::parse(&side.args);
-    let J::Obj(members) = &args else {
+    let args = PyJson::parse(&side.args);
+    let PyJson::Obj(members) = &args else {
         panic!("{}: arguments are not an object", pair.id)
     };
     let (mut parameters, mut properties) = (Vec::new(), Vec::new());
-    for (name, value) in members.iter().filter(|(_, v)| *v != J::Null) {
-        let parameter = J::Obj(vec![
-            ("name".into(), J::Str(name.clone())),
-            ("type".into(), J::str(declared(name))),
-            ("value".into(), J::Str(value_text(value, style))),
+    for (name, value) in members.iter().filter(|(_, v)| *v != PyJson::Null) {
+        let parameter = PyJson::Obj(vec![
+            ("name".into(), PyJson::Str(name.clone())),
+            ("type".into(), PyJson::str(declared(name))),
+            ("value".into(), PyJson::Str(value_text(value, style))),
         ]);
         match flavour {
             Flavour::OpenApi if !name.ends_with("_id") => properties.push(parameter),
@@ -186,36 +186,36 @@ fn event(
         }
     }
     let session_attributes = match with_step {
-        true => vec![("dedup_step".into(), J::Str(side.step.to_string()))],
+        true => vec![("dedup_step".into(), PyJson::Str(side.step.to_string()))],
         false => Vec::new(),
     };
     let mut event = vec![
-        ("messageVersion".into(), J::str("1.0")),
+        ("messageVersion".into(), PyJson::str("1.0")),
         ("agent".into(), agent()),
-        ("inputText".into(), J::Str(turn(&side.run_id))),
-        ("sessionId".into(), J::Str(side.run_id.clone())),
-        ("actionGroup".into(), J::str(ACTION_GROUP)),
+        ("inputText".into(), PyJson::Str(turn(&side.run_id))),
+        ("sessionId".into(), PyJson::Str(side.run_id.clone())),
+        ("actionGroup".into(), PyJson::str(ACTION_GROUP)),
     ];
     match flavour {
         Flavour::FunctionDetails => {
-            event.push(("function".into(), J::Str(pair.tool.clone())));
-            event.push(("parameters".into(), J::Arr(parameters)));
+            event.push(("function".into(), PyJson::Str(pair.tool.clone())));
+            event.push(("parameters".into(), PyJson::Arr(parameters)));
         }
         Flavour::OpenApi => {
-            event.push(("apiPath".into(), J::Str(format!("/{}", pair.tool))));
-            event.push(("httpMethod".into(), J::str("POST")));
-            event.push(("parameters".into(), J::Arr(parameters)));
-            let content = J::Obj(vec![("properties".into(), J::Arr(properties))]);
-            let body = J::Obj(vec![(
+            event.push(("apiPath".into(), PyJson::Str(format!("/{}", pair.tool))));
+            event.push(("httpMethod".into(), PyJson::str("POST")));
+            event.push(("parameters".into(), PyJson::Arr(parameters)));
+            let content = PyJson::Obj(vec![("properties".into(), PyJson::Arr(properties))]);
+            let body = PyJson::Obj(vec![(
                 "content".into(),
-                J::Obj(vec![("application/json".into(), content)]),
+                PyJson::Obj(vec![("application/json".into(), content)]),
             )]);
             event.push(("requestBody".into(), body));
         }
     }
-    event.push(("sessionAttributes".into(), J::Obj(session_attributes)));
-    event.push(("promptSessionAttributes".into(), J::Obj(Vec::new())));
-    let mut text = J::Obj(event).dumps(Style::Indent, false);
+    event.push(("sessionAttributes".into(), PyJson::Obj(session_attributes)));
+    event.push(("promptSessionAttributes".into(), PyJson::Obj(Vec::new())));
+    let mut text = PyJson::Obj(event).dumps(Style::Indent, false);
     text.push('\n');
     text
 }
@@ -238,14 +238,14 @@ fn sending(pair: &Pair) -> (Style, bool) {
 }
 
 /// The Bedrock type a developer declares for a parameter that receives `value`.
-fn value_type(value: &J) -> &'static str {
+fn value_type(value: &PyJson) -> &'static str {
     match value {
-        J::Num(text) if text.contains(['.', 'e', 'E']) => "number",
-        J::Num(_) => "integer",
-        J::Bool(_) => "boolean",
-        J::Arr(_) => "array",
+        PyJson::Num(text) if text.contains(['.', 'e', 'E']) => "number",
+        PyJson::Num(_) => "integer",
+        PyJson::Bool(_) => "boolean",
+        PyJson::Arr(_) => "array",
         // Bedrock has no object type: an object travels as JSON text in a string.
-        J::Str(_) | J::Obj(_) | J::Null => "string",
+        PyJson::Str(_) | PyJson::Obj(_) | PyJson::Null => "string",
     }
 }
 
@@ -267,10 +267,10 @@ impl DeclaredTypes {
         for original in [true, false] {
             for pair in pairs.clone() {
                 let side = if original { &pair.a } else { &pair.b };
-                let Some(J::Obj(members)) = J::try_parse(&side.args) else {
+                let Some(PyJson::Obj(members)) = PyJson::try_parse(&side.args) else {
                     continue;
                 };
-                for (name, value) in members.iter().filter(|(_, v)| *v != J::Null) {
+                for (name, value) in members.iter().filter(|(_, v)| *v != PyJson::Null) {
                     let key = (pair.tool.clone(), name.clone());
                     let found = value_type(value);
                     match declared.types.get(&key).copied() {
@@ -321,11 +321,15 @@ fn policy() -> String {
     let tools = spec::TOOLS
         .iter()
         .map(|&tool| {
-            let schema = J::parse(spec::schema_text(tool));
-            (tool.to_string(), J::Obj(vec![("schema".into(), schema)]))
+            let schema = PyJson::parse(spec::schema_text(tool));
+            (
+                tool.to_string(),
+                PyJson::Obj(vec![("schema".into(), schema)]),
+            )
         })
         .collect();
-    let mut text = J::Obj(vec![("tools".into(), J::Obj(tools))]).dumps(Style::Indent, false);
+    let mut text =
+        PyJson::Obj(vec![("tools".into(), PyJson::Obj(tools))]).dumps(Style::Indent, false);
     text.push('\n');
     text
 }
@@ -333,9 +337,9 @@ fn policy() -> String {
 /// Every event file as `(path relative to the events directory, contents)`. Deterministic.
 pub fn generate() -> Vec<(String, String)> {
     let mut files = vec![(POLICY_FILE.to_string(), policy())];
-    let schemas: Vec<(&str, J)> = spec::TOOLS
+    let schemas: Vec<(&str, PyJson)> = spec::TOOLS
         .iter()
-        .map(|&tool| (tool, J::parse(spec::schema_text(tool))))
+        .map(|&tool| (tool, PyJson::parse(spec::schema_text(tool))))
         .collect();
     let schema_of = |tool: &str| {
         &schemas

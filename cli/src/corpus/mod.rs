@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use pyjson::{J, Style};
+use pyjson::{PyJson, Style};
 use toolcall_dedup::key::{Schema, SchemaError};
 
 /// The three pair files, in the order they are scored.
@@ -171,27 +171,27 @@ pub fn load_schemas(dir: &Path) -> Result<BTreeMap<String, Schema>, CorpusError>
 }
 
 /// Top-level properties of a tool's schema that `required` does not list, in schema order.
-fn optional_fields(schema: &J) -> Vec<String> {
-    let required: Vec<&J> = match schema.get("required") {
-        Some(J::Arr(items)) => items.iter().collect(),
+fn optional_fields(schema: &PyJson) -> Vec<String> {
+    let required: Vec<&PyJson> = match schema.get("required") {
+        Some(PyJson::Arr(items)) => items.iter().collect(),
         _ => Vec::new(),
     };
     match schema.get("properties") {
-        Some(J::Obj(props)) => props
+        Some(PyJson::Obj(props)) => props
             .iter()
             .map(|(name, _)| name)
-            .filter(|name| !required.contains(&&J::Str((*name).clone())))
+            .filter(|name| !required.contains(&&PyJson::Str((*name).clone())))
             .cloned()
             .collect(),
         _ => Vec::new(),
     }
 }
 
-fn side(run_id: &str, step: u32, args: String) -> J {
-    J::Obj(vec![
-        ("run_id".into(), J::str(run_id)),
-        ("step".into(), J::Num(step.to_string())),
-        ("args".into(), J::Str(args)),
+fn side(run_id: &str, step: u32, args: String) -> PyJson {
+    PyJson::Obj(vec![
+        ("run_id".into(), PyJson::str(run_id)),
+        ("step".into(), PyJson::Num(step.to_string())),
+        ("args".into(), PyJson::Str(args)),
     ])
 }
 
@@ -201,25 +201,25 @@ struct Line<'a> {
     class: &'a str,
     expect: Expect,
     base: &'a spec::Base,
-    extra: Vec<(&'a str, J)>,
-    a: J,
-    b: J,
+    extra: Vec<(&'a str, PyJson)>,
+    a: PyJson,
+    b: PyJson,
 }
 
 impl Line<'_> {
     fn to_json(&self) -> String {
         let mut members = vec![
-            ("id".to_string(), J::Str(self.id.clone())),
-            ("section".into(), J::str(self.section)),
-            ("class".into(), J::str(self.class)),
-            ("expect".into(), J::str(self.expect.name())),
-            ("tool".into(), J::str(self.base.tool)),
-            ("base".into(), J::str(self.base.id)),
+            ("id".to_string(), PyJson::Str(self.id.clone())),
+            ("section".into(), PyJson::str(self.section)),
+            ("class".into(), PyJson::str(self.class)),
+            ("expect".into(), PyJson::str(self.expect.name())),
+            ("tool".into(), PyJson::str(self.base.tool)),
+            ("base".into(), PyJson::str(self.base.id)),
         ];
         members.extend(self.extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
         members.push(("a".into(), self.a.clone()));
         members.push(("b".into(), self.b.clone()));
-        let mut text = J::Obj(members).dumps(Style::Compact, false);
+        let mut text = PyJson::Obj(members).dumps(Style::Compact, false);
         text.push('\n');
         text
     }
@@ -228,9 +228,9 @@ impl Line<'_> {
 /// Every corpus file as `(path relative to the corpus directory, contents)`. Deterministic.
 pub fn generate() -> Vec<(String, String)> {
     let mut files = Vec::new();
-    let schemas: BTreeMap<&str, J> = spec::TOOLS
+    let schemas: BTreeMap<&str, PyJson> = spec::TOOLS
         .iter()
-        .map(|&tool| (tool, J::parse(spec::schema_text(tool))))
+        .map(|&tool| (tool, PyJson::parse(spec::schema_text(tool))))
         .collect();
 
     // Retries: every base under every mutation; the retry side rotates serializers pair by pair.
@@ -248,8 +248,8 @@ pub fn generate() -> Vec<(String, String)> {
                 expect: Expect::Same,
                 base,
                 extra: vec![
-                    ("serializer", J::str(style.name())),
-                    ("noop", J::Bool(mutated == original)),
+                    ("serializer", PyJson::str(style.name())),
+                    ("noop", PyJson::Bool(mutated == original)),
                 ],
                 a: side(base.run_id, base.step, original.dumps(Style::Default, true)),
                 b: side(base.run_id, base.step, mutated.dumps(style, true)),
@@ -266,7 +266,7 @@ pub fn generate() -> Vec<(String, String)> {
         let base = spec::base(base_id);
         let original = base.value();
         let mut changed = original.clone();
-        *changed.at_mut(path) = J::parse(value);
+        *changed.at_mut(path) = PyJson::parse(value);
         assert_ne!(changed, original, "{base_id}: the change must change");
         let line = Line {
             id: format!("distinct/value_changed/{base_id}"),
@@ -274,7 +274,7 @@ pub fn generate() -> Vec<(String, String)> {
             class: "value_changed",
             expect: Expect::Distinct,
             base,
-            extra: vec![("change", J::str(change))],
+            extra: vec![("change", PyJson::str(change))],
             a: side(base.run_id, base.step, original.dumps(Style::Default, true)),
             b: side(base.run_id, base.step, changed.dumps(Style::Default, true)),
         };
@@ -304,8 +304,8 @@ pub fn generate() -> Vec<(String, String)> {
             let mut a = base.value();
             let mut b = a.clone();
             for (path, va, vb) in edit.fields {
-                *a.at_mut(path) = J::parse(va);
-                *b.at_mut(path) = J::parse(vb);
+                *a.at_mut(path) = PyJson::parse(va);
+                *b.at_mut(path) = PyJson::parse(vb);
             }
             assert_ne!(a, b, "{}: the two sides must differ", class.name);
             let line = Line {
@@ -318,7 +318,7 @@ pub fn generate() -> Vec<(String, String)> {
                     Expect::Distinct
                 },
                 base,
-                extra: vec![("rule", J::str(class.rule))],
+                extra: vec![("rule", PyJson::str(class.rule))],
                 a: side(base.run_id, base.step, a.dumps(Style::Default, true)),
                 b: side(base.run_id, base.step, b.dumps(Style::Default, true)),
             };

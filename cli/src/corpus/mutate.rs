@@ -2,7 +2,7 @@
 //! Each is a pure function of the base value (and, for `add_null`, the tool's schema). A mutation that
 //! finds nothing to change returns the base unchanged: the pair still counts, as in the article.
 
-use super::pyjson::J;
+use super::pyjson::PyJson;
 
 /// The mutation classes, in the article's order.
 pub const CLASSES: [&str; 8] = [
@@ -21,14 +21,14 @@ const FRACTIONS: [&str; 4] = [".123", ".5", ".000", ".987654"];
 
 /// Applies mutation `class` to `base`. `optional` lists the tool's optional top-level fields in schema
 /// order; `base_index` picks the sub-second suffix.
-pub fn apply(class: &str, base: &J, optional: &[String], base_index: usize) -> J {
+pub fn apply(class: &str, base: &PyJson, optional: &[String], base_index: usize) -> PyJson {
     match class {
         "key_order" => reverse_keys(base),
         "int_to_float" => map_numbers(base, &|n| {
             if is_int(n) {
-                J::Num(format!("{n}.0"))
+                PyJson::Num(format!("{n}.0"))
             } else {
-                J::Num(n.to_string())
+                PyJson::Num(n.to_string())
             }
         }),
         "case_fold" => map_strings(base, &|s| s.to_lowercase()),
@@ -42,22 +42,22 @@ pub fn apply(class: &str, base: &J, optional: &[String], base_index: usize) -> J
             })
         }
         "double_space" => map_strings(base, &|s| s.replace(' ', "  ")),
-        "number_strings" => map_numbers(base, &|n| J::Str(n.to_string())),
+        "number_strings" => map_numbers(base, &|n| PyJson::Str(n.to_string())),
         other => panic!("unknown mutation class {other}"),
     }
 }
 
 /// Every object's members in reverse order, at every depth.
-fn reverse_keys(v: &J) -> J {
+fn reverse_keys(v: &PyJson) -> PyJson {
     match v {
-        J::Obj(members) => J::Obj(
+        PyJson::Obj(members) => PyJson::Obj(
             members
                 .iter()
                 .rev()
                 .map(|(k, v)| (k.clone(), reverse_keys(v)))
                 .collect(),
         ),
-        J::Arr(items) => J::Arr(items.iter().map(reverse_keys).collect()),
+        PyJson::Arr(items) => PyJson::Arr(items.iter().map(reverse_keys).collect()),
         other => other.clone(),
     }
 }
@@ -67,65 +67,65 @@ fn is_int(text: &str) -> bool {
 }
 
 /// Python's `float(x)` printed by `repr`, for the small integers the base calls hold.
-fn map_numbers(v: &J, f: &dyn Fn(&str) -> J) -> J {
+fn map_numbers(v: &PyJson, f: &dyn Fn(&str) -> PyJson) -> PyJson {
     match v {
-        J::Num(n) => {
+        PyJson::Num(n) => {
             assert!(
                 !is_int(n) || n.trim_start_matches('-').len() < 16,
                 "int-to-float assumes integers below 1e16, where repr(float(x)) is x.0"
             );
             f(n)
         }
-        J::Obj(members) => J::Obj(
+        PyJson::Obj(members) => PyJson::Obj(
             members
                 .iter()
                 .map(|(k, v)| (k.clone(), map_numbers(v, f)))
                 .collect(),
         ),
-        J::Arr(items) => J::Arr(items.iter().map(|v| map_numbers(v, f)).collect()),
+        PyJson::Arr(items) => PyJson::Arr(items.iter().map(|v| map_numbers(v, f)).collect()),
         other => other.clone(),
     }
 }
 
 /// Applies `f` to every string value (never to object keys).
-fn map_strings(v: &J, f: &dyn Fn(&str) -> String) -> J {
+fn map_strings(v: &PyJson, f: &dyn Fn(&str) -> String) -> PyJson {
     match v {
-        J::Str(s) => J::Str(f(s)),
-        J::Obj(members) => J::Obj(
+        PyJson::Str(s) => PyJson::Str(f(s)),
+        PyJson::Obj(members) => PyJson::Obj(
             members
                 .iter()
                 .map(|(k, v)| (k.clone(), map_strings(v, f)))
                 .collect(),
         ),
-        J::Arr(items) => J::Arr(items.iter().map(|v| map_strings(v, f)).collect()),
+        PyJson::Arr(items) => PyJson::Arr(items.iter().map(|v| map_strings(v, f)).collect()),
         other => other.clone(),
     }
 }
 
 /// Removes null-valued members at every depth (nulls inside arrays stay: they hold a position).
-fn drop_nulls(v: &J) -> J {
+fn drop_nulls(v: &PyJson) -> PyJson {
     match v {
-        J::Obj(members) => J::Obj(
+        PyJson::Obj(members) => PyJson::Obj(
             members
                 .iter()
-                .filter(|(_, v)| *v != J::Null)
+                .filter(|(_, v)| *v != PyJson::Null)
                 .map(|(k, v)| (k.clone(), drop_nulls(v)))
                 .collect(),
         ),
-        J::Arr(items) => J::Arr(items.iter().map(drop_nulls).collect()),
+        PyJson::Arr(items) => PyJson::Arr(items.iter().map(drop_nulls).collect()),
         other => other.clone(),
     }
 }
 
 /// Appends the first optional field (in schema order) that the base omits, as an explicit null.
-fn add_null(v: &J, optional: &[String]) -> J {
+fn add_null(v: &PyJson, optional: &[String]) -> PyJson {
     let mut out = v.clone();
-    if let J::Obj(members) = &mut out
+    if let PyJson::Obj(members) = &mut out
         && let Some(name) = optional
             .iter()
             .find(|name| !members.iter().any(|(k, _)| k == *name))
     {
-        members.push((name.clone(), J::Null));
+        members.push((name.clone(), PyJson::Null));
     }
     out
 }
@@ -155,7 +155,13 @@ mod tests {
     use super::*;
 
     fn run(class: &str, text: &str) -> String {
-        apply(class, &J::parse(text), &["memo".into(), "cc".into()], 0).dumps(Style::Compact, true)
+        apply(
+            class,
+            &PyJson::parse(text),
+            &["memo".into(), "cc".into()],
+            0,
+        )
+        .dumps(Style::Compact, true)
     }
 
     #[test]

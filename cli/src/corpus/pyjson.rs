@@ -10,13 +10,13 @@ use toolcall_dedup::key::{Node, parse_json};
 /// A JSON value with ordered object members. Numbers hold the text Python prints for them: digits for
 /// an `int`, `repr()` for a `float` (`4200.0`, `64.5`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum J {
+pub enum PyJson {
     Null,
     Bool(bool),
     Num(String),
     Str(String),
-    Arr(Vec<J>),
-    Obj(Vec<(String, J)>),
+    Arr(Vec<PyJson>),
+    Obj(Vec<(String, PyJson)>),
 }
 
 /// The three `json.dumps` settings the corpus uses.
@@ -47,45 +47,45 @@ impl Style {
     }
 }
 
-impl J {
+impl PyJson {
     /// Parses JSON text, keeping member order and number text.
     ///
     /// # Panics
     /// On invalid JSON: this only reads the generator's own literals.
-    pub fn parse(text: &str) -> J {
+    pub fn parse(text: &str) -> PyJson {
         let node = parse_json(text, 64).unwrap_or_else(|e| panic!("corpus literal: {e}: {text}"));
-        J::from_node(node)
+        PyJson::from_node(node)
     }
 
     /// Parses JSON text, or `None` when it is not JSON the key core reads (64 levels at most).
-    pub fn try_parse(text: &str) -> Option<J> {
-        parse_json(text, 64).ok().map(J::from_node)
+    pub fn try_parse(text: &str) -> Option<PyJson> {
+        parse_json(text, 64).ok().map(PyJson::from_node)
     }
 
-    fn from_node(node: Node<'_>) -> J {
+    fn from_node(node: Node<'_>) -> PyJson {
         match node {
-            Node::Null => J::Null,
-            Node::Bool(b) => J::Bool(b),
-            Node::Number(text) => J::Num(text.to_string()),
-            Node::String(s) => J::Str(s.into_owned()),
-            Node::Array(items) => J::Arr(items.into_iter().map(J::from_node).collect()),
-            Node::Object(members) => J::Obj(
+            Node::Null => PyJson::Null,
+            Node::Bool(b) => PyJson::Bool(b),
+            Node::Number(text) => PyJson::Num(text.to_string()),
+            Node::String(s) => PyJson::Str(s.into_owned()),
+            Node::Array(items) => PyJson::Arr(items.into_iter().map(PyJson::from_node).collect()),
+            Node::Object(members) => PyJson::Obj(
                 members
                     .into_iter()
-                    .map(|(k, v)| (k.into_owned(), J::from_node(v)))
+                    .map(|(k, v)| (k.into_owned(), PyJson::from_node(v)))
                     .collect(),
             ),
         }
     }
 
-    pub fn str(s: &str) -> J {
-        J::Str(s.to_string())
+    pub fn str(s: &str) -> PyJson {
+        PyJson::Str(s.to_string())
     }
 
     /// The member `name` of an object.
-    pub fn get(&self, name: &str) -> Option<&J> {
+    pub fn get(&self, name: &str) -> Option<&PyJson> {
         match self {
-            J::Obj(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
+            PyJson::Obj(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
             _ => None,
         }
     }
@@ -95,21 +95,21 @@ impl J {
     ///
     /// # Panics
     /// When the path walks through a missing member, an array index out of range or a scalar.
-    pub fn at_mut(&mut self, path: &str) -> &mut J {
+    pub fn at_mut(&mut self, path: &str) -> &mut PyJson {
         let mut node = self;
         for part in path.split('.') {
             node = match node {
-                J::Obj(members) => {
+                PyJson::Obj(members) => {
                     let i = match members.iter().position(|(k, _)| k == part) {
                         Some(i) => i,
                         None => {
-                            members.push((part.to_string(), J::Null));
+                            members.push((part.to_string(), PyJson::Null));
                             members.len() - 1
                         }
                     };
                     &mut members[i].1
                 }
-                J::Arr(items) => {
+                PyJson::Arr(items) => {
                     let i: usize = part
                         .parse()
                         .unwrap_or_else(|_| panic!("path {path}: {part} is no index"));
@@ -130,12 +130,12 @@ impl J {
 
     fn write(&self, out: &mut String, style: Style, ascii: bool, level: usize) {
         match self {
-            J::Null => out.push_str("null"),
-            J::Bool(true) => out.push_str("true"),
-            J::Bool(false) => out.push_str("false"),
-            J::Num(text) => out.push_str(text),
-            J::Str(s) => write_python_json_string(out, s, ascii),
-            J::Arr(items) => {
+            PyJson::Null => out.push_str("null"),
+            PyJson::Bool(true) => out.push_str("true"),
+            PyJson::Bool(false) => out.push_str("false"),
+            PyJson::Num(text) => out.push_str(text),
+            PyJson::Str(s) => write_python_json_string(out, s, ascii),
+            PyJson::Arr(items) => {
                 if items.is_empty() {
                     out.push_str("[]");
                     return;
@@ -148,7 +148,7 @@ impl J {
                 close(out, style, level);
                 out.push(']');
             }
-            J::Obj(members) => {
+            PyJson::Obj(members) => {
                 if members.is_empty() {
                     out.push_str("{}");
                     return;
@@ -196,7 +196,7 @@ mod tests {
 
     #[test]
     fn matches_python_json_dumps() {
-        let v = J::parse(
+        let v = PyJson::parse(
             r#"{"b": [1, 2.5, {"x": null}], "a": "caf\u00e9 \ud83d\ude00\n\u0001", "e": [], "o": {}, "t": true}"#,
         );
         // Expected texts produced by CPython 3.11's json.dumps on the same dict.
@@ -213,17 +213,20 @@ mod tests {
             "{\n  \"b\": [\n    1,\n    2.5,\n    {\n      \"x\": null\n    }\n  ],\n  \"a\": \"caf\\u00e9 \\ud83d\\ude00\\n\\u0001\",\n  \"e\": [],\n  \"o\": {},\n  \"t\": true\n}"
         );
         assert_eq!(
-            J::str("é\u{7f}").dumps(Style::Default, false),
+            PyJson::str("é\u{7f}").dumps(Style::Default, false),
             "\"é\u{7f}\""
         );
-        assert_eq!(J::str("\u{7f}").dumps(Style::Default, true), r#""\u007f""#);
+        assert_eq!(
+            PyJson::str("\u{7f}").dumps(Style::Default, true),
+            r#""\u007f""#
+        );
     }
 
     #[test]
     fn paths_walk_and_create() {
-        let mut v = J::parse(r#"{"items": [{"n": 1}]}"#);
-        *v.at_mut("items.0.n") = J::Num("2".into());
-        *v.at_mut("items.0.m") = J::Bool(true);
+        let mut v = PyJson::parse(r#"{"items": [{"n": 1}]}"#);
+        *v.at_mut("items.0.n") = PyJson::Num("2".into());
+        *v.at_mut("items.0.m") = PyJson::Bool(true);
         assert_eq!(
             v.dumps(Style::Compact, true),
             r#"{"items":[{"n":2,"m":true}]}"#

@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use super::events::{DeclaredTypes, Flavour, pair_events};
-use super::pyjson::J;
+use super::pyjson::PyJson;
 use super::{Corpus, Expect, Pair};
 use toolcall_dedup::doors::bedrock::ActionGroupEvent;
 use toolcall_dedup::key::{Call, Key, Keyer, Schema, Strategy};
@@ -195,7 +195,7 @@ fn bedrock_sides(corpus: &Corpus) -> Vec<[BedrockSide; 2]> {
         .map(|pair| {
             let sendable = [&pair.a, &pair.b]
                 .iter()
-                .all(|side| matches!(J::try_parse(&side.args), Some(J::Obj(_))));
+                .all(|side| matches!(PyJson::try_parse(&side.args), Some(PyJson::Obj(_))));
             let events = sendable.then(|| pair_events(pair, Flavour::FunctionDetails, &declared));
             let read =
                 events.and_then(|[a, b]| Some([BedrockSide::read(&a)?, BedrockSide::read(&b)?]));

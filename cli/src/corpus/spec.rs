@@ -2,7 +2,7 @@
 //! its agent run. Identifiers are lowercase (case folding leaves them alone); mixed-case identifiers
 //! appear only in the adversarial section.
 
-use super::pyjson::J;
+use super::pyjson::PyJson;
 
 /// The six tools, in corpus order.
 pub const TOOLS: [&str; 6] = [
@@ -343,8 +343,8 @@ pub fn base(id: &str) -> &'static Base {
 }
 
 impl Base {
-    pub fn value(&self) -> J {
-        J::parse(self.args)
+    pub fn value(&self) -> PyJson {
+        PyJson::parse(self.args)
     }
 }
 

@@ -178,7 +178,7 @@ pub enum EventError {
     /// Not an action-group event, or one no reply can be addressed to: answered with a Lambda error.
     #[error("not a Bedrock Agents action-group event: {0}")]
     Unrecognised(String),
-    /// A usable envelope with a problem only the caller or the agent's configuration can fix
+    /// A usable event with a problem only the caller or the agent's configuration can fix
     /// (no session, an unknown parameter type): answered with a Bedrock FAILURE response.
     #[error("invalid action-group event: {message}")]
     ActionGroupEvent {
@@ -229,7 +229,7 @@ pub struct Param<'a> {
     pub(crate) value: Cow<'a, str>,
 }
 
-/// A checked tool call, borrowed from its envelope: what the key core and the dispatcher need.
+/// A checked tool call, borrowed from its event: what the key core and the dispatcher need.
 #[derive(Debug, Clone)]
 pub struct CheckedCall<'a> {
     /// Where the response is addressed; it also names the tool (see [`CheckedCall::tool`]).
@@ -249,7 +249,7 @@ pub struct CheckedCall<'a> {
 }
 
 impl<'a> ActionGroupEvent<'a> {
-    /// Reads the envelope of `event`.
+    /// Reads the outer fields of `event`.
     pub fn parse(event: &'a Value) -> Result<ActionGroupEvent<'a>, EventError> {
         let Some(object) = event.as_object() else {
             return Err(EventError::Unrecognised(format!(
@@ -300,37 +300,36 @@ impl<'a> ActionGroupEvent<'a> {
 
     /// Checks the session and the parameters and builds the key core's arguments.
     pub fn tool_call(&self) -> Result<CheckedCall<'_>, EventError> {
-        let envelope_error = |message: String| EventError::ActionGroupEvent {
+        let event_error = |message: String| EventError::ActionGroupEvent {
             reply_to: Box::new(self.reply_to.clone()),
             message,
         };
         let session_id =
-            non_empty(self.raw.session_id).ok_or_else(|| envelope_error("no sessionId".into()))?;
+            non_empty(self.raw.session_id).ok_or_else(|| event_error("no sessionId".into()))?;
         let agent_id =
-            non_empty(self.raw.agent_id).ok_or_else(|| envelope_error("no agent.id".into()))?;
+            non_empty(self.raw.agent_id).ok_or_else(|| event_error("no agent.id".into()))?;
 
         let mut raw_params = self.raw.parameters.clone();
         for (content_type, content) in self.raw.body_content.into_iter().flatten() {
             let path = format!("requestBody.content[{content_type:?}].properties");
-            raw_params
-                .extend(parameters(content.get("properties"), &path).map_err(envelope_error)?);
+            raw_params.extend(parameters(content.get("properties"), &path).map_err(event_error)?);
         }
 
         let mut seen = HashSet::with_capacity(raw_params.len());
         let mut params = Vec::with_capacity(raw_params.len());
         for p in &raw_params {
             if p.name.is_empty() {
-                return Err(envelope_error("a parameter has an empty name".into()));
+                return Err(event_error("a parameter has an empty name".into()));
             }
             if !seen.insert(p.name) {
-                return Err(envelope_error(format!(
+                return Err(event_error(format!(
                     "parameter {:?} appears twice (in parameters and requestBody, or repeated)",
                     p.name
                 )));
             }
             let declared_name = p.declared.unwrap_or("string");
             let declared = DeclaredType::parse(declared_name).ok_or_else(|| {
-                envelope_error(format!(
+                event_error(format!(
                     "parameter {:?} has type {declared_name:?}; Bedrock types are string|number|integer|boolean|array",
                     p.name
                 ))
