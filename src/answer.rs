@@ -1,7 +1,7 @@
 //! How one invocation ends, whatever door it came in by: the answer in the caller's format and
 //! what the report says about it. Every flow (the direct doors in [`crate::invoking`], the Gateway
 //! interceptor in [`crate::doors::interceptor::flow`]) turns the executor's [`Finished`] into an
-//! [`Answered`] here, so that each situation is answered the same way at every door.
+//! [`Handled`] here, so that each situation is answered the same way at every door.
 
 use serde_json::value::RawValue;
 
@@ -9,24 +9,31 @@ use crate::dispatch::DispatchError;
 use crate::doors::port::{Answers, DedupInfo, MalformedReply, Notice, NoticeKind, Unforwardable};
 pub(crate) use crate::doors::refusal::HandlerError;
 pub(crate) use crate::doors::refusal::raw;
-use crate::executor::{Finished, Outcome, Settled, ToolRun};
+use crate::executor::{Finished, Settled, ToolRun};
 use crate::store::StoreError;
+use crate::telemetry::Outcome;
 
 /// How one invocation ended: the answer and what the report says about it.
 #[derive(Debug)]
-pub(crate) struct Answered {
-    pub(crate) outcome: Outcome,
-    pub(crate) response: Result<Box<RawValue>, HandlerError>,
-    pub(crate) tool: Option<String>,
-    pub(crate) key: Option<String>,
-    pub(crate) rules: Vec<&'static str>,
+pub struct Handled {
+    /// What happened to the call.
+    pub outcome: Outcome,
+    /// The answer to send.
+    pub response: Result<Box<RawValue>, HandlerError>,
+    /// The tool, when the invocation got that far.
+    pub tool: Option<String>,
+    /// The derived key (32 hex digits), when the call got that far.
+    pub key: Option<String>,
+    /// For replays: the normalization rules that made this call meet the stored one (empty when
+    /// the strict fingerprints are equal).
+    pub rules: Vec<&'static str>,
     /// A short reason for error outcomes (never argument values).
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
 }
 
-impl Answered {
-    pub(crate) fn new(outcome: Outcome, response: Result<Box<RawValue>, HandlerError>) -> Answered {
-        Answered {
+impl Handled {
+    pub(crate) fn new(outcome: Outcome, response: Result<Box<RawValue>, HandlerError>) -> Handled {
+        Handled {
             outcome,
             response,
             tool: None,
@@ -36,17 +43,17 @@ impl Answered {
         }
     }
 
-    pub(crate) fn because(mut self, reason: impl Into<String>) -> Answered {
+    pub(crate) fn because(mut self, reason: impl Into<String>) -> Handled {
         self.reason = Some(reason.into());
         self
     }
 
-    pub(crate) fn tool(mut self, tool: &str) -> Answered {
+    pub(crate) fn tool(mut self, tool: &str) -> Handled {
         self.tool = Some(tool.to_string());
         self
     }
 
-    pub(crate) fn keyed(mut self, key: &str) -> Answered {
+    pub(crate) fn keyed(mut self, key: &str) -> Handled {
         self.key = Some(key.to_string());
         self
     }
@@ -82,7 +89,7 @@ pub(crate) enum Ending {
 }
 
 /// Writes how a call ended in `door`'s format: the one place a direct door's call is answered.
-pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Answered {
+pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Handled {
     match ending {
         Ending::NoRoute(e) => notice(
             door,
@@ -95,7 +102,7 @@ pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Answered {
         Ending::PassedThrough { outcome, run } => {
             let answered = match run {
                 ToolRun::Replied { reply, .. } => {
-                    Answered::new(outcome, reply_answer(door, &reply, dedup(outcome, None)))
+                    Handled::new(outcome, reply_answer(door, &reply, dedup(outcome, None)))
                 }
                 ToolRun::Failed {
                     error,
@@ -113,11 +120,7 @@ pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Answered {
 }
 
 /// Turns how the executor settled the call into the caller's answer.
-pub(crate) fn finished(
-    door: &impl Answers,
-    finished: Finished<ToolFailure>,
-    key: &str,
-) -> Answered {
+pub(crate) fn finished(door: &impl Answers, finished: Finished<ToolFailure>, key: &str) -> Handled {
     let Finished {
         settled,
         outcome,
@@ -125,11 +128,11 @@ pub(crate) fn finished(
     } = finished;
     let tool = door.tool();
     let mut answered = match settled {
-        Settled::Executed { reply } => Answered::new(
+        Settled::Executed { reply } => Handled::new(
             outcome,
             reply_answer(door, &reply, dedup(outcome, Some(key))),
         ),
-        Settled::Replayed { reply } => Answered::new(
+        Settled::Replayed { reply } => Handled::new(
             outcome,
             reply_answer(door, &reply, dedup(outcome, Some(key))),
         ),
@@ -193,7 +196,7 @@ pub(crate) fn tool_failed(
     error: &ToolFailure,
     outcome_unknown: bool,
     key: Option<&str>,
-) -> Answered {
+) -> Handled {
     let (notice_, reason) = match error {
         ToolFailure::MalformedReply(e) => (Notice::malformed_reply(), e.to_string()),
         ToolFailure::Unforwardable(e) => (Notice::unforwardable(), e.to_string()),
@@ -213,12 +216,12 @@ pub(crate) fn notice(
     outcome: Outcome,
     notice: Notice,
     key: Option<&str>,
-) -> Answered {
-    Answered::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
+) -> Handled {
+    Handled::new(outcome, raw(door.notice(&notice, dedup(outcome, key)))).tool(door.tool())
 }
 
 /// The refusal of a call that cannot be keyed (bad arguments, a missing session, ...).
-pub(crate) fn refuse(door: &impl Answers, refusal: Notice) -> Answered {
+pub(crate) fn refuse(door: &impl Answers, refusal: Notice) -> Handled {
     tracing::debug!(message = %refusal.message, "invalid event");
     let reason = match refusal.kind {
         NoticeKind::InvalidArguments => "invalid arguments",

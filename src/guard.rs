@@ -72,9 +72,10 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::decide::ReplyClass;
-use crate::executor::{CallerKey, Executor, Keyed, Lease, Outcome, Settings, Settled, ToolRun};
+use crate::executor::{CallerKey, Executor, Keyed, Lease, Settings, Settled, ToolRun};
 use crate::key::{Call, CallerKeyError, KeyError, Keyer};
 use crate::store::{Store, StoreError};
+use crate::telemetry::Outcome;
 
 /// A guarded result.
 #[derive(Debug, Clone, PartialEq)]

@@ -51,16 +51,16 @@ use serde_json::value::RawValue;
 use tokio::time::Instant;
 
 use crate::announce::{EventBus, UnknownOutcome};
-use crate::answer::Answered;
+pub use crate::answer::Handled;
 use crate::catalog::Catalogs;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::doors::{Gate, Interception, RefusalKind};
 use crate::engine::Engine;
-use crate::executor::{Executor, Outcome};
+use crate::executor::Executor;
 use crate::key::Keyer;
 use crate::store::Store;
-use crate::telemetry::{InvocationReport, Telemetry};
+use crate::telemetry::{InvocationReport, Outcome, Telemetry};
 
 pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Unanswerable};
 
@@ -104,20 +104,6 @@ impl Invocation {
                 .map(str::to_string),
         }
     }
-}
-
-/// The answer to one invocation, with what happened.
-#[derive(Debug)]
-pub struct Handled {
-    /// What happened to the call.
-    pub outcome: Outcome,
-    /// The answer to send.
-    pub response: Result<Box<RawValue>, HandlerError>,
-    /// The derived key (32 hex digits), when the call got that far.
-    pub key: Option<String>,
-    /// For replays: the normalization rules that made this call meet the stored one (empty when
-    /// the strict fingerprints are equal).
-    pub rules: Vec<&'static str>,
 }
 
 /// The handler, generic over its store and dispatcher (static dispatch).
@@ -242,12 +228,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                 crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
             events.outcome_unknown(&call, within).await;
         }
-        Handled {
-            outcome: answered.outcome,
-            response: answered.response,
-            key: answered.key,
-            rules: answered.rules,
-        }
+        answered
     }
 
     /// Opens the door the event came in by (once) and hands the call to that door's flow.
@@ -257,7 +238,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         client_context: Option<&ClientContext>,
         qualifier: Option<&str>,
         end: Instant,
-    ) -> (Option<DoorName>, Answered) {
+    ) -> (Option<DoorName>, Handled) {
         let engine = &self.engine;
         let door = match Door::open(event, client_context, qualifier, &engine.doors.gate) {
             Ok(door) => door,
@@ -267,7 +248,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
                     RefusalKind::BadEvent => Outcome::BadRequest,
                     RefusalKind::DoorRefused => Outcome::DoorRefused,
                 };
-                let answered = Answered::new(outcome, refusal.response).because(refusal.reason);
+                let answered = Handled::new(outcome, refusal.response).because(refusal.reason);
                 return (refusal.door, answered);
             }
         };

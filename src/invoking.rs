@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::answer::{self, Answered, Ending, ToolFailure};
+use crate::answer::{self, Ending, Handled, ToolFailure};
 use crate::decide::Mode;
 use crate::dispatch::Dispatcher;
 use crate::doors::port::{EntryPoint, Scoping, Unkeyed};
 use crate::engine::{CallKey, Engine};
-use crate::executor::{Lease, Outcome, ToolRun, remaining};
+use crate::executor::{Lease, ToolRun, remaining};
 use crate::store::Store;
+use crate::telemetry::Outcome;
 
 /// Routes, keys and runs one call that came in by `door`, then writes how it ended in the door's
 /// format (the one hand-over to [`answer`]).
@@ -20,7 +21,7 @@ pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
     dispatcher: &D,
     door: &E,
     end: Instant,
-) -> Answered {
+) -> Handled {
     let flow = Direct { engine, dispatcher };
     let ending = flow.run(door, end).await;
     answer::ended(door, ending)

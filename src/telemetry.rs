@@ -14,8 +14,107 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use crate::decide::Mode;
-pub use crate::executor::Outcome;
 use crate::key::{Call, Keyer, Strategy};
+
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The tool ran for this call.
+    Executed,
+    /// A completed record answered.
+    Replayed,
+    /// An identical in-flight call finished while this one waited, and its result answered.
+    Waited,
+    /// An identical call was still running when the wait bound passed: REPROMPT.
+    InProgress,
+    /// The tool failed, timed out or could not be reached: REPROMPT (or FAILURE without a route).
+    ToolError,
+    /// The store was unreachable: the tool was not called (fail closed).
+    StoreError,
+    /// The event or its arguments were invalid; nothing was claimed.
+    BadRequest,
+    /// Shadow mode: a repeat that enforce mode would have replayed (or waited for) ran again.
+    ShadowReplay,
+    /// The tool's policy turns deduplication off (`dedup = "off"`): it ran, unclaimed.
+    DedupOff,
+    /// A Gateway call that names no run ran unclaimed (`DEDUP_SESSIONLESS=pass_through`).
+    Sessionless,
+    /// A Gateway interceptor message that is not a keyed call (`tools/list`, `initialize`, our
+    /// own answers seen again at RESPONSE): passed on untouched.
+    PassedOn,
+    /// An `at_most_once` call whose outcome is unknown: the tool was not run again, and the
+    /// caller is told so until an operator settles the call (`dedup settle`).
+    Unknown,
+    /// The caller's idempotency key was first used with other arguments: refused, nothing ran.
+    KeyReused,
+    /// A Gateway interceptor invocation this version does not read (an HTTP target's, an
+    /// unknown input version): passed on untouched.
+    PassedUnread,
+    /// An event of an entry point this deployment does not serve (`DEDUP_DOORS`): refused.
+    DoorRefused,
+}
+
+impl Outcome {
+    /// Every outcome, in the order reports list them.
+    pub const ALL: [Outcome; 15] = [
+        Outcome::Executed,
+        Outcome::Replayed,
+        Outcome::Waited,
+        Outcome::InProgress,
+        Outcome::ToolError,
+        Outcome::StoreError,
+        Outcome::BadRequest,
+        Outcome::ShadowReplay,
+        Outcome::DedupOff,
+        Outcome::Sessionless,
+        Outcome::PassedOn,
+        Outcome::Unknown,
+        Outcome::KeyReused,
+        Outcome::PassedUnread,
+        Outcome::DoorRefused,
+    ];
+
+    /// The outcome's own name (metrics, logs).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Replayed => "replayed",
+            Outcome::Waited => "waited",
+            Outcome::InProgress => "in_progress",
+            Outcome::ToolError => "tool_error",
+            Outcome::StoreError => "store_error",
+            Outcome::BadRequest => "bad_request",
+            Outcome::ShadowReplay => "shadow_replay",
+            Outcome::DedupOff => "dedup_off",
+            Outcome::Sessionless => "sessionless",
+            Outcome::PassedOn => "passed_on",
+            Outcome::Unknown => "outcome_unknown",
+            Outcome::KeyReused => "idempotency_key_reused",
+            Outcome::PassedUnread => "passed_unread",
+            Outcome::DoorRefused => "door_refused",
+        }
+    }
+
+    /// The word a caller reads in `dedup.outcome`: `executed` for a call that ran (shadow
+    /// repeats included), `replayed` for one answered from the store (waited-for calls
+    /// included), else the outcome's own name.
+    pub(crate) fn caller_word(self) -> &'static str {
+        match self {
+            Outcome::Executed
+            | Outcome::ShadowReplay
+            | Outcome::DedupOff
+            | Outcome::Sessionless => "executed",
+            Outcome::Replayed | Outcome::Waited => "replayed",
+            other => other.name(),
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The per-call log line for `dedup audit` (`DEDUP_LOG_CALLS`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -440,7 +440,7 @@ impl Notice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DedupInfo<'a> {
     /// The word the caller reads: `executed`, `replayed`, or the outcome's own name (see
-    /// [`crate::executor::Outcome::caller_word`]).
+    /// [`crate::telemetry::Outcome::caller_word`]).
     pub outcome: &'static str,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<&'a str>,

@@ -32,9 +32,9 @@ mod outcome;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use crate::telemetry::Outcome;
 use cache::RecordCache;
 pub use lease::{Lease, Settings};
-pub use outcome::Outcome;
 pub(crate) use outcome::{
     CallerKey, ClaimMade, Finished, FinishedElsewhere, Keyed, Opened, RecordedClaim, RequestOwner,
     Settled, ToolRun,

@@ -6,10 +6,10 @@
 
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::executor::Outcome;
 use toolcall_dedup::handler::{ClientContext, Invocation};
 use toolcall_dedup::key::{Node, PolicySet, parse_json};
 use toolcall_dedup::store::{MemoryStore, Store};
+use toolcall_dedup::telemetry::Outcome;
 
 use crate::fixture::{demo, event, handler, ledger};
 use crate::shapes::{Case, Expect, GATEWAY_TARGET, Kind, WAYS, Way, cases};

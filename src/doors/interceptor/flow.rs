@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::{Intercepted, Interception, Phase, ToolsCall};
-use crate::answer::{self, Answered, ToolFailure};
+use crate::answer::{self, Handled, ToolFailure};
 use crate::decide::Mode;
 use crate::decide::ReplyClass;
 use crate::decide::RunEnd;
@@ -28,7 +28,7 @@ pub(crate) async fn intercept<S: Store>(
     engine: &Engine<S>,
     read: Intercepted<'_>,
     end: Instant,
-) -> Answered {
+) -> Handled {
     let doors = &engine.doors;
     let interception = match read {
         Intercepted::Mcp(interception) => interception,
@@ -38,7 +38,7 @@ pub(crate) async fn intercept<S: Store>(
             } else {
                 tracing::debug!("interceptor invocation passed on unread: {why}");
             }
-            return Answered::new(Outcome::PassedUnread, answer::raw(answer)).because(why);
+            return Handled::new(Outcome::PassedUnread, answer::raw(answer)).because(why);
         }
     };
     // At RESPONSE, what the target answered, read once for every claim it settles.
@@ -76,11 +76,11 @@ impl<S: Store> Flow<'_, S> {
         self.interception.phase == Phase::Request
     }
 
-    fn pass(&self, outcome: Outcome) -> Answered {
-        Answered::new(outcome, answer::raw(self.interception.pass()))
+    fn pass(&self, outcome: Outcome) -> Handled {
+        Handled::new(outcome, answer::raw(self.interception.pass()))
     }
 
-    async fn answer(&self) -> Answered {
+    async fn answer(&self) -> Handled {
         let (engine, interception) = (self.engine, &self.interception);
         let enforcing = engine.settings().mode != Mode::Off;
         if let Some(listed) = interception.listed_tools() {
@@ -90,7 +90,7 @@ impl<S: Store> Flow<'_, S> {
             return self.pass(Outcome::PassedOn).because("tools/list learned");
         }
         if enforcing && self.request() && interception.is_batch_with_tools_call() {
-            return Answered::new(
+            return Handled::new(
                 Outcome::BadRequest,
                 answer::raw(interception.batch_refusal()),
             )
@@ -99,7 +99,7 @@ impl<S: Store> Flow<'_, S> {
         let call = match interception.tools_call() {
             Some(Ok(call)) if enforcing => call,
             Some(Err(notice)) if self.request() && enforcing => {
-                return Answered::new(
+                return Handled::new(
                     Outcome::BadRequest,
                     answer::raw(interception.refusal(&notice)),
                 )
@@ -147,7 +147,7 @@ impl<S: Store> Flow<'_, S> {
 
     /// The call to key, with the schema and delivery its policy entry, or else its learned
     /// listing, gives; `Err` is the answer when there is none to key.
-    async fn prepare(&self, call: &ToolsCall<'_>) -> Result<Prepared, Answered> {
+    async fn prepare(&self, call: &ToolsCall<'_>) -> Result<Prepared, Handled> {
         let (engine, interception) = (self.engine, &self.interception);
         let doors = &engine.doors;
         let mut tool_call = match interception.tool_call(
@@ -220,7 +220,7 @@ impl<S: Store> Flow<'_, S> {
     }
 
     /// REQUEST: claim the call for the target the Gateway calls next, or answer for it.
-    async fn open(&self, call: &ToolsCall<'_>, keyed: Keyed<'_>, key_call: &Call<'_>) -> Answered {
+    async fn open(&self, call: &ToolsCall<'_>, keyed: Keyed<'_>, key_call: &Call<'_>) -> Handled {
         let engine = self.engine;
         let owner = RequestOwner {
             name: self.interception.owner(keyed.key),
@@ -241,7 +241,7 @@ impl<S: Store> Flow<'_, S> {
                     Some(header) => self.interception.pass_with_key(header, keyed.key),
                     None => self.interception.pass(),
                 };
-                Answered::new(Outcome::Executed, answer::raw(passed))
+                Handled::new(Outcome::Executed, answer::raw(passed))
                     .because("claimed; the Gateway calls the target")
             }
             Opened::Unclaimed(outcome) => self.pass(outcome),
@@ -268,7 +268,7 @@ impl<S: Store> Flow<'_, S> {
 
     /// RESPONSE: the claims this request's REQUEST noted ([`Interception::request_record`]),
     /// each settled with the target's answer while its owner holds it; `None` when it noted none.
-    async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Answered> {
+    async fn settle_as_noted(&self, call: &ToolsCall<'_>) -> Option<Handled> {
         if self.reply.is_none() {
             return Some(self.pass(Outcome::PassedOn));
         }
@@ -287,7 +287,7 @@ impl<S: Store> Flow<'_, S> {
                 );
             }
         };
-        let mut settled: Option<Answered> = None;
+        let mut settled: Option<Handled> = None;
         for claim in &noted {
             let made = ClaimMade {
                 key: &claim.key,
@@ -296,7 +296,7 @@ impl<S: Store> Flow<'_, S> {
             };
             let answered = self.settle(made).await.keyed(&claim.key);
             // The answer that says most: a claim settled, else a store error, else passed on.
-            let rank = |a: &Answered| match a.outcome {
+            let rank = |a: &Handled| match a.outcome {
                 Outcome::Executed => 2,
                 Outcome::StoreError => 1,
                 _ => 0,
@@ -309,7 +309,7 @@ impl<S: Store> Flow<'_, S> {
     }
 
     /// RESPONSE: settle the claim `made` with the target's answer, and pass it on.
-    async fn settle(&self, made: ClaimMade<'_>) -> Answered {
+    async fn settle(&self, made: ClaimMade<'_>) -> Handled {
         let Some(reply) = &self.reply else {
             return self.pass(Outcome::PassedOn);
         };
