@@ -182,6 +182,9 @@ impl DynamoDbStore {
     }
 }
 
+// Each method forwards to its operation in `ops.rs` (the `*_inner` twins, which build the request,
+// its condition and its retries); what only the port adds stays here: the breaker around a claim
+// and the offloaded result read back with a record.
 impl Store for DynamoDbStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         if let Some(left) = self.breaker.open_for() {
