@@ -12,7 +12,7 @@
 //! and (older than d109063, liveness only) `a_function_a_refresh_routes_to_is_looked_up_like_the_others`.
 //! The others hold and guard the promise they name.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +33,7 @@ use toolcall_dedup::reload::Reloading;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 
+use crate::fake_lambda::FakeLambda;
 use crate::fixture::{client_context, demo, event as event_file, ledger};
 use crate::servers::{self, Backend};
 
@@ -317,107 +318,25 @@ impl Intercept for CountRequests {
 
 /// A scripted reply: status and body; status 0 closes the connection instead (the invoke was
 /// delivered, its answer lost: the claim is kept, so its lease can be read). An empty script
-/// closes every connection.
-type Reply = (u16, Vec<u8>);
-
-struct FakeLambda {
-    url: String,
-    /// The function each `Invoke` named, in order.
-    invoked: Arc<Mutex<Vec<String>>>,
-}
-
-impl FakeLambda {
-    async fn start(replies: Vec<Reply>, configurations: Vec<(&'static str, u64)>) -> FakeLambda {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let invoked = Arc::new(Mutex::new(Vec::new()));
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let configurations = Arc::new(configurations);
-        tokio::spawn({
-            let invoked = invoked.clone();
-            async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let (invoked, replies, configurations) =
-                        (invoked.clone(), replies.clone(), configurations.clone());
-                    tokio::spawn(async move {
-                        let mut reader = BufReader::new(stream);
-                        loop {
-                            let mut request_line = String::new();
-                            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                            let mut length = 0usize;
-                            loop {
-                                let mut header = String::new();
-                                if reader.read_line(&mut header).await.unwrap_or(0) == 0 {
-                                    return;
-                                }
-                                if header.trim().is_empty() {
-                                    break;
-                                }
-                                if let Some((name, value)) = header.split_once(':')
-                                    && name.eq_ignore_ascii_case("content-length")
-                                {
-                                    length = value.trim().parse().unwrap();
-                                }
-                            }
-                            let mut body = vec![0; length];
-                            if reader.read_exact(&mut body).await.is_err() {
-                                return;
-                            }
-                            // `/2015-03-31/functions/<name>/invocations` or `.../configuration`
-                            let function = request_line
-                                .split('/')
-                                .nth(3)
-                                .unwrap_or_default()
-                                .to_string();
-                            let (status, payload) = if request_line.starts_with("GET ") {
-                                match configurations.iter().find(|(f, _)| *f == function) {
-                                    Some((_, timeout)) => (
-                                        200,
-                                        json!({"FunctionName": function, "Timeout": timeout})
-                                            .to_string()
-                                            .into_bytes(),
-                                    ),
-                                    None => (404, br#"{"Message":"Function not found"}"#.to_vec()),
-                                }
-                            } else {
-                                invoked.lock().unwrap().push(function);
-                                replies
-                                    .lock()
-                                    .unwrap()
-                                    .pop_front()
-                                    .unwrap_or((0, Vec::new()))
-                            };
-                            if status == 0 {
-                                return;
-                            }
-                            let mut head = format!(
-                                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\ncontent-type: application/json\r\n",
-                                payload.len()
-                            );
-                            if status == 404 {
-                                head.push_str("x-amzn-errortype: ResourceNotFoundException\r\n");
-                            }
-                            head.push_str("\r\n");
-                            let stream = reader.get_mut();
-                            if stream.write_all(head.as_bytes()).await.is_err()
-                                || stream.write_all(&payload).await.is_err()
-                            {
-                                return;
-                            }
-                        }
-                    });
-                }
-            }
-        });
-        FakeLambda { url, invoked }
-    }
-
-    fn invoked(&self) -> Vec<String> {
-        self.invoked.lock().unwrap().clone()
-    }
+/// closes every connection. `configurations`: each function's timeout, in seconds.
+async fn fake_lambda(
+    replies: Vec<(u16, Vec<u8>)>,
+    configurations: Vec<(&'static str, u64)>,
+) -> FakeLambda {
+    let replies = replies
+        .into_iter()
+        .map(|(status, body)| (status, vec![], body))
+        .collect();
+    let configurations = configurations
+        .into_iter()
+        .map(|(function, timeout)| {
+            (
+                function,
+                json!({"FunctionName": function, "Timeout": timeout}),
+            )
+        })
+        .collect();
+    FakeLambda::scripted(replies, configurations, (0, vec![], Vec::new())).await
 }
 
 async fn lambda_dispatcher(url: &str) -> LambdaDispatcher {
@@ -776,7 +695,7 @@ async fn a_refresh_moves_a_calls_namespace_target_and_lease_together() {
     let third = bedrock_call("payments", "charge_card", "44.00");
     // The first call's tool answers; later invokes are delivered and their answers lost, so their
     // claims stay with the lease they were given.
-    let fake = FakeLambda::start(vec![(200, tool_reply(&first))], vec![]).await;
+    let fake = fake_lambda(vec![(200, tool_reply(&first))], vec![]).await;
     let path = std::env::temp_dir().join(format!(
         "dedup-doors-{}.json",
         uuid::Uuid::new_v4().simple()
@@ -899,7 +818,7 @@ async fn every_handler_of_one_config_keys_a_call_in_the_namespace_its_routes_sta
     let config =
         Config::from_lookup(|v| vars.get(v).map(|s| s.to_string()), StoreKind::Memory).unwrap();
     let ev = event_file("fd-charge_card.json");
-    let fake = FakeLambda::start(vec![(200, tool_reply(&ev))], vec![]).await;
+    let fake = fake_lambda(vec![(200, tool_reply(&ev))], vec![]).await;
     // src/main.rs: the dispatcher from the config's routes.
     let client = toolcall_dedup::dispatch::build_client(Some(&fake.url)).await;
     let lambda = Handler::new(
@@ -962,7 +881,7 @@ async fn two_spellings_of_one_route_never_mix_one_targets_namespace_with_another
             "tool",
         ),
     ];
-    let fake = FakeLambda::start(vec![], vec![]).await;
+    let fake = fake_lambda(vec![], vec![]).await;
     for (table, group, tool) in tables {
         let Ok(routes) = Routes::parse(table) else {
             continue; // refusing the ambiguity is fine
@@ -1001,7 +920,7 @@ async fn two_spellings_of_one_route_never_mix_one_targets_namespace_with_another
 /// ignored `Route::max_run_time`, or if `with_routes` dropped the looked-up timeouts.
 #[tokio::test]
 async fn every_route_kind_leases_past_its_tools_timeout() {
-    let fake = FakeLambda::start(
+    let fake = fake_lambda(
         vec![],
         vec![("fn-x", 320), ("fn-y", 420), ("fn-z", 520), ("fn-new", 700)],
     )
@@ -1272,7 +1191,7 @@ async fn a_refusals_log_line_names_its_door() {
 /// blocks its key for 15 minutes instead of the tool's 2).
 #[tokio::test]
 async fn a_function_a_refresh_routes_to_is_looked_up_like_the_others() {
-    let fake = FakeLambda::start(vec![], vec![("fn-old", 60), ("fn-new", 120)]).await;
+    let fake = fake_lambda(vec![], vec![("fn-old", 60), ("fn-new", 120)]).await;
     // src/main.rs: one dispatcher, whose clone keeps timeouts current for the start-up routes.
     let started = lambda_dispatcher(&fake.url).await;
     let start_routes = Routes::parse(r#"{"*": "fn-old"}"#).unwrap();

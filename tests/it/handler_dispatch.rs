@@ -1,15 +1,14 @@
 //! The `aws-sdk-lambda` dispatcher against a fake Lambda invoke endpoint: routing, forwarding the
 //! key, function errors, unreachable tools, broken connections, leases sized by tool timeouts.
 
+use crate::fake_lambda::{FakeLambda, FakeReply};
 use crate::fixture;
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use fixture::*;
-use serde_json::{Value, json};
+use serde_json::json;
 use toolcall_dedup::config::{Config, TOOL_START_ALLOWANCE};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
@@ -17,118 +16,6 @@ use toolcall_dedup::telemetry::Outcome;
 
 // ---------------------------------------------------------------------------------------------
 // the aws-sdk-lambda dispatcher against a fake Lambda invoke endpoint
-
-/// One scripted reply of the fake Lambda: status, extra headers, body. Status 0 closes the
-/// connection instead of answering: the invoke was delivered, its response is lost.
-type FakeReply = (u16, Vec<(&'static str, &'static str)>, Vec<u8>);
-
-/// A fake Lambda endpoint. `Invoke` requests get the next scripted reply and are recorded (function
-/// name, payload); `GetFunctionConfiguration` requests get the configuration reply of their
-/// function (404 for an unknown one) and are counted.
-struct FakeLambda {
-    url: String,
-    seen: Arc<Mutex<Vec<(String, Value)>>>,
-    configurations_read: Arc<AtomicU32>,
-}
-
-impl FakeLambda {
-    async fn start(replies: Vec<FakeReply>) -> FakeLambda {
-        FakeLambda::with_configurations(replies, Vec::new()).await
-    }
-
-    async fn with_configurations(
-        replies: Vec<FakeReply>,
-        configurations: Vec<(&'static str, Value)>,
-    ) -> FakeLambda {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let configurations_read = Arc::new(AtomicU32::new(0));
-        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
-        let configurations = Arc::new(configurations);
-        tokio::spawn({
-            let (seen, configurations_read) = (seen.clone(), configurations_read.clone());
-            async move {
-                while let Ok((stream, _)) = listener.accept().await {
-                    let (seen, replies) = (seen.clone(), replies.clone());
-                    let (configurations, configurations_read) =
-                        (configurations.clone(), configurations_read.clone());
-                    tokio::spawn(async move {
-                        let mut reader = BufReader::new(stream);
-                        loop {
-                            let mut request_line = String::new();
-                            if reader.read_line(&mut request_line).await.unwrap_or(0) == 0 {
-                                return;
-                            }
-                            let mut length = 0usize;
-                            loop {
-                                let mut header = String::new();
-                                reader.read_line(&mut header).await.unwrap();
-                                if header.trim().is_empty() {
-                                    break;
-                                }
-                                if let Some((name, value)) = header.split_once(':')
-                                    && name.eq_ignore_ascii_case("content-length")
-                                {
-                                    length = value.trim().parse().unwrap();
-                                }
-                            }
-                            let mut body = vec![0; length];
-                            reader.read_exact(&mut body).await.unwrap();
-                            let function = request_line
-                                .split('/')
-                                .nth(3)
-                                .unwrap_or_default()
-                                .to_string();
-                            let (status, headers, payload) = if request_line.starts_with("GET ") {
-                                configurations_read.fetch_add(1, Ordering::SeqCst);
-                                match configurations.iter().find(|(f, _)| *f == function) {
-                                    Some((_, conf)) => (200, vec![], conf.to_string().into_bytes()),
-                                    None => (
-                                        404,
-                                        vec![("x-amzn-errortype", "ResourceNotFoundException")],
-                                        br#"{"Type":"User","Message":"Function not found"}"#
-                                            .to_vec(),
-                                    ),
-                                }
-                            } else {
-                                seen.lock().unwrap().push((
-                                    function,
-                                    serde_json::from_slice(&body).unwrap_or_default(),
-                                ));
-                                replies.lock().unwrap().pop_front().unwrap_or((
-                                    500,
-                                    vec![],
-                                    b"{}".to_vec(),
-                                ))
-                            };
-                            if status == 0 {
-                                return;
-                            }
-                            let mut response = format!(
-                                "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n",
-                                payload.len()
-                            );
-                            for (k, v) in headers {
-                                response.push_str(&format!("{k}: {v}\r\n"));
-                            }
-                            response.push_str("content-type: application/json\r\n\r\n");
-                            let stream = reader.get_mut();
-                            stream.write_all(response.as_bytes()).await.unwrap();
-                            stream.write_all(&payload).await.unwrap();
-                        }
-                    });
-                }
-            }
-        });
-        FakeLambda {
-            url,
-            seen,
-            configurations_read,
-        }
-    }
-}
 
 async fn lambda_dispatcher(url: &str) -> toolcall_dedup::dispatch::LambdaDispatcher {
     let client = toolcall_dedup::dispatch::build_client(Some(url)).await;

@@ -24,6 +24,7 @@ mod documented_shapes;
 mod doors_attacks;
 mod drift;
 mod e2e_lambda;
+mod fake_lambda;
 mod fuzz_regressions;
 mod gateway;
 mod guard;
