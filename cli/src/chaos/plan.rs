@@ -32,15 +32,8 @@ pub(crate) struct Plan {
     pub(crate) calls: Vec<Call>,
     /// In start order.
     pub(crate) sends: Vec<Send>,
-    /// Store outages and server pauses: (start, length).
-    pub(crate) outages: Vec<(Duration, Duration)>,
-    pub(crate) pauses: Vec<(Duration, Duration)>,
-    /// Windows in which every store request is answered with one access or table error.
-    pub(crate) access_errors: Vec<(Duration, Duration, AccessError)>,
-    /// Windows in which the fault proxy does not listen (connects refused).
-    pub(crate) refusals: Vec<(Duration, Duration)>,
-    /// Windows in which connects to the fault proxy hang and its connections go silent.
-    pub(crate) blackholes: Vec<(Duration, Duration)>,
+    /// The store's fault windows.
+    pub(crate) windows: Windows,
 }
 
 /// Per mille of invocations that carry each planned fault (the tool's, or a store-path fault
@@ -135,11 +128,7 @@ pub(crate) fn build(
     Plan {
         calls,
         sends,
-        outages: windows.outages,
-        pauses: windows.pauses,
-        access_errors: windows.access_errors,
-        refusals: windows.refusals,
-        blackholes: windows.blackholes,
+        windows,
     }
 }
 
@@ -220,13 +209,19 @@ impl Workload {
     }
 }
 
-/// The store's fault windows of one run.
-struct Windows {
-    outages: Vec<(Duration, Duration)>,
-    pauses: Vec<(Duration, Duration)>,
-    access_errors: Vec<(Duration, Duration, AccessError)>,
-    refusals: Vec<(Duration, Duration)>,
-    blackholes: Vec<(Duration, Duration)>,
+/// The store's fault windows of one run, each (start from the run's start, length).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Windows {
+    /// Store outages.
+    pub(crate) outages: Vec<(Duration, Duration)>,
+    /// Server pauses.
+    pub(crate) pauses: Vec<(Duration, Duration)>,
+    /// Every store request is answered with one access or table error.
+    pub(crate) access_errors: Vec<(Duration, Duration, AccessError)>,
+    /// The fault proxy does not listen (connects refused).
+    pub(crate) refusals: Vec<(Duration, Duration)>,
+    /// Connects to the fault proxy hang and its connections go silent.
+    pub(crate) blackholes: Vec<(Duration, Duration)>,
 }
 
 impl Windows {
@@ -439,13 +434,19 @@ mod tests {
         let plan = build(14, 1500, 100.0, &[], &[ToolFault::CrashAfterEffect]);
         assert_eq!(plan.sends.len(), 1500);
         let windows: Vec<_> = plan
+            .windows
             .outages
             .iter()
-            .chain(&plan.pauses)
-            .chain(&plan.refusals)
-            .chain(&plan.blackholes)
+            .chain(&plan.windows.pauses)
+            .chain(&plan.windows.refusals)
+            .chain(&plan.windows.blackholes)
             .copied()
-            .chain(plan.access_errors.iter().map(|&(at, len, _)| (at, len)))
+            .chain(
+                plan.windows
+                    .access_errors
+                    .iter()
+                    .map(|&(at, len, _)| (at, len)),
+            )
             .collect();
         for &(fault, _) in &TOOL_FAULTS {
             let opened = first_sends(&plan)

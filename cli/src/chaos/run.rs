@@ -27,8 +27,9 @@ use toolcall_dedup::telemetry::{Outcome, Telemetry};
 use super::attempt::{self, ATTEMPT, Attempt, NotingClock, NotingStore, ToolFault};
 use super::lambda::ToolLambda;
 use super::oracle::{self, Observed, Verdict};
+use super::plan::Windows;
 use super::plan::{self, Plan};
-use super::proxy::{AccessError, FaultProxy, RequestFaults, WriteLog};
+use super::proxy::{FaultProxy, RequestFaults, WriteLog};
 use super::tool::ChaosTool;
 use super::{
     ATTEMPT_TIMEOUT, BUDGET, COMPLETION_RESERVE, ChaosError, FaultClass, LEASE_MARGIN,
@@ -101,7 +102,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     let run_start = Instant::now();
     let windows = tokio::spawn(fault_windows(
         run_start,
-        Windows::of(&plan),
+        plan.windows.clone(),
         cfg.server_pid,
         ProxySwitch(Arc::new(proxy)),
     ));
@@ -176,19 +177,19 @@ fn planned(cfg: &SoakConfig, corpus: &[(String, Value)]) -> Plan {
     let mut plan = plan::build(cfg.seed, cfg.invocations, cfg.rate, corpus, &excluded_tool);
     let without = |class: FaultClass| cfg.excluded.contains(&class);
     if without(FaultClass::Outages) {
-        plan.outages.clear();
+        plan.windows.outages.clear();
     }
     if without(FaultClass::Pauses) {
-        plan.pauses.clear();
+        plan.windows.pauses.clear();
     }
     if without(FaultClass::AccessErrors) {
-        plan.access_errors.clear();
+        plan.windows.access_errors.clear();
     }
     if without(FaultClass::Refusals) {
-        plan.refusals.clear();
+        plan.windows.refusals.clear();
     }
     if without(FaultClass::Blackholes) {
-        plan.blackholes.clear();
+        plan.windows.blackholes.clear();
     }
     plan
 }
@@ -381,17 +382,23 @@ impl Ran {
         for (fault, n) in proxy.counts() {
             faults.insert(fault.name().into(), n);
         }
-        faults.insert(FaultClass::Outages.name().into(), plan.outages.len() as u64);
+        faults.insert(
+            FaultClass::Outages.name().into(),
+            plan.windows.outages.len() as u64,
+        );
         if cfg.server_pid.is_some() {
-            faults.insert(FaultClass::Pauses.name().into(), plan.pauses.len() as u64);
+            faults.insert(
+                FaultClass::Pauses.name().into(),
+                plan.windows.pauses.len() as u64,
+            );
         }
         faults.insert(
             FaultClass::Refusals.name().into(),
-            plan.refusals.len() as u64,
+            plan.windows.refusals.len() as u64,
         );
         faults.insert(
             FaultClass::Blackholes.name().into(),
-            plan.blackholes.len() as u64,
+            plan.windows.blackholes.len() as u64,
         );
         proxy.variants()
     }
@@ -690,27 +697,6 @@ fn signal(pid: u32, sig: &str) {
         .status();
     if !status.is_ok_and(|s| s.success()) {
         tracing::warn!(pid, sig, "could not signal the server");
-    }
-}
-
-/// The planned windows: (start from the run's start, length).
-struct Windows {
-    outages: Vec<(Duration, Duration)>,
-    pauses: Vec<(Duration, Duration)>,
-    access_errors: Vec<(Duration, Duration, AccessError)>,
-    refusals: Vec<(Duration, Duration)>,
-    blackholes: Vec<(Duration, Duration)>,
-}
-
-impl Windows {
-    fn of(plan: &Plan) -> Windows {
-        Windows {
-            outages: plan.outages.clone(),
-            pauses: plan.pauses.clone(),
-            access_errors: plan.access_errors.clone(),
-            refusals: plan.refusals.clone(),
-            blackholes: plan.blackholes.clone(),
-        }
     }
 }
 
