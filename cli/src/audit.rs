@@ -21,21 +21,21 @@ use toolcall_dedup::key::{Call, Key, Keyer, Rules, Schema, Strategy};
 
 /// One logged call, reduced to what the audit compares.
 #[derive(Debug, Clone)]
-pub struct LoggedCall {
-    pub namespace: Option<String>,
-    pub run_id: String,
-    pub step: String,
-    pub tool: String,
+pub(crate) struct LoggedCall {
+    pub(crate) namespace: Option<String>,
+    pub(crate) run_id: String,
+    pub(crate) step: String,
+    pub(crate) tool: String,
     /// Keys by strategy, in [`Strategy::ALL`] order; `None` where the strategy failed on these args.
-    pub keys: [Option<Key>; 5],
-    pub rules: Rules,
+    pub(crate) keys: [Option<Key>; 5],
+    pub(crate) rules: Rules,
     /// The argument text, when the log carries it (`full` logs and `dedup key` input).
-    pub args: Option<String>,
+    pub(crate) args: Option<String>,
 }
 
 /// How a line was read.
 #[derive(Debug)]
-pub enum Line {
+pub(crate) enum Line {
     Call(Box<LoggedCall>),
     /// A call without a run id or step: it cannot be placed in a run.
     Unscoped,
@@ -97,7 +97,7 @@ fn step_text(raw: Option<&RawValue>) -> Option<String> {
 }
 
 /// Parses one log line: a call-log line, a `dedup key` input line, or anything else.
-pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
+pub(crate) fn parse_line(keyer: &Keyer, line: &str) -> Line {
     // Log pipelines often prefix a timestamp or request id; the JSON object starts at the first brace.
     let Some(start) = line.find('{') else {
         return Line::Other;
@@ -161,38 +161,38 @@ pub fn parse_line(keyer: &Keyer, line: &str) -> Line {
 
 /// A found pair: the first call and the later one.
 #[derive(Debug, Clone)]
-pub struct FoundPair {
-    pub first: LoggedCall,
-    pub later: LoggedCall,
+pub(crate) struct FoundPair {
+    pub(crate) first: LoggedCall,
+    pub(crate) later: LoggedCall,
 }
 
 /// Counts for one strategy.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct StrategyCounts {
-    pub retries_caught: u64,
-    pub repeats_merged: u64,
+pub(crate) struct StrategyCounts {
+    pub(crate) retries_caught: u64,
+    pub(crate) repeats_merged: u64,
 }
 
 /// The audit's result.
 #[derive(Debug, Clone, Default)]
-pub struct AuditReport {
-    pub lines: u64,
-    pub calls: u64,
-    pub unscoped: u64,
-    pub other_lines: u64,
-    pub retries_total: u64,
-    pub repeats_total: u64,
-    pub by_strategy: [StrategyCounts; 5],
+pub(crate) struct AuditReport {
+    pub(crate) lines: u64,
+    pub(crate) calls: u64,
+    pub(crate) unscoped: u64,
+    pub(crate) other_lines: u64,
+    pub(crate) retries_total: u64,
+    pub(crate) repeats_total: u64,
+    pub(crate) by_strategy: [StrategyCounts; 5],
     /// For retries the typed keyer caught: how often each rule fired on either side of the pair.
-    pub typed_rules: BTreeMap<&'static str, u64>,
-    pub retries: Vec<FoundPair>,
-    pub repeats: Vec<FoundPair>,
+    pub(crate) typed_rules: BTreeMap<&'static str, u64>,
+    pub(crate) retries: Vec<FoundPair>,
+    pub(crate) repeats: Vec<FoundPair>,
     /// The most runs held open at once (the audit's memory bound).
-    pub peak_open_runs: usize,
+    pub(crate) peak_open_runs: usize,
 }
 
 impl AuditReport {
-    pub fn counts(&self, strategy: Strategy) -> StrategyCounts {
+    pub(crate) fn counts(&self, strategy: Strategy) -> StrategyCounts {
         self.by_strategy[strategy_index(strategy)]
     }
 }
@@ -226,7 +226,7 @@ struct RunState {
 }
 
 /// Streams log lines and pairs calls. `keep_pairs` keeps the pairs themselves (for `--export-corpus`).
-pub struct Auditor<'k> {
+pub(crate) struct Auditor<'k> {
     keyer: &'k Keyer,
     window: u64,
     keep_pairs: bool,
@@ -235,7 +235,7 @@ pub struct Auditor<'k> {
 }
 
 impl<'k> Auditor<'k> {
-    pub fn new(keyer: &'k Keyer, window: u64, keep_pairs: bool) -> Self {
+    pub(crate) fn new(keyer: &'k Keyer, window: u64, keep_pairs: bool) -> Self {
         Self {
             keyer,
             window: window.max(1),
@@ -245,14 +245,14 @@ impl<'k> Auditor<'k> {
         }
     }
 
-    pub fn feed(&mut self, input: impl BufRead) -> std::io::Result<()> {
+    pub(crate) fn feed(&mut self, input: impl BufRead) -> std::io::Result<()> {
         for line in input.lines() {
             self.line(&line?);
         }
         Ok(())
     }
 
-    pub fn line(&mut self, line: &str) {
+    pub(crate) fn line(&mut self, line: &str) {
         self.report.lines += 1;
         let n = self.report.lines;
         // Sweep eight times per window, so closed runs linger at most an eighth of a window.
@@ -326,7 +326,7 @@ impl<'k> Auditor<'k> {
         self.report.peak_open_runs = self.report.peak_open_runs.max(self.runs.len());
     }
 
-    pub fn finish(self) -> AuditReport {
+    pub(crate) fn finish(self) -> AuditReport {
         self.report
     }
 }
@@ -334,7 +334,7 @@ impl<'k> Auditor<'k> {
 /// Writes found pairs (those whose logs carry arguments) as a replay corpus `dedup score` can read.
 /// Steps become per-run indices in order of first appearance, so hashed turn steps keep their meaning.
 /// Returns (pairs written, pairs skipped for lack of arguments).
-pub fn export_corpus(
+pub(crate) fn export_corpus(
     report: &AuditReport,
     dir: &std::path::Path,
 ) -> std::io::Result<(usize, usize)> {

@@ -7,32 +7,33 @@
 
 /// Everything the estimate depends on. Prices are USD per million units (storage: per GB-month).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Inputs {
-    pub input_price_per_m: f64,
-    pub output_price_per_m: f64,
-    pub write_price_per_m: f64,
-    pub read_price_per_m: f64,
-    pub storage_price_per_gb_month: f64,
+pub(crate) struct Inputs {
+    pub(crate) input_price_per_m: f64,
+    pub(crate) output_price_per_m: f64,
+    pub(crate) write_price_per_m: f64,
+    pub(crate) read_price_per_m: f64,
+    pub(crate) storage_price_per_gb_month: f64,
     /// Tokens of the `tool_use` block (billed as output on first billing).
-    pub tool_use_tokens: u64,
+    pub(crate) tool_use_tokens: u64,
     /// Tokens of the `tool_result` block (billed as input).
-    pub tool_result_tokens: u64,
-    pub duplicate_rate: f64,
+    pub(crate) tool_result_tokens: u64,
+    pub(crate) duplicate_rate: f64,
     /// Later turns that re-send both blocks as input.
-    pub further_turns: u64,
-    pub calls: u64,
+    pub(crate) further_turns: u64,
+    pub(crate) calls: u64,
     /// Bytes of the stored tool result.
-    pub result_bytes: u64,
-    pub ttl_hours: f64,
+    pub(crate) result_bytes: u64,
+    pub(crate) ttl_hours: f64,
     /// Whether a repeat's failed claim returns the stored item (`ALL_OLD`); otherwise it costs a read.
-    pub all_old_on_conflict: bool,
+    pub(crate) all_old_on_conflict: bool,
     /// Days over which `calls` arrive (storage is prorated over this window).
-    pub period_days: f64,
+    pub(crate) period_days: f64,
 }
 
 impl Inputs {
     /// The article's inputs: August 2026 list prices, 74 + 124 tokens, 3% duplicates, 10 turns, 1M calls.
-    pub fn article() -> Self {
+    #[cfg(test)]
+    pub(crate) fn article() -> Self {
         Self {
             input_price_per_m: 3.0,
             output_price_per_m: 15.0,
@@ -53,7 +54,7 @@ impl Inputs {
 }
 
 /// Dollars a single duplicate wastes: both blocks billed once, then re-sent as input every later turn.
-pub fn waste_per_duplicate(i: &Inputs, further_turns: u64) -> f64 {
+pub(crate) fn waste_per_duplicate(i: &Inputs, further_turns: u64) -> f64 {
     let first = i.tool_use_tokens as f64 * i.output_price_per_m / 1e6
         + i.tool_result_tokens as f64 * i.input_price_per_m / 1e6;
     let resent = (i.tool_use_tokens + i.tool_result_tokens) as f64 * i.input_price_per_m / 1e6
@@ -61,31 +62,31 @@ pub fn waste_per_duplicate(i: &Inputs, further_turns: u64) -> f64 {
     first + resent
 }
 
-pub fn total_waste(i: &Inputs, duplicate_rate: f64, further_turns: u64) -> f64 {
+pub(crate) fn total_waste(i: &Inputs, duplicate_rate: f64, further_turns: u64) -> f64 {
     i.calls as f64 * duplicate_rate * waste_per_duplicate(i, further_turns)
 }
 
 /// The article's store: one write request unit per call.
-pub fn article_store_cost(i: &Inputs) -> f64 {
+pub(crate) fn article_store_cost(i: &Inputs) -> f64 {
     i.calls as f64 * i.write_price_per_m / 1e6
 }
 
 /// Bytes of a record besides its result: key, status, expiry, lease, token, fingerprint, tool, created,
 /// attribute names, and DynamoDB's per-item overhead (100 bytes, as its storage pricing counts it).
-pub const RECORD_OVERHEAD_BYTES: u64 = 300;
+pub(crate) const RECORD_OVERHEAD_BYTES: u64 = 300;
 
 /// The corrected store model, itemised.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StoreCost {
-    pub claim_write_units: f64,
-    pub completion_write_units: f64,
-    pub conflict_write_units: f64,
-    pub conflict_read_units: f64,
-    pub storage_gb_months: f64,
-    pub dollars: f64,
+pub(crate) struct StoreCost {
+    pub(crate) claim_write_units: f64,
+    pub(crate) completion_write_units: f64,
+    pub(crate) conflict_write_units: f64,
+    pub(crate) conflict_read_units: f64,
+    pub(crate) storage_gb_months: f64,
+    pub(crate) dollars: f64,
 }
 
-pub fn store_cost(i: &Inputs, duplicate_rate: f64) -> StoreCost {
+pub(crate) fn store_cost(i: &Inputs, duplicate_rate: f64) -> StoreCost {
     let calls = i.calls as f64;
     let first_sights = calls * (1.0 - duplicate_rate);
     let repeats = calls * duplicate_rate;
@@ -121,20 +122,20 @@ pub fn store_cost(i: &Inputs, duplicate_rate: f64) -> StoreCost {
 }
 
 /// The article's sweep axes: 1–5% duplicates × 5–20 further turns.
-pub const SWEEP_DUPLICATE_RATES: [f64; 5] = [0.01, 0.02, 0.03, 0.04, 0.05];
-pub const SWEEP_TURNS: [u64; 4] = [5, 10, 15, 20];
+pub(crate) const SWEEP_DUPLICATE_RATES: [f64; 5] = [0.01, 0.02, 0.03, 0.04, 0.05];
+pub(crate) const SWEEP_TURNS: [u64; 4] = [5, 10, 15, 20];
 
 /// One point of the sweep: waste-to-store ratios under both store models.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SweepPoint {
-    pub duplicate_rate: f64,
-    pub further_turns: u64,
-    pub waste: f64,
-    pub article_ratio: f64,
-    pub corrected_ratio: f64,
+pub(crate) struct SweepPoint {
+    pub(crate) duplicate_rate: f64,
+    pub(crate) further_turns: u64,
+    pub(crate) waste: f64,
+    pub(crate) article_ratio: f64,
+    pub(crate) corrected_ratio: f64,
 }
 
-pub fn sweep(i: &Inputs) -> Vec<SweepPoint> {
+pub(crate) fn sweep(i: &Inputs) -> Vec<SweepPoint> {
     let mut points = Vec::new();
     for &rate in &SWEEP_DUPLICATE_RATES {
         for &turns in &SWEEP_TURNS {

@@ -7,13 +7,16 @@
 //! - [`chaos`]: the randomized fault soak with the ledger oracle (`dedup chaos`).
 //! - [`operator`]: the operator's workflows over the store (inspect, settle).
 //! - [`demo`]: the demo tool (a ledger of side effects), a `Dispatcher` and a Lambda.
-pub mod audit;
+// What the binary and the tests reach is `pub`; everything else is `pub(crate)` by default.
+#![warn(unreachable_pub)]
+
+pub(crate) mod audit;
 pub mod chaos;
 pub mod commands;
 pub mod corpus;
-pub mod cost;
+pub(crate) mod cost;
 pub mod operator;
-pub mod progress;
+pub(crate) mod progress;
 /// The demo tool, from the product's stand-ins.
 pub use toolcall_dedup::stand_ins::demo;
 

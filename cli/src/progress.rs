@@ -7,7 +7,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// A bar of `total` `unit`s; hidden when stderr is not a terminal.
-pub fn bar(total: u64, unit: &str) -> ProgressBar {
+pub(crate) fn bar(total: u64, unit: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
@@ -22,7 +22,7 @@ pub fn bar(total: u64, unit: &str) -> ProgressBar {
 }
 
 /// A spinner saying what runs, for work with no count to show; hidden off a terminal.
-pub fn spinner(what: &str) -> ProgressBar {
+pub(crate) fn spinner(what: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

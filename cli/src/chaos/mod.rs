@@ -189,7 +189,7 @@ pub struct SoakConfig {
 /// The report of one soak (one server), or of several summed.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct SoakReport {
-    pub seed: u64,
+    pub(crate) seed: u64,
     pub(crate) servers: Vec<String>,
     pub invocations: u64,
     pub distinct_calls: u64,

@@ -19,78 +19,78 @@ use super::CliError;
 
 /// Where the Bedrock Agent API is.
 #[derive(Debug, clap::Args)]
-pub struct AgentApi {
+pub(crate) struct AgentApi {
     /// The agent's id.
     #[arg(long)]
-    pub agent_id: String,
+    pub(crate) agent_id: String,
     /// The agent version to read (attach and detach change the working draft, `DRAFT`).
     #[arg(long, default_value = "DRAFT")]
-    pub agent_version: String,
+    pub(crate) agent_version: String,
     /// A Bedrock Agent API endpoint (a local stand-in); AWS when absent.
     #[arg(long, env = "DEDUP_BEDROCK_AGENT_ENDPOINT")]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct FromAgentArgs {
+pub(crate) struct FromAgentArgs {
     #[command(flatten)]
-    pub api: AgentApi,
+    pub(crate) api: AgentApi,
     /// The dedup function (or its alias): an action group already executed by it is refused
     /// rather than routed to itself.
     #[arg(long)]
-    pub function_arn: Option<String>,
+    pub(crate) function_arn: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct AttachArgs {
+pub(crate) struct AttachArgs {
     #[command(flatten)]
-    pub api: AgentApi,
+    pub(crate) api: AgentApi,
     /// The dedup function's alias ARN (the stack's `DedupFunctionAliasArn` output).
     #[arg(long)]
-    pub function_arn: String,
+    pub(crate) function_arn: String,
     /// Where to record what was replaced, for `dedup detach`.
     #[arg(long, default_value = "dedup-attach.json")]
-    pub record: PathBuf,
+    pub(crate) record: PathBuf,
     /// Attach only if the function runs in shadow mode (it keys and reports, and never answers
     /// from a record): its configuration is read first (`lambda:GetFunctionConfiguration`).
     #[arg(long)]
-    pub shadow: bool,
+    pub(crate) shadow: bool,
     /// A Lambda API endpoint (a local stand-in) for `--shadow`'s check; AWS when absent.
     #[arg(long, env = "DEDUP_LAMBDA_ENDPOINT")]
-    pub lambda_endpoint: Option<String>,
+    pub(crate) lambda_endpoint: Option<String>,
     /// Make the change (without it, only the plan is printed).
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct DetachArgs {
+pub(crate) struct DetachArgs {
     /// The record `dedup attach` wrote.
     #[arg(long, default_value = "dedup-attach.json")]
-    pub record: PathBuf,
+    pub(crate) record: PathBuf,
     /// A Bedrock Agent API endpoint (a local stand-in); AWS when absent.
     #[arg(long, env = "DEDUP_BEDROCK_AGENT_ENDPOINT")]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// Make the change (without it, only the plan is printed).
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
 }
 
 /// What `attach` replaced: enough for `detach` to put it back.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct AttachRecord {
-    pub agent_id: String,
-    pub agent_version: String,
-    pub function_arn: String,
+pub(crate) struct AttachRecord {
+    pub(crate) agent_id: String,
+    pub(crate) agent_version: String,
+    pub(crate) function_arn: String,
     /// Each action group attached, with the Lambda that executed it before.
-    pub groups: Vec<AttachedGroup>,
+    pub(crate) groups: Vec<AttachedGroup>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-pub struct AttachedGroup {
-    pub action_group_id: String,
-    pub action_group_name: String,
-    pub executor_before: String,
+pub(crate) struct AttachedGroup {
+    pub(crate) action_group_id: String,
+    pub(crate) action_group_name: String,
+    pub(crate) executor_before: String,
 }
 
 async fn client(endpoint: Option<&str>) -> Client {
@@ -219,7 +219,7 @@ fn definition(group: &AgentActionGroup) -> Value {
     Value::Object(out)
 }
 
-pub fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -310,7 +310,7 @@ async fn prepare(client: &Client, agent_id: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn attach(args: AttachArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn attach(args: AttachArgs) -> Result<ExitCode, CliError> {
     if args.api.agent_version != "DRAFT" {
         return Err(CliError::Usage(
             "attach changes the working draft (--agent-version DRAFT); publish a version from it after".into(),
@@ -430,7 +430,7 @@ async fn function_mode(
         .cloned())
 }
 
-pub fn detach(args: DetachArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn detach(args: DetachArgs) -> Result<ExitCode, CliError> {
     let text = std::fs::read_to_string(&args.record)
         .map_err(|e| CliError::Usage(format!("{}: {e}", args.record.display())))?;
     let record: AttachRecord = serde_json::from_str(&text).map_err(|e| {

@@ -11,25 +11,25 @@ use crate::audit::{Auditor, export_corpus};
 use toolcall_dedup::key::{Keyer, PolicySet, Strategy};
 
 #[derive(Debug, clap::Args)]
-pub struct AuditArgs {
+pub(crate) struct AuditArgs {
     /// Log files: `DEDUP_LOG_CALLS` lines from the Lambda, or `dedup key` input lines (`-` for stdin).
     #[arg(required = true)]
-    pub logs: Vec<PathBuf>,
+    pub(crate) logs: Vec<PathBuf>,
     /// Print one JSON object per strategy, as a JSON array, last on stdout.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Write the found pairs (those with arguments) as a replay corpus for `dedup score --corpus`.
     #[arg(long, value_name = "DIR")]
-    pub export_corpus: Option<PathBuf>,
+    pub(crate) export_corpus: Option<PathBuf>,
     /// A run unseen for this many lines is closed; bounds memory on endless logs.
     #[arg(long, default_value_t = 100_000)]
-    pub window: u64,
+    pub(crate) window: u64,
     /// Policy file applied when keys are derived from `dedup key` input lines.
     #[arg(long)]
-    pub policy: Option<PathBuf>,
+    pub(crate) policy: Option<PathBuf>,
 }
 
-pub fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: AuditArgs) -> Result<ExitCode, CliError> {
     let keyer = match &args.policy {
         Some(path) => Keyer::new().with_policies(PolicySet::load(path)?),
         None => Keyer::new(),

@@ -14,54 +14,54 @@ use crate::chaos::gateway::{GatewayFault, GatewaySoakConfig, gateway_soak};
 use crate::chaos::{FaultClass, SoakConfig, SoakReport, soak};
 
 #[derive(Debug, clap::Args)]
-pub struct ChaosArgs {
+pub(crate) struct ChaosArgs {
     /// Fixes the calls, their interleaving and their faults.
     #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    pub(crate) seed: u64,
     /// Invocations per server.
     #[arg(long, default_value_t = 2000)]
-    pub invocations: usize,
+    pub(crate) invocations: usize,
     #[arg(long, default_value = "both", value_parser = ["moto", "dynalite", "both"])]
-    pub server: String,
+    pub(crate) server: String,
     /// Invocations in flight at most.
     #[arg(long, default_value_t = 32)]
-    pub concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Planned invocations per second.
     #[arg(long, default_value_t = 100.0)]
-    pub rate: f64,
+    pub(crate) rate: f64,
     #[arg(long, env = "DEDUP_TEST_MOTO_ENDPOINT")]
-    pub moto_endpoint: Option<String>,
+    pub(crate) moto_endpoint: Option<String>,
     #[arg(long, env = "DEDUP_TEST_DYNALITE_ENDPOINT")]
-    pub dynalite_endpoint: Option<String>,
+    pub(crate) dynalite_endpoint: Option<String>,
     /// The moto process, paused (SIGSTOP/SIGCONT) in the pause windows.
     #[arg(long, env = "DEDUP_TEST_MOTO_PID")]
-    pub moto_pid: Option<u32>,
+    pub(crate) moto_pid: Option<u32>,
     #[arg(long, env = "DEDUP_TEST_DYNALITE_PID")]
-    pub dynalite_pid: Option<u32>,
+    pub(crate) dynalite_pid: Option<u32>,
     /// The events directory (its corpus/ is sent).
     #[arg(long, default_value = "events")]
     pub events: PathBuf,
     /// Leave a fault class out (repeatable), by its name in the summary's `faults`, e.g.
     /// `tool_crash_after_effect`, `store_server_error`, `store_connect_refused`.
     #[arg(long, value_name = "FAULT")]
-    pub without: Vec<String>,
+    pub(crate) without: Vec<String>,
     /// Print only the JSON summary on stdout (the human summary goes to stderr).
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Where the ledgers go [default: the temp directory].
     #[arg(long)]
-    pub ledger_dir: Option<PathBuf>,
+    pub(crate) ledger_dir: Option<PathBuf>,
     /// Soak the interceptor door instead: what changes under a call between its REQUEST and its
     /// RESPONSE (config refreshes, schema and listing changes, lost answers and re-sent
     /// requests, container restarts, retries in flight), across several containers.
     #[arg(long)]
-    pub interceptor: bool,
+    pub(crate) interceptor: bool,
     /// With --interceptor: the containers of the deployment.
     #[arg(long, default_value_t = 3)]
-    pub containers: usize,
+    pub(crate) containers: usize,
 }
 
-pub fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: ChaosArgs) -> Result<ExitCode, CliError> {
     if args.interceptor {
         return run_interceptor(args);
     }

@@ -14,7 +14,7 @@ use super::CliError;
 
 /// `dedup config ...` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Read a config document as the function would, and say what it does for each tool.
     Check(CheckArgs),
     /// Write a config document from a Bedrock agent's action groups (routes to today's executors,
@@ -23,35 +23,35 @@ pub enum ConfigCommand {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// The document: a file, ssm:NAME or s3://bucket/key.
-    pub document: String,
+    pub(crate) document: String,
     /// S3 endpoint for schemas kept in S3 (a local server); AWS when absent.
     #[arg(long, env = "DEDUP_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
+    pub(crate) s3_endpoint: Option<String>,
     /// SSM endpoint for an ssm: document (a local server); AWS when absent.
     #[arg(long, env = "DEDUP_SSM_ENDPOINT")]
-    pub ssm_endpoint: Option<String>,
+    pub(crate) ssm_endpoint: Option<String>,
     /// The dedup function's name or ARN, as Lambda names it to the function
     /// (`AWS_LAMBDA_FUNCTION_NAME`): a route back to it is refused, as the function refuses it.
     #[arg(long, env = "AWS_LAMBDA_FUNCTION_NAME")]
-    pub function: Option<String>,
+    pub(crate) function: Option<String>,
     /// An existing AgentCore Gateway (id) to read through the control API: whether it issues MCP
     /// sessions, speaks the sessionless 2026-07-28, and has the function attached as it must be.
     #[arg(long)]
     pub gateway: Option<String>,
     /// The AgentCore control API endpoint for --gateway (a local stand-in); AWS when absent.
     #[arg(long, env = "DEDUP_AGENTCORE_CONTROL_ENDPOINT")]
-    pub gateway_endpoint: Option<String>,
+    pub(crate) gateway_endpoint: Option<String>,
     /// The alias the function serves the interceptor door through (`DEDUP_INTERCEPTOR_ALIAS`).
     #[arg(long, env = "DEDUP_INTERCEPTOR_ALIAS")]
-    pub interceptor_alias: Option<String>,
+    pub(crate) interceptor_alias: Option<String>,
     /// The report as one JSON object.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
-pub fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
+pub(crate) fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
     let args = match command {
         ConfigCommand::Check(args) => args,
         ConfigCommand::FromAgent(args) => return super::agent::from_agent(args),

@@ -8,24 +8,24 @@ use super::CliError;
 use crate::corpus;
 
 #[derive(Debug, clap::Args)]
-pub struct CorpusArgs {
+pub(crate) struct CorpusArgs {
     /// Directory to write the corpus into.
     #[arg(long, default_value = "tests/corpus")]
-    pub out: PathBuf,
+    pub(crate) out: PathBuf,
     /// Directory to write the corpus's Bedrock events into (retry pairs and deliberate repeats, and
     /// the key policy they need).
     #[arg(long, default_value = corpus::events::DEFAULT_DIR)]
     pub events: PathBuf,
     /// Leave the events alone (write or check the corpus only).
     #[arg(long)]
-    pub no_events: bool,
+    pub(crate) no_events: bool,
     /// Write nothing; exit 1 if any file under --out (or --events) is missing or differs from the
     /// generator, or an event file there is not generated.
     #[arg(long)]
-    pub check: bool,
+    pub(crate) check: bool,
 }
 
-pub fn run(args: CorpusArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: CorpusArgs) -> Result<ExitCode, CliError> {
     if args.check {
         let mut ok = report(&args.out, corpus::stale(&args.out), "corpus in", "is");
         if !args.no_events {

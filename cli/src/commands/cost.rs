@@ -11,66 +11,66 @@ use crate::cost::{
 };
 
 /// A representative `charge_card` round trip in Anthropic's content-block format.
-pub const TOOL_USE_BLOCK: &str = r#"{"type":"tool_use","id":"toolu_01A09q90qw90lq917835lq9","name":"charge_card","input":{"customer_id":"cus_4f9a2c","amount":4200,"currency":"USD","description":"Annual Pro plan renewal","receipt_email":"dana.whitfield@example.com","capture":true}}"#;
-pub const TOOL_RESULT_BLOCK: &str = r#"{"type":"tool_result","tool_use_id":"toolu_01A09q90qw90lq917835lq9","content":"{\"charge_id\":\"ch_3PqR8sL2eZvKYlo2C1a2b3c4\",\"status\":\"succeeded\",\"amount\":4200,\"currency\":\"usd\",\"customer_id\":\"cus_4f9a2c\",\"receipt_url\":\"https://pay.example.com/receipts/ch_3PqR8sL2eZvKYlo2C1a2b3c4\",\"created\":\"2026-08-11T09:00:00Z\",\"captured\":true}"}"#;
+pub(crate) const TOOL_USE_BLOCK: &str = r#"{"type":"tool_use","id":"toolu_01A09q90qw90lq917835lq9","name":"charge_card","input":{"customer_id":"cus_4f9a2c","amount":4200,"currency":"USD","description":"Annual Pro plan renewal","receipt_email":"dana.whitfield@example.com","capture":true}}"#;
+pub(crate) const TOOL_RESULT_BLOCK: &str = r#"{"type":"tool_result","tool_use_id":"toolu_01A09q90qw90lq917835lq9","content":"{\"charge_id\":\"ch_3PqR8sL2eZvKYlo2C1a2b3c4\",\"status\":\"succeeded\",\"amount\":4200,\"currency\":\"usd\",\"customer_id\":\"cus_4f9a2c\",\"receipt_url\":\"https://pay.example.com/receipts/ch_3PqR8sL2eZvKYlo2C1a2b3c4\",\"created\":\"2026-08-11T09:00:00Z\",\"captured\":true}"}"#;
 
 #[derive(Debug, clap::Args)]
-pub struct CostArgs {
+pub(crate) struct CostArgs {
     /// Model input price, USD per million tokens.
     #[arg(long, default_value_t = 3.0)]
-    pub input_price: f64,
+    pub(crate) input_price: f64,
     /// Model output price, USD per million tokens.
     #[arg(long, default_value_t = 15.0)]
-    pub output_price: f64,
+    pub(crate) output_price: f64,
     /// DynamoDB on-demand write price, USD per million write request units.
     #[arg(long, default_value_t = 1.25)]
-    pub write_price: f64,
+    pub(crate) write_price: f64,
     /// DynamoDB on-demand read price, USD per million read request units.
     #[arg(long, default_value_t = 0.25)]
-    pub read_price: f64,
+    pub(crate) read_price: f64,
     /// DynamoDB storage price, USD per GB-month.
     #[arg(long, default_value_t = 0.25)]
-    pub storage_price: f64,
+    pub(crate) storage_price: f64,
     /// Tokens of the tool_use block (default: the article's 74; `--measured` uses our block's count).
     #[arg(long, default_value_t = 74)]
-    pub tool_use_tokens: u64,
+    pub(crate) tool_use_tokens: u64,
     /// Tokens of the tool_result block (default: the article's 124).
     #[arg(long, default_value_t = 124)]
-    pub tool_result_tokens: u64,
+    pub(crate) tool_result_tokens: u64,
     /// Use the o200k_base counts of our representative blocks instead of the token flags.
     #[arg(long)]
-    pub measured: bool,
+    pub(crate) measured: bool,
     /// Share of calls that are duplicates (0.03 = 3%).
     #[arg(long, default_value_t = 0.03)]
-    pub duplicate_rate: f64,
+    pub(crate) duplicate_rate: f64,
     /// Later turns that re-send both blocks as input.
     #[arg(long, default_value_t = 10)]
-    pub turns: u64,
+    pub(crate) turns: u64,
     /// Tool calls in the period.
     #[arg(long, default_value_t = 1_000_000)]
-    pub calls: u64,
+    pub(crate) calls: u64,
     /// Bytes of the stored tool result.
     #[arg(long, default_value_t = 1024)]
-    pub result_bytes: u64,
+    pub(crate) result_bytes: u64,
     /// Hours a record lives (the table's TTL).
     #[arg(long, default_value_t = 24.0)]
-    pub ttl_hours: f64,
+    pub(crate) ttl_hours: f64,
     /// Days over which the calls arrive.
     #[arg(long, default_value_t = 30.0)]
-    pub period_days: f64,
+    pub(crate) period_days: f64,
     /// Model a server without ReturnValuesOnConditionCheckFailure (a repeat also reads).
     #[arg(long)]
-    pub no_all_old: bool,
+    pub(crate) no_all_old: bool,
     /// Print the waste-to-store grid over 1–5% duplicates × 5–20 turns.
     #[arg(long)]
-    pub sweep: bool,
+    pub(crate) sweep: bool,
     /// Draw the waste-to-store ratio over the grid as an SVG.
     #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
 }
 
 /// Token counts of the representative blocks under `o200k_base` (OpenAI's encoding: a stand-in).
-pub fn measured_tokens() -> (u64, u64) {
+pub(crate) fn measured_tokens() -> (u64, u64) {
     let bpe = tiktoken_rs::o200k_base().expect("o200k_base ships inside tiktoken-rs");
     (
         bpe.encode_with_special_tokens(TOOL_USE_BLOCK).len() as u64,
@@ -78,7 +78,7 @@ pub fn measured_tokens() -> (u64, u64) {
     )
 }
 
-pub fn run(args: CostArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: CostArgs) -> Result<ExitCode, CliError> {
     let (use_tokens, result_tokens) = measured_tokens();
     let inputs = Inputs {
         input_price_per_m: args.input_price,

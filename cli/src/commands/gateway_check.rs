@@ -19,7 +19,7 @@ const STATELESS_VERSION: &str = "2026-07-28";
 /// What the gateway's configuration says, as dedup reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct GatewayReading {
-    pub(crate) gateway: String,
+    pub gateway: String,
     /// `sessionConfiguration.sessionTimeoutInSeconds`, when sessions are on.
     pub(crate) session_timeout_seconds: Option<i32>,
     pub(crate) supported_versions: Vec<String>,

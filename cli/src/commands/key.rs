@@ -16,25 +16,25 @@ use super::CliError;
 use toolcall_dedup::key::{Call, Keyer, PolicySet, Schema, Strategy, TYPED_KEYER_VERSION};
 
 #[derive(Debug, clap::Args)]
-pub struct KeyArgs {
+pub(crate) struct KeyArgs {
     /// Keying strategy.
     #[arg(long, default_value = "typed", value_parser = clap::value_parser!(StrategyArg))]
-    pub strategy: StrategyArg,
+    pub(crate) strategy: StrategyArg,
     /// Add the normalized canonical form and the rules that fired.
     #[arg(long)]
-    pub explain: bool,
+    pub(crate) explain: bool,
     /// Per-tool policy file (JSON or TOML).
     #[arg(long)]
-    pub policy: Option<PathBuf>,
+    pub(crate) policy: Option<PathBuf>,
     /// Key the calls on stdin (`dedup key` lines, or call-log lines of `DEDUP_LOG_CALLS=full`)
     /// under two policy files and list those whose key changes.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["policy", "explain"])]
-    pub compare_policy: Option<Vec<PathBuf>>,
+    pub(crate) compare_policy: Option<Vec<PathBuf>>,
 }
 
 /// clap wrapper so `--help` lists the strategies.
 #[derive(Debug, Clone, Copy)]
-pub struct StrategyArg(pub Strategy);
+pub(crate) struct StrategyArg(pub Strategy);
 
 impl clap::ValueEnum for StrategyArg {
     fn value_variants<'a>() -> &'a [Self] {
@@ -54,25 +54,25 @@ impl clap::ValueEnum for StrategyArg {
 /// One input line of `dedup key` (also the plain JSONL format `dedup audit` reads).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct KeyRequest {
-    pub tool: String,
-    pub args: String,
-    pub run_id: Option<String>,
-    pub step: Option<Step>,
-    pub namespace: Option<String>,
-    pub schema: Option<Value>,
+pub(crate) struct KeyRequest {
+    pub(crate) tool: String,
+    pub(crate) args: String,
+    pub(crate) run_id: Option<String>,
+    pub(crate) step: Option<Step>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) schema: Option<Value>,
 }
 
 /// A step index, given as a number or a string.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub enum Step {
+pub(crate) enum Step {
     Number(serde_json::Number),
     Text(String),
 }
 
 impl Step {
-    pub fn as_text(&self) -> String {
+    pub(crate) fn as_text(&self) -> String {
         match self {
             Step::Number(n) => n.to_string(),
             Step::Text(s) => s.clone(),
@@ -80,7 +80,7 @@ impl Step {
     }
 }
 
-pub fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
     if let Some(files) = &args.compare_policy {
         let old = Keyer::new().with_policies(PolicySet::load(&files[0])?);
         let new = Keyer::new().with_policies(PolicySet::load(&files[1])?);
@@ -104,7 +104,7 @@ pub fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
 }
 
 /// Keys every line of `input` into `output`; returns whether every line succeeded.
-pub fn key_lines(
+pub(crate) fn key_lines(
     keyer: &Keyer,
     strategy: Strategy,
     explain: bool,
@@ -186,7 +186,7 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
 /// Keys each call of `input` under `old` and `new` policies; writes one line per call whose key
 /// changes (`{"line", "tool", "old", "new", "old_policy", "new_policy"}`) and a summary line
 /// (`{"calls", "rekeyed", "by_tool"}`). Lines that are not calls are counted as skipped.
-pub fn compare_policies(
+pub(crate) fn compare_policies(
     old: &Keyer,
     new: &Keyer,
     input: impl BufRead,

@@ -1,19 +1,19 @@
 //! The `dedup` command line. Each subcommand lives in its own module with its clap arguments; the
 //! binary only calls [`main`].
 
-pub mod agent;
-pub mod audit;
+pub(crate) mod agent;
+pub(crate) mod audit;
 pub mod chaos;
-pub mod config;
+pub(crate) mod config;
 pub mod corpus;
-pub mod cost;
+pub(crate) mod cost;
 mod gateway_check;
-pub mod key;
-pub mod records;
+pub(crate) mod key;
+pub(crate) mod records;
 pub mod replay;
-pub mod score;
+pub(crate) mod score;
 pub mod settle;
-pub mod table;
+pub(crate) mod table;
 
 use std::process::ExitCode;
 
@@ -114,7 +114,7 @@ fn with_causes(error: &dyn std::error::Error) -> String {
 
 /// Errors a subcommand can end with (per-line input errors are reported inline instead).
 #[derive(Debug, thiserror::Error)]
-pub enum CliError {
+pub(crate) enum CliError {
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]

@@ -13,30 +13,30 @@ use super::CliError;
 use super::table::TableArgs;
 
 #[derive(Debug, clap::Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Only records in this state. `unknown` (an outcome someone must settle) is read from the
     /// table's attention index, without a scan; the others scan the table.
     #[arg(long, value_enum)]
-    pub state: Option<StateArg>,
+    pub(crate) state: Option<StateArg>,
     /// Only this tool's records.
     #[arg(long)]
-    pub tool: Option<String>,
+    pub(crate) tool: Option<String>,
     /// Only records created since this time: ISO 8601 (`2026-12-06T05:00:00Z`) or a span back
     /// from now (`90s`, `30m`, `6h`, `2d`).
     #[arg(long, value_parser = parse_since)]
-    pub since: Option<Since>,
+    pub(crate) since: Option<Since>,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 100)]
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     #[command(flatten)]
-    pub table: TableArgs,
+    pub(crate) table: TableArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum StateArg {
+pub(crate) enum StateArg {
     Unknown,
     InProgress,
     Completed,
@@ -54,7 +54,7 @@ impl From<StateArg> for RecordState {
 
 /// A `--since` bound: a time, or a span back from when the command runs.
 #[derive(Debug, Clone, Copy)]
-pub enum Since {
+pub(crate) enum Since {
     At { ms: i64 },
     Ago { ms: i64 },
 }
@@ -88,27 +88,27 @@ fn parse_since(text: &str) -> Result<Since, String> {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ShowArgs {
+pub(crate) struct ShowArgs {
     /// The call's key (32 hex digits), as the call log and `dedup list` print it.
     #[arg(value_parser = parse_key)]
-    pub key: String,
+    pub(crate) key: String,
     #[command(flatten)]
-    pub table: TableArgs,
+    pub(crate) table: TableArgs,
 }
 
 #[derive(Debug, clap::Args)]
-pub struct EvictArgs {
+pub(crate) struct EvictArgs {
     /// The call's key (32 hex digits), as the call log and `dedup list` print it.
     #[arg(value_parser = parse_key)]
-    pub key: String,
+    pub(crate) key: String,
     /// Delete only while the record is still this version (the `version` `dedup show` printed).
     #[arg(long)]
-    pub version: Option<String>,
+    pub(crate) version: Option<String>,
     /// Confirms the deletion: the next identical call runs the tool again.
     #[arg(long)]
-    pub yes: bool,
+    pub(crate) yes: bool,
     #[command(flatten)]
-    pub table: TableArgs,
+    pub(crate) table: TableArgs,
 }
 
 /// A call's key as the executor writes it: 32 lowercase hex digits (or a Gateway catalog's
@@ -128,7 +128,7 @@ fn parse_key(text: &str) -> Result<String, String> {
     }
 }
 
-pub fn list(args: ListArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     args.table.with_store(|store| async move {
         let now = store.now_ms();
         let filter = RecordFilter {
@@ -172,7 +172,7 @@ pub fn list(args: ListArgs) -> Result<ExitCode, CliError> {
     })
 }
 
-pub fn show(args: ShowArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn show(args: ShowArgs) -> Result<ExitCode, CliError> {
     args.table.with_store(|store| async move {
         match store.get(&args.key).await? {
             Some(record) => {
@@ -190,7 +190,7 @@ pub fn show(args: ShowArgs) -> Result<ExitCode, CliError> {
     })
 }
 
-pub fn evict_command(args: EvictArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn evict_command(args: EvictArgs) -> Result<ExitCode, CliError> {
     if !args.yes {
         return Err(CliError::Usage(format!(
             "evicting {} lets the next identical call run the tool again: add --yes to confirm \

@@ -36,31 +36,31 @@ use toolcall_dedup::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
 /// The table `dedup replay --store dynamodb` uses unless told otherwise.
-pub const DEFAULT_REPLAY_TABLE: &str = "toolcall-dedup-replay";
+pub(crate) const DEFAULT_REPLAY_TABLE: &str = "toolcall-dedup-replay";
 
 #[derive(Debug, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// Idempotency store [default: DEDUP_STORE, else memory].
     #[arg(long, value_parser = ["memory", "dynamodb"])]
-    pub store: Option<String>,
+    pub(crate) store: Option<String>,
     /// DynamoDB endpoint URL, e.g. a local server [default: DEDUP_DYNAMODB_ENDPOINT].
     #[arg(long)]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// DynamoDB table [default: DEDUP_TABLE_NAME, else toolcall-dedup-replay].
     #[arg(long)]
-    pub table: Option<String>,
+    pub(crate) table: Option<String>,
     /// Create the table first (kept if it already exists).
     #[arg(long)]
-    pub create_table: bool,
+    pub(crate) create_table: bool,
     /// Invocations in flight at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub concurrency: u32,
+    pub(crate) concurrency: u32,
     /// Times each event is sent.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub repeat: u32,
+    pub(crate) repeat: u32,
     /// Print each invocation's response as the agent gets it, one JSON line each, before the summary.
     #[arg(long)]
-    pub responses: bool,
+    pub(crate) responses: bool,
     /// Event files (JSON): Bedrock action-group events, AgentCore Gateway arguments (with
     /// `<name>.client-context.json` beside them), invoke envelopes.
     #[arg(required = true, value_name = "EVENT_FILES")]
@@ -69,15 +69,15 @@ pub struct ReplayArgs {
 
 /// The summary line.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub events: u64,
-    pub invocations: u64,
-    pub executed: u64,
-    pub replayed: u64,
-    pub waited: u64,
-    pub in_progress: u64,
-    pub errors: u64,
-    pub shadow_replays: u64,
+    pub(crate) invocations: u64,
+    pub(crate) executed: u64,
+    pub(crate) replayed: u64,
+    pub(crate) waited: u64,
+    pub(crate) in_progress: u64,
+    pub(crate) errors: u64,
+    pub(crate) shadow_replays: u64,
 }
 
 impl Summary {
@@ -110,12 +110,12 @@ impl Summary {
 
 /// What happened to each file: outcome name → count, and the first error message.
 #[derive(Debug, Clone, Default)]
-pub struct FileReport {
-    pub outcomes: BTreeMap<&'static str, u64>,
-    pub first_error: Option<String>,
+pub(crate) struct FileReport {
+    pub(crate) outcomes: BTreeMap<&'static str, u64>,
+    pub(crate) first_error: Option<String>,
 }
 
-pub fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     init_tracing();
     let files = args
         .events
@@ -217,7 +217,7 @@ async fn run_with_config(
 
 /// Sends every event `repeat` times through `handler`, `concurrency` at a time, in order; with
 /// `responses`, prints each invocation's [`response_line`] in invocation order.
-pub async fn replay<S: Store + 'static>(
+pub(crate) async fn replay<S: Store + 'static>(
     handler: Arc<Handler<S, DemoTool>>,
     files: Vec<EventFile>,
     repeat: u32,
@@ -300,7 +300,7 @@ pub async fn replay<S: Store + 'static>(
 
 /// One `--responses` line: the event file, the outcome, the key, and what the agent receives: the
 /// Bedrock response, or the Lambda error the runtime reports for an event no response can answer.
-pub fn response_line(event: &std::path::Path, handled: Handled) -> String {
+pub(crate) fn response_line(event: &std::path::Path, handled: Handled) -> String {
     let mut line = serde_json::Map::new();
     line.insert("event".into(), event.display().to_string().into());
     line.insert("outcome".into(), handled.outcome.name().into());

@@ -12,29 +12,29 @@ use crate::corpus::{self, Corpus, Expect};
 use toolcall_dedup::key::Strategy;
 
 #[derive(Debug, clap::Args)]
-pub struct ScoreArgs {
+pub(crate) struct ScoreArgs {
     /// Corpus directory (retries.jsonl, distinct.jsonl, adversarial.jsonl).
     #[arg(long, default_value = "tests/corpus")]
     pub corpus: PathBuf,
     /// Tool schemas for the typed keyer, one <tool>.json each [default: <corpus>/schemas].
     #[arg(long, conflicts_with = "no_schemas")]
-    pub schemas: Option<PathBuf>,
+    pub(crate) schemas: Option<PathBuf>,
     /// Score the typed keyer without schemas (schema-free rules only).
     #[arg(long)]
-    pub no_schemas: bool,
+    pub(crate) no_schemas: bool,
     /// One JSON object per keyer instead of the table.
     #[arg(long)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// Break recall and merges down by mutation and adversarial class.
     #[arg(long)]
-    pub by_class: bool,
+    pub(crate) by_class: bool,
     /// Timed runs per keyer; µs/key is their median.
     #[arg(long, default_value_t = 7)]
-    pub runs: usize,
+    pub(crate) runs: usize,
     /// Key derivations per timed run (the article's 20,000; 2,000 in a debug build, which is ten
     /// times slower and not worth timing precisely).
     #[arg(long, default_value_t = DEFAULT_ITERATIONS)]
-    pub iterations: usize,
+    pub(crate) iterations: usize,
 }
 
 const DEFAULT_ITERATIONS: usize = if cfg!(debug_assertions) {
@@ -43,7 +43,7 @@ const DEFAULT_ITERATIONS: usize = if cfg!(debug_assertions) {
     20_000
 };
 
-pub fn run(args: ScoreArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: ScoreArgs) -> Result<ExitCode, CliError> {
     let started = Instant::now();
     let corpus = Corpus::load(&args.corpus).map_err(|e| CliError::Usage(e.to_string()))?;
     let schema_dir = (!args.no_schemas).then(|| {

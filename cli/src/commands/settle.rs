@@ -14,28 +14,28 @@ use super::table::TableArgs;
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("action").required(true).args(["completed", "release", "show"])))]
-pub struct SettleArgs {
+pub(crate) struct SettleArgs {
     /// The call's key (32 hex digits), as the `outcome_unknown` answer names it.
-    pub key: String,
+    pub(crate) key: String,
     /// The side effect happened: store this file (the reply in the caller's format, as the tool
     /// would have answered) as the call's result; every repeat replays it.
     #[arg(long, value_name = "FILE")]
-    pub completed: Option<PathBuf>,
+    pub(crate) completed: Option<PathBuf>,
     /// The side effect did not happen: delete the record, so a retry runs the tool.
     #[arg(long)]
-    pub release: bool,
+    pub(crate) release: bool,
     /// Print the record and change nothing.
     #[arg(long)]
-    pub show: bool,
+    pub(crate) show: bool,
     #[command(flatten)]
-    pub table: TableArgs,
+    pub(crate) table: TableArgs,
     /// How long a completed call replays, from now.
     #[arg(long, env = "DEDUP_TTL_SECONDS", default_value_t = 86_400)]
-    pub ttl_seconds: u64,
+    pub(crate) ttl_seconds: u64,
 }
 
 /// Prints the record (`--show`) or the call-log line of the action taken; exit 1 when refused.
-pub fn run(args: SettleArgs) -> Result<ExitCode, CliError> {
+pub(crate) fn run(args: SettleArgs) -> Result<ExitCode, CliError> {
     let reply = match &args.completed {
         Some(path) => Some(std::fs::read(path)?),
         None => None,

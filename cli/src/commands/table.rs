@@ -11,7 +11,7 @@ use super::CliError;
 
 /// `dedup table ...` subcommands.
 #[derive(Debug, clap::Subcommand)]
-pub enum TableCommand {
+pub(crate) enum TableCommand {
     /// Create the idempotency table (on-demand, TTL where supported), or check an existing one.
     Create(TableCreateArgs),
 }
@@ -19,21 +19,21 @@ pub enum TableCommand {
 /// The idempotency table on a DynamoDB endpoint, as every table command names it (the Lambda's
 /// variables are the defaults).
 #[derive(Debug, clap::Args)]
-pub struct TableArgs {
+pub(crate) struct TableArgs {
     /// DynamoDB endpoint, e.g. a local server (`http://127.0.0.1:8000`); AWS when absent.
     #[arg(long, env = "DEDUP_DYNAMODB_ENDPOINT")]
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     #[arg(long, env = "DEDUP_TABLE_NAME")]
-    pub table: String,
+    pub(crate) table: String,
     #[arg(long, env = "DEDUP_KEY_ATTRIBUTE", default_value = "pk")]
-    pub key_attribute: String,
+    pub(crate) key_attribute: String,
     #[arg(long, env = "DEDUP_TTL_ATTRIBUTE", default_value = "expires_at")]
-    pub ttl_attribute: String,
+    pub(crate) ttl_attribute: String,
 }
 
 impl TableArgs {
     /// The store settings these arguments name.
-    pub fn config(&self) -> DynamoDbConfig {
+    pub(crate) fn config(&self) -> DynamoDbConfig {
         DynamoDbConfig {
             key_attribute: self.key_attribute.clone(),
             ttl_attribute: self.ttl_attribute.clone(),
@@ -42,7 +42,7 @@ impl TableArgs {
     }
 
     /// Runs `command` with the table's store, on a runtime of its own.
-    pub fn with_store<F, Fut>(&self, command: F) -> Result<ExitCode, CliError>
+    pub(crate) fn with_store<F, Fut>(&self, command: F) -> Result<ExitCode, CliError>
     where
         F: FnOnce(DynamoDbStore) -> Fut,
         Fut: Future<Output = Result<ExitCode, CliError>>,
@@ -58,12 +58,12 @@ impl TableArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct TableCreateArgs {
+pub(crate) struct TableCreateArgs {
     #[command(flatten)]
-    pub table: TableArgs,
+    pub(crate) table: TableArgs,
 }
 
-pub fn run(command: TableCommand) -> Result<ExitCode, CliError> {
+pub(crate) fn run(command: TableCommand) -> Result<ExitCode, CliError> {
     let TableCommand::Create(args) = command;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -3,19 +3,19 @@
 //! call so it sits among realistic arguments. Nothing here was chosen by looking at a keyer's output.
 
 /// One adversarial class: its expectation, its rule, and its pairs.
-pub struct Class {
-    pub name: &'static str,
+pub(crate) struct Class {
+    pub(crate) name: &'static str,
     /// `true`: the two calls are one call (a retry); `false`: they must stay distinct.
-    pub same: bool,
-    pub rule: &'static str,
-    pub pairs: &'static [Edit],
+    pub(crate) same: bool,
+    pub(crate) rule: &'static str,
+    pub(crate) pairs: &'static [Edit],
 }
 
 /// One pair: the base call, and the fields set to one value on side `a` and another on side `b`
 /// (`(dotted path, a's JSON, b's JSON)`).
-pub struct Edit {
-    pub base: &'static str,
-    pub fields: &'static [(&'static str, &'static str, &'static str)],
+pub(crate) struct Edit {
+    pub(crate) base: &'static str,
+    pub(crate) fields: &'static [(&'static str, &'static str, &'static str)],
 }
 
 const fn edit(
@@ -25,7 +25,7 @@ const fn edit(
     Edit { base, fields }
 }
 
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     Class {
         name: "zero_padded_id",
         same: false,

@@ -42,7 +42,7 @@ use super::{Pair, spec};
 pub const DEFAULT_DIR: &str = "events/corpus";
 
 /// The key policy file among the events (not an event).
-pub const POLICY_FILE: &str = "policy.json";
+pub(crate) const POLICY_FILE: &str = "policy.json";
 
 /// The action group every corpus event is addressed to.
 pub const ACTION_GROUP: &str = "corpus";
@@ -293,7 +293,7 @@ impl DeclaredTypes {
     }
 
     /// The declared type of `tool`'s argument `name` (`string` for one never seen).
-    pub fn get(&self, tool: &str, name: &str) -> &'static str {
+    pub(crate) fn get(&self, tool: &str, name: &str) -> &'static str {
         self.types
             .get(&(tool.to_string(), name.to_string()))
             .copied()

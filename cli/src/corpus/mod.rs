@@ -6,12 +6,12 @@
 //! keyers. File format: `tests/corpus/README.md`. [`events`] turns the retry pairs and deliberate
 //! repeats into Bedrock Agents events (`events/corpus/`).
 
-pub mod adversarial;
+pub(crate) mod adversarial;
 pub mod events;
-pub mod mutate;
-pub mod pyjson;
+pub(crate) mod mutate;
+pub(crate) mod pyjson;
 pub mod score;
-pub mod spec;
+pub(crate) mod spec;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ use pyjson::{PyJson, Style};
 use toolcall_dedup::key::{Schema, SchemaError};
 
 /// The three pair files, in the order they are scored.
-pub const SECTIONS: [&str; 3] = ["retries", "distinct", "adversarial"];
+pub(crate) const SECTIONS: [&str; 3] = ["retries", "distinct", "adversarial"];
 
 /// One side of a pair: where the call sits in its agent run and its raw argument text.
 #[derive(Debug, Clone, Deserialize)]
@@ -65,7 +65,7 @@ pub enum Expect {
 }
 
 impl Expect {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Expect::Same => "same",
             Expect::Distinct => "distinct",
@@ -226,7 +226,7 @@ impl Line<'_> {
 }
 
 /// Every corpus file as `(path relative to the corpus directory, contents)`. Deterministic.
-pub fn generate() -> Vec<(String, String)> {
+pub(crate) fn generate() -> Vec<(String, String)> {
     let mut files = Vec::new();
     let schemas: BTreeMap<&str, PyJson> = spec::TOOLS
         .iter()

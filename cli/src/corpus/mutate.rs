@@ -5,7 +5,7 @@
 use super::pyjson::PyJson;
 
 /// The mutation classes, in the article's order.
-pub const CLASSES: [&str; 8] = [
+pub(crate) const CLASSES: [&str; 8] = [
     "key_order",
     "int_to_float",
     "case_fold",
@@ -21,7 +21,7 @@ const FRACTIONS: [&str; 4] = [".123", ".5", ".000", ".987654"];
 
 /// Applies mutation `class` to `base`. `optional` lists the tool's optional top-level fields in schema
 /// order; `base_index` picks the sub-second suffix.
-pub fn apply(class: &str, base: &PyJson, optional: &[String], base_index: usize) -> PyJson {
+pub(crate) fn apply(class: &str, base: &PyJson, optional: &[String], base_index: usize) -> PyJson {
     match class {
         "key_order" => reverse_keys(base),
         "int_to_float" => map_numbers(base, &|n| {

@@ -10,7 +10,7 @@ use toolcall_dedup::key::{Node, parse_json};
 /// A JSON value with ordered object members. Numbers hold the text Python prints for them: digits for
 /// an `int`, `repr()` for a `float` (`4200.0`, `64.5`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum PyJson {
+pub(crate) enum PyJson {
     Null,
     Bool(bool),
     Num(String),
@@ -21,7 +21,7 @@ pub enum PyJson {
 
 /// The three `json.dumps` settings the corpus uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
+pub(crate) enum Style {
     /// `json.dumps(v)`: `", "` and `": "` separators.
     Default,
     /// `json.dumps(v, indent=2)`: newline and two spaces per level, `","` and `": "` separators.
@@ -31,9 +31,9 @@ pub enum Style {
 }
 
 impl Style {
-    pub const ROTATION: [Style; 3] = [Style::Default, Style::Indent, Style::Compact];
+    pub(crate) const ROTATION: [Style; 3] = [Style::Default, Style::Indent, Style::Compact];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Style::Default => "default",
             Style::Indent => "indent",
@@ -42,7 +42,7 @@ impl Style {
     }
 
     /// The style [`Style::name`] names.
-    pub fn from_name(name: &str) -> Option<Style> {
+    pub(crate) fn from_name(name: &str) -> Option<Style> {
         Self::ROTATION.into_iter().find(|s| s.name() == name)
     }
 }
@@ -52,13 +52,13 @@ impl PyJson {
     ///
     /// # Panics
     /// On invalid JSON: this only reads the generator's own literals.
-    pub fn parse(text: &str) -> PyJson {
+    pub(crate) fn parse(text: &str) -> PyJson {
         let node = parse_json(text, 64).unwrap_or_else(|e| panic!("corpus literal: {e}: {text}"));
         PyJson::from_node(node)
     }
 
     /// Parses JSON text, or `None` when it is not JSON the key core reads (64 levels at most).
-    pub fn try_parse(text: &str) -> Option<PyJson> {
+    pub(crate) fn try_parse(text: &str) -> Option<PyJson> {
         parse_json(text, 64).ok().map(PyJson::from_node)
     }
 
@@ -78,12 +78,12 @@ impl PyJson {
         }
     }
 
-    pub fn str(s: &str) -> PyJson {
+    pub(crate) fn str(s: &str) -> PyJson {
         PyJson::Str(s.to_string())
     }
 
     /// The member `name` of an object.
-    pub fn get(&self, name: &str) -> Option<&PyJson> {
+    pub(crate) fn get(&self, name: &str) -> Option<&PyJson> {
         match self {
             PyJson::Obj(members) => members.iter().find(|(k, _)| k == name).map(|(_, v)| v),
             _ => None,
@@ -95,7 +95,7 @@ impl PyJson {
     ///
     /// # Panics
     /// When the path walks through a missing member, an array index out of range or a scalar.
-    pub fn at_mut(&mut self, path: &str) -> &mut PyJson {
+    pub(crate) fn at_mut(&mut self, path: &str) -> &mut PyJson {
         let mut node = self;
         for part in path.split('.') {
             node = match node {
@@ -122,7 +122,7 @@ impl PyJson {
     }
 
     /// Serializes like Python's `json.dumps` with the given style; `ensure_ascii` as Python's flag.
-    pub fn dumps(&self, style: Style, ensure_ascii: bool) -> String {
+    pub(crate) fn dumps(&self, style: Style, ensure_ascii: bool) -> String {
         let mut out = String::new();
         self.write(&mut out, style, ensure_ascii, 0);
         out

@@ -41,16 +41,16 @@ impl Default for Options {
 /// One class of pairs under one keyer.
 #[derive(Debug, Clone)]
 pub struct ClassScore {
-    pub section: String,
+    pub(crate) section: String,
     pub class: String,
-    pub expect: Expect,
-    pub total: usize,
+    pub(crate) expect: Expect,
+    pub(crate) total: usize,
     /// Pairs whose two calls derived the same key (for `same`: caught; for `distinct`: merged).
     pub merged: usize,
     /// Retries whose mutation changed nothing.
-    pub noops: usize,
+    pub(crate) noops: usize,
     /// Ids of the pairs this keyer got wrong.
-    pub wrong: Vec<String>,
+    pub(crate) wrong: Vec<String>,
 }
 
 /// One keyer's row of the table.
@@ -91,7 +91,7 @@ pub struct Spread {
 
 impl Spread {
     /// The median, lowest and highest of `samples` (zeros when there are none).
-    pub fn of(mut samples: Vec<f64>) -> Spread {
+    pub(crate) fn of(mut samples: Vec<f64>) -> Spread {
         if samples.is_empty() {
             return Spread::default();
         }
@@ -125,7 +125,7 @@ pub struct Report {
 }
 
 /// The article's name for each keyer.
-pub fn label(strategy: Strategy, schemas: bool) -> String {
+pub(crate) fn label(strategy: Strategy, schemas: bool) -> String {
     match strategy {
         Strategy::Raw => "A raw-bytes hash".into(),
         Strategy::Canonical => "B canonical JSON".into(),

@@ -5,7 +5,7 @@
 use super::pyjson::PyJson;
 
 /// The six tools, in corpus order.
-pub const TOOLS: [&str; 6] = [
+pub(crate) const TOOLS: [&str; 6] = [
     "charge_card",
     "create_ticket",
     "send_email",
@@ -19,7 +19,7 @@ pub const TOOLS: [&str; 6] = [
 /// (`ignore` where the wording carries no meaning). These tools create things, so an optional
 /// field's `null` means "none": the nullable ones say so with `"default": null` (a partial-update
 /// tool, where `null` clears a field, would leave the default out).
-pub fn schema_text(tool: &str) -> &'static str {
+pub(crate) fn schema_text(tool: &str) -> &'static str {
     match tool {
         "charge_card" => CHARGE_CARD,
         "create_ticket" => CREATE_TICKET,
@@ -234,17 +234,17 @@ const PROVISION_VM: &str = r#"{
 }"#;
 
 /// One base call: where it sits in its agent run, and its arguments as Python would print them.
-pub struct Base {
+pub(crate) struct Base {
     /// `<tool>.<n>`, e.g. `charge_card.1`.
-    pub id: &'static str,
-    pub tool: &'static str,
-    pub run_id: &'static str,
-    pub step: u32,
-    pub args: &'static str,
+    pub(crate) id: &'static str,
+    pub(crate) tool: &'static str,
+    pub(crate) run_id: &'static str,
+    pub(crate) step: u32,
+    pub(crate) args: &'static str,
 }
 
 /// The twelve base calls, two per tool.
-pub const BASES: [Base; 12] = [
+pub(crate) const BASES: [Base; 12] = [
     Base {
         id: "charge_card.1",
         tool: "charge_card",
@@ -332,10 +332,10 @@ pub const BASES: [Base; 12] = [
 ];
 
 /// How many steps after the original a deliberate repeat is issued.
-pub const REPEAT_STEP_GAP: u32 = 3;
+pub(crate) const REPEAT_STEP_GAP: u32 = 3;
 
 /// The base call with id `id`.
-pub fn base(id: &str) -> &'static Base {
+pub(crate) fn base(id: &str) -> &'static Base {
     BASES
         .iter()
         .find(|b| b.id == id)
@@ -343,13 +343,13 @@ pub fn base(id: &str) -> &'static Base {
 }
 
 impl Base {
-    pub fn value(&self) -> PyJson {
+    pub(crate) fn value(&self) -> PyJson {
         PyJson::parse(self.args)
     }
 }
 
 /// One value-changed pair per base: the path changed, the new value, and why it is a new call.
-pub const VALUE_CHANGES: [(&str, &str, &str, &str); 12] = [
+pub(crate) const VALUE_CHANGES: [(&str, &str, &str, &str); 12] = [
     ("charge_card.1", "amount", "4500", "amount 4200 -> 4500"),
     (
         "charge_card.2",

@@ -9,14 +9,14 @@ use serde_json::{Map, Value, json};
 use toolcall_dedup::store::{LeaseToken, Record, RecordState, Records, Status, StoreError};
 
 /// Epoch milliseconds as ISO 8601 in UTC (`2026-12-06T05:59:26.123Z`).
-pub fn iso8601(ms: i64) -> String {
+pub(crate) fn iso8601(ms: i64) -> String {
     DateTime::from_millis(ms)
         .fmt(Format::DateTime)
         .unwrap_or_else(|_| format!("epoch ms {ms}"))
 }
 
 /// The word [`RecordState`] is listed and filtered by.
-pub fn state_name(state: RecordState) -> &'static str {
+pub(crate) fn state_name(state: RecordState) -> &'static str {
     match state {
         RecordState::Unknown => "unknown",
         RecordState::InProgress => "in_progress",
@@ -25,7 +25,7 @@ pub fn state_name(state: RecordState) -> &'static str {
 }
 
 /// One record as a listing's line: when, state, tool, where from, key.
-pub fn row(record: &Record, now_ms: i64) -> Value {
+pub(crate) fn row(record: &Record, now_ms: i64) -> Value {
     let mut out = Map::new();
     out.insert("key".into(), json!(record.key));
     out.insert(
@@ -52,7 +52,7 @@ pub fn row(record: &Record, now_ms: i64) -> Value {
 /// (created, lease end, expiry, in ISO 8601), its state, and the stored reply as JSON when it
 /// parses (else as text, or its size when it is not UTF-8). `version` is what
 /// [`evict`] can be fenced on.
-pub fn describe(record: &Record, now_ms: i64) -> Value {
+pub(crate) fn describe(record: &Record, now_ms: i64) -> Value {
     let mut out = row(record, now_ms);
     let fields = out.as_object_mut().expect("a row is an object");
     if let Some(keyer) = &record.about.keyer {
@@ -92,7 +92,7 @@ pub fn describe(record: &Record, now_ms: i64) -> Value {
 
 /// Why an eviction was refused. Nothing was deleted.
 #[derive(Debug, thiserror::Error)]
-pub enum EvictError {
+pub(crate) enum EvictError {
     /// No live record has this key.
     #[error("no live record for key {0}")]
     NotFound(String),
@@ -124,14 +124,14 @@ pub enum EvictError {
 
 /// What an eviction removed.
 #[derive(Debug, Clone)]
-pub struct Eviction {
+pub(crate) struct Eviction {
     /// The record as read, before it was deleted.
     pub before: Record,
 }
 
 impl Eviction {
     /// The call-log line of the eviction (no reply bytes, no arguments).
-    pub fn log_line(&self, now_ms: i64) -> Value {
+    pub(crate) fn log_line(&self, now_ms: i64) -> Value {
         json!({
             "dedup_evict": 1,
             "key": self.before.key,
@@ -145,7 +145,7 @@ impl Eviction {
 
 /// Reads `key` and deletes it if it is completed (with a known outcome) and, when `expected` is
 /// given, still the version an operator read: the next identical call then runs the tool again.
-pub async fn evict<S: Records>(
+pub(crate) async fn evict<S: Records>(
     store: &S,
     key: &str,
     expected: Option<&LeaseToken>,

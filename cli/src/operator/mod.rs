@@ -2,5 +2,5 @@
 //! call nobody else can ([`settle`]). `dedup list`, `show`, `evict` and `settle` are their command
 //! lines.
 
-pub mod inspect;
+pub(crate) mod inspect;
 pub mod settle;

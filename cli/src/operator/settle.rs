@@ -24,7 +24,7 @@ pub enum Action<'a> {
 
 impl Action<'_> {
     /// The word the call log records.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Action::Show => "show",
             Action::Complete(_) => "completed",
@@ -65,7 +65,7 @@ pub struct Settlement {
     /// The record as read, before the action.
     pub before: Record,
     /// The action taken.
-    pub action: &'static str,
+    pub(crate) action: &'static str,
 }
 
 impl Settlement {

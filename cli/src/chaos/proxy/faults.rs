@@ -50,7 +50,7 @@ impl RequestFaults {
     };
 
     /// These faults without `fault` (never drawn; the others keep their rolls).
-    pub(crate) fn without(mut self, fault: StoreFault) -> RequestFaults {
+    pub fn without(mut self, fault: StoreFault) -> RequestFaults {
         if let Some(per_mille) = self.per_mille_mut(fault) {
             *per_mille = 0;
         }
@@ -120,7 +120,7 @@ pub enum StoreFault {
 }
 
 impl StoreFault {
-    pub(crate) const ALL: [StoreFault; 18] = [
+    pub const ALL: [StoreFault; 18] = [
         StoreFault::DropBeforeForward,
         StoreFault::DropAfterForward,
         StoreFault::DelayPastTimeout,

@@ -300,7 +300,7 @@ impl FaultProxy {
     }
 
     /// Faults injected so far, by kind.
-    pub(crate) fn counts(&self) -> BTreeMap<StoreFault, u64> {
+    pub fn counts(&self) -> BTreeMap<StoreFault, u64> {
         self.shared
             .counts
             .lock()
