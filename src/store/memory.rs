@@ -8,7 +8,7 @@ use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
     Record, RecordAbout, RecordFilter, RecordState, Records, RequestCounter, RequestCounts,
-    Resolution, Status, Store, StoreError, SystemClock, expiry_covering_lease, is_expired,
+    SettleAs, Status, Store, StoreError, SystemClock, expiry_covering_lease, is_expired,
     validate_claim, validate_key,
 };
 
@@ -316,23 +316,21 @@ impl MemoryStore {
         }
     }
 
-    fn resolve_now(
+    fn settle_now(
         &self,
         key: &str,
         token: &LeaseToken,
-        resolution: Resolution<'_>,
+        settle_as: SettleAs<'_>,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         validate_key(key)?;
-        let encoded = match resolution {
-            Resolution::Complete(reply) => {
-                Some(encode_result(reply, self.inner.compress_threshold)?)
-            }
-            Resolution::Release => None,
+        let encoded = match settle_as {
+            SettleAs::Complete(reply) => Some(encode_result(reply, self.inner.compress_threshold)?),
+            SettleAs::Release => None,
         };
-        self.inner.counter.record(match resolution {
-            Resolution::Complete(_) => Op::UpdateItem,
-            Resolution::Release => Op::DeleteItem,
+        self.inner.counter.record(match settle_as {
+            SettleAs::Complete(_) => Op::UpdateItem,
+            SettleAs::Release => Op::DeleteItem,
         });
         let now = self.inner.clock.now_ms();
         let mut items = self.items();
@@ -340,9 +338,9 @@ impl MemoryStore {
             Some(s) if &s.token == token => s.decode(key)?,
             _ => return Err(StoreError::LeaseLost),
         };
-        if !record.is_resolvable(now) {
+        if !record.is_settleable(now) {
             // Completing again what this token completed (a retried write) changes nothing.
-            let completed_so = matches!(resolution, Resolution::Complete(_))
+            let completed_so = matches!(settle_as, SettleAs::Complete(_))
                 && !record.is_expired(now)
                 && record.status == Status::Completed
                 && record.result.is_some();
@@ -462,14 +460,14 @@ impl MemoryStore {
 }
 
 impl Records for MemoryStore {
-    async fn resolve(
+    async fn settle(
         &self,
         key: &str,
         token: &LeaseToken,
-        resolution: Resolution<'_>,
+        settle_as: SettleAs<'_>,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.resolve_now(key, token, resolution, expires_at_s)
+        self.settle_now(key, token, settle_as, expires_at_s)
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {

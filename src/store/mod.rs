@@ -11,7 +11,7 @@
 //!   and its lease has ended (`lease_until_ms < now_ms`), unless that claim was taken
 //!   `at_most_once`. A caller that died mid-call therefore blocks its key only until its lease
 //!   ends; an `at_most_once` caller's key stays blocked (outcome unknown) until an operator settles
-//!   it ([`Records::resolve`]) or it expires. Otherwise the claim reports the live record:
+//!   it ([`Records::settle`]) or it expires. Otherwise the claim reports the live record:
 //!   [`ClaimOutcome::Completed`] with its result, or [`ClaimOutcome::InProgress`].
 //! - **The lease token is the fence.** Every claim writes a fresh random [`LeaseToken`].
 //!   [`Store::complete`] and [`Store::release`] succeed only while the live record is
@@ -134,7 +134,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Settles a claim `token` still holds as *outcome unknown* (an `at_most_once` tool that
     /// crashed, timed out or lost its answer): the record is completed without a result, so no
-    /// repeat runs the side effect again until an operator settles it ([`Records::resolve`]) or the
+    /// repeat runs the side effect again until an operator settles it ([`Records::settle`]) or the
     /// record expires at `expires_at_s`. Fenced and repeatable like [`Store::complete`].
     fn settle_unknown(
         &self,
@@ -165,23 +165,23 @@ pub trait Records: Store {
         filter: &RecordFilter,
     ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send;
 
-    /// An operator's settlement of a call nobody can settle by itself: stores `resolution`'s
+    /// An operator's settlement of a call nobody can settle by itself: stores `settle_as`'s
     /// reply as the completed result (expiring at `expires_at_s`), or deletes the record. Only
     /// while the live record still carries `token` and is either settled as outcome unknown or in
     /// progress with its lease ended, so a running owner is never overwritten
     /// ([`StoreError::LeaseLost`] otherwise). Completing again under the same token succeeds
     /// and keeps the first reply, so a write retried after a lost answer cannot fail.
-    fn resolve(
+    fn settle(
         &self,
         key: &str,
         token: &LeaseToken,
-        resolution: Resolution<'_>,
+        settle_as: SettleAs<'_>,
         expires_at_s: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Deletes the record of `key` while it still carries `token` (the version an operator read)
     /// and is expired or completed with a known outcome: never a claim whose call may still be
-    /// running, nor an unknown outcome (that is [`Records::resolve`]'s, which settles it on purpose).
+    /// running, nor an unknown outcome (that is [`Records::settle`]'s, which settles it on purpose).
     /// [`StoreError::LeaseLost`] otherwise.
     fn evict(
         &self,
@@ -377,9 +377,9 @@ pub enum Completion {
     },
 }
 
-/// How an operator settles a call ([`Records::resolve`]).
+/// How an operator settles a call ([`Records::settle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution<'a> {
+pub enum SettleAs<'a> {
     /// The side effect happened and this is its reply: repeats replay it.
     Complete(&'a [u8]),
     /// The side effect did not happen: the record goes, and a retry runs.
@@ -475,9 +475,9 @@ pub struct Record {
 }
 
 impl Record {
-    /// True while an operator may settle the record ([`Records::resolve`]) at `now_ms`: settled as
+    /// True while an operator may settle the record ([`Records::settle`]) at `now_ms`: settled as
     /// outcome unknown, or in progress with its lease ended.
-    pub fn is_resolvable(&self, now_ms: i64) -> bool {
+    pub fn is_settleable(&self, now_ms: i64) -> bool {
         !self.is_expired(now_ms)
             && match self.status {
                 Status::Completed => self.outcome_unknown,

@@ -28,7 +28,7 @@ use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
     CallAbout, ClaimBudget, ClaimOutcome, ClaimRequest, Clock, Completion, DynamoDbConfig,
     LeaseToken, MAX_STORED_RESULT_BYTES, ManualClock, Record, RecordAbout, RecordFilter,
-    RecordState, Records, RequestCounts, Resolution, RetriesExhausted, RetryPolicy, Status, Store,
+    RecordState, Records, RequestCounts, RetriesExhausted, RetryPolicy, SettleAs, Status, Store,
     StoreError,
 };
 
@@ -785,7 +785,7 @@ async fn settled_unknown_is_completed_without_a_result_and_only_by_its_holder<
     assert!(r.outcome_unknown, "{:?}", cx.backend);
     assert_eq!(r.result, None);
     assert_eq!(r.expires_at_s, expires_at_s);
-    assert!(r.is_outcome_unknown(cx.store.now_ms()) && r.is_resolvable(cx.store.now_ms()));
+    assert!(r.is_outcome_unknown(cx.store.now_ms()) && r.is_settleable(cx.store.now_ms()));
     assert_eq!(cx.store.get(&key).await.unwrap(), Some(r));
     // A call its holder completed is never turned into an unknown one afterwards.
     let done = cx.key("completed-then-unknown");
@@ -801,10 +801,10 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     let running = cx.key("running");
     let req = cx.req(&running);
     let owner = cx.claimed(&running).await;
-    for resolution in [Resolution::Complete(b"op"), Resolution::Release] {
+    for resolution in [SettleAs::Complete(b"op"), SettleAs::Release] {
         assert_lease_lost(
             cx.store
-                .resolve(&running, &owner, resolution, expires_at_s)
+                .settle(&running, &owner, resolution, expires_at_s)
                 .await,
         );
     }
@@ -813,11 +813,11 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     cx.complete(&running, &owner, b"tool's own").await.unwrap();
     assert_lease_lost(
         cx.store
-            .resolve(&running, &owner, Resolution::Release, expires_at_s)
+            .settle(&running, &owner, SettleAs::Release, expires_at_s)
             .await,
     );
     cx.store
-        .resolve(&running, &owner, Resolution::Complete(b"op"), expires_at_s)
+        .settle(&running, &owner, SettleAs::Complete(b"op"), expires_at_s)
         .await
         .unwrap();
     assert_eq!(
@@ -835,21 +835,16 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     let stale = LeaseToken::new("read before someone else settled it");
     assert_lease_lost(
         cx.store
-            .resolve(&unknown, &stale, Resolution::Complete(b"x"), expires_at_s)
+            .settle(&unknown, &stale, SettleAs::Complete(b"x"), expires_at_s)
             .await,
     );
     let reply = noise(20_000, 7); // compressed on the way in
     cx.store
-        .resolve(&unknown, &token, Resolution::Complete(&reply), expires_at_s)
+        .settle(&unknown, &token, SettleAs::Complete(&reply), expires_at_s)
         .await
         .unwrap();
     cx.store
-        .resolve(
-            &unknown,
-            &token,
-            Resolution::Complete(b"again"),
-            expires_at_s,
-        )
+        .settle(&unknown, &token, SettleAs::Complete(b"again"), expires_at_s)
         .await
         .expect("completing again under the same token changes nothing");
     let r = completed(cx.claim(&unknown).await);
@@ -857,7 +852,7 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     assert_eq!(r.result.as_deref(), Some(&reply[..]));
     assert_lease_lost(
         cx.store
-            .resolve(&unknown, &token, Resolution::Release, expires_at_s)
+            .settle(&unknown, &token, SettleAs::Release, expires_at_s)
             .await,
     );
 
@@ -869,7 +864,7 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
         .await
         .unwrap();
     cx.store
-        .resolve(&released, &token, Resolution::Release, expires_at_s)
+        .settle(&released, &token, SettleAs::Release, expires_at_s)
         .await
         .unwrap();
     assert_eq!(cx.store.get(&released).await.unwrap(), None);
@@ -887,7 +882,7 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     };
     cx.clock.set_ms(dead_req.lease_until_ms + 1);
     cx.store
-        .resolve(&dead, &token, Resolution::Release, expires_at_s)
+        .settle(&dead, &token, SettleAs::Release, expires_at_s)
         .await
         .unwrap();
     cx.claimed(&dead).await;
@@ -1127,7 +1122,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
     );
     assert!(list(by_state(RecordState::InProgress)).await.is_empty());
 
-    // Settled as unknown by a holder: still listed as unknown, and gone once resolved.
+    // Settled as unknown by a holder: still listed as unknown, and gone once settled.
     let lost = cx.key("lost");
     let (lost_token, expires) = cx.settled_unknown(&lost).await;
     assert_eq!(
@@ -1135,7 +1130,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
         [lost.clone(), charging.clone()]
     );
     cx.store
-        .resolve(&lost, &lost_token, Resolution::Complete(b"{}"), expires)
+        .settle(&lost, &lost_token, SettleAs::Complete(b"{}"), expires)
         .await
         .unwrap();
     assert_eq!(

@@ -1,5 +1,5 @@
 //! An operator's settlement of one call (`dedup settle`): read the record, then complete it with
-//! a reply or release it, fenced by the lease token just read ([`Records::resolve`]). Only a call no
+//! a reply or release it, fenced by the lease token just read ([`Records::settle`]). Only a call no
 //! owner can settle any more is touched: one settled as outcome unknown (an `at_most_once` tool
 //! that crashed, timed out or lost its answer), or one whose claim's lease ended. A running owner,
 //! a completed call and a record that changed since it was read are refused, never overwritten.
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use toolcall_dedup::store::{Record, Records, Resolution, Status, Store, StoreError};
+use toolcall_dedup::store::{Record, Records, SettleAs, Status, Store, StoreError};
 
 /// What the operator does with the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,14 +99,14 @@ pub async fn settle<S: Store + Records>(
         action: action.name(),
         before: record,
     };
-    let resolution = match action {
+    let settle_as = match action {
         Action::Show => return Ok(settlement),
-        Action::Complete(reply) => Resolution::Complete(reply),
-        Action::Release => Resolution::Release,
+        Action::Complete(reply) => SettleAs::Complete(reply),
+        Action::Release => SettleAs::Release,
     };
     let now_ms = store.now_ms();
     let before = &settlement.before;
-    if !before.is_resolvable(now_ms) {
+    if !before.is_settleable(now_ms) {
         return Err(match before.status {
             Status::InProgress => SettleError::Running {
                 lease_until_ms: before.lease_until_ms,
@@ -118,7 +118,7 @@ pub async fn settle<S: Store + Records>(
         .div_euclid(1000)
         .saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
     match store
-        .resolve(key, &before.token, resolution, expires_at_s)
+        .settle(key, &before.token, settle_as, expires_at_s)
         .await
     {
         Ok(()) => Ok(settlement),

@@ -24,12 +24,12 @@ pub(super) const COMPLETE_UPDATE: &str =
 /// Settled as outcome unknown: completed, with no result to replay, and in the attention index.
 pub(super) const UNKNOWN_UPDATE: &str = "SET #st = :completed, #exp = :exp, #unk = :true, \
      #att = :att_unknown REMOVE #res, #enc, #omit";
-/// What an operator may settle ([`Records::resolve`]): still carrying the token read, live, and
+/// What an operator may settle ([`Records::settle`]): still carrying the token read, live, and
 /// either settled as outcome unknown or in progress with its lease ended.
-pub(super) const RESOLVABLE_CONDITION: &str = "#tok = :tok AND #exp >= :now_s AND \
+pub(super) const SETTLEABLE_CONDITION: &str = "#tok = :tok AND #exp >= :now_s AND \
      ((#st = :completed AND #unk = :true) OR (#st = :in_progress AND #lease < :now_ms))";
 /// An operator's reply replaces the unknown marker.
-pub(super) const RESOLVE_UPDATE: &str =
+pub(super) const SETTLE_UPDATE: &str =
     "SET #st = :completed, #exp = :exp, #res = :res, #enc = :enc REMOVE #unk, #omit, #att";
 /// What an operator may evict ([`Records::evict`]): the version read, expired or completed with
 /// a known outcome.

@@ -60,9 +60,8 @@ use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{
     BoxError, ClaimContended, ClaimOutcome, ClaimRequest, Clock, Completion,
     DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Offloaded, Op, Record, RecordAbout, RecordFilter,
-    RecordState, Records, RequestCounter, RequestCounts, Resolution, ResultBucket,
-    RetriesExhausted, Status, Store, StoreError, SystemClock, expiry_covering_lease,
-    validate_claim, validate_key,
+    RecordState, Records, RequestCounter, RequestCounts, ResultBucket, RetriesExhausted, SettleAs,
+    Status, Store, StoreError, SystemClock, expiry_covering_lease, validate_claim, validate_key,
 };
 
 mod config;

@@ -1,4 +1,4 @@
-//! The operations: claim, complete, extend, release, settle, resolve, put and get, each one fenced write (or read) with its retries.
+//! The operations: claim, complete, extend, release, settle (an unknown outcome, or an operator's settling), put and get, each one fenced write (or read) with its retries.
 
 use super::*;
 
@@ -412,11 +412,11 @@ impl DynamoDbStore {
         self.completed(key, token, sent, None).await.map(|_| ())
     }
 
-    pub(super) async fn resolve_inner(
+    pub(super) async fn settle_inner(
         &self,
         key: &str,
         token: &LeaseToken,
-        resolution: Resolution<'_>,
+        settle_as: SettleAs<'_>,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         validate_key(key)?;
@@ -430,24 +430,24 @@ impl DynamoDbStore {
         held.values
             .insert(":true".into(), AttributeValue::Bool(true));
         held.values.insert(":now_ms".into(), n(now));
-        match resolution {
-            Resolution::Release => self.resolve_by_deleting(key, &held).await,
-            Resolution::Complete(reply) => {
-                self.resolve_by_completing(key, token, held, reply, expires_at_s)
+        match settle_as {
+            SettleAs::Release => self.settle_by_deleting(key, &held).await,
+            SettleAs::Complete(reply) => {
+                self.settle_by_completing(key, token, held, reply, expires_at_s)
                     .await
             }
         }
     }
 
-    /// An operator's release: the record goes, while it is still resolvable under the token.
-    async fn resolve_by_deleting(&self, key: &str, held: &Held) -> Result<(), StoreError> {
+    /// An operator's release: the record goes, while it is still settleable under the token.
+    async fn settle_by_deleting(&self, key: &str, held: &Held) -> Result<(), StoreError> {
         let sent = self
             .send("DeleteItem", || {
                 self.client
                     .delete_item()
                     .table_name(&self.cfg.table)
                     .set_key(Some(self.key_value(key)))
-                    .condition_expression(RESOLVABLE_CONDITION)
+                    .condition_expression(SETTLEABLE_CONDITION)
                     .set_expression_attribute_names(Some(held.names.clone()))
                     .set_expression_attribute_values(Some(held.values.clone()))
                     .send()
@@ -471,7 +471,7 @@ impl DynamoDbStore {
     }
 
     /// An operator's completion with the reply the side effect gave.
-    async fn resolve_by_completing(
+    async fn settle_by_completing(
         &self,
         key: &str,
         token: &LeaseToken,
@@ -496,8 +496,8 @@ impl DynamoDbStore {
                     .update_item()
                     .table_name(&self.cfg.table)
                     .set_key(Some(self.key_value(key)))
-                    .condition_expression(RESOLVABLE_CONDITION)
-                    .update_expression(RESOLVE_UPDATE)
+                    .condition_expression(SETTLEABLE_CONDITION)
+                    .update_expression(SETTLE_UPDATE)
                     .set_expression_attribute_names(Some(held.names.clone()))
                     .set_expression_attribute_values(Some(held.values.clone()))
                     .send()

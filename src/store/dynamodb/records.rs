@@ -7,15 +7,14 @@ use aws_sdk_dynamodb::operation::scan::ScanError;
 use super::*;
 
 impl Records for DynamoDbStore {
-    async fn resolve(
+    async fn settle(
         &self,
         key: &str,
         token: &LeaseToken,
-        resolution: Resolution<'_>,
+        settle_as: SettleAs<'_>,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.resolve_inner(key, token, resolution, expires_at_s)
-            .await
+        self.settle_inner(key, token, settle_as, expires_at_s).await
     }
 
     async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
