@@ -1107,13 +1107,12 @@ async fn an_unrecognised_events_error_names_every_door_it_looks_for() {
 }
 
 /// The `dedup invocation` log line of a refusal (the one Logs Insights queries by
-/// `fields.reason`, docs/operations.md) names the door the refusal is counted under: a
-/// door-refused event, and a malformed event of each door.
+/// `fields.reason`, docs/operations.md) names the door the refusal is counted under, in its
+/// `door` field: a door-refused event, and a malformed event of each door.
 ///
-/// Fails today for a malformed Bedrock event (an `actionGroup` with an empty `function`): its EMF
-/// line counts it under `Door: bedrock`, but `Door::parse` gives every Bedrock parse failure the
-/// reason "unrecognised event", so the log says the event was no door's and never names Bedrock
-/// (nor what is wrong with it: "function is empty" is only in the Lambda error).
+/// Failed for a malformed Bedrock event (an `actionGroup` with an empty `function`): its EMF line
+/// counted it under `Door: bedrock`, but every Bedrock parse failure was logged as "unrecognised
+/// event", and the line had no `door` field at all.
 #[tokio::test]
 async fn a_refusals_log_line_names_its_door() {
     use crate::fixture::logged;
@@ -1175,6 +1174,11 @@ async fn a_refusals_log_line_names_its_door() {
                 .iter()
                 .any(|l| l.to_ascii_lowercase().contains(door)),
             "{door}: the refusal's log names no door: {line}\n{logs}"
+        );
+        assert!(
+            line.contains(&format!("door=\"{door}\""))
+                || line.contains(&format!("\"door\":\"{door}\"")),
+            "{door}: the dedup invocation line has no door field: {line}"
         );
     }
 }
