@@ -91,11 +91,11 @@ impl LambdaDispatcher {
     }
 
     /// Looks up the timeout of every tool `routes` route to whose route does not state one, of
-    /// every target routed to whose timeout is not known yet, and of every one looked up before, with `GetFunctionConfiguration`,
-    /// for this dispatcher and its clones. Until it is known, and when its lookup fails (no
-    /// permission, a local emulator), a tool counts as running up to Lambda's maximum, so its
-    /// lease errs on the long side. The Lambda runs this in the background, so that cold start
-    /// does not wait for it.
+    /// every target routed to whose timeout is not known yet, and of every one looked up before,
+    /// with `GetFunctionConfiguration`, for this dispatcher and its clones. Until it is known,
+    /// and when its lookup fails (no permission, a local emulator), a tool counts as running up
+    /// to Lambda's maximum, so its lease errs on the long side. The Lambda runs this in the
+    /// background, so that cold start does not wait for it.
     pub async fn look_up_timeouts(&self, routes: &Routes) {
         let mut targets: HashSet<String> = routes
             .targets()
@@ -170,7 +170,11 @@ impl LambdaDispatcher {
         });
         let timeout = timeout.unwrap_or_else(|| {
             let mut unknown = self.unknown.lock().unwrap_or_else(|p| p.into_inner());
-            unknown.insert(target.to_string());
+            // A target whose lookup keeps failing is asked about on every call: no allocation
+            // once it is noted.
+            if !unknown.contains(target) {
+                unknown.insert(target.to_string());
+            }
             MAX_TOOL_TIMEOUT
         });
         timeout + TOOL_START_ALLOWANCE

@@ -1,6 +1,6 @@
 //! Dispatch: hands a call to the real tool. [`Dispatcher`] is the port the handler is generic
-//! over; [`LambdaDispatcher`] invokes tool Lambdas by route, and `stand_ins::demo::DemoTool` (feature `stand-ins`) runs the
-//! demo tool in-process for `dedup replay` and tests.
+//! over; [`LambdaDispatcher`] invokes tool Lambdas by route, and `stand_ins::demo::DemoTool`
+//! (feature `stand-ins`) runs the demo tool in-process for `dedup replay` and tests.
 
 mod lambda;
 mod routes;

@@ -277,7 +277,7 @@ impl<'a> Door<'a> {
                 .map_err(|e| {
                     let notice = envelope::envelope_refusal(&e);
                     let dedup = DedupInfo {
-                        outcome: "bad_request",
+                        outcome: crate::telemetry::Outcome::BadRequest.caller_word(),
                         key: None,
                     };
                     refused(raw(envelope::error(&notice, &dedup)), e.to_string())
