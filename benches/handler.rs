@@ -15,8 +15,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::doors::bedrock::{self, ActionGroupEvent};
-use toolcall_dedup::doors::port::{Scoping, Sessionless};
+use toolcall_dedup::internals::bedrock::{self, ActionGroupEvent};
+use toolcall_dedup::internals::port::{Scoping, Sessionless};
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
@@ -521,7 +521,7 @@ fn summary(_: &mut Criterion) {
     let daemon = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let traced = || {
         use tracing_subscriber::layer::SubscriberExt;
-        let xray = toolcall_dedup::xray::XrayLayer::new(daemon.local_addr().unwrap(), || {
+        let xray = toolcall_dedup::internals::xray::XrayLayer::new(daemon.local_addr().unwrap(), || {
             Some(
                 "Root=1-6752c0de-0123456789abcdef01234567;Parent=53995c3f42cd8ad8;Sampled=1".into(),
             )

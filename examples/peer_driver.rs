@@ -37,7 +37,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::DispatchError;
-use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::handler::{Handler, Invocation};
 use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
 use toolcall_dedup::store::{DynamoDbStore, dynamodb};

@@ -43,22 +43,22 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
-pub mod announce;
+mod announce;
 mod answer;
 mod aws;
 mod backoff;
-pub mod catalog;
+mod catalog;
 pub mod config;
-pub mod decide;
+mod decide;
 pub mod dispatch;
-pub mod doors;
+mod doors;
 mod engine;
-pub mod executor;
+mod executor;
 pub mod guard;
 pub mod handler;
 mod invoking;
 pub mod key;
-pub mod reload;
+mod reload;
 #[cfg(feature = "stand-ins")]
 pub mod stand_ins;
 pub mod store;
@@ -66,7 +66,41 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod test_util;
 mod text_list;
-pub mod xray;
+mod xray;
+
+/// Not API, no stability promise: the pieces beside the documented API that the workspace's own
+/// `dedup` CLI, benches, integration tests and `main.rs` reach. One module so the reach is visible
+/// in one place; a user of the crate needs none of it.
+#[doc(hidden)]
+pub mod internals {
+    /// The announcement of an unknown outcome on EventBridge.
+    pub mod announce {
+        pub use crate::announce::{EventBus, OUTCOME_UNKNOWN, SOURCE};
+    }
+    /// The state table the protocol model checks.
+    pub mod decide {
+        pub use crate::decide::{AfterRun, NextAction, ReplyClass, RunEnd, after_run, decide};
+    }
+    /// The Bedrock action-group door, for the corpus and the benches.
+    pub mod bedrock {
+        pub use crate::doors::bedrock::{
+            ActionGroupEvent, ReplyTo, ResponseState, call, forward_bytes, notice, step, validate_reply,
+        };
+    }
+    /// What a door hands the executor.
+    pub mod port {
+        pub use crate::doors::port::{DedupInfo, Forward, Scoping, Sessionless, Unkeyed};
+    }
+    /// The handler rebuilt when the config document changes.
+    pub mod reload {
+        pub use crate::reload::{Refreshed, Reloading, document_from_env};
+    }
+    /// Traces.
+    pub mod xray {
+        pub use crate::xray::{XrayLayer, init_lambda_subscriber};
+    }
+    pub use crate::catalog::catalog_key;
+}
 
 pub use guard::{Dedup, DedupBuilder, GuardError, GuardSettingsError, Guarded};
 pub use key::{Call, Keyer, Strategy};

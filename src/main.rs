@@ -3,13 +3,13 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, tracing};
-use toolcall_dedup::announce::EventBus;
+use toolcall_dedup::internals::announce::EventBus;
 use toolcall_dedup::config::document::Document;
 use toolcall_dedup::config::source::Loader;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::{self, LambdaDispatcher};
 use toolcall_dedup::handler::{Handler, serve};
-use toolcall_dedup::reload::{Reloading, document_from_env};
+use toolcall_dedup::internals::reload::{Reloading, document_from_env};
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, Store, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;
 
@@ -18,7 +18,7 @@ use toolcall_dedup::telemetry::Telemetry;
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     // Logs as the runtime's default subscriber writes them, and the stage spans to X-Ray.
-    toolcall_dedup::xray::init_lambda_subscriber();
+    toolcall_dedup::internals::xray::init_lambda_subscriber();
     run()
         .await
         .inspect_err(|e| tracing::error!("toolcall-dedup stopped: {e}"))

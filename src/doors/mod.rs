@@ -14,10 +14,10 @@
 //! that is malformed is refused in its door's format where the format can carry it.
 
 pub(crate) mod agentcore;
-pub mod bedrock;
+pub(crate) mod bedrock;
 pub(crate) mod envelope;
 pub(crate) mod interceptor;
-pub mod port;
+pub(crate) mod port;
 pub(crate) mod refusal;
 
 use std::collections::HashMap;

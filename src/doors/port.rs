@@ -155,7 +155,7 @@ pub struct Forward {
 
 /// Classifies a reply that only has to be JSON: an object with `"isError": true` (the MCP
 /// `CallToolResult` convention) is a [`ReplyClass::Failure`], anything else a success.
-pub fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
+pub(crate) fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
     #[derive(serde::Deserialize)]
     struct Flags {
         #[serde(default, rename = "isError")]

@@ -82,7 +82,7 @@ impl Default for Settings {
 
 /// How long the side effect can run, and so how its claim's lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
+pub(crate) enum Lease {
     /// A side effect that stops by itself within `max_run_time` of being started (a tool
     /// Lambda's own timeout and start allowance; zero for one that cannot outlive the
     /// invocation). The lease is set once, to the later of that and the deadline, plus the margin.

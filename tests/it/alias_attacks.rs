@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use lambda_runtime::{Context, Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 use toolcall_dedup::MemoryStore;
-use toolcall_dedup::catalog::catalog_key;
+use toolcall_dedup::internals::catalog_key;
 use toolcall_dedup::config::{Config, ConfigError, Doors, StoreKind, document};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::DoorName;

@@ -21,7 +21,7 @@ use crate::fixture;
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::dispatch::DispatchError;
-use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::{Call, KeyError, Keyer, Strategy};
 use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, Ledger, StandIn};

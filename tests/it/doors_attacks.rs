@@ -29,7 +29,7 @@ use toolcall_dedup::dispatch::{Dispatcher, LambdaDispatcher};
 use toolcall_dedup::handler::{
     ClientContext, DoorName, Handled, Handler, HandlerError, Invocation,
 };
-use toolcall_dedup::reload::Reloading;
+use toolcall_dedup::internals::reload::Reloading;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 

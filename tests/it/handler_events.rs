@@ -12,8 +12,8 @@ use fixture::*;
 use serde_json::{Value, json};
 use toolcall_dedup::config::{Config, LogCalls, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher, Route, Routes};
-use toolcall_dedup::doors::bedrock::ActionGroupEvent;
-use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::internals::bedrock::ActionGroupEvent;
+use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::handler::{Handled, Handler, HandlerError, Invocation};
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
@@ -355,9 +355,9 @@ async fn a_tool_reprompt_is_passed_back_and_never_cached() {
             self.0.fetch_add(1, Ordering::SeqCst);
             let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
             let reply_to = ActionGroupEvent::parse(&ev).unwrap().reply_to;
-            let reply = toolcall_dedup::doors::bedrock::notice(
+            let reply = toolcall_dedup::internals::bedrock::notice(
                 &reply_to,
-                toolcall_dedup::doors::bedrock::ResponseState::Reprompt,
+                toolcall_dedup::internals::bedrock::ResponseState::Reprompt,
                 400,
                 &json!({"error": "amount over the limit"}),
             );

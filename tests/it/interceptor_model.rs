@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use stateright::{Checker, Model, Property};
 use toolcall_dedup::config::Mode;
-use toolcall_dedup::decide::{NextAction, decide};
+use toolcall_dedup::internals::decide::{NextAction, decide};
 use toolcall_dedup::store::{
     CallAbout, ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError,
 };

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolcall_dedup::telemetry::Telemetry;
-use toolcall_dedup::xray::XrayLayer;
+use toolcall_dedup::internals::xray::XrayLayer;
 use tracing_subscriber::layer::SubscriberExt;
 
 const ROOT: &str = "1-6752c0de-0123456789abcdef01234567";
@@ -329,7 +329,7 @@ async fn every_alarm_watches_a_metric_the_function_emits() {
 // ---------------------------------------------------------------------------------------------
 // the unknown-outcome event
 
-use toolcall_dedup::announce::{EventBus, OUTCOME_UNKNOWN, SOURCE};
+use toolcall_dedup::internals::announce::{EventBus, OUTCOME_UNKNOWN, SOURCE};
 
 /// An SDK configuration for moto, with dummy credentials.
 async fn moto_config() -> aws_config::SdkConfig {

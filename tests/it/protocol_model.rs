@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use stateright::{Checker, HasDiscoveries, Model, Property};
 use toolcall_dedup::config::Mode;
-use toolcall_dedup::decide::ReplyClass;
-use toolcall_dedup::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
+use toolcall_dedup::internals::decide::ReplyClass;
+use toolcall_dedup::internals::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
 use toolcall_dedup::key::Delivery;
 use toolcall_dedup::store::{
     CallAbout, ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError,

@@ -13,7 +13,7 @@ use toolcall_dedup::config::{Config, ConfigError, StoreKind};
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handled, Handler};
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::reload::{Refreshed, Reloading};
+use toolcall_dedup::internals::reload::{Refreshed, Reloading};
 use toolcall_dedup::stand_ins::demo::DemoTool;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};

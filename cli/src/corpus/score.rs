@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::events::{DeclaredTypes, Flavour, pair_events};
 use super::pyjson::PyJson;
 use super::{Corpus, Expect, Pair};
-use toolcall_dedup::doors::bedrock::ActionGroupEvent;
+use toolcall_dedup::internals::bedrock::ActionGroupEvent;
 use toolcall_dedup::key::{Call, Key, Keyer, Schema, Strategy};
 
 /// What to score and how long to time.

@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolcall_dedup::config::{Config, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
-use toolcall_dedup::doors::port::Forward;
+use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::handler::{ClientContext, Invocation};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::{
@@ -252,8 +252,8 @@ async fn a_completion_slower_than_the_time_left_still_lands_and_the_answer_is_on
 #[tokio::test]
 async fn an_envelope_that_copies_a_bedrock_calls_scope_is_its_own_call() {
     let ev = event("fd-charge_card.json");
-    let bedrock_call = toolcall_dedup::doors::bedrock::call(
-        &toolcall_dedup::doors::bedrock::ActionGroupEvent::parse(&ev).unwrap(),
+    let bedrock_call = toolcall_dedup::internals::bedrock::call(
+        &toolcall_dedup::internals::bedrock::ActionGroupEvent::parse(&ev).unwrap(),
         "dedup_step",
         "idempotency_key",
         Scope::Turn,

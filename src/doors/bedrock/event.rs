@@ -17,7 +17,7 @@ use crate::doors::port::json_type;
 
 /// Declared parameter types (`ParameterDetail.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeclaredType {
+pub(crate) enum DeclaredType {
     /// `string` (also when no type is declared): any value.
     String,
     /// `number`: a decimal numeral, with optional sign, fraction and exponent.

@@ -30,8 +30,9 @@ pub(crate) mod response;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use event::{ActionGroupEvent, CheckedCall, DeclaredType, EventError, Param};
-pub use response::{Flavour, ReplyClass, ReplyTo, ResponseState, notice, validate_reply};
+pub use event::ActionGroupEvent;
+pub(crate) use event::{CheckedCall, EventError};
+pub use response::{ReplyTo, ResponseState, notice, validate_reply};
 
 use crate::doors::port::{
     self, Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, Scope,
@@ -170,7 +171,7 @@ impl Answers for ActionGroupCall<'_> {
 /// The notice for an event error a Bedrock response can carry (`None` for
 /// [`EventError::Unrecognised`]): arguments the model can fix, or an event only the
 /// configuration can.
-pub fn refusal(e: &EventError) -> Option<Notice> {
+pub(crate) fn refusal(e: &EventError) -> Option<Notice> {
     let (kind, message) = match e {
         EventError::Arguments { message, .. } => (NoticeKind::InvalidArguments, message),
         EventError::ActionGroupEvent { message, .. } => (NoticeKind::InvalidEvent, message),
@@ -180,7 +181,7 @@ pub fn refusal(e: &EventError) -> Option<Notice> {
 }
 
 /// A notice as a Bedrock response: REPROMPT when the model can act on it, else FAILURE.
-pub fn notice_response(reply_to: &ReplyTo, notice: &Notice) -> String {
+pub(crate) fn notice_response(reply_to: &ReplyTo, notice: &Notice) -> String {
     let state = if notice.kind.model_can_act() {
         ResponseState::Reprompt
     } else {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 /// Function details or OpenAPI.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Flavour {
+pub(crate) enum Flavour {
     /// A function-details action group: the answer goes in `functionResponse`.
     Function {
         /// The function name (`function` in the event).
@@ -75,7 +75,7 @@ impl ReplyTo {
 
 impl Flavour {
     /// An OpenAPI flavour, as the event names it.
-    pub fn api(api_path: &str, http_method: &str) -> Flavour {
+    pub(crate) fn api(api_path: &str, http_method: &str) -> Flavour {
         Flavour::Api {
             api_path: api_path.to_string(),
             http_method: http_method.to_string(),
@@ -160,7 +160,7 @@ pub(crate) fn finish_text(
     })
 }
 
-pub use crate::decide::ReplyClass;
+pub(crate) use crate::decide::ReplyClass;
 
 /// The member of a stored reply that holds what the tool changed in each session map, in place of
 /// the maps themselves: `{"sessionAttributes": {"set": {...}, "removed": [...]}, ...}`.
