@@ -15,10 +15,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use toolcall_dedup::config::{CallerKeyScope, Scope};
 use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::internals::bedrock::{self, ActionGroupEvent};
-use toolcall_dedup::internals::port::{Scoping, Sessionless};
 use toolcall_dedup::handler::Door;
 use toolcall_dedup::handler::{ClientContext, Handler, Invocation};
+use toolcall_dedup::internals::bedrock::{self, ActionGroupEvent};
+use toolcall_dedup::internals::port::{Scoping, Sessionless};
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::stand_ins::demo::{DemoTool, Ledger};
 use toolcall_dedup::store::{CallAbout, ClaimOutcome, ClaimRequest, MemoryStore, Store};
@@ -521,12 +521,14 @@ fn summary(_: &mut Criterion) {
     let daemon = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let traced = || {
         use tracing_subscriber::layer::SubscriberExt;
-        let xray = toolcall_dedup::internals::xray::XrayLayer::new(daemon.local_addr().unwrap(), || {
-            Some(
-                "Root=1-6752c0de-0123456789abcdef01234567;Parent=53995c3f42cd8ad8;Sampled=1".into(),
-            )
-        })
-        .unwrap();
+        let xray =
+            toolcall_dedup::internals::xray::XrayLayer::new(daemon.local_addr().unwrap(), || {
+                Some(
+                    "Root=1-6752c0de-0123456789abcdef01234567;Parent=53995c3f42cd8ad8;Sampled=1"
+                        .into(),
+                )
+            })
+            .unwrap();
         lambda_log().with(xray)
     };
     let first_traced = tracing::subscriber::with_default(traced(), || first(&emf));

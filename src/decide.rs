@@ -37,11 +37,11 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy)]
 pub struct CallerMatch<'a> {
     /// The typed fingerprint of this call's arguments.
-    pub fingerprint: &'a str,
+    pub(crate) fingerprint: &'a str,
     /// Their strict fingerprint.
-    pub arguments: &'a str,
+    pub(crate) arguments: &'a str,
     /// The tool's policy fingerprint now.
-    pub policy: Option<&'a str>,
+    pub(crate) policy: Option<&'a str>,
 }
 
 impl CallerMatch<'_> {
@@ -90,8 +90,8 @@ pub enum NextAction {
 /// Decides what a claim's outcome means at `now_ms`. `wait_left` is what remains of the wait
 /// bound (the smaller of `DEDUP_WAIT_MS` and the time before the deadline, less the answer margin).
 /// `caller` is set for a call keyed by its caller's key: a record of other arguments under that
-/// key ([`CallerMatch::meets`]) is a mismatch, whatever its state. `own` names the request this invocation
-/// answers, when the name stands for that one request ([`crate::executor::RequestOwner`]): a live
+/// key (`CallerMatch::meets`) is a mismatch, whatever its state. `own` names the request this invocation
+/// answers, when the name stands for that one request (`crate::executor::RequestOwner`): a live
 /// claim under it is this request's own, taken by an earlier invocation for it, and is carried on.
 pub fn decide(
     claim: Result<ClaimOutcome, StoreError>,

@@ -3,7 +3,7 @@
 //!
 //! [`Dedup::run`] keys the call by meaning, claims the key, runs the side effect at most once
 //! per key and replays its stored result to every repeat, with the same claim, complete,
-//! release and wait semantics as the Lambda handler: both run one [`Executor`].
+//! release and wait semantics as the Lambda handler: both run one `Executor`.
 //!
 //! # The contract
 //!

@@ -1,16 +1,16 @@
 //! The Lambda handler: the state machine of one invocation, whatever door it came in by.
 //!
-//! 1. **Open** the door once ([`Door::open`]: named by a cheap look at the event and its client
+//! 1. **Open** the door once (`Door::open`: named by a cheap look at the event and its client
 //!    context, gated by `DEDUP_DOORS` and the interceptor's alias, parsed) and **route** the call
 //!    (target, namespace and run time together). An event no door recognises is a Lambda error
 //!    naming the four markers looked for.
-//! 2. **Key** it: the adapter's [`crate::doors::port::ToolCall`] (tool, arguments, namespace, run,
+//! 2. **Key** it: the adapter's `crate::doors::port::ToolCall` (tool, arguments, namespace, run,
 //!    step, declared schema) overlaid with the policy file's schema, through the typed keyer.
-//! 3. **Run** it through the [`crate::executor::Executor`]: claim; on first sight invoke the
+//! 3. **Run** it through the `crate::executor::Executor`: claim; on first sight invoke the
 //!    routed tool with the payload it would have received directly (plus the key), check the
 //!    reply, store it; replay a completed call; wait for an identical call in flight, bounded by
 //!    the smaller of `DEDUP_WAIT_MS` and the time left before the Lambda deadline.
-//! 4. **Answer** in the caller's format ([`crate::doors::port::Answers`]) and report.
+//! 4. **Answer** in the caller's format (`crate::doors::port::Answers`) and report.
 //!
 //! Steps 2 to 4 are each door's flow: `invoking.rs` for the doors that invoke the tool themselves,
 //! `doors/interceptor/flow.rs` for the Gateway interceptor; this module only opens the door.
@@ -36,11 +36,11 @@
 //! | tool said "not now" (HTTP 409, 429) | yes | kept until its lease ends | the tool's reply |
 //!
 //! The lease runs to the later of the Lambda deadline and the end of the tool's own timeout plus
-//! its start allowance ([`Dispatcher::max_run_time`]), plus a margin for clock skew, so nobody
+//! its start allowance (`Dispatcher::max_run_time`), plus a margin for clock skew, so nobody
 //! takes a key over while its tool may still be running, and a killed invocation blocks its key
 //! only until then. A claim the store was slow to answer moves the lease just before the tool is
 //! invoked. The tool's timeout ends early enough for the completion to be stored before the
-//! deadline. Completion and release are fenced by the lease token (see [`crate::executor`]).
+//! deadline. Completion and release are fenced by the lease token (see `crate::executor`).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -16,20 +16,20 @@
 //! - `reload`: the handler rebuilt when the config document changes (`main.rs` wires it).
 //! - [`handler`]: one invocation: opens its door once, hands the call to that door's flow,
 //!   reports it.
-//! - [`doors`]: the door question (named, gated, parsed) and the doors themselves: Bedrock Agents
-//!   action groups ([`doors::bedrock`]), the AgentCore Gateway Lambda target and interceptor, the
-//!   harness-neutral envelope; [`doors::port`] is what each hands the executor.
+//! - `doors`: the door question (named, gated, parsed) and the doors themselves: Bedrock Agents
+//!   action groups (`doors::bedrock`), the AgentCore Gateway Lambda target and interceptor, the
+//!   harness-neutral envelope; `doors::port` is what each hands the executor.
 //! - `invoking` and `engine`: the flow of the doors that invoke the tool (route, key, run,
 //!   answer) and what every flow shares; the interceptor's flow lives with it, with
-//!   [`catalog`] (what `tools/list` teaches).
+//!   `catalog` (what `tools/list` teaches).
 //! - [`dispatch`]: the route (target, namespace, run time) and the [`dispatch::Dispatcher`] port to
 //!   the real tool.
 //! - [`key`]: the pure key core (canonical JSON, normalization, scoping, hashing).
-//! - [`executor`]: one keyed call: claim, run once, complete, wait, replay; [`decide`] is its
+//! - `executor`: one keyed call: claim, run once, complete, wait, replay; `decide` is its
 //!   state table as pure functions.
 //! - [`store`]: the idempotency store port, with DynamoDB and in-memory implementations.
 //! - `answer`: the answer in the caller's format, whatever happened.
-//! - [`telemetry`], [`announce`], [`xray`]: the log line and metrics, the event for an unknown
+//! - [`telemetry`], `announce`, `xray`: the log line and metrics, the event for an unknown
 //!   outcome, traces.
 //!
 //! Beside the call path: [`guard`] (the same executor in-process, [`Dedup`]), [`config`] (the
@@ -37,6 +37,11 @@
 //! `backoff` and `text_list`. Two features no Lambda build enables: `stand-ins` (`stand_ins`: the
 //! demo tool, event files and a store that fails on cue, which the `dedup` CLI runs on) and
 //! `test-util` (`test_util`: fixtures and the local servers).
+//!
+//! The documented API is [`guard`], [`key`], [`store`], [`handler`] (with the [`dispatch`] port and
+//! the [`telemetry`] it is given) and [`config`]; the rest is private. What the workspace's own CLI,
+//! benches and tests reach beyond it is re-exported from one hidden module, `internals`, with no
+//! stability promise.
 //!
 //! The `dedup` CLI, the replay corpus, the chaos soaks, the operator's commands, the audit and
 //! cost models live in the workspace's `cli` package, outside the Lambda's build.
@@ -84,7 +89,8 @@ pub mod internals {
     /// The Bedrock action-group door, for the corpus and the benches.
     pub mod bedrock {
         pub use crate::doors::bedrock::{
-            ActionGroupEvent, ReplyTo, ResponseState, call, forward_bytes, notice, step, validate_reply,
+            ActionGroupEvent, ReplyTo, ResponseState, call, forward_bytes, notice, step,
+            validate_reply,
         };
     }
     /// What a door hands the executor.

@@ -3,12 +3,12 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{Error, tracing};
-use toolcall_dedup::internals::announce::EventBus;
 use toolcall_dedup::config::document::Document;
 use toolcall_dedup::config::source::Loader;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::dispatch::{self, LambdaDispatcher};
 use toolcall_dedup::handler::{Handler, serve};
+use toolcall_dedup::internals::announce::EventBus;
 use toolcall_dedup::internals::reload::{Reloading, document_from_env};
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, Store, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;

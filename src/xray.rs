@@ -35,7 +35,7 @@ pub struct XrayLayer {
 impl XrayLayer {
     /// The layer for Lambda: the daemon at `AWS_XRAY_DAEMON_ADDRESS` and each invocation's
     /// `_X_AMZN_TRACE_ID`. `None` when there is no daemon (tracing off, or not in Lambda).
-    pub(crate) fn from_env() -> Option<XrayLayer> {
+    pub fn from_env() -> Option<XrayLayer> {
         let address = std::env::var("AWS_XRAY_DAEMON_ADDRESS").ok()?;
         XrayLayer::new(daemon_address(&address)?, || {
             std::env::var("_X_AMZN_TRACE_ID").ok()

@@ -217,7 +217,7 @@ pub struct Config {
     /// (unset: any qualifier serves every served door).
     pub interceptor_alias: Option<String>,
     /// `DEDUP_CATALOG_TTL_SECONDS`: how long a catalog learned from `tools/list` lives after it
-    /// last changed or was refreshed (default [`DEFAULT_CATALOG_TTL_SECONDS`]).
+    /// last changed or was refreshed (default `DEFAULT_CATALOG_TTL_SECONDS`).
     pub catalog_ttl: Duration,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take to answer; an
     /// interceptor claim's lease covers it, so a REQUEST whose RESPONSE never comes blocks its

@@ -79,12 +79,12 @@ pub struct MalformedReply {
 pub struct ToolCall {
     /// The tool's name, as keyed and reported (a Bedrock function or `"METHOD /path"`, a Gateway
     /// tool without its target prefix, the envelope's `tool`).
-    pub tool: String,
+    pub(crate) tool: String,
     /// The arguments as JSON object text, as the key core reads them.
     pub args: String,
     /// Who owns the tool, behind the entry point's name ([`scoped_namespace`]): agent + action
     /// group, gateway + target, the envelope's namespace.
-    pub namespace: String,
+    pub(crate) namespace: String,
     /// The run (session) the call belongs to.
     pub run_id: Option<String>,
     /// The step within the run, when the caller or the adapter can tell it.
@@ -94,13 +94,13 @@ pub struct ToolCall {
     pub schema: Option<Schema>,
     /// The caller's own idempotency key (`DEDUP_IDEMPOTENCY_KEY_NAME`): when set, the call is
     /// keyed by it, and a repeat with other arguments is refused ([`crate::key::CallerKeyed`]).
-    pub caller_key: Option<String>,
+    pub(crate) caller_key: Option<String>,
     /// How far `caller_key` reaches: its run unless the door's deployment widens it
     /// ([`crate::key::CallerKeyScope`]).
-    pub caller_key_scope: CallerKeyScope,
+    pub(crate) caller_key_scope: CallerKeyScope,
     /// The name the policy file knows the tool by, when it is not `tool`: an AgentCore Gateway
     /// tool's `target___tool` ([`crate::key::Call::policy`]).
-    pub policy_name: Option<String>,
+    pub(crate) policy_name: Option<String>,
 }
 
 impl ToolCall {
@@ -440,7 +440,7 @@ impl Notice {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DedupInfo<'a> {
     /// The word the caller reads: `executed`, `replayed`, or the outcome's own name (see
-    /// [`crate::telemetry::Outcome::caller_word`]).
+    /// `crate::telemetry::Outcome::caller_word`).
     pub outcome: &'static str,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<&'a str>,
@@ -555,7 +555,7 @@ pub enum Unkeyed {
 impl Sessionless {
     /// What a call that names no run gets: `Ok` when it is keyed by its namespace alone, else why
     /// it is unkeyed. `missing` says what the call lacked, for the warning or the refusal.
-    pub(crate) fn unkeyed(self, missing: String) -> Result<(), Unkeyed> {
+    pub fn unkeyed(self, missing: String) -> Result<(), Unkeyed> {
         match self {
             Sessionless::PassThrough => Err(Unkeyed::Sessionless(missing)),
             Sessionless::Refuse => Err(refusal(

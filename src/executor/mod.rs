@@ -34,8 +34,8 @@ mod tests;
 
 pub(crate) use crate::telemetry::Outcome;
 use cache::RecordCache;
-pub use lease::Settings;
 pub(crate) use lease::Lease;
+pub use lease::Settings;
 pub(crate) use outcome::{
     CallerKey, ClaimMade, Finished, FinishedElsewhere, Keyed, Opened, RecordedClaim, RequestOwner,
     Settled, ToolRun,

@@ -620,7 +620,7 @@ pub enum StoreError {
     },
     /// A claim's write may have applied, but every answer to it was lost and reading it back
     /// failed too: the key may be held in progress under `token`. Nothing ran. The executor keeps
-    /// the token and releases the claim at the next chance (see [`crate::executor`]).
+    /// the token and releases the claim at the next chance (see `crate::executor`).
     #[error("store unavailable; a claim may have been written under lease token {token}")]
     ClaimUnconfirmed {
         /// The token the claim may have been written under.

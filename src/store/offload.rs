@@ -58,7 +58,7 @@ pub async fn build_client(endpoint_url: Option<&str>) -> Client {
 }
 
 impl ResultBucket {
-    /// Results go to `bucket` through `client`, under [`RESULTS_PREFIX`].
+    /// Results go to `bucket` through `client`, under `RESULTS_PREFIX`.
     pub fn new(client: Client, bucket: impl Into<String>) -> ResultBucket {
         ResultBucket {
             client,

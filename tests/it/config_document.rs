@@ -9,8 +9,8 @@ use toolcall_dedup::config::document;
 use toolcall_dedup::config::source::{ConfigSource, Loader};
 use toolcall_dedup::config::{Config, Mode, StoreKind};
 use toolcall_dedup::handler::Handler;
-use toolcall_dedup::key::{Call, Keyer};
 use toolcall_dedup::internals::reload::{Refreshed, Reloading};
+use toolcall_dedup::key::{Call, Keyer};
 use toolcall_dedup::store::MemoryStore;
 use toolcall_dedup::telemetry::{Sink, Telemetry};
 

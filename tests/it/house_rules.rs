@@ -165,3 +165,91 @@ fn the_clis_normal_build_leaves_test_support_out() {
             .any(|f| f == "test-util")
     );
 }
+
+/// The documented API: the modules a user of the crate builds on (lib.rs names them), and the
+/// types those modules re-export from elsewhere (with their fields and methods).
+const API_MODULES: [&str; 8] = [
+    "lib.rs",
+    "guard.rs",
+    "handler.rs",
+    "key/",
+    "store/",
+    "config/",
+    "dispatch/",
+    "telemetry.rs",
+];
+
+/// Every `pub` declaration (item, field, method, re-export) in `src/` outside the documented API,
+/// as `file:line`. `pub(crate)` is not counted; the feature-gated test support is not built into
+/// the product and is not counted either.
+fn pub_outside_the_api() -> Vec<String> {
+    let src = root().join("src");
+    let in_api = |path: &Path| {
+        let relative = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        API_MODULES
+            .iter()
+            .any(|m| relative == *m || (m.ends_with('/') && relative.starts_with(m)))
+    };
+    let re_export = Regex::new(r"(?s)pub use crate::[\w:]+::(?:\{([^}]*)\}|(\w+));").unwrap();
+    let mut api_types = BTreeSet::new();
+    // lib.rs re-exports the internals too; those are not API.
+    for file in files(&src, ".rs")
+        .into_iter()
+        .filter(|f| in_api(f) && !f.ends_with("lib.rs"))
+    {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for c in re_export.captures_iter(&text) {
+            let list = c.get(1).or(c.get(2)).unwrap().as_str();
+            api_types.extend(list.split(',').map(|n| n.trim().to_string()));
+        }
+    }
+    let declaration = Regex::new(
+        r"^\s*pub (?:async )?(?:fn|struct|enum|trait|type|const|static|mod|use)\b|^\s*pub \w+:",
+    )
+    .unwrap();
+    let named =
+        Regex::new(r"^pub (?:struct|enum|trait|type) (\w+)|^impl(?:<[^>]*>)? (?:\w+ for )?(\w+)")
+            .unwrap();
+    let mut outside = Vec::new();
+    for file in files(&src, ".rs") {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        if in_api(&file) || relative.starts_with("test_util") || relative.starts_with("stand_ins") {
+            continue;
+        }
+        let mut enclosing: Option<String> = None;
+        for (n, line) in std::fs::read_to_string(&file).unwrap().lines().enumerate() {
+            if let Some(c) = named.captures(line) {
+                enclosing = c.get(1).or(c.get(2)).map(|m| m.as_str().to_string());
+            }
+            let of_an_api_type = enclosing.as_ref().is_some_and(|t| api_types.contains(t));
+            if declaration.is_match(line) && !of_an_api_type {
+                outside.push(format!("{relative}:{}: {}", n + 1, line.trim()));
+            }
+            if line.starts_with('}') || line.ends_with(';') && !line.starts_with(' ') {
+                enclosing = None;
+            }
+        }
+    }
+    outside
+}
+
+/// Issue 50: what the workspace's own CLI, benches and tests reach beyond the API goes through
+/// `internals`, and stays small.
+#[test]
+fn at_most_a_hundred_pub_items_live_outside_the_documented_api() {
+    let outside = pub_outside_the_api();
+    assert!(
+        outside.len() <= 100,
+        "{} pub items outside the documented API:\n{}",
+        outside.len(),
+        outside.join("\n")
+    );
+}

@@ -8,9 +8,9 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use toolcall_dedup::internals::catalog_key;
 use toolcall_dedup::config::{Config, Doors, Sessionless, TOOL_START_ALLOWANCE};
 use toolcall_dedup::handler::{ClientContext, Handled, HandlerError, Invocation};
+use toolcall_dedup::internals::catalog_key;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::{ManualClock, Status, Store};
 use toolcall_dedup::telemetry::Outcome;

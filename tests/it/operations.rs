@@ -7,8 +7,8 @@ use std::net::UdpSocket;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolcall_dedup::telemetry::Telemetry;
 use toolcall_dedup::internals::xray::XrayLayer;
+use toolcall_dedup::telemetry::Telemetry;
 use tracing_subscriber::layer::SubscriberExt;
 
 const ROOT: &str = "1-6752c0de-0123456789abcdef01234567";

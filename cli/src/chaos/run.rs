@@ -15,8 +15,8 @@ use tokio::time::Instant;
 
 use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::internals::port::DedupInfo;
 use toolcall_dedup::handler::{Door, Handler, Invocation};
+use toolcall_dedup::internals::port::DedupInfo;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{

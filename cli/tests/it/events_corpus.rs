@@ -26,8 +26,8 @@ use dedup_cli::commands::replay::{CLIENT_CONTEXT_SUFFIX, EventFile};
 use dedup_cli::corpus;
 use serde_json::Value;
 use toolcall_dedup::config::{CallerKeyScope, Scope};
-use toolcall_dedup::internals::port::{Scoping, Sessionless, Unkeyed};
 use toolcall_dedup::handler::Door;
+use toolcall_dedup::internals::port::{Scoping, Sessionless, Unkeyed};
 use toolcall_dedup::key::Keyer;
 
 fn root() -> PathBuf {

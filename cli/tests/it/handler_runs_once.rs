@@ -21,8 +21,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolcall_dedup::config::{Config, Mode, Scope};
 use toolcall_dedup::dispatch::{DispatchError, Dispatcher};
-use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::handler::{ClientContext, Invocation};
+use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::key::{Call, Keyer, Schema, Strategy};
 use toolcall_dedup::store::{
     DynamoDbConfig, DynamoDbStore, ManualClock, MemoryStore, RetryPolicy, Status, Store,

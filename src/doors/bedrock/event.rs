@@ -220,7 +220,7 @@ pub struct ActionGroupEvent<'a> {
 
 /// One parameter, checked against its declared type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Param<'a> {
+pub(crate) struct Param<'a> {
     /// The parameter's name, unique within the call.
     pub(crate) name: &'a str,
     /// Its declared type (`string` when the event declares none).
@@ -235,14 +235,14 @@ pub struct CheckedCall<'a> {
     /// Where the response is addressed; it also names the tool (see [`CheckedCall::tool`]).
     pub reply_to: &'a ReplyTo,
     /// `agent.id`: with the action group, the namespace.
-    pub agent_id: &'a str,
+    pub(crate) agent_id: &'a str,
     /// `sessionId`: the run the call belongs to.
     pub session_id: &'a str,
     /// `inputText`, the user's turn (empty when absent); hashed into the step under
     /// `DEDUP_SCOPE=turn`.
-    pub input_text: &'a str,
+    pub(crate) input_text: &'a str,
     /// `parameters` then (OpenAPI) `requestBody` properties, in event order.
-    pub params: Vec<Param<'a>>,
+    pub(crate) params: Vec<Param<'a>>,
     /// The arguments as the key core reads them: a JSON object of name → value string, in event
     /// order. The declared types (see [`CheckedCall::declared_types`]) say how to compare each value.
     pub args: String,

@@ -108,7 +108,7 @@ pub struct ActionGroupCall<'a> {
 impl<'a> ActionGroupCall<'a> {
     /// Reads what a route and a response need; the arguments are checked by
     /// [`EntryPoint::call`].
-    pub fn parse(event: &'a Value) -> Result<ActionGroupCall<'a>, EventError> {
+    pub(crate) fn parse(event: &'a Value) -> Result<ActionGroupCall<'a>, EventError> {
         ActionGroupEvent::parse(event).map(|envelope| ActionGroupCall { event, envelope })
     }
 }

@@ -78,7 +78,7 @@ pub mod attr {
 }
 
 /// The sparse index of the records that need an operator: partition key
-/// [`attr::ATTENTION`], sort key [`attr::CREATED_AT`]. Only such records carry the attribute,
+/// `attr::ATTENTION`, sort key `attr::CREATED_AT`. Only such records carry the attribute,
 /// so the index stays as small as the work waiting for someone.
 pub const ATTENTION_INDEX: &str = "attention";
 
