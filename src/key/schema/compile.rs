@@ -1,9 +1,14 @@
 //! Compiling a JSON Schema (or an OpenAPI operation) into a [`Schema`]: `$ref`s resolved within
 //! the document, unions and intersections merged, bounded in depth and size.
 
-use serde_json::Map;
+use regex::Regex;
+use serde_json::Value;
 
-use super::*;
+use super::{
+    FieldMode, Format, MAX_NODES, MAX_REF_DEPTH, MAX_UNFOLDINGS, Schema, SchemaError, Types,
+    pointer_step,
+};
+use serde_json::Map;
 
 /// One compilation: the document `$ref`s resolve in, and the work done so far.
 pub(super) struct Compiler<'d> {

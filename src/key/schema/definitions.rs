@@ -1,7 +1,9 @@
 //! Finding tool definitions in the containers providers write them in (a list, an MCP
 //! `tools/list` result, an AgentCore Gateway target, a Bedrock action group, an OpenAPI document).
 
-use super::*;
+use serde_json::Value;
+
+use super::{Compiler, SCHEMA_KEYWORDS, Schema, SchemaError};
 
 /// `/name` as a JSON pointer step (`~` and `/` escaped).
 pub(super) fn pointer_step(name: &str) -> String {

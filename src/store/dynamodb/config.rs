@@ -1,6 +1,8 @@
 //! The table, the claim budget and the retry policy a store is built with.
 
-use super::*;
+use std::time::Duration;
+
+use super::{DEFAULT_COMPRESS_THRESHOLD, StoreError, attr};
 use crate::backoff::Backoff;
 
 /// Table, attribute names, compression and retry settings of a [`DynamoDbStore`].

@@ -1,6 +1,8 @@
 //! The conditions and updates of the fenced writes: every write but a claim succeeds only while the record is held under the writer's token.
 
-use super::*;
+use std::collections::HashMap;
+
+use super::{DynamoDbStore, Item, LeaseToken, Status, attr, n, s};
 
 /// Absent, or expired, or in progress with an ended lease (unless claimed `at_most_once`).
 pub(super) const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < :now_s OR \

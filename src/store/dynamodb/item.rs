@@ -1,6 +1,12 @@
 //! The item layout: the attributes a record is written as, and read back from.
 
-use super::*;
+use aws_sdk_dynamodb::types::AttributeValue;
+use std::collections::HashMap;
+
+use super::{
+    ClaimRequest, DynamoDbConfig, DynamoDbStore, EncodedResult, LeaseToken, Offloaded, Record,
+    RecordAbout, ResultEncoding, Status, StoreError, decode_result,
+};
 
 /// Fixed attribute names (the key and TTL attribute names come from [`DynamoDbConfig`]).
 pub mod attr {

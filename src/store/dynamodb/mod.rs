@@ -36,25 +36,12 @@
 //! | `namespace`, `run`, `step`, `keyer`, `policy` | S | what the call was and what keyed it (the keyer's version, the tool policy's fingerprint), for an operator (never its arguments) |
 //! | `attention` | S | `claim` on an `at_most_once` claim, `unknown` once settled so; removed when settled with a result. Key of the sparse index `attention` (sort key `created_at`) |
 
-use std::collections::HashMap;
 use std::fmt;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
-use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
-use aws_sdk_dynamodb::operation::put_item::PutItemError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
-use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
-use tokio::time::Instant;
 
 use super::codec::{EncodedResult, ResultEncoding, decode_result, encode_result};
 use super::{

@@ -1,6 +1,21 @@
 //! The operations: claim, complete, extend, release, settle (an unknown outcome, or an operator's settling), put and get, each one fenced write (or read) with its retries.
 
-use super::*;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use tokio::time::Instant;
+
+use super::{
+    ATTENTION_UNKNOWN, CLAIM_CONDITION, COMPLETE_OFFLOADED_UPDATE, COMPLETE_OMITTED_UPDATE,
+    COMPLETE_UPDATE, ClaimContended, ClaimOutcome, ClaimRequest, Completion, DynamoDbStore,
+    EXTEND_UPDATE, EncodedResult, Failed, HAND_OVER_UPDATE, HELD_CONDITION, Held, LeaseToken,
+    PUT_NEW_CONDITION, PUT_REPLACING_CONDITION, Record, SETTLE_UPDATE, SETTLEABLE_CONDITION,
+    SettleAs, Status, StoreError, UNKNOWN_UPDATE, Written, attr, decode_item, encode_result,
+    expiry_covering_lease, n, s, validate_claim, validate_key,
+};
 
 /// Rounds of "conditional write failed, but the record read back is claimable" before giving up.
 /// Each round means another writer changed the record in between, so this only bounds livelock.

@@ -1,10 +1,16 @@
 //! What an operator reads and removes: the records that need one, through the sparse attention
 //! index; any others, through a scan; and the eviction of one, fenced on the version read.
 
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use std::collections::HashMap;
+
+use super::{
+    ATTENTION_CLAIM, ATTENTION_INDEX, ATTENTION_UNKNOWN, DynamoDbStore, EVICTABLE_CONDITION,
+    Failed, LeaseToken, Record, RecordFilter, RecordState, Records, SettleAs, Status, StoreError,
+    attr, decode_item, n, s, validate_key,
+};
 use aws_sdk_dynamodb::operation::query::QueryError;
 use aws_sdk_dynamodb::operation::scan::ScanError;
-
-use super::*;
 
 impl Records for DynamoDbStore {
     async fn settle(

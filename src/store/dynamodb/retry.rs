@@ -1,6 +1,20 @@
 //! Sending a request: the retry loop (deadline, per-attempt bound, backoff), how each failure is classed, the breaker that fails claims fast after an outage, and the request counter.
 
-use super::*;
+use aws_sdk_dynamodb::config::ConfigBag;
+use aws_sdk_dynamodb::config::Intercept;
+use aws_sdk_dynamodb::config::RuntimeComponents;
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::{
+    BoxError, ClaimOutcome, DynamoDbStore, Item, Op, RequestCounter, RetriesExhausted, StoreError,
+};
 
 /// Open after a claim found the store unavailable, until `open_until`; shared by the clones of a
 /// store (one container).

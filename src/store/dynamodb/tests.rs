@@ -1,8 +1,14 @@
 //! The DynamoDB store's unit tests (the conformance suite runs it on real servers).
 
+use std::collections::HashMap;
+use std::time::Duration;
+
 use super::*;
-use aws_sdk_dynamodb::error::ErrorMetadata;
+use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use proptest::prelude::*;
