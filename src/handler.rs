@@ -42,7 +42,6 @@
 //! invoked. The tool's timeout ends early enough for the completion to be stored before the
 //! deadline. Completion and release are fenced by the lease token (see `crate::executor`).
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{Context, LambdaEvent};
@@ -66,6 +65,7 @@ pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Una
 
 pub use crate::engine::DoorSettings;
 pub use crate::executor::Settings;
+pub use crate::runtime::RuntimeError;
 
 /// What the Lambda runtime tells one invocation.
 #[derive(Debug, Clone, Default)]
@@ -84,20 +84,31 @@ impl Invocation {
     /// emulators (`cargo lambda watch`) send the timeout in milliseconds instead of an epoch
     /// time. Such a deadline counts as absent, so the default budget applies.
     pub fn from_context(ctx: &Context) -> Invocation {
-        let deadline_ms = i64::try_from(ctx.deadline)
-            .ok()
-            .filter(|d| *d > wall_now_ms());
-        if deadline_ms.is_none() {
+        Invocation::from_runtime(
+            &ctx.request_id,
+            i64::try_from(ctx.deadline).ok(),
+            &ctx.invoked_function_arn,
+        )
+    }
+
+    /// What the Runtime API's headers say: the request id, the deadline (epoch ms) and the
+    /// invoked function's ARN.
+    pub(crate) fn from_runtime(
+        request_id: &str,
+        deadline_ms: Option<i64>,
+        invoked_function_arn: &str,
+    ) -> Invocation {
+        let deadline = deadline_ms.filter(|d| *d > wall_now_ms());
+        if deadline.is_none() {
             tracing::debug!(
-                deadline = ctx.deadline,
+                deadline = deadline_ms,
                 "deadline is not a future epoch time; using the default budget"
             );
         }
         Invocation {
-            request_id: ctx.request_id.clone(),
-            deadline_ms,
-            qualifier: ctx
-                .invoked_function_arn
+            request_id: request_id.to_string(),
+            deadline_ms: deadline,
+            qualifier: invoked_function_arn
                 .split(':')
                 .nth(7)
                 .filter(|q| !q.is_empty())
@@ -331,19 +342,21 @@ fn deadline_instant(deadline_ms: Option<i64>, default_budget: Duration) -> Insta
     }
 }
 
-/// Runs `handler` under the Lambda runtime.
-pub async fn serve<S, D>(handler: Handler<S, D>) -> Result<(), lambda_runtime::Error>
+/// Runs `handler` on the Lambda Runtime API ([`crate::runtime`]: every invocation is answered).
+pub async fn serve<S, D>(handler: Handler<S, D>) -> Result<(), RuntimeError>
 where
     S: Store + 'static,
     D: Dispatcher + 'static,
 {
-    let handler = Arc::new(handler);
-    lambda_runtime::run(lambda_runtime::service_fn(
-        move |event: LambdaEvent<Value>| {
-            let handler = handler.clone();
-            async move { handler.lambda(event).await }
-        },
-    ))
+    crate::runtime::serve(|event, invocation, client_context| {
+        let handler = &handler;
+        async move {
+            handler
+                .handle_with_context(&event, &invocation, client_context.as_ref())
+                .await
+                .response
+        }
+    })
     .await
 }
 

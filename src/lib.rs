@@ -64,6 +64,7 @@ pub mod handler;
 mod invoking;
 pub mod key;
 mod reload;
+mod runtime;
 #[cfg(feature = "stand-ins")]
 pub mod stand_ins;
 pub mod store;

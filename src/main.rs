@@ -83,7 +83,7 @@ async fn run_with<S: Store + Clone>(
     };
     let Some((loader, loaded, every)) = document else {
         let handler = Handler::new(store, dispatcher, &config, telemetry);
-        return serve(announcing(handler)).await;
+        return Ok(serve(announcing(handler)).await?);
     };
     let build = move |document: &Document| {
         let config = Config::lambda_with_document(Some(document))?;
@@ -95,7 +95,7 @@ async fn run_with<S: Store + Clone>(
             telemetry,
         )))
     };
-    Reloading::start(loader, loaded, build, every, telemetry)?
+    Ok(Reloading::start(loader, loaded, build, every, telemetry)?
         .serve()
-        .await
+        .await?)
 }

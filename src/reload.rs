@@ -10,8 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use lambda_runtime::LambdaEvent;
-use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::config::ConfigError;
@@ -19,6 +17,7 @@ use crate::config::document::Document;
 use crate::config::source::{ConfigSource, LoadError, Loaded, Loader};
 use crate::dispatch::Dispatcher;
 use crate::handler::Handler;
+use crate::runtime::RuntimeError;
 use crate::store::Store;
 use crate::telemetry::Telemetry;
 
@@ -227,18 +226,19 @@ where
         false
     }
 
-    /// Runs under the Lambda runtime: each invocation goes to the handler in force.
-    pub async fn serve(self) -> Result<(), lambda_runtime::Error> {
+    /// Runs on the Lambda Runtime API: each invocation goes to the handler in force.
+    pub async fn serve(self) -> Result<(), RuntimeError> {
         let this = Arc::new(self);
-        lambda_runtime::run(lambda_runtime::service_fn(
-            move |event: LambdaEvent<Value>| {
-                let this = Arc::clone(&this);
-                async move {
-                    this.refresh_if_due();
-                    this.current().lambda(event).await
-                }
-            },
-        ))
+        crate::runtime::serve(|event, invocation, client_context| {
+            let this = Arc::clone(&this);
+            async move {
+                this.refresh_if_due();
+                this.current()
+                    .handle_with_context(&event, &invocation, client_context.as_ref())
+                    .await
+                    .response
+            }
+        })
         .await
     }
 }

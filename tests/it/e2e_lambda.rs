@@ -220,6 +220,13 @@ fn read_head(stream: &mut std::net::TcpStream) -> std::io::Result<(String, Vec<u
 
 /// Runs a command to completion within `limit`, returning its stdout.
 fn run(cmd: &mut Command, limit: Duration) -> String {
+    let (succeeded, out, err) = run_to_end(cmd, limit);
+    assert!(succeeded, "{cmd:?} failed:\n{out}\n{err}");
+    out
+}
+
+/// Runs `cmd` to its end within `limit`: whether it succeeded, its stdout and its stderr.
+fn run_to_end(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -241,8 +248,7 @@ fn run(cmd: &mut Command, limit: Duration) -> String {
                 .unwrap()
                 .read_to_string(&mut err)
                 .unwrap();
-            assert!(status.success(), "{cmd:?} failed ({status}):\n{out}\n{err}");
-            return out;
+            return (status.success(), out, err);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
@@ -580,4 +586,53 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
     assert!(first["receipt_id"].is_string(), "{first}");
     assert_eq!(first, again, "the repeat is answered from the store");
     executor.assert_running(&dedup_log);
+
+    // Client contexts `lambda_runtime` 1.5 cannot parse (it exits, posting nothing; issue 51):
+    // each invocation is answered, a result or a Lambda error, and the process keeps serving.
+    let custom: Value = serde_json::from_str(gateway_context.trim()).unwrap();
+    let custom = &custom["custom"];
+    let mut numeric_tool = custom.clone();
+    numeric_tool["bedrockAgentCoreToolName"] = 5.into();
+    let arguments = crate::fixture::event("agentcore/charge_card.json");
+    for (context, processed) in [
+        (
+            serde_json::json!({"client": null, "custom": custom, "environment": null}),
+            true,
+        ),
+        (
+            serde_json::json!({"client": {}, "custom": null, "environment": null}),
+            false,
+        ),
+        (serde_json::json!({"custom": numeric_tool}), false),
+        (
+            serde_json::json!({"custom": {"bedrockAgentCoreToolName": null}}),
+            false,
+        ),
+    ] {
+        let mut cmd = Command::new(&cargo_lambda);
+        cmd.args(["lambda", "invoke", "-A", "127.0.0.1", "-P"])
+            .arg(port.to_string())
+            .args(["toolcall-dedup", "--data-ascii"])
+            .arg(arguments.to_string())
+            .arg("--client-context-ascii")
+            .arg(context.to_string())
+            .current_dir(root);
+        // A process that exits leaves the invoke unanswered: it would hang to the limit.
+        let (succeeded, out, err) = run_to_end(&mut cmd, Duration::from_secs(60));
+        if processed {
+            assert!(succeeded, "{context}: {out}{err}");
+            assert!(out.contains("receipt_id"), "{context}: {out}{err}");
+        } else if !succeeded {
+            assert!(
+                err.contains("InvalidEvent") || out.contains("InvalidEvent"),
+                "{context}: {out}{err}"
+            );
+        }
+        executor.assert_running(&dedup_log);
+    }
+    let after = invoke("agentcore/charge_card-documented-context.json");
+    assert_eq!(
+        first, after,
+        "the function still serves after the odd contexts"
+    );
 }
