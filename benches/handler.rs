@@ -134,6 +134,7 @@ fn claim_request<'a>(key: &'a str, fingerprint: &'a str, now_ms: i64) -> ClaimRe
         expires_at_s: expiry(now_ms),
         owner: None,
         at_most_once: false,
+        on_failure: Default::default(),
         path_digests: None,
         about: CallAbout::default(),
     }

@@ -8,7 +8,8 @@
 //! | the side effect gave | claim | a repeat gets |
 //! |---|---|---|
 //! | a reply: success | completed | the stored reply |
-//! | a reply: failed while acting (FAILURE, 5xx, `isError`) | completed | the stored reply |
+//! | a reply: failed while acting (FAILURE, 5xx, `isError`) | as the claim's `on_failure` says: completed (replay), completed for a short retention (replay for), released (retry) | the stored reply, or a new run |
+//! | a reply: failed, and it says a retry may succeed (HTTP 503, an MCP result flagged `toolcall-dedup/retryable`) | released | a new run |
 //! | a reply: input refused before acting (REPROMPT, 4xx but 409/429) | released | a new run |
 //! | a reply: not now (409, 429) | kept until the lease ends (`at_most_once`: settled unknown) | "in progress", then a new run (`at_most_once`: "outcome unknown" until an operator settles it) |
 //! | no reply, and nothing ran (a `DedupNothingRan` error, an invoke never sent) | released | a new run |
@@ -16,7 +17,7 @@
 
 use std::time::Duration;
 
-use crate::key::Delivery;
+use crate::key::{Delivery, OnFailure};
 use crate::store::{ClaimOutcome, LeaseToken, Record, StoreError};
 
 /// What the executor does with a repeat (`DEDUP_MODE`).
@@ -152,6 +153,9 @@ pub enum RunEnd {
 pub enum AfterRun {
     /// Store the reply: every repeat replays it.
     Complete,
+    /// Store the reply for this long only (a failure under `failures` replay for a retention):
+    /// repeats within it replay it, a call after it runs again.
+    CompleteFor(Duration),
     /// Delete the claim: nothing happened, so a retry runs.
     Release,
     /// Leave the claim in progress until its lease ends: the side effect may have happened.
@@ -162,15 +166,20 @@ pub enum AfterRun {
 }
 
 /// The after-run rule (the table in the module docs): what a side effect's end does to its claim,
-/// under the tool's `delivery` policy.
-pub fn after_run(end: RunEnd, delivery: Delivery) -> AfterRun {
+/// under the tool's `delivery` policy and the claim's rule for failures.
+pub fn after_run(end: RunEnd, delivery: Delivery, on_failure: OnFailure) -> AfterRun {
     let unknown = match delivery {
         Delivery::AtLeastOnce => AfterRun::Keep,
         Delivery::AtMostOnce => AfterRun::SettleUnknown,
     };
     match end {
-        RunEnd::Replied(ReplyClass::Success | ReplyClass::Failure) => AfterRun::Complete,
-        RunEnd::Replied(ReplyClass::Rejected) => AfterRun::Release,
+        RunEnd::Replied(ReplyClass::Success) => AfterRun::Complete,
+        RunEnd::Replied(ReplyClass::Failure) => match on_failure {
+            OnFailure::Replay => AfterRun::Complete,
+            OnFailure::ReplayFor(retention) => AfterRun::CompleteFor(retention),
+            OnFailure::Retry => AfterRun::Release,
+        },
+        RunEnd::Replied(ReplyClass::Rejected | ReplyClass::Retryable) => AfterRun::Release,
         RunEnd::Replied(ReplyClass::NotNow) => unknown,
         RunEnd::Failed {
             outcome_unknown: false,
@@ -190,8 +199,11 @@ pub enum ReplyClass {
     /// The tool completed: the reply is stored and replayed to repeats.
     Success,
     /// The tool failed while acting (Bedrock FAILURE, HTTP 5xx, MCP `isError`): stored and
-    /// replayed, never re-run.
+    /// replayed as the claim's `on_failure` says (for the retention, for a short one, or not).
     Failure,
+    /// The tool failed and says a retry may succeed (HTTP 503, an MCP result whose `_meta` has
+    /// `"toolcall-dedup/retryable": true`): never pinned, the claim is released.
+    Retryable,
     /// The tool refused its input before acting (Bedrock REPROMPT, HTTP 4xx other than 409 and
     /// 429): nothing happened, so the claim is released and a retry runs.
     Rejected,
@@ -206,6 +218,7 @@ impl ReplyClass {
     pub fn from_http_status(status: u64) -> ReplyClass {
         match status {
             409 | 429 => ReplyClass::NotNow,
+            503 => ReplyClass::Retryable,
             400..=499 => ReplyClass::Rejected,
             500.. => ReplyClass::Failure,
             _ => ReplyClass::Success,
@@ -239,18 +252,56 @@ mod tests {
             ),
         ];
         for (end, expected) in table {
-            assert_eq!(after_run(end, Delivery::AtLeastOnce), expected, "{end:?}");
+            assert_eq!(
+                after_run(end, Delivery::AtLeastOnce, OnFailure::Replay),
+                expected,
+                "{end:?}"
+            );
             // At most once changes only what may have happened: it is settled, never kept.
             let at_most_once = match expected {
                 AfterRun::Keep => AfterRun::SettleUnknown,
                 other => other,
             };
             assert_eq!(
-                after_run(end, Delivery::AtMostOnce),
+                after_run(end, Delivery::AtMostOnce, OnFailure::Replay),
                 at_most_once,
                 "{end:?}"
             );
         }
+    }
+
+    /// Issue 51: only a failure follows the claim's `on_failure`; a success is stored, a refusal
+    /// and a retryable failure released, whatever it says.
+    #[test]
+    fn a_failure_follows_the_claims_rule_and_a_retryable_one_is_never_pinned() {
+        let brief = Duration::from_secs(60);
+        let failure = RunEnd::Replied(ReplyClass::Failure);
+        for delivery in [Delivery::AtLeastOnce, Delivery::AtMostOnce] {
+            assert_eq!(
+                after_run(failure, delivery, OnFailure::Replay),
+                AfterRun::Complete
+            );
+            assert_eq!(
+                after_run(failure, delivery, OnFailure::ReplayFor(brief)),
+                AfterRun::CompleteFor(brief)
+            );
+            assert_eq!(
+                after_run(failure, delivery, OnFailure::Retry),
+                AfterRun::Release
+            );
+            for on_failure in [
+                OnFailure::Replay,
+                OnFailure::ReplayFor(brief),
+                OnFailure::Retry,
+            ] {
+                let end = |class| after_run(RunEnd::Replied(class), delivery, on_failure);
+                assert_eq!(end(ReplyClass::Success), AfterRun::Complete);
+                assert_eq!(end(ReplyClass::Retryable), AfterRun::Release);
+                assert_eq!(end(ReplyClass::Rejected), AfterRun::Release);
+            }
+        }
+        assert_eq!(ReplyClass::from_http_status(503), ReplyClass::Retryable);
+        assert_eq!(ReplyClass::from_http_status(500), ReplyClass::Failure);
     }
 
     fn record(status: Status) -> Record {
@@ -267,6 +318,7 @@ mod tests {
             omitted_result_bytes: None,
             outcome_unknown: false,
             at_most_once: false,
+            on_failure: OnFailure::Replay,
             path_digests: None,
             offloaded: None,
             about: Default::default(),

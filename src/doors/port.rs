@@ -153,28 +153,36 @@ pub struct Forward {
     pub client_context: Option<String>,
 }
 
-/// Classifies a reply that only has to be JSON: an object with `"isError": true` (the MCP
-/// `CallToolResult` convention) is a [`ReplyClass::Failure`], anything else a success.
-pub(crate) fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
-    #[derive(serde::Deserialize)]
-    struct Flags {
-        #[serde(default, rename = "isError")]
-        is_error: Option<bool>,
+/// The `_meta` member by which a tool says its failure may be cured by a retry (issue 51): such
+/// a failure is never pinned, whatever the tool's `failures` policy.
+pub(crate) const RETRYABLE_META: &str = "toolcall-dedup/retryable";
+
+/// The class of an MCP `CallToolResult` (or any JSON object): `"isError": true` is a
+/// [`ReplyClass::Failure`], or [`ReplyClass::Retryable`] when its `_meta` carries
+/// [`RETRYABLE_META`]` = true`; anything else a success.
+pub(crate) fn classify_result(result: &serde_json::Value) -> ReplyClass {
+    use serde_json::Value;
+    if result.get("isError").and_then(Value::as_bool) != Some(true) {
+        return ReplyClass::Success;
     }
+    let retryable = result
+        .get("_meta")
+        .and_then(|meta| meta.get(RETRYABLE_META))
+        .and_then(Value::as_bool);
+    if retryable == Some(true) {
+        ReplyClass::Retryable
+    } else {
+        ReplyClass::Failure
+    }
+}
+
+/// Classifies a reply that only has to be JSON, as [`classify_result`] says.
+pub(crate) fn classify_json_reply(bytes: &[u8]) -> Result<ReplyClass, MalformedReply> {
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| MalformedReply {
         expected: "JSON",
         reason: e.to_string(),
     })?;
-    let failed = value.is_object()
-        && serde_json::from_value::<Flags>(value)
-            .ok()
-            .and_then(|f| f.is_error)
-            .unwrap_or(false);
-    Ok(if failed {
-        ReplyClass::Failure
-    } else {
-        ReplyClass::Success
-    })
+    Ok(classify_result(&value))
 }
 
 /// Why the executor answers in its own words instead of with the tool's reply.
@@ -640,6 +648,19 @@ mod tests {
             Ok(ReplyClass::Success)
         );
         assert_eq!(classify_json_reply(b"[1]"), Ok(ReplyClass::Success));
+        // Issue 51: a tool's own word that a retry may cure the failure; only `true` counts.
+        assert_eq!(
+            classify_json_reply(br#"{"isError":true,"_meta":{"toolcall-dedup/retryable":true}}"#),
+            Ok(ReplyClass::Retryable)
+        );
+        assert_eq!(
+            classify_json_reply(br#"{"isError":true,"_meta":{"toolcall-dedup/retryable":"yes"}}"#),
+            Ok(ReplyClass::Failure)
+        );
+        assert_eq!(
+            classify_json_reply(br#"{"isError":false,"_meta":{"toolcall-dedup/retryable":true}}"#),
+            Ok(ReplyClass::Success)
+        );
         assert_eq!(classify_json_reply(b"\"ok\""), Ok(ReplyClass::Success));
         assert!(classify_json_reply(b"{oops").is_err());
     }

@@ -18,7 +18,8 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, CallerMatch, Mode, NextAction, RunEnd, after_run, decide};
 use crate::key::{
-    CALLER_KEYER_VERSION, Delivery, Keyer, Strategy, TYPED_KEYER_VERSION, differing_paths,
+    CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy, TYPED_KEYER_VERSION,
+    differing_paths,
 };
 use crate::store::{
     CallAbout, ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
@@ -274,10 +275,18 @@ impl<S: Store> Executor<S> {
             fingerprint: &record.fingerprint,
             policy_name: made.policy_name,
         };
-        let after = after_run(run_end, Delivery::default_for(record.at_most_once));
+        let after = after_run(
+            run_end,
+            Delivery::default_for(record.at_most_once),
+            record.on_failure,
+        );
         match after {
-            AfterRun::Complete => {
-                self.complete(target, &token, reply, end, lease)
+            AfterRun::Complete | AfterRun::CompleteFor(_) => {
+                let retention = match after {
+                    AfterRun::CompleteFor(retention) => Some(retention),
+                    _ => None,
+                };
+                self.complete(target, &token, reply, end, lease, retention)
                     .instrument(tracing::info_span!("complete"))
                     .await
             }
@@ -443,7 +452,7 @@ impl<S: Store> Executor<S> {
             &record.token,
             &token,
             lease_until_ms,
-            self.expiry_from(call.call.policy_name(), now),
+            self.expiry_from(call.call.policy_name(), now, None),
         );
         if let Err(e) = self.bounded(end, handed).await {
             if !matches!(e, StoreError::LeaseLost) {
@@ -504,9 +513,10 @@ impl<S: Store> Executor<S> {
             fingerprint: call.fingerprint,
             tool: call.call.tool,
             lease_until_ms: self.lease_until_ms(now, end, lease),
-            expires_at_s: self.expiry_from(call.call.policy_name(), now),
+            expires_at_s: self.expiry_from(call.call.policy_name(), now, None),
             owner: None,
             at_most_once: call.delivery == Delivery::AtMostOnce,
+            on_failure: self.on_failure(call),
             path_digests: call.caller.and_then(|c| c.path_digests),
             about: CallAbout {
                 namespace: call.call.namespace,
@@ -536,7 +546,7 @@ impl<S: Store> Executor<S> {
             call.key,
             token,
             lease_until_ms,
-            self.expiry_from(call.call.policy_name(), now),
+            self.expiry_from(call.call.policy_name(), now, None),
         );
         match lease {
             Lease::Covering { .. } => self.bounded(end, extend).await,
@@ -565,17 +575,29 @@ impl<S: Store> Executor<S> {
     }
 
     /// The expiry of a record of `tool` written at `now_ms`: the tool policy's `ttl_seconds`
-    /// later, else `DEDUP_TTL_SECONDS` later.
-    fn expiry_from(&self, tool: &str, now_ms: i64) -> i64 {
+    /// later, else `DEDUP_TTL_SECONDS` later; a failure's shorter `retention` when it has one.
+    fn expiry_from(&self, tool: &str, now_ms: i64, retention: Option<Duration>) -> i64 {
         let ttl = self
             .keyer
             .policies()
             .get(tool)
             .and_then(|p| p.ttl)
             .unwrap_or(self.settings.ttl);
+        let ttl = retention.map_or(ttl, |retention| retention.min(ttl));
         now_ms
             .div_euclid(1000)
             .saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+    }
+
+    /// What a failure reply does to `call`: its policy's `failures`, else the default for its
+    /// delivery. Fixed at the claim ([`ClaimRequest::on_failure`]); the invocation that ran the
+    /// tool settles with the same executor, one that did not reads the claim's.
+    fn on_failure(&self, call: Keyed<'_>) -> OnFailure {
+        self.keyer
+            .policies()
+            .get(call.call.policy_name())
+            .and_then(|p| p.on_failure)
+            .unwrap_or(OnFailure::default_for(call.delivery))
     }
 
     fn wait_bound(&self, end: Instant) -> Duration {
@@ -672,10 +694,15 @@ impl<S: Store> Executor<S> {
         let Some(token) = token else {
             return settled;
         };
-        match after_run(run_end, call.delivery) {
-            AfterRun::Complete => {
+        let after = after_run(run_end, call.delivery, self.on_failure(call));
+        match after {
+            AfterRun::Complete | AfterRun::CompleteFor(_) => {
+                let retention = match after {
+                    AfterRun::CompleteFor(retention) => Some(retention),
+                    _ => None,
+                };
                 if let Settled::Executed { reply } = &settled {
-                    self.complete(Settling::of(call), token, reply, end, lease)
+                    self.complete(Settling::of(call), token, reply, end, lease, retention)
                         .instrument(tracing::info_span!("complete"))
                         .await;
                 }
@@ -773,8 +800,9 @@ impl<S: Store> Executor<S> {
         reply: &[u8],
         end: Instant,
         lease: Lease,
+        retention: Option<Duration>,
     ) {
-        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), retention);
         let store = Arc::clone(&self.store);
         let (key, token, result) = (call.key.to_string(), token.clone(), reply.to_vec());
         let write =
@@ -828,7 +856,7 @@ impl<S: Store> Executor<S> {
             "the side effect may have happened and the tool is at_most_once: the call is settled \
              as outcome unknown until an operator settles it (dedup settle)"
         );
-        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms());
+        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
         let write = self.store.settle_unknown(call.key, token, expires_at_s);
         if let Err(e) = self.bounded(end, write).await {
             tracing::warn!(error = %e, "could not settle the call as outcome unknown; its claim, \

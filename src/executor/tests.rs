@@ -302,6 +302,7 @@ fn completed(key: &str, expires_at_s: i64) -> Record {
         omitted_result_bytes: None,
         outcome_unknown: false,
         at_most_once: false,
+        on_failure: Default::default(),
         path_digests: None,
         offloaded: None,
         about: Default::default(),

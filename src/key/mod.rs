@@ -32,7 +32,8 @@ pub use caller::{
 };
 pub use json::{Node, parse as parse_json};
 pub use policy::{
-    DedupSwitch, Delivery, PolicyError, PolicySet, ToolPolicy, Undeclared, field_path,
+    DEFAULT_FAILURE_TTL, DedupSwitch, Delivery, OnFailure, PolicyError, PolicySet, ToolPolicy,
+    Undeclared, field_path,
 };
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
 

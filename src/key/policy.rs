@@ -62,6 +62,15 @@ pub enum PolicyError {
         /// The tool the rule belongs to.
         tool: String,
     },
+    /// `failures: retry` stores no failure, so a failure retention means nothing.
+    #[error(
+        "policy for tool {tool:?}: failure_ttl_seconds is how long a replayed failure replays; \
+         with failures = \"retry\" no failure is stored (use failures = \"replay\")"
+    )]
+    RetriedFailureTtl {
+        /// The tool the rule belongs to.
+        tool: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +101,49 @@ struct ToolPolicySpec {
     /// the schema declares properties.
     #[serde(default)]
     undeclared: Undeclared,
+    /// What a failure reply does: `replay` it or let the `retry` run (see [`OnFailure`]).
+    failures: Option<Failures>,
+    /// How long a replayed failure is replayed, when not the whole retention.
+    failure_ttl_seconds: Option<u64>,
+}
+
+/// `failures` in a tool's policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Failures {
+    Replay,
+    Retry,
+}
+
+/// How long a failure is replayed by default, for a tool that is not `at_most_once`: long enough to
+/// absorb a burst of retries of one failed call, short enough that the agent's next deliberate
+/// attempt runs (docs/keys.md, "Failures").
+pub const DEFAULT_FAILURE_TTL: Duration = Duration::from_secs(60);
+
+/// What a failure reply (Bedrock `FAILURE`, HTTP 5xx, MCP `isError`) does to the call. Fixed when
+/// the call is claimed and stored with the claim, so that whoever settles the claim later (an
+/// interceptor RESPONSE, after a config change) applies the rule the call was claimed under.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnFailure {
+    /// Stored and replayed like a success, for the record's whole retention (an `at_most_once`
+    /// tool's default: its failure may have acted halfway).
+    #[default]
+    Replay,
+    /// Stored and replayed for this long, then the call runs again (others' default:
+    /// [`DEFAULT_FAILURE_TTL`]).
+    ReplayFor(Duration),
+    /// Not stored: the claim is released and a retry runs at once (Powertools' rule).
+    Retry,
+}
+
+impl OnFailure {
+    /// The default for a tool whose unknown outcomes follow `delivery`.
+    pub const fn default_for(delivery: Delivery) -> OnFailure {
+        match delivery {
+            Delivery::AtMostOnce => OnFailure::Replay,
+            Delivery::AtLeastOnce => OnFailure::ReplayFor(DEFAULT_FAILURE_TTL),
+        }
+    }
 }
 
 /// What a member the schema does not declare does to the key (`undeclared` in a tool's policy).
@@ -224,6 +276,9 @@ pub struct ToolPolicy {
     pub delivery: Delivery,
     /// What members the schema does not declare do to the key.
     pub undeclared: Undeclared,
+    /// `failures` and `failure_ttl_seconds`, when the policy says; else [`OnFailure::default_for`]
+    /// the call's delivery.
+    pub on_failure: Option<OnFailure>,
     /// What the tool's keys depend on in the policy (its own entry and the definitions that type
     /// it), hashed: 12 hex digits, stored with each record. Another fingerprint may mean other
     /// keys for the same calls (`dedup key --compare-policy` says which).
@@ -308,6 +363,15 @@ impl PolicySet {
                 ),
                 None => None,
             };
+            let on_failure = match (spec.failures, spec.failure_ttl_seconds) {
+                (Some(Failures::Retry), Some(_)) => {
+                    return Err(PolicyError::RetriedFailureTtl { tool });
+                }
+                (Some(Failures::Retry), None) => Some(OnFailure::Retry),
+                (_, Some(seconds)) => Some(OnFailure::ReplayFor(Duration::from_secs(seconds))),
+                (Some(Failures::Replay), None) => Some(OnFailure::Replay),
+                (None, None) => None,
+            };
             tools.insert(
                 tool,
                 ToolPolicy {
@@ -319,6 +383,7 @@ impl PolicySet {
                         .delivery
                         .unwrap_or(Delivery::default_for(spec.destructive)),
                     undeclared: spec.undeclared,
+                    on_failure,
                     fingerprint: String::new(),
                 },
             );
@@ -400,6 +465,7 @@ impl ToolPolicy {
             ttl: None,
             delivery: Delivery::AtLeastOnce,
             undeclared: Undeclared::Key,
+            on_failure: None,
             fingerprint: String::new(),
         }
     }

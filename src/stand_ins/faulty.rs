@@ -118,6 +118,7 @@ impl<S: Store> Faulty<S> {
                 expires_at_s,
                 owner: None,
                 at_most_once: false,
+                on_failure: Default::default(),
                 path_digests: None,
                 about: CallAbout::default(),
             })

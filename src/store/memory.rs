@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::OnFailure;
 use super::codec::{EncodedResult, decode_result, encode_result};
 use super::{
     ClaimOutcome, ClaimRequest, Clock, Completion, DEFAULT_COMPRESS_THRESHOLD, LeaseToken, Op,
@@ -51,6 +52,7 @@ struct Stored {
     /// Set when settled as outcome unknown ([`Store::settle_unknown`]).
     outcome_unknown: bool,
     at_most_once: bool,
+    on_failure: OnFailure,
     path_digests: Option<String>,
     about: RecordAbout,
 }
@@ -97,6 +99,7 @@ impl Stored {
             omitted_result_bytes: self.omitted_result_bytes,
             outcome_unknown: self.outcome_unknown,
             at_most_once: self.at_most_once,
+            on_failure: self.on_failure,
             path_digests: self.path_digests.clone(),
             offloaded: None,
             about: self.about.clone(),
@@ -191,6 +194,7 @@ impl MemoryStore {
                 omitted_result_bytes: None,
                 outcome_unknown: false,
                 at_most_once: req.at_most_once,
+                on_failure: req.on_failure,
                 path_digests: req.path_digests.map(str::to_owned),
                 about: RecordAbout::from_call(&req.about),
             },
@@ -403,6 +407,7 @@ impl MemoryStore {
                 omitted_result_bytes: None,
                 outcome_unknown: false,
                 at_most_once: false,
+                on_failure: OnFailure::Replay,
                 path_digests: None,
                 about: RecordAbout::default(),
             },
@@ -567,6 +572,7 @@ mod tests {
             expires_at_s,
             owner: None,
             at_most_once: false,
+            on_failure: Default::default(),
             path_digests: None,
             about: CallAbout::default(),
         };

@@ -42,6 +42,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub use crate::key::OnFailure;
+
 mod codec;
 pub mod dynamodb;
 pub mod memory;
@@ -278,6 +280,8 @@ pub struct ClaimRequest<'a> {
     /// The tool is `at_most_once`: once the lease ends, nobody takes the claim over; the call's
     /// outcome is unknown until an operator settles it.
     pub at_most_once: bool,
+    /// What a failure reply does to this call, fixed at the claim.
+    pub on_failure: OnFailure,
     /// For a call keyed by its caller's key: a digest per argument leaf, so that a repeat with
     /// other arguments can be told which paths differ ([`crate::key::differing_paths`]).
     pub path_digests: Option<&'a str>,
@@ -465,6 +469,8 @@ pub struct Record {
     pub outcome_unknown: bool,
     /// The claim was taken `at_most_once` ([`ClaimRequest::at_most_once`]).
     pub at_most_once: bool,
+    /// The claim's [`ClaimRequest::on_failure`].
+    pub on_failure: OnFailure,
     /// The claim's [`ClaimRequest::path_digests`].
     pub path_digests: Option<String>,
     /// Set on a completed record whose result is in the results bucket ([`offload`]). The store
@@ -903,6 +909,7 @@ mod tests {
             expires_at_s,
             owner: None,
             at_most_once: false,
+            on_failure: Default::default(),
             path_digests: None,
             about: CallAbout::default(),
         };

@@ -17,7 +17,7 @@ use toolcall_dedup::internals::bedrock::ActionGroupEvent;
 use toolcall_dedup::internals::port::Forward;
 use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::stand_ins::demo::{DemoTool, InProcess, StandIn};
-use toolcall_dedup::store::{MemoryStore, Store};
+use toolcall_dedup::store::{ManualClock, MemoryStore, Store};
 use toolcall_dedup::telemetry::{Outcome, Sink, Telemetry};
 
 // ---------------------------------------------------------------------------------------------
@@ -309,11 +309,12 @@ impl StandIn for AnswersWith {
 
 #[tokio::test]
 async fn an_openapi_status_decides_by_what_it_says_the_tool_did() {
-    // 5xx: failed while acting, stored and replayed. 4xx: refused before acting, released, so an
+    // 5xx: failed while acting, stored and replayed (for the default failure retention). 503:
+    // a retry may cure it (issue 51), released. 4xx: refused before acting, released, so an
     // identical retry runs. 409 and 429: "not now", kept until the lease ends.
     for (status, retry, calls) in [
         (500, Outcome::Replayed, 1),
-        (503, Outcome::Replayed, 1),
+        (503, Outcome::Executed, 2),
         (400, Outcome::Executed, 2),
         (422, Outcome::Executed, 2),
         (404, Outcome::Executed, 2),
@@ -923,4 +924,110 @@ async fn a_tools_ttl_seconds_sets_its_records_life_on_moto() {
         servers::dynamodb_store(servers::Backend::Moto, clock).await,
     )
     .await;
+}
+
+/// A function-details tool that answers every call with a Bedrock `FAILURE`; counts calls.
+struct FailsWhileActing {
+    calls: AtomicU32,
+}
+
+impl StandIn for FailsWhileActing {
+    async fn answer(
+        &self,
+        _: &str,
+        forward: Forward,
+        _: Duration,
+    ) -> Result<Vec<u8>, DispatchError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let ev: Value = serde_json::from_slice(&forward.payload).unwrap();
+        let reply = json!({"messageVersion": "1.0", "response": {
+            "actionGroup": ev["actionGroup"], "function": ev["function"],
+            "functionResponse": {"responseState": "FAILURE",
+                "responseBody": {"TEXT": {"body": "the payment provider answered 502"}}}}});
+        Ok(serde_json::to_vec(&reply).unwrap())
+    }
+}
+
+/// Issue 51: what a Bedrock `FAILURE` does under each tool policy, on one clock the test moves.
+/// `(policy, seconds later, whether the repeat runs the tool again)` for one call and its repeat.
+async fn a_failure_replays_as_the_claims_rule_says<S: Store>(stores: [(S, ManualClock); 5]) {
+    let default_ttl = Config::default().ttl.as_secs() as i64;
+    let cases = [
+        // No policy: the default failure retention (60 s) absorbs a burst, then the call runs.
+        (r#"{}"#, 59, false),
+        (r#"{}"#, 61, true),
+        // A destructive tool (at most once) replays its failure for the whole retention.
+        (
+            r#"{"tools": {"charge_card": {"destructive": true}}}"#,
+            default_ttl - 1,
+            false,
+        ),
+        // `failures = "retry"`: nothing is pinned, the repeat runs at once.
+        (
+            r#"{"tools": {"charge_card": {"failures": "retry"}}}"#,
+            0,
+            true,
+        ),
+        // A retention of its own.
+        (
+            r#"{"tools": {"charge_card": {"failure_ttl_seconds": 5}}}"#,
+            6,
+            true,
+        ),
+    ];
+    for ((policy, later_s, runs_again), (store, clock)) in cases.into_iter().zip(stores) {
+        let config = Config {
+            policies: PolicySet::parse(policy, false).unwrap(),
+            ..Config::default()
+        };
+        let tool = FailsWhileActing {
+            calls: AtomicU32::new(0),
+        };
+        let h = handler(store, InProcess::new(tool), &config);
+        let ev = event("fd-charge_card.json");
+        let first = send(&h, &ev).await;
+        assert_eq!(first.outcome, Outcome::Executed, "{policy}");
+        let soon = send(&h, &ev).await;
+        let expected = if policy.contains("retry") {
+            Outcome::Executed
+        } else {
+            Outcome::Replayed
+        };
+        assert_eq!(soon.outcome, expected, "{policy}: at once");
+        let calls_before = h.dispatcher().calls.load(Ordering::SeqCst);
+        clock.advance(Duration::from_secs(later_s as u64));
+        let later = send(&h, &ev).await;
+        let ran = h.dispatcher().calls.load(Ordering::SeqCst) > calls_before;
+        assert_eq!(
+            ran, runs_again,
+            "{policy}: {later_s} s later ({:?})",
+            later.outcome
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failure_replays_as_the_claims_rule_says_on_memory() {
+    let clock = ManualClock::starting_now;
+    a_failure_replays_as_the_claims_rule_says([(); 5].map(|()| {
+        let clock = clock();
+        (MemoryStore::new().with_clock(clock.clone()), clock)
+    }))
+    .await;
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_failure_replays_as_the_claims_rule_says_on_moto() {
+    let moto = servers::Backend::Moto;
+    let mut stores = Vec::new();
+    for _ in 0..5 {
+        let clock = ManualClock::starting_now();
+        stores.push((servers::dynamodb_store(moto, clock.clone()).await, clock));
+    }
+    let stores: [_; 5] = stores.try_into().unwrap_or_else(|_| unreachable!());
+    a_failure_replays_as_the_claims_rule_says(stores).await;
 }

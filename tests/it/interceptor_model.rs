@@ -187,6 +187,7 @@ impl Interceptor {
             omitted_result_bytes: None,
             outcome_unknown: false,
             at_most_once: false,
+            on_failure: Default::default(),
             path_digests: None,
             offloaded: None,
             about: Default::default(),
@@ -225,6 +226,7 @@ impl Interceptor {
             expires_at_s: now_ms.div_euclid(1000) + i64::from(self.ttl_ticks),
             owner: None,
             at_most_once: false,
+            on_failure: Default::default(),
             path_digests: None,
             about: CallAbout::default(),
         };

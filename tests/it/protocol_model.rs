@@ -35,7 +35,7 @@ use stateright::{Checker, HasDiscoveries, Model, Property};
 use toolcall_dedup::config::Mode;
 use toolcall_dedup::internals::decide::ReplyClass;
 use toolcall_dedup::internals::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
-use toolcall_dedup::key::Delivery;
+use toolcall_dedup::key::{Delivery, OnFailure};
 use toolcall_dedup::store::{
     CallAbout, ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError,
 };
@@ -65,6 +65,8 @@ struct Protocol {
     /// Record life from completion.
     ttl_ticks: u8,
     delivery: Delivery,
+    /// What a failure reply does (issue 51): the claim records it, and `after_run` follows it.
+    on_failure: OnFailure,
     bug: Option<Bug>,
 }
 
@@ -123,6 +125,9 @@ struct State {
     next_token: u8,
     /// A takeover the protocol allows happened (see the module docs).
     rerun_allowed: bool,
+    /// Effects that ended in a failure the claim's rule lets run again (released, or replayed
+    /// for a short retention): each allows one more effect.
+    retried_failures: u8,
 }
 
 /// How a running side effect ends.
@@ -142,6 +147,10 @@ enum Ending {
     Rejected,
     /// "Not now" (HTTP 409/429): it may have acted first.
     NotNow,
+    /// Acted and answered a failure (Bedrock FAILURE, HTTP 5xx, MCP `isError`).
+    Failed,
+    /// Answered a failure it says a retry may cure (HTTP 503, flagged retryable).
+    Retryable,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -178,6 +187,7 @@ impl Protocol {
             omitted_result_bytes: None,
             outcome_unknown: stored.outcome_unknown,
             at_most_once: stored.at_most_once,
+            on_failure: OnFailure::Replay,
             path_digests: None,
             offloaded: None,
             about: Default::default(),
@@ -236,6 +246,7 @@ impl Protocol {
             expires_at_s: now_s + i64::from(self.ttl_ticks),
             owner: None,
             at_most_once: self.delivery == Delivery::AtMostOnce,
+            on_failure: self.on_failure,
             path_digests: None,
             about: CallAbout::default(),
         };
@@ -259,7 +270,11 @@ impl Protocol {
 
     /// The product's after-run rule, with [`Bug::CrashReleases`] at the boundary.
     fn after(&self, end: RunEnd) -> AfterRun {
-        match (self.bug, end, after_run(end, self.delivery)) {
+        match (
+            self.bug,
+            end,
+            after_run(end, self.delivery, self.on_failure),
+        ) {
             (
                 Some(Bug::CrashReleases),
                 RunEnd::Failed {
@@ -301,6 +316,7 @@ impl Model for Protocol {
                 effects: Vec::new(),
                 next_token: 1,
                 rerun_allowed: false,
+                retried_failures: 0,
             })
             .collect()
     }
@@ -328,6 +344,8 @@ impl Model for Protocol {
                             Ending::CrashAfterEffect,
                             Ending::TimedOut,
                             Ending::NotNow,
+                            Ending::Failed,
+                            Ending::Retryable,
                         ],
                         None => &[
                             Ending::TimedOut,
@@ -442,15 +460,30 @@ impl Model for Protocol {
                     },
                     Ending::Rejected => RunEnd::Replied(ReplyClass::Rejected),
                     Ending::NotNow => RunEnd::Replied(ReplyClass::NotNow),
+                    Ending::Failed => RunEnd::Replied(ReplyClass::Failure),
+                    Ending::Retryable => RunEnd::Replied(ReplyClass::Retryable),
                 };
                 let held = Self::held_by(&state.record, token, now_ms);
                 let life_s = now_ms.div_euclid(1000) + i64::from(self.ttl_ticks);
-                match self.after(end) {
+                let after = self.after(end);
+                if matches!(ending, Ending::Failed | Ending::Retryable)
+                    && matches!(after, AfterRun::Release | AfterRun::CompleteFor(_))
+                {
+                    state.retried_failures += 1;
+                }
+                match after {
                     AfterRun::Complete if held && ending != Ending::CompletionLost => {
                         let record = state.record.as_mut().unwrap();
                         record.status = Status::Completed;
                         record.result = effect;
                         record.expires_at_s = life_s;
+                    }
+                    AfterRun::CompleteFor(retention) if held => {
+                        let record = state.record.as_mut().unwrap();
+                        record.status = Status::Completed;
+                        record.result = effect;
+                        record.expires_at_s =
+                            now_ms.div_euclid(1000) + i64::try_from(retention.as_secs()).unwrap();
                     }
                     AfterRun::Release if held => state.record = None,
                     AfterRun::SettleUnknown if held => {
@@ -477,7 +510,7 @@ impl Model for Protocol {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("at most once", |_, s: &State| {
-                s.effects.len() <= 1 || s.rerun_allowed
+                s.effects.len() <= 1 + usize::from(s.retried_failures) || s.rerun_allowed
             }),
             Property::always("replies come from effects", |_, s: &State| {
                 let replies: Vec<u8> = s
@@ -489,7 +522,9 @@ impl Model for Protocol {
                     })
                     .collect();
                 replies.iter().all(|e| usize::from(*e) <= s.effects.len())
-                    && (s.rerun_allowed || replies.windows(2).all(|w| w[0] == w[1]))
+                    && (s.rerun_allowed
+                        || s.retried_failures > 0
+                        || replies.windows(2).all(|w| w[0] == w[1]))
             }),
             Property::always("no claim held past its lease", |_, s: &State| {
                 let Some(stored) = &s.record else { return true };
@@ -534,6 +569,7 @@ fn protocol(delivery: Delivery, bug: Option<Bug>) -> Protocol {
         // owner may run, and completed records expire within the run.
         ttl_ticks: 1,
         delivery,
+        on_failure: OnFailure::default_for(delivery),
         bug,
     }
 }
@@ -585,10 +621,26 @@ where
 
 #[test]
 fn the_protocol_keeps_every_invariant_for_both_deliveries() {
-    for delivery in [Delivery::AtLeastOnce, Delivery::AtMostOnce] {
-        let checker = protocol(delivery, None).checker().spawn_bfs().join();
+    // Each delivery with its kind of default rule for failures (a short retention: one tick, so it
+    // ends inside the run), and a failure that releases its claim.
+    for (delivery, on_failure) in [
+        (
+            Delivery::AtLeastOnce,
+            OnFailure::ReplayFor(Duration::from_secs(1)),
+        ),
+        (
+            Delivery::AtMostOnce,
+            OnFailure::default_for(Delivery::AtMostOnce),
+        ),
+        (Delivery::AtLeastOnce, OnFailure::Retry),
+    ] {
+        let model = Protocol {
+            on_failure,
+            ..protocol(delivery, None)
+        };
+        let checker = model.checker().spawn_bfs().join();
         eprintln!(
-            "{delivery:?}: {} unique states, no discovery expected",
+            "{delivery:?}, {on_failure:?}: {} unique states, no discovery expected",
             checker.unique_state_count()
         );
         assert!(

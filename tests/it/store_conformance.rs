@@ -58,6 +58,7 @@ impl<S: Store + 'static> Ctx<S> {
             expires_at_s: now.div_euclid(1000) + TTL_S,
             owner: None,
             at_most_once: false,
+            on_failure: Default::default(),
             path_digests: None,
             about: CallAbout::default(),
         }
@@ -85,6 +86,7 @@ impl<S: Store + 'static> Ctx<S> {
             .store
             .claim(ClaimRequest {
                 at_most_once: true,
+                on_failure: Default::default(),
                 ..self.req(key)
             })
             .await
@@ -734,6 +736,7 @@ async fn an_at_most_once_claim_is_never_taken_over_and_reads_as_outcome_unknown<
     let key = cx.key("amo");
     let req = ClaimRequest {
         at_most_once: true,
+        on_failure: Default::default(),
         ..cx.req(&key)
     };
     let ClaimOutcome::Claimed { token } = cx.store.claim(req).await.unwrap() else {
@@ -875,6 +878,7 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     let dead = cx.key("dead-owner");
     let dead_req = ClaimRequest {
         at_most_once: true,
+        on_failure: Default::default(),
         ..cx.req(&dead)
     };
     let ClaimOutcome::Claimed { token } = cx.store.claim(dead_req).await.unwrap() else {
@@ -953,6 +957,7 @@ async fn fifty_concurrent_claims_have_exactly_one_winner<S: Store + 'static>(cx:
                     expires_at_s,
                     owner: None,
                     at_most_once: false,
+                    on_failure: Default::default(),
                     path_digests: None,
                     about: CallAbout::default(),
                 };
@@ -1037,6 +1042,7 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
     let charge = ClaimRequest {
         tool: "charge_card",
         at_most_once: true,
+        on_failure: Default::default(),
         ..cx.req(&charging)
     };
     assert!(matches!(
@@ -1815,6 +1821,7 @@ async fn a_table_made_before_the_index_gets_it(backend: Backend) {
     let key = cx.key("old");
     let req = ClaimRequest {
         at_most_once: true,
+        on_failure: Default::default(),
         ..cx.req(&key)
     };
     assert!(matches!(
@@ -2080,6 +2087,7 @@ impl<S: Store> Twin<S> {
                     expires_at_s: now_ms.div_euclid(1000) + ttl_s,
                     owner: None,
                     at_most_once: false,
+                    on_failure: Default::default(),
                     path_digests: None,
                     about: CallAbout::default(),
                 };

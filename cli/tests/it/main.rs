@@ -46,6 +46,7 @@ pub async fn at_most_once_claim(
         expires_at_s: now / 1000 + 3_600,
         owner: None,
         at_most_once: true,
+        on_failure: Default::default(),
         path_digests: None,
         about: Default::default(),
     };

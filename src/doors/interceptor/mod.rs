@@ -66,8 +66,8 @@ use crate::doors::agentcore::{
     TOOL_NAME_DELIMITER, gateway_id, gateway_id_of_arn, gateway_id_of_host,
 };
 use crate::doors::port::{
-    Answers, DedupInfo, Notice, NoticeKind, Sessionless, ToolCall, json_type, refusal,
-    scoped_namespace, step_value,
+    Answers, DedupInfo, Notice, NoticeKind, Sessionless, ToolCall, classify_result, json_type,
+    refusal, scoped_namespace, step_value,
 };
 use crate::key::CallerKeyScope;
 
@@ -723,14 +723,7 @@ impl<'a> Interception<'a> {
             409 | 429 => Err(true),
             400..=499 => Err(false),
             500.. => Err(true),
-            _ => {
-                let class = if result.get("isError").and_then(Value::as_bool) == Some(true) {
-                    ReplyClass::Failure
-                } else {
-                    ReplyClass::Success
-                };
-                Ok((result.to_string(), class))
-            }
+            _ => Ok((result.to_string(), classify_result(result))),
         })
     }
 }

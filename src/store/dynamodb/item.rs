@@ -2,6 +2,9 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::key::OnFailure;
 
 use super::{
     ClaimRequest, DynamoDbConfig, DynamoDbStore, EncodedResult, LeaseToken, Offloaded, Record,
@@ -32,6 +35,9 @@ pub mod attr {
     pub(crate) const OUTCOME_UNKNOWN: &str = "outcome_unknown";
     /// On a claim of an `at_most_once` tool: `true` (BOOL); never taken over.
     pub(crate) const AT_MOST_ONCE: &str = "at_most_once";
+    /// What a failure reply does (N, seconds): `0` releases the claim, more replays the failure
+    /// that long; absent, it replays for the record's whole retention.
+    pub(crate) const ON_FAILURE: &str = "on_failure";
     /// On a claim keyed by its caller's key: a digest per argument leaf (S).
     pub(crate) const PATH_DIGESTS: &str = "path_digests";
     /// On a completed record whose result is in the results bucket: the object's key (S).
@@ -122,6 +128,18 @@ impl DynamoDbStore {
         }
         if req.at_most_once {
             item.insert(attr::ATTENTION.into(), s(ATTENTION_CLAIM));
+        }
+        match req.on_failure {
+            OnFailure::Replay => {}
+            OnFailure::ReplayFor(retention) => {
+                item.insert(
+                    attr::ON_FAILURE.into(),
+                    n(i64::try_from(retention.as_secs().max(1)).unwrap_or(i64::MAX)),
+                );
+            }
+            OnFailure::Retry => {
+                item.insert(attr::ON_FAILURE.into(), n(0));
+            }
         }
         if let Some(digests) = req.path_digests {
             item.insert(attr::PATH_DIGESTS.into(), s(digests));
@@ -235,6 +253,13 @@ pub fn decode_item(
             item.get(attr::AT_MOST_ONCE),
             Some(AttributeValue::Bool(true))
         ),
+        on_failure: match item.get(attr::ON_FAILURE) {
+            None => OnFailure::Replay,
+            Some(_) => match get_n(item, attr::ON_FAILURE)? {
+                0 => OnFailure::Retry,
+                seconds => OnFailure::ReplayFor(Duration::from_secs(seconds.unsigned_abs())),
+            },
+        },
         path_digests: optional_s(item, attr::PATH_DIGESTS),
         offloaded,
         about: RecordAbout {
