@@ -617,15 +617,30 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
             .arg("--client-context-ascii")
             .arg(context.to_string())
             .current_dir(root);
+        let ledger_before = toolcall_dedup::stand_ins::demo::read_ledger(&ledger)
+            .unwrap()
+            .len();
         // A process that exits leaves the invoke unanswered: it would hang to the limit.
         let (succeeded, out, err) = run_to_end(&mut cmd, Duration::from_secs(60));
         if processed {
             assert!(succeeded, "{context}: {out}{err}");
             assert!(out.contains("receipt_id"), "{context}: {out}{err}");
-        } else if !succeeded {
+        } else {
+            // Refused in the Lambda error format: no door can answer bare arguments, and a
+            // numeric tool name is no tool name.
+            assert!(!succeeded, "{context}: {out}{err}");
             assert!(
                 err.contains("InvalidEvent") || out.contains("InvalidEvent"),
                 "{context}: {out}{err}"
+            );
+        }
+        if !processed {
+            let ledger_after = toolcall_dedup::stand_ins::demo::read_ledger(&ledger)
+                .unwrap()
+                .len();
+            assert_eq!(
+                ledger_after, ledger_before,
+                "{context}: the tool must not run"
             );
         }
         executor.assert_running(&dedup_log);
