@@ -629,6 +629,12 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
                        {k: v for k, v in s.items() if v["Type"] in (
                            "AWS::Bedrock::Agent", "AWS::BedrockAgentCore::Gateway", "AWS::IAM::Role")}))
 
+        sweep = s.get("SweepSchedule", {}).get("Properties", {})
+        rep.expect(f"[{scen}] a schedule sweeps unsettled at-most-once claims through the alias",
+                   [(t.get("Arn"), json.loads(t.get("Input", "null"))) for t in sweep.get("Targets", [])]
+                   == [("<Ref:DedupFunctionAliaslive>", {"toolcall-dedup": "sweep"})]
+                   and sweep.get("State") == "ENABLED", json.dumps(sweep))
+
         for gid in (k for k, v in s.items() if v["Type"] == "AWS::BedrockAgentCore::Gateway"):
             mcp = s[gid]["Properties"].get("ProtocolConfiguration", {}).get("Mcp", {})
             timeout = mcp.get("SessionConfiguration", {}).get("SessionTimeoutInSeconds")
@@ -662,14 +668,15 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
         # ---- permissions, agent, alias, log groups
         for rid in sorted(k for k, v in s.items() if v["Type"] in (
                 "AWS::Lambda::Permission", "AWS::Bedrock::Agent", "AWS::Bedrock::AgentAlias", "AWS::Logs::LogGroup",
-                "AWS::BedrockAgentCore::Gateway")):
+                "AWS::BedrockAgentCore::Gateway", "AWS::Events::Rule")):
             if rid in c:
                 rep.same(f"[{scen}] {rid} properties", s[rid]["Properties"], c[rid]["Properties"])
                 if s[rid]["Type"] == "AWS::Lambda::Permission":
                     p = s[rid]["Properties"]
-                    # Bedrock agents, or (the executor as a Lambda target) one AgentCore Gateway.
-                    principal = ("bedrock-agentcore.amazonaws.com" if rid == "AgentCoreGatewayInvokePermission"
-                                 else "bedrock.amazonaws.com")
+                    # Bedrock agents, (the executor as a Lambda target) one AgentCore Gateway, or the
+                    # sweep's schedule.
+                    principal = {"AgentCoreGatewayInvokePermission": "bedrock-agentcore.amazonaws.com",
+                                 "SweepInvokePermission": "events.amazonaws.com"}.get(rid, "bedrock.amazonaws.com")
                     rep.expect(f"[{scen}] {rid} is {principal} with SourceAccount and SourceArn",
                                p.get("Principal") == principal and p.get("SourceAccount")
                                and p.get("SourceArn") and "*" not in str(p.get("SourceArn")))

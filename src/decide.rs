@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | a reply: success | completed | the stored reply |
 //! | a reply: failed while acting (FAILURE, 5xx, `isError`) | as the claim's `on_failure` says: completed (replay), completed for a short retention (replay for), released (retry) | the stored reply, or a new run |
-//! | a reply: failed, and it says a retry may succeed (HTTP 503, an MCP result flagged `toolcall-dedup/retryable`) | released | a new run |
+//! | a reply: failed, and it says a retry may succeed (a result flagged `toolcall-dedup/retryable`) | released | a new run |
 //! | a reply: input refused before acting (REPROMPT, 4xx but 409/429) | released | a new run |
 //! | a reply: not now (409, 429) | kept until the lease ends (`at_most_once`: settled unknown) | "in progress", then a new run (`at_most_once`: "outcome unknown" until an operator settles it) |
 //! | no reply, and nothing ran (a `DedupNothingRan` error, an invoke never sent) | released | a new run |
@@ -201,8 +201,9 @@ pub enum ReplyClass {
     /// The tool failed while acting (Bedrock FAILURE, HTTP 5xx, MCP `isError`): stored and
     /// replayed as the claim's `on_failure` says (for the retention, for a short one, or not).
     Failure,
-    /// The tool failed and says a retry may succeed (HTTP 503, an MCP result whose `_meta` has
-    /// `"toolcall-dedup/retryable": true`): never pinned, the claim is released.
+    /// The tool failed and says a retry may succeed (an MCP-style result whose `_meta` has
+    /// `"toolcall-dedup/retryable": true`): never pinned, the claim is released. A bare HTTP 503
+    /// is not such a word: a tool that moved money and then lost its provider may answer it.
     Retryable,
     /// The tool refused its input before acting (Bedrock REPROMPT, HTTP 4xx other than 409 and
     /// 429): nothing happened, so the claim is released and a retry runs.
@@ -218,7 +219,6 @@ impl ReplyClass {
     pub fn from_http_status(status: u64) -> ReplyClass {
         match status {
             409 | 429 => ReplyClass::NotNow,
-            503 => ReplyClass::Retryable,
             400..=499 => ReplyClass::Rejected,
             500.. => ReplyClass::Failure,
             _ => ReplyClass::Success,
@@ -300,7 +300,8 @@ mod tests {
                 assert_eq!(end(ReplyClass::Rejected), AfterRun::Release);
             }
         }
-        assert_eq!(ReplyClass::from_http_status(503), ReplyClass::Retryable);
+        // A bare 503 is a failure like any 5xx: only the tool's explicit word releases it.
+        assert_eq!(ReplyClass::from_http_status(503), ReplyClass::Failure);
         assert_eq!(ReplyClass::from_http_status(500), ReplyClass::Failure);
     }
 

@@ -31,7 +31,7 @@
 //! | invoke never sent (connection refused, DNS failure) or refused before start (throttled, not found, ...) | no | released | `tool_error` notice |
 //! | tool reply not a reply of the caller's format | yes | kept until its lease ends | `tool_error` notice |
 //! | tool reply too large to store | yes | completed without it | the reply; repeats are told it ran |
-//! | tool failed while acting (FAILURE, HTTP 5xx, MCP `isError`) | yes | completed | the tool's reply, replayed to repeats |
+//! | tool failed while acting (FAILURE, HTTP 5xx, MCP `isError`) | yes | completed for the claim's failure retention (60 s by default; `at_most_once`: the whole retention), or released (`failures = "retry"`, a result flagged retryable) | the tool's reply, replayed to repeats within it |
 //! | tool refused its input (REPROMPT, HTTP 4xx but 409/429) | yes | released (nothing happened) | the tool's reply |
 //! | tool said "not now" (HTTP 409, 429) | yes | kept until its lease ends | the tool's reply |
 //!
@@ -58,7 +58,7 @@ use crate::doors::{Gate, Interception, RefusalKind};
 use crate::engine::Engine;
 use crate::executor::Executor;
 use crate::key::Keyer;
-use crate::store::Store;
+use crate::store::{Records, Store};
 use crate::telemetry::{InvocationReport, Outcome, Telemetry};
 
 pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Unanswerable};
@@ -342,19 +342,63 @@ fn deadline_instant(deadline_ms: Option<i64>, default_budget: Duration) -> Insta
     }
 }
 
+impl<S: Records, D: Dispatcher> Handler<S, D> {
+    /// Runs a sweep (a scheduled invocation: [`crate::sweep`]), reports it and announces each
+    /// call it settled as outcome unknown. A store that cannot be read fails the invocation, so the
+    /// schedule's failures show in the function's errors.
+    pub async fn sweep(&self, invocation: &Invocation) -> Result<Box<RawValue>, HandlerError> {
+        let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
+        let swept = crate::sweep::sweep(self.store(), crate::sweep::SWEEP_MARGIN)
+            .await
+            .map_err(|e| HandlerError::Internal(format!("the sweep cannot read the store: {e}")))?;
+        self.engine
+            .telemetry
+            .swept(&invocation.request_id, swept.found, swept.settled.len());
+        if let Some(events) = &self.events {
+            for record in &swept.settled {
+                let call = UnknownOutcome {
+                    key: &record.key,
+                    tool: Some(&record.tool),
+                    door: record.about.door(),
+                    request_id: &invocation.request_id,
+                };
+                let within =
+                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
+                events.outcome_unknown(&call, within).await;
+            }
+        }
+        let answer = serde_json::json!({"swept": swept.found, "settled": swept.settled.len()});
+        serde_json::value::to_raw_value(&answer).map_err(|e| HandlerError::Internal(e.to_string()))
+    }
+
+    /// One invocation: a sweep, or a call through its door.
+    pub(crate) async fn invoked(
+        &self,
+        event: &Value,
+        invocation: &Invocation,
+        client_context: Option<&ClientContext>,
+    ) -> Result<Box<RawValue>, HandlerError> {
+        if crate::sweep::is_sweep(event) {
+            return self.sweep(invocation).await;
+        }
+        self.handle_with_context(event, invocation, client_context)
+            .await
+            .response
+    }
+}
+
 /// Runs `handler` on the Lambda Runtime API ([`crate::runtime`]: every invocation is answered).
 pub async fn serve<S, D>(handler: Handler<S, D>) -> Result<(), RuntimeError>
 where
-    S: Store + 'static,
+    S: Records + 'static,
     D: Dispatcher + 'static,
 {
     crate::runtime::serve(|event, invocation, client_context| {
         let handler = &handler;
         async move {
             handler
-                .handle_with_context(&event, &invocation, client_context.as_ref())
+                .invoked(&event, &invocation, client_context.as_ref())
                 .await
-                .response
         }
     })
     .await

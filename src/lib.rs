@@ -68,6 +68,7 @@ mod runtime;
 #[cfg(feature = "stand-ins")]
 pub mod stand_ins;
 pub mod store;
+mod sweep;
 pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod test_util;

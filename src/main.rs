@@ -10,7 +10,7 @@ use toolcall_dedup::dispatch::{self, LambdaDispatcher};
 use toolcall_dedup::handler::{Handler, serve};
 use toolcall_dedup::internals::announce::EventBus;
 use toolcall_dedup::internals::reload::{Reloading, document_from_env};
-use toolcall_dedup::store::{DynamoDbStore, MemoryStore, ResultBucket, Store, dynamodb, offload};
+use toolcall_dedup::store::{DynamoDbStore, MemoryStore, Records, ResultBucket, dynamodb, offload};
 use toolcall_dedup::telemetry::Telemetry;
 
 // One thread: Lambda hands a container one invocation at a time, and a multi-threaded runtime
@@ -59,7 +59,7 @@ async fn run() -> Result<(), Error> {
 
 /// Serves the handler `config` describes; with a config document, the one its latest good
 /// version describes.
-async fn run_with<S: Store + Clone>(
+async fn run_with<S: Records + Clone>(
     store: S,
     dispatcher: LambdaDispatcher,
     config: Config,

@@ -18,7 +18,7 @@ use crate::config::source::{ConfigSource, LoadError, Loaded, Loader};
 use crate::dispatch::Dispatcher;
 use crate::handler::Handler;
 use crate::runtime::RuntimeError;
-use crate::store::Store;
+use crate::store::{Records, Store};
 use crate::telemetry::Telemetry;
 
 /// Default for `DEDUP_CONFIG_REFRESH_SECONDS`.
@@ -225,7 +225,14 @@ where
         }
         false
     }
+}
 
+impl<S, D, B> Reloading<S, D, B>
+where
+    S: Records + 'static,
+    D: Dispatcher + 'static,
+    B: Build<S, D> + 'static,
+{
     /// Runs on the Lambda Runtime API: each invocation goes to the handler in force.
     pub async fn serve(self) -> Result<(), RuntimeError> {
         let this = Arc::new(self);
@@ -234,9 +241,8 @@ where
             async move {
                 this.refresh_if_due();
                 this.current()
-                    .handle_with_context(&event, &invocation, client_context.as_ref())
+                    .invoked(&event, &invocation, client_context.as_ref())
                     .await
-                    .response
             }
         })
         .await

@@ -408,6 +408,26 @@ impl Telemetry {
         self.sink.write_line(&line.to_string());
     }
 
+    /// One sweep's report ([`crate::sweep`]): a log line, and the calls it settled as outcome
+    /// unknown as `settled_unknown` under the `Service` dimension (what the alarm watches).
+    pub(crate) fn swept(&self, request_id: &str, found: usize, settled: usize) {
+        tracing::info!(request_id, found, settled, "dedup sweep");
+        let Some(emf) = &self.emf else { return };
+        let line = json!({
+            "_aws": {
+                "Timestamp": now_ms(),
+                "CloudWatchMetrics": [{
+                    "Namespace": emf.namespace,
+                    "Dimensions": [["Service"]],
+                    "Metrics": [{"Name": "settled_unknown", "Unit": "Count"}],
+                }],
+            },
+            "Service": emf.service,
+            "settled_unknown": settled,
+        });
+        self.sink.write_line(&line.to_string());
+    }
+
     /// The tool-call line for `dedup audit`, if `DEDUP_LOG_CALLS` asks for it.
     pub fn call(&self, keyer: &Keyer, call: &Call<'_>, outcome: Outcome) {
         if self.log_calls == LogCalls::Off {

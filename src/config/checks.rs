@@ -106,16 +106,18 @@ fn catalogs_outlive_the_records_they_key(config: &Config) -> Result<(), ConfigEr
 fn failures_are_always_stored<F: Fn(&str) -> Option<String>>(
     vars: &Vars<F>,
 ) -> Result<(), ConfigError> {
-    if vars.flag("DEDUP_CACHE_FAILURES")? != Some(false) {
+    // Either value is refused: `true` asked for failures stored for the whole retention, which
+    // is no longer the default (issue 51), so a deployment that set it must say so per tool.
+    let Some(value) = vars.flag("DEDUP_CACHE_FAILURES")? else {
         return Ok(());
-    }
+    };
     Err(invalid(
         "DEDUP_CACHE_FAILURES",
-        "false",
-        "is retired: a failure reply (Bedrock FAILURE, HTTP 5xx, MCP isError) says the tool \
-         failed while acting, so it is always stored and replayed; a tool that refused its \
-         input answers REPROMPT or HTTP 4xx, or raises DedupNothingRan, and is released. \
-         Remove the variable",
+        if value { "true" } else { "false" },
+        "is retired: what a failure reply (Bedrock FAILURE, HTTP 5xx, MCP isError) does is each \
+         tool's policy: replayed for 60 s by default (an at_most_once tool's for the whole \
+         retention), failures = \"replay\" for the whole retention, failure_ttl_seconds for \
+         another, failures = \"retry\" to let the retry run. Remove the variable",
     ))
 }
 

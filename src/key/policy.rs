@@ -71,6 +71,15 @@ pub enum PolicyError {
         /// The tool the rule belongs to.
         tool: String,
     },
+    /// A failure replayed for no time is a failure not stored.
+    #[error(
+        "policy for tool {tool:?}: failure_ttl_seconds is at least 1; for no replay at all, use \
+         failures = \"retry\""
+    )]
+    NoFailureTtl {
+        /// The tool the rule belongs to.
+        tool: String,
+    },
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,9 +110,12 @@ struct ToolPolicySpec {
     /// the schema declares properties.
     #[serde(default)]
     undeclared: Undeclared,
-    /// What a failure reply does: `replay` it or let the `retry` run (see [`OnFailure`]).
+    /// What a failure reply does: `replay` it or let the `retry` run (see [`OnFailure`]). Not
+    /// part of the policy's fingerprint: it changes no key.
+    #[serde(skip_serializing)]
     failures: Option<Failures>,
-    /// How long a replayed failure is replayed, when not the whole retention.
+    /// How long a replayed failure is replayed, when not the whole retention (at least 1).
+    #[serde(skip_serializing)]
     failure_ttl_seconds: Option<u64>,
 }
 
@@ -368,6 +380,7 @@ impl PolicySet {
                     return Err(PolicyError::RetriedFailureTtl { tool });
                 }
                 (Some(Failures::Retry), None) => Some(OnFailure::Retry),
+                (_, Some(0)) => return Err(PolicyError::NoFailureTtl { tool }),
                 (_, Some(seconds)) => Some(OnFailure::ReplayFor(Duration::from_secs(seconds))),
                 (Some(Failures::Replay), None) => Some(OnFailure::Replay),
                 (None, None) => None,
@@ -474,6 +487,51 @@ impl ToolPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 51: `failures` and `failure_ttl_seconds` read as one rule, refuse what means
+    /// nothing, and leave the policy's fingerprint alone (they change no key).
+    #[test]
+    fn the_failure_rule_reads_as_written_and_changes_no_fingerprint() {
+        let rule = |spec: &str| {
+            PolicySet::parse(&format!(r#"{{"tools": {{"t": {spec}}}}}"#), false)
+                .map(|set| set.get("t").unwrap().on_failure)
+        };
+        assert_eq!(rule("{}").unwrap(), None);
+        assert_eq!(
+            rule(r#"{"failures": "replay"}"#).unwrap(),
+            Some(OnFailure::Replay)
+        );
+        assert_eq!(
+            rule(r#"{"failures": "retry"}"#).unwrap(),
+            Some(OnFailure::Retry)
+        );
+        assert_eq!(
+            rule(r#"{"failure_ttl_seconds": 5}"#).unwrap(),
+            Some(OnFailure::ReplayFor(Duration::from_secs(5)))
+        );
+        assert_eq!(
+            rule(r#"{"failures": "replay", "failure_ttl_seconds": 5}"#).unwrap(),
+            Some(OnFailure::ReplayFor(Duration::from_secs(5)))
+        );
+        assert!(matches!(
+            rule(r#"{"failures": "retry", "failure_ttl_seconds": 5}"#),
+            Err(PolicyError::RetriedFailureTtl { .. })
+        ));
+        assert!(matches!(
+            rule(r#"{"failure_ttl_seconds": 0}"#),
+            Err(PolicyError::NoFailureTtl { .. })
+        ));
+        let fingerprint = |spec: &str| {
+            let set = PolicySet::parse(&format!(r#"{{"tools": {{"t": {spec}}}}}"#), false).unwrap();
+            set.get("t").unwrap().fingerprint.clone()
+        };
+        assert_eq!(fingerprint("{}"), fingerprint(r#"{"failures": "retry"}"#));
+        assert_eq!(
+            fingerprint("{}"),
+            fingerprint(r#"{"failure_ttl_seconds": 9}"#)
+        );
+        assert_ne!(fingerprint("{}"), fingerprint(r#"{"key_fields": ["a"]}"#));
+    }
 
     #[test]
     fn tool_definitions_give_schemas_unless_tools_has_one() {

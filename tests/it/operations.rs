@@ -103,8 +103,11 @@ use std::collections::BTreeSet;
 use serde_yaml_ng::Value as Yaml;
 use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::handler::Handler;
+use toolcall_dedup::handler::Invocation;
 use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::store::MemoryStore;
+use toolcall_dedup::store::{
+    CallAbout, ClaimOutcome, ClaimRequest, ManualClock, MemoryStore, Records, Store,
+};
 use toolcall_dedup::telemetry::{Outcome, Sink};
 
 use crate::servers::Faulty;
@@ -343,24 +346,19 @@ async fn moto_config() -> aws_config::SdkConfig {
         .await
 }
 
-/// With an event bus, each call an invocation leaves with its outcome unknown is announced, with
-/// the key an operator settles; a call that ends otherwise is not. On moto: a rule on the
-/// default bus sends the events of this test's function to a queue the test reads.
-#[cfg_attr(
-    not(feature = "local-servers"),
-    ignore = "needs the local DynamoDB servers: run scripts/test"
-)]
-#[tokio::test]
-async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
+/// On moto: a rule on the default bus that sends `service`'s announcements to a new queue. The
+/// EventBridge client to announce with, and the queue to read them from.
+async fn announced_to_a_queue(
+    service: &str,
+) -> (aws_sdk_eventbridge::Client, aws_sdk_sqs::Client, String) {
     let aws = moto_config().await;
     let (events, sqs) = (
         aws_sdk_eventbridge::Client::new(&aws),
         aws_sdk_sqs::Client::new(&aws),
     );
-    let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
     let queue = sqs
         .create_queue()
-        .queue_name(&service)
+        .queue_name(service)
         .send()
         .await
         .unwrap()
@@ -379,14 +377,14 @@ async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
     let pattern = serde_json::json!({"source": [SOURCE], "detail": {"service": [service]}});
     events
         .put_rule()
-        .name(&service)
+        .name(service)
         .event_pattern(pattern.to_string())
         .send()
         .await
         .unwrap();
     events
         .put_targets()
-        .rule(&service)
+        .rule(service)
         .targets(
             aws_sdk_eventbridge::types::Target::builder()
                 .id("queue")
@@ -397,6 +395,38 @@ async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
         .send()
         .await
         .unwrap();
+
+    (events, sqs, queue)
+}
+
+/// Every message on `queue` now, as JSON.
+async fn queued(sqs: &aws_sdk_sqs::Client, queue: &str) -> Vec<Value> {
+    let received = sqs
+        .receive_message()
+        .queue_url(queue)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .send()
+        .await
+        .unwrap();
+    received
+        .messages()
+        .iter()
+        .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
+        .collect()
+}
+
+/// With an event bus, each call an invocation leaves with its outcome unknown is announced, with
+/// the key an operator settles; a call that ends otherwise is not. On moto: a rule on the
+/// default bus sends the events of this test's function to a queue the test reads.
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
+    let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
+    let (events, sqs, queue) = announced_to_a_queue(&service).await;
 
     let config = Config {
         policies: PolicySet::parse(
@@ -422,19 +452,7 @@ async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
     assert_eq!(crashed.outcome, Outcome::ToolError);
     let key = crashed.key.expect("the crashed call was keyed");
 
-    let received = sqs
-        .receive_message()
-        .queue_url(&queue)
-        .max_number_of_messages(10)
-        .wait_time_seconds(1)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<Value> = received
-        .messages()
-        .iter()
-        .map(|m| serde_json::from_str(m.body().unwrap()).unwrap())
-        .collect();
+    let bodies = queued(&sqs, &queue).await;
     assert_eq!(
         bodies.len(),
         1,
@@ -490,4 +508,117 @@ async fn an_unreachable_event_bus_changes_no_answer() {
         "{:?}",
         started.elapsed()
     );
+}
+
+/// Issue 51: an `at_most_once` claim whose invocation was killed (no settle, no repeat) is found by
+/// the scheduled sweep once its lease ended past the margin, settled as outcome unknown and
+/// announced exactly once: the next sweep announces nothing more, and the record tells a repeat
+/// the outcome is unknown. A claim inside the margin is left alone. Memory and moto, one event rule to a queue.
+async fn a_killed_at_most_once_call_is_swept_and_announced_once<S: Store + Records + Clone>(
+    store: S,
+    clock: ManualClock,
+) {
+    let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
+    let (events, sqs, queue) = announced_to_a_queue(&service).await;
+    let config = Config {
+        policies: PolicySet::parse(
+            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
+            false,
+        )
+        .unwrap(),
+        ..Config::default()
+    };
+    let h = Handler::new(
+        store.clone(),
+        Scripted::new(vec![]),
+        &config,
+        Telemetry::quiet(),
+    )
+    .with_event_bus(EventBus::new(events, "default", &service));
+    // What a killed invocation leaves: its claim, taken at most once, never settled.
+    let (killed, recent) = ("a".repeat(32), "b".repeat(32));
+    for key in [&killed, &recent] {
+        let now_ms = store.now_ms();
+        let claimed = store
+            .claim(ClaimRequest {
+                key,
+                fingerprint: "f",
+                tool: "charge_card",
+                lease_until_ms: now_ms + 10_000,
+                expires_at_s: now_ms / 1000 + 86_400,
+                owner: None,
+                at_most_once: true,
+                on_failure: Default::default(),
+                path_digests: None,
+                about: CallAbout {
+                    namespace: Some("bedrock:agent"),
+                    ..CallAbout::default()
+                },
+            })
+            .await
+            .unwrap();
+        assert!(
+            matches!(claimed, ClaimOutcome::Claimed { .. }),
+            "{claimed:?}"
+        );
+        // The recent one is claimed 30 s after the killed one: its lease ends inside the margin.
+        clock.advance(Duration::from_secs(30));
+    }
+    let invocation = Invocation {
+        request_id: "sweep-1".into(),
+        ..Invocation::default()
+    };
+    // Inside the killed claim's lease and margin, nothing is swept.
+    let early: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
+    assert_eq!(early, serde_json::json!({"swept": 0, "settled": 0}));
+    // 10 s lease + 60 s margin after the killed claim; the recent one is 30 s younger.
+    clock.advance(Duration::from_secs(15));
+    let first: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
+    assert_eq!(first, serde_json::json!({"swept": 1, "settled": 1}));
+    let again: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
+    assert_eq!(
+        again,
+        serde_json::json!({"swept": 0, "settled": 0}),
+        "settled once"
+    );
+    // What a repeat reads: the outcome is unknown (it is answered so; nothing re-runs).
+    let repeat = h.store().get(&killed).await.unwrap().unwrap();
+    assert!(repeat.is_outcome_unknown(h.store().now_ms()));
+    let record = store.get(&killed).await.unwrap().unwrap();
+    assert!(record.outcome_unknown, "{record:?}");
+    let recent_record = store.get(&recent).await.unwrap().unwrap();
+    assert!(
+        !recent_record.outcome_unknown,
+        "inside the margin: {recent_record:?}"
+    );
+
+    let bodies = queued(&sqs, &queue).await;
+    assert_eq!(bodies.len(), 1, "one announcement: {bodies:?}");
+    assert_eq!(bodies[0]["detail-type"], OUTCOME_UNKNOWN);
+    assert_eq!(bodies[0]["detail"]["key"], killed.as_str());
+    assert_eq!(bodies[0]["detail"]["tool"], "charge_card");
+    assert_eq!(bodies[0]["detail"]["door"], "bedrock");
+    assert_eq!(bodies[0]["detail"]["request_id"], "sweep-1");
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_killed_at_most_once_call_is_swept_and_announced_once_on_memory() {
+    let clock = ManualClock::starting_now();
+    let store = MemoryStore::new().with_clock(clock.clone());
+    a_killed_at_most_once_call_is_swept_and_announced_once(store, clock).await;
+}
+
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test]
+async fn a_killed_at_most_once_call_is_swept_and_announced_once_on_moto() {
+    let clock = ManualClock::starting_now();
+    let store = crate::servers::dynamodb_store(crate::servers::Backend::Moto, clock.clone()).await;
+    a_killed_at_most_once_call_is_swept_and_announced_once(store, clock).await;
 }

@@ -23,6 +23,7 @@ use aws_smithy_runtime_api::http::StatusCode;
 use aws_smithy_types::body::SdkBody;
 use servers::Backend;
 use tokio::task::JoinSet;
+use toolcall_dedup::key::OnFailure;
 use toolcall_dedup::store::dynamodb::BreakerOpen;
 use toolcall_dedup::store::table::{TtlState, create_table_with_client};
 use toolcall_dedup::store::{
@@ -151,6 +152,38 @@ fn race_rounds() -> usize {
 
 // ---------------------------------------------------------------------------------------------
 // The cases
+
+/// Issue 51: the rule for failures a claim was taken under is what a later reader (an interceptor
+/// RESPONSE in another invocation) gets back, through completion too; every store the same.
+async fn a_claims_rule_for_failures_reads_back_as_written<S: Store + 'static>(cx: Ctx<S>) {
+    for on_failure in [
+        OnFailure::Replay,
+        OnFailure::ReplayFor(Duration::from_secs(60)),
+        OnFailure::ReplayFor(Duration::from_secs(1)),
+        OnFailure::Retry,
+    ] {
+        let key = cx.key("on-failure");
+        let claimed = cx
+            .store
+            .claim(ClaimRequest {
+                on_failure,
+                ..cx.req(&key)
+            })
+            .await
+            .unwrap();
+        let ClaimOutcome::Claimed { token } = claimed else {
+            panic!("{:?}: {claimed:?}", cx.backend);
+        };
+        let read = cx.store.get(&key).await.unwrap().unwrap();
+        assert_eq!(read.on_failure, on_failure, "{:?}: claimed", cx.backend);
+        cx.store
+            .complete(&key, &token, b"{}", cx.store.now_ms() / 1000 + TTL_S)
+            .await
+            .unwrap();
+        let read = cx.store.get(&key).await.unwrap().unwrap();
+        assert_eq!(read.on_failure, on_failure, "{:?}: completed", cx.backend);
+    }
+}
 
 async fn first_claim_wins_and_a_second_caller_sees_it_in_progress<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("first");
@@ -1258,6 +1291,7 @@ conformance!(
     an_operator_settles_only_what_no_owner_can,
     records_say_what_the_call_was_and_list_by_state_tool_and_time,
     evict_removes_only_a_completed_record_at_the_version_read,
+    a_claims_rule_for_failures_reads_back_as_written,
 );
 
 // ---------------------------------------------------------------------------------------------

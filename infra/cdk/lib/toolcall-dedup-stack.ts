@@ -10,6 +10,7 @@ import * as agentcore from 'aws-cdk-lib/aws-bedrockagentcore';
 import * as cloudwatch from 'aws-cdk-lib/aws-cloudwatch';
 import * as codedeploy from 'aws-cdk-lib/aws-codedeploy';
 import * as dynamodb from 'aws-cdk-lib/aws-dynamodb';
+import * as events from 'aws-cdk-lib/aws-events';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import * as logs from 'aws-cdk-lib/aws-logs';
@@ -605,6 +606,23 @@ export class ToolcallDedupStack extends cdk.Stack {
       dashboardBody: cdk.Fn.sub(JSON.stringify(body)),
     });
     dashboard.overrideLogicalId('Dashboard');
+
+    // ---- the sweep: unsettled at-most-once claims, every five minutes (docs/operations.md) ----
+    const sweep = new events.CfnRule(this, 'SweepSchedule', {
+      description: 'toolcall-dedup sweep of unsettled at-most-once claims',
+      scheduleExpression: 'rate(5 minutes)',
+      state: 'ENABLED',
+      targets: [{ id: 'sweep', arn: aliasArn, input: '{"toolcall-dedup": "sweep"}' }],
+    });
+    sweep.overrideLogicalId('SweepSchedule');
+    const sweepPerm = new lambda.CfnPermission(this, 'SweepInvokePermission', {
+      action: 'lambda:InvokeFunction',
+      functionName: aliasArn,
+      principal: 'events.amazonaws.com',
+      sourceAccount: cdk.Aws.ACCOUNT_ID,
+      sourceArn: sweep.attrArn,
+    });
+    sweepPerm.overrideLogicalId('SweepInvokePermission');
 
     // ---- Bedrock -> executor permissions -------------------------------------------------
     const agentPerm = new lambda.CfnPermission(this, 'AgentInvokePermission', {

@@ -452,12 +452,12 @@ mod tests {
             "an OpenAPI answer has a status and no responseState"
         );
         assert_eq!(v["response"]["httpMethod"], "post", "echoed as received");
-        // A bare status from an OpenAPI tool: 5xx failed while acting (stored; 503 says a retry may
-        // cure it: released), 4xx refused the
+        // A bare status from an OpenAPI tool: 5xx failed while acting (stored; 503 too: a status is
+        // no word that nothing ran), 4xx refused the
         // input (released), 409 and 429 say "not now" and may follow an action (kept).
         for (status, class) in [
             (500, ReplyClass::Failure),
-            (503, ReplyClass::Retryable),
+            (503, ReplyClass::Failure),
             (400, ReplyClass::Rejected),
             (404, ReplyClass::Rejected),
             (422, ReplyClass::Rejected),

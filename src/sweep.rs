@@ -1,0 +1,73 @@
+//! The sweep (issue 51): an `at_most_once` claim whose lease ended unsettled (its invocation was
+//! killed, or its interceptor RESPONSE never came) is a call whose outcome is unknown, yet nobody
+//! announced it: only an invocation that settles a call announces it, and none does until a
+//! repeat comes. A schedule invokes the function with [`is_sweep`]'s event; the sweep reads the
+//! sparse attention index, settles each such claim as outcome unknown, fenced by the claim's own
+//! token (a claim settled, released or taken meanwhile is left as it is), and reports each call it
+//! settled, so each is announced once: by the one invocation whose settle write applied.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::store::{Record, RecordFilter, RecordState, Records, Status, StoreError, is_not_a_call};
+
+/// The scheduled event's one member: `{"toolcall-dedup": "sweep"}` (the SAM and CDK stacks' rule
+/// sends it every five minutes). Nothing else has it: no door reads a member of that name.
+pub(crate) const SWEEP_MEMBER: &str = "toolcall-dedup";
+
+/// How long after its lease ended a claim is swept: a margin over clock skew between the
+/// invocation that holds it and this one, as `dedup settle` keeps.
+pub(crate) const SWEEP_MARGIN: Duration = Duration::from_secs(60);
+
+/// How many records one sweep reads from the attention index at most; the next sweep goes on.
+const SWEEP_LIMIT: usize = 500;
+
+/// Whether `event` asks for a sweep.
+pub(crate) fn is_sweep(event: &Value) -> bool {
+    event.get(SWEEP_MEMBER).and_then(Value::as_str) == Some("sweep")
+}
+
+/// What one sweep found and did.
+#[derive(Debug, Default)]
+pub(crate) struct Swept {
+    /// `at_most_once` claims past their lease (and the margin), unsettled.
+    pub(crate) found: usize,
+    /// Those this sweep settled as outcome unknown: each to announce, once.
+    pub(crate) settled: Vec<Record>,
+}
+
+/// Settles every `at_most_once` claim whose lease ended more than `margin` ago as outcome
+/// unknown.
+pub(crate) async fn sweep<S: Records>(store: &S, margin: Duration) -> Result<Swept, StoreError> {
+    let now_ms = store.now_ms();
+    let margin_ms = i64::try_from(margin.as_millis()).unwrap_or(i64::MAX);
+    let filter = RecordFilter {
+        state: Some(RecordState::Unknown),
+        limit: SWEEP_LIMIT,
+        ..RecordFilter::default()
+    };
+    let mut swept = Swept::default();
+    for record in store.list(&filter).await? {
+        let unsettled = record.status == Status::InProgress
+            && record.at_most_once
+            && !is_not_a_call(&record.key)
+            && record.lease_until_ms.saturating_add(margin_ms) < now_ms;
+        if !unsettled {
+            continue;
+        }
+        swept.found += 1;
+        match store
+            .settle_unknown(&record.key, &record.token, record.expires_at_s)
+            .await
+        {
+            Ok(()) => swept.settled.push(record),
+            // Settled, released or taken over meanwhile: whoever did it answers for it.
+            Err(StoreError::LeaseLost) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the sweep could not settle a claim; the next sweep tries again")
+            }
+        }
+    }
+    Ok(swept)
+}
