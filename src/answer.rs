@@ -89,7 +89,7 @@ pub(crate) enum Ending {
 }
 
 /// Writes how a call ended in `door`'s format: the one place a direct door's call is answered.
-pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Handled {
+pub(crate) fn ended(door: &impl Answers, ending: Ending, replay_marker: bool) -> Handled {
     match ending {
         Ending::NoRoute(e) => notice(
             door,
@@ -115,12 +115,18 @@ pub(crate) fn ended(door: &impl Answers, ending: Ending) -> Handled {
                 _ => answered,
             }
         }
-        Ending::Finished { finished: f, key } => finished(door, f, &key),
+        Ending::Finished { finished: f, key } => finished(door, f, &key, replay_marker),
     }
 }
 
 /// Turns how the executor settled the call into the caller's answer.
-pub(crate) fn finished(door: &impl Answers, finished: Finished<ToolFailure>, key: &str) -> Handled {
+/// `replay_marker` is `DEDUP_REPLAY_MARKER`.
+pub(crate) fn finished(
+    door: &impl Answers,
+    finished: Finished<ToolFailure>,
+    key: &str,
+    replay_marker: bool,
+) -> Handled {
     let Finished {
         settled,
         outcome,
@@ -132,10 +138,17 @@ pub(crate) fn finished(door: &impl Answers, finished: Finished<ToolFailure>, key
             outcome,
             reply_answer(door, &reply, dedup(outcome, Some(key))),
         ),
-        Settled::Replayed { reply } => Handled::new(
-            outcome,
-            reply_answer(door, &reply, dedup(outcome, Some(key))),
-        ),
+        Settled::Replayed {
+            reply,
+            first_ran_ms,
+        } => {
+            let dedup = DedupInfo {
+                first_ran_ms: Some(first_ran_ms),
+                mark: replay_marker,
+                ..dedup(outcome, Some(key))
+            };
+            Handled::new(outcome, reply_answer(door, &reply, dedup))
+        }
         Settled::KeyReused { paths } => notice(
             door,
             outcome,
@@ -234,6 +247,8 @@ pub(crate) fn dedup(outcome: Outcome, key: Option<&str>) -> DedupInfo<'_> {
     DedupInfo {
         outcome: outcome.caller_word(),
         key,
+        first_ran_ms: None,
+        mark: false,
     }
 }
 

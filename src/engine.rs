@@ -72,6 +72,8 @@ pub struct DoorSettings {
     pub(crate) gate: Gate,
     /// `DEDUP_INTERCEPTOR_TIMEOUT_SECONDS`: the longest a Gateway target may take.
     pub(crate) interceptor_timeout: Duration,
+    /// `DEDUP_REPLAY_MARKER`: mark replays on the doors where it changes what the caller reads.
+    pub(crate) replay_marker: bool,
     /// `DEDUP_IDEMPOTENCY_KEY_NAME`: where a caller's own idempotency key travels.
     pub(crate) idempotency_key_name: String,
     /// `DEDUP_ENVELOPE_CALLER_KEY_SCOPE`: how far an envelope's caller key reaches.

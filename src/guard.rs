@@ -87,6 +87,10 @@ pub struct Guarded<T> {
     pub outcome: Outcome,
     /// The derived key, 32 hex digits.
     pub key: String,
+    /// For a replay: when the call first ran (its claim was taken), epoch ms. With `outcome`
+    /// and `key`, what Powertools' response hook is handed: the caller holds the value and can
+    /// mark or reshape a replayed answer at its one call site.
+    pub first_ran_ms: Option<i64>,
 }
 
 impl<T> Guarded<T> {
@@ -366,6 +370,7 @@ impl<S: Store> Dedup<S> {
                     value,
                     outcome: Outcome::DedupOff,
                     key,
+                    first_ran_ms: None,
                 }),
                 Err(error) => Err(GuardError::SideEffect {
                     error,
@@ -413,12 +418,13 @@ impl<S: Store> Dedup<S> {
             })
             .await;
         let outcome = finished.outcome;
-        let reply = stored_reply(finished.settled, &key)?;
+        let (reply, first_ran_ms) = stored_reply(finished.settled, &key)?;
         let value = serde_json::from_slice(&reply).map_err(GuardError::Result)?;
         Ok(Guarded {
             value,
             outcome,
             key,
+            first_ran_ms,
         })
     }
 }
@@ -449,11 +455,21 @@ fn guard_key<E>(
     }
 }
 
-/// The side effect's value as stored (its own, or an identical call's), or why there is none.
-fn stored_reply<E>(settled: Settled<GuardError<E>>, key: &str) -> Result<Arc<[u8]>, GuardError<E>> {
+/// A stored value, and for a replay when its call first ran (epoch ms).
+type StoredReply = (Arc<[u8]>, Option<i64>);
+
+/// The side effect's value as stored (its own, or an identical call's, with when that first
+/// ran), or why there is none.
+fn stored_reply<E>(
+    settled: Settled<GuardError<E>>,
+    key: &str,
+) -> Result<StoredReply, GuardError<E>> {
     Err(match settled {
-        Settled::Executed { reply } => return Ok(Arc::from(reply)),
-        Settled::Replayed { reply } => return Ok(reply),
+        Settled::Executed { reply } => return Ok((Arc::from(reply), None)),
+        Settled::Replayed {
+            reply,
+            first_ran_ms,
+        } => return Ok((reply, Some(first_ran_ms))),
         Settled::InProgress { retry_after_ms } => GuardError::InProgress { retry_after_ms },
         Settled::AlreadyRan { bytes } => GuardError::ResultNotStored { bytes },
         Settled::OutcomeUnknown => GuardError::OutcomeUnknown {

@@ -314,6 +314,7 @@ fn door_settings(config: &Config) -> DoorSettings {
             gateway_id: config.gateway_id.clone(),
         },
         interceptor_timeout: config.interceptor_timeout,
+        replay_marker: config.replay_marker,
         idempotency_key_name: config.idempotency_key_name.clone(),
         envelope_caller_key_scope: config.envelope_caller_key_scope,
     }

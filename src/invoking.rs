@@ -24,7 +24,7 @@ pub(crate) async fn answer<S: Store, D: Dispatcher, E: EntryPoint>(
 ) -> Handled {
     let flow = Direct { engine, dispatcher };
     let ending = flow.run(door, end).await;
-    answer::ended(door, ending)
+    answer::ended(door, ending, engine.doors.replay_marker)
 }
 
 /// Every sessionless call that runs is warned about, so that a deployment never believes it is

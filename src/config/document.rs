@@ -27,7 +27,7 @@ use crate::key::{PolicyError, PolicySet};
 
 /// The settings a document may give, by their name in it; each is read as `DEDUP_<NAME>`. What a
 /// stack wires (the store, its table, the doors, endpoints) stays in the environment.
-pub const DOCUMENT_SETTINGS: [&str; 26] = [
+pub const DOCUMENT_SETTINGS: [&str; 27] = [
     "mode",
     "scope",
     "step_attribute",
@@ -44,6 +44,7 @@ pub const DOCUMENT_SETTINGS: [&str; 26] = [
     "idempotency_key_name",
     "local_cache_items",
     "look_up_timeouts",
+    "replay_marker",
     "log_calls",
     "metrics_namespace",
     "metrics_max_tools",

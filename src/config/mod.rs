@@ -200,6 +200,10 @@ pub struct Config {
     /// routed tool whose route states none. That permission also reads the tool's environment
     /// variables; a deployment whose routes all state `timeout_seconds` can switch it off.
     pub look_up_timeouts: bool,
+    /// `DEDUP_REPLAY_MARKER`: also mark replays on the Bedrock and Lambda-target doors, where the
+    /// marker changes what the caller reads (a prompt session attribute; a member of the reply).
+    /// The interceptor and envelope doors always mark them.
+    pub replay_marker: bool,
     /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
     pub allow_memory_store: bool,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (their id or ARN, `-` for one that names itself
@@ -278,6 +282,7 @@ impl Default for Config {
             target_key_header: None,
             envelope_namespaces: None,
             look_up_timeouts: true,
+            replay_marker: false,
             allow_memory_store: false,
             trusted_annotations: Vec::new(),
             gateway_id: None,

@@ -4,7 +4,7 @@
 //! documented, nor documented without being read.
 
 /// The variables, grouped as docs/configuration.md lists them.
-pub const VARIABLES: [&str; 46] = [
+pub const VARIABLES: [&str; 47] = [
     // The config document and its refresh
     "DEDUP_CONFIG",
     "DEDUP_CONFIG_REFRESH_SECONDS",
@@ -35,6 +35,7 @@ pub const VARIABLES: [&str; 46] = [
     "DEDUP_TRUSTED_ANNOTATIONS",
     // The doors and how they scope a call
     "DEDUP_DOORS",
+    "DEDUP_REPLAY_MARKER",
     "DEDUP_INTERCEPTOR_ALIAS",
     "DEDUP_INTERCEPTOR_TIMEOUT_SECONDS",
     "DEDUP_GATEWAY_ID",

@@ -279,6 +279,8 @@ impl<'a> Door<'a> {
                     let dedup = DedupInfo {
                         outcome: crate::telemetry::Outcome::BadRequest.caller_word(),
                         key: None,
+                        first_ran_ms: None,
+                        mark: false,
                     };
                     refused(raw(envelope::error(&notice, &dedup)), e.to_string())
                 }),

@@ -452,6 +452,11 @@ pub struct DedupInfo<'a> {
     pub outcome: &'static str,
     /// The derived key (32 hex digits), when the call got that far.
     pub key: Option<&'a str>,
+    /// For a replay: when the call first ran (its claim was taken), epoch ms.
+    pub first_ran_ms: Option<i64>,
+    /// `DEDUP_REPLAY_MARKER`: the doors where a marker changes what the caller reads (Bedrock,
+    /// the Lambda target) mark replays too.
+    pub mark: bool,
 }
 
 impl DedupInfo<'_> {
@@ -465,8 +470,26 @@ impl DedupInfo<'_> {
             Some(key) => push_json_str(&mut out, key),
             None => out.push_str("null"),
         }
+        if let Some(first_ran) = self.first_ran() {
+            out.push_str(",\"first_ran\":");
+            push_json_str(&mut out, &first_ran);
+        }
         out.push('}');
         out
+    }
+
+    /// When a replayed call first ran, as RFC 3339 in UTC (`2026-12-07T01:28:22.123Z`).
+    pub(crate) fn first_ran(&self) -> Option<String> {
+        let ms = self.first_ran_ms?;
+        aws_smithy_types::DateTime::from_millis(ms)
+            .fmt(aws_smithy_types::date_time::Format::DateTime)
+            .ok()
+    }
+
+    /// Whether this answer is a replay the door marks: every door that always marks, the others
+    /// under `DEDUP_REPLAY_MARKER`.
+    pub(crate) fn marks_replay(&self) -> bool {
+        self.mark && self.first_ran_ms.is_some()
     }
 }
 
@@ -628,11 +651,15 @@ mod tests {
         let info = DedupInfo {
             outcome: "replayed",
             key: Some("ab"),
+            first_ran_ms: None,
+            mark: false,
         };
         assert_eq!(info.json(), r#"{"outcome":"replayed","key":"ab"}"#);
         let info = DedupInfo {
             outcome: "store_error",
             key: None,
+            first_ran_ms: None,
+            mark: false,
         };
         assert_eq!(info.json(), r#"{"outcome":"store_error","key":null}"#);
     }

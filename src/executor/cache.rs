@@ -16,6 +16,8 @@ pub(super) struct RecordCache {
 pub(super) struct CacheEntry {
     pub(super) result: Arc<[u8]>,
     pub(super) fingerprint: String,
+    /// When the call first ran (its claim was taken), epoch ms.
+    pub(super) first_ran_ms: i64,
     expires_at_s: i64,
 }
 
@@ -46,14 +48,28 @@ impl RecordCache {
         if record.is_expired(now_ms) {
             return;
         }
-        self.insert(key, result, &record.fingerprint, record.expires_at_s);
+        self.insert(
+            key,
+            result,
+            &record.fingerprint,
+            record.expires_at_s,
+            record.created_at_ms,
+        );
     }
 
-    /// Caches a completed result.
-    pub(super) fn insert(&self, key: &str, result: &[u8], fingerprint: &str, expires_at_s: i64) {
+    /// Caches a completed result of a call that first ran at `first_ran_ms`.
+    pub(super) fn insert(
+        &self,
+        key: &str,
+        result: &[u8],
+        fingerprint: &str,
+        expires_at_s: i64,
+        first_ran_ms: i64,
+    ) {
         let entry = CacheEntry {
             result: Arc::from(result),
             fingerprint: fingerprint.to_string(),
+            first_ran_ms,
             expires_at_s,
         };
         self.inner

@@ -107,14 +107,19 @@ struct Settling<'a> {
     key: &'a str,
     fingerprint: &'a str,
     policy_name: &'a str,
+    /// When the call's claim was taken, epoch ms: what a replay says the call first ran at.
+    first_ran_ms: i64,
 }
 
 impl<'a> Settling<'a> {
-    fn of(call: Keyed<'a>) -> Settling<'a> {
+    /// `call`, whose claim was taken at `claimed_at` (by this executor's clock).
+    fn of(call: Keyed<'a>, store_now_ms: i64, claimed_at: Instant) -> Settling<'a> {
+        let since = i64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(0);
         Settling {
             key: call.key,
             fingerprint: call.fingerprint,
             policy_name: call.call.policy_name(),
+            first_ran_ms: store_now_ms.saturating_sub(since),
         }
     }
 }
@@ -274,6 +279,7 @@ impl<S: Store> Executor<S> {
             key: made.key,
             fingerprint: &record.fingerprint,
             policy_name: made.policy_name,
+            first_ran_ms: record.created_at_ms,
         };
         let after = after_run(
             run_end,
@@ -383,7 +389,10 @@ impl<S: Store> Executor<S> {
         tracing::debug!("replayed from the warm-container cache");
         Some(Finished {
             rules: self.meeting_rules(&hit.fingerprint, call),
-            settled: Settled::Replayed { reply: hit.result },
+            settled: Settled::Replayed {
+                reply: hit.result,
+                first_ran_ms: hit.first_ran_ms,
+            },
             outcome: Outcome::Replayed,
         })
     }
@@ -702,7 +711,8 @@ impl<S: Store> Executor<S> {
                     _ => None,
                 };
                 if let Settled::Executed { reply } = &settled {
-                    self.complete(Settling::of(call), token, reply, end, lease, retention)
+                    let target = Settling::of(call, self.store.now_ms(), started.claimed_at);
+                    self.complete(target, token, reply, end, lease, retention)
                         .instrument(tracing::info_span!("complete"))
                         .await;
                 }
@@ -713,7 +723,10 @@ impl<S: Store> Executor<S> {
                     "the side effect may have happened: the claim is kept until its lease ends"
                 )
             }
-            AfterRun::SettleUnknown => self.settle_unknown(Settling::of(call), token, end).await,
+            AfterRun::SettleUnknown => {
+                let target = Settling::of(call, self.store.now_ms(), started.claimed_at);
+                self.settle_unknown(target, token, end).await
+            }
         }
         settled
     }
@@ -826,7 +839,14 @@ impl<S: Store> Executor<S> {
             Ok(Ok(Completion::Stored | Completion::Offloaded { .. })) => {
                 // Warm the cache from what is in hand: no read after the write.
                 if let Some(cache) = &self.cache {
-                    cache.insert(call.key, reply, call.fingerprint, expires_at_s);
+                    let first_ran_ms = call.first_ran_ms;
+                    cache.insert(
+                        call.key,
+                        reply,
+                        call.fingerprint,
+                        expires_at_s,
+                        first_ran_ms,
+                    );
                 }
             }
             Ok(Ok(Completion::ResultOmitted { bytes })) => tracing::warn!(
@@ -898,6 +918,7 @@ impl<S: Store> Executor<S> {
             (Some(result), _) => finished(
                 Settled::Replayed {
                     reply: Arc::from(result),
+                    first_ran_ms: record.created_at_ms,
                 },
                 outcome,
                 rules,

@@ -68,6 +68,8 @@ pub(crate) enum Settled<E> {
     Replayed {
         /// The stored reply.
         reply: Arc<[u8]>,
+        /// When the call first ran (its claim was taken), epoch ms.
+        first_ran_ms: i64,
     },
     /// An `at_most_once` call whose outcome is unknown (settled so, or its owner's lease ended
     /// unsettled): the side effect was not run again, and will not be until an operator settles it.

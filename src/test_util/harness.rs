@@ -242,6 +242,8 @@ pub fn answered_from_stored(event: &Value, stored: &[u8]) -> String {
     let dedup = crate::doors::port::DedupInfo {
         outcome: "replayed",
         key: None,
+        first_ran_ms: None,
+        mark: false,
     };
     door.entry_point()
         .expect("a door that invokes the tool")

@@ -39,7 +39,7 @@ async fn charge(runs: &AtomicU32, pause: Duration) -> Result<u32, std::io::Error
 
 async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
     guard: DedupBuilder<S>,
-    _clock: ManualClock,
+    clock: ManualClock,
 ) {
     let dedup = guard.build().unwrap();
     let runs = AtomicU32::new(0);
@@ -58,6 +58,15 @@ async fn a_retry_runs_once_and_the_next_step_runs_again<S: Store>(
     assert_eq!((first.outcome, first.value), (Outcome::Executed, 1));
     assert_eq!((retry.outcome, retry.value), (Outcome::Replayed, 1));
     assert_eq!(retry.key, first.key);
+    // A replay says when the call first ran (issue 51); a fresh run has nothing to say.
+    assert_eq!(first.first_ran_ms, None);
+    let first_ran = retry
+        .first_ran_ms
+        .expect("a replay says when the call first ran");
+    assert!(
+        (first_ran - toolcall_dedup::store::Clock::now_ms(&clock)).abs() < 60_000,
+        "{first_ran}"
+    );
     assert_eq!((next.outcome, next.value), (Outcome::Executed, 2));
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }

@@ -1031,3 +1031,75 @@ async fn a_failure_replays_as_the_claims_rule_says_on_moto() {
     let stores: [_; 5] = stores.try_into().unwrap_or_else(|_| unreachable!());
     a_failure_replays_as_the_claims_rule_says(stores).await;
 }
+
+/// Issue 51: a replay says so, with the key and when the call first ran, on every door: the
+/// envelope's `dedup` member and (under `DEDUP_REPLAY_MARKER`) Bedrock's prompt session attributes
+/// and a Lambda-target object reply's `toolcall-dedup` member. A fresh run carries no marker there;
+/// without the setting the Bedrock and Lambda-target answers are the tool's, byte for byte.
+#[tokio::test]
+async fn a_replay_is_marked_where_the_door_allows_with_when_the_call_first_ran() {
+    for marker in [false, true] {
+        let config = Config {
+            replay_marker: marker,
+            ..Config::default()
+        };
+        let h = handler(MemoryStore::new(), demo(), &config);
+        let ev = event("fd-charge_card.json");
+        let first = response(&send(&h, &ev).await);
+        let again = send(&h, &ev).await;
+        assert_eq!(again.outcome, Outcome::Replayed);
+        let again = response(&again);
+        let prompt = &again["promptSessionAttributes"];
+        assert!(
+            first["promptSessionAttributes"]
+                .get("toolcall-dedup.outcome")
+                .is_none()
+        );
+        if marker {
+            assert_eq!(prompt["toolcall-dedup.outcome"], "replayed", "{again}");
+            assert_eq!(
+                prompt["toolcall-dedup.key"].as_str().map(str::len),
+                Some(32)
+            );
+            let first_ran = prompt["toolcall-dedup.first_ran"].as_str().unwrap();
+            assert!(
+                toolcall_dedup::key::rfc3339_epoch_ms(first_ran).is_some(),
+                "{first_ran}"
+            );
+        } else {
+            assert_eq!(
+                again["response"], first["response"],
+                "unmarked: the tool's reply"
+            );
+            assert!(prompt.get("toolcall-dedup.outcome").is_none(), "{again}");
+        }
+
+        // The Lambda-target door: a member of the tool's object reply.
+        let gateway = event("agentcore/charge_card.json");
+        let context = client_context("agentcore/charge_card.json");
+        let invocation = Invocation::default();
+        let call = || h.handle_with_context(&gateway, &invocation, context.as_ref());
+        let first = response(&call().await);
+        let again = response(&call().await);
+        assert!(first.get("toolcall-dedup").is_none(), "{first}");
+        match marker {
+            true => {
+                assert_eq!(again["toolcall-dedup"]["outcome"], "replayed", "{again}");
+                assert!(again["toolcall-dedup"]["first_ran"].is_string(), "{again}");
+                let mut unmarked = again.clone();
+                unmarked.as_object_mut().unwrap().remove("toolcall-dedup");
+                assert_eq!(unmarked, first, "the marker is the only change");
+            }
+            false => assert_eq!(again, first),
+        }
+    }
+    // The envelope always says what happened; a replay says when the call first ran.
+    let h = handler(MemoryStore::new(), demo(), &Config::default());
+    let ev = event("envelope/charge_card-key.json");
+    let first = response(&send(&h, &ev).await);
+    let again = response(&send(&h, &ev).await);
+    assert_eq!(first["dedup"]["outcome"], "executed", "{first}");
+    assert!(first["dedup"].get("first_ran").is_none(), "{first}");
+    assert_eq!(again["dedup"]["outcome"], "replayed", "{again}");
+    assert!(again["dedup"]["first_ran"].is_string(), "{again}");
+}

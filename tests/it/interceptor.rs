@@ -116,10 +116,14 @@ async fn a_retry_pair_runs_the_target_once<S: Store>(store: S) {
     assert_eq!(replayed["statusCode"], 200);
     assert_eq!(replayed["body"]["id"], 12);
     // The stored result, marked as a replay in its `_meta` (what its RESPONSE knows it by).
-    assert_eq!(
-        replayed["body"]["result"]["_meta"]["toolcall-dedup/dedup"],
-        json!({"outcome": "replayed", "key": key})
+    // With when the call first ran (issue 51), as RFC 3339.
+    let mut marker = replayed["body"]["result"]["_meta"]["toolcall-dedup/dedup"].clone();
+    let first_ran = marker.as_object_mut().unwrap().remove("first_ran").unwrap();
+    assert!(
+        toolcall_dedup::key::rfc3339_epoch_ms(first_ran.as_str().unwrap()).is_some(),
+        "{first_ran}"
     );
+    assert_eq!(marker, json!({"outcome": "replayed", "key": key}));
     assert_eq!(
         without_marker(&replayed["body"]["result"]),
         target_body["result"]

@@ -459,6 +459,8 @@ async fn judge(
             let dedup = DedupInfo {
                 outcome: "replayed",
                 key: None,
+                first_ran_ms: None,
+                mark: false,
             };
             let stored = std::str::from_utf8(stored).ok()?;
             Some(door.as_ref()?.entry_point()?.result(stored, dedup))

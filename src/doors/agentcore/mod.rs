@@ -303,13 +303,29 @@ impl EntryPoint for GatewayCall<'_> {
     }
 }
 
+/// The member a replayed Lambda-target reply carries under `DEDUP_REPLAY_MARKER`.
+pub(crate) const REPLAY_MEMBER: &str = "toolcall-dedup";
+
 impl Answers for GatewayCall<'_> {
     fn tool(&self) -> &str {
         self.tool
     }
 
-    fn result(&self, reply: &str, _: DedupInfo<'_>) -> String {
-        reply.to_string()
+    /// The tool's reply as it gave it; under `DEDUP_REPLAY_MARKER`, a replayed object reply
+    /// also carries `"toolcall-dedup": {"outcome", "key", "first_ran"}` (a reply that is not an
+    /// object is never changed).
+    fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {
+        if !dedup.marks_replay() {
+            return reply.to_string();
+        }
+        match serde_json::from_str::<serde_json::Map<String, Value>>(reply) {
+            Ok(mut object) => {
+                let marker = serde_json::from_str(&dedup.json()).unwrap_or(Value::Null);
+                object.insert(REPLAY_MEMBER.into(), marker);
+                Value::Object(object).to_string()
+            }
+            Err(_) => reply.to_string(),
+        }
     }
 
     fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {

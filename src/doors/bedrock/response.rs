@@ -242,6 +242,29 @@ pub(crate) fn with_own_session(stored: &str, reply_to: &ReplyTo) -> String {
     Value::Object(value).to_string()
 }
 
+/// The replay marker of the Bedrock door (`DEDUP_REPLAY_MARKER`): three prompt session attributes
+/// on the replayed answer, beside the retry's own, which the agent reads this turn only (they
+/// never persist into the session, so a later call is never told another's).
+pub(crate) fn marked_replay(
+    answer: String,
+    reply_to: &ReplyTo,
+    marker: [(&str, String); 3],
+) -> String {
+    let Ok(mut value) = serde_json::from_str::<Map<String, Value>>(&answer) else {
+        return answer;
+    };
+    let name = SESSION_MAPS[1];
+    let mut prompt = match value.remove(name) {
+        Some(Value::Object(prompt)) => prompt,
+        _ => own_map(reply_to, name).clone(),
+    };
+    for (attribute, text) in marker {
+        prompt.insert(attribute.to_string(), Value::String(text));
+    }
+    value.insert(name.into(), Value::Object(prompt));
+    Value::Object(value).to_string()
+}
+
 /// Checks that `bytes` is a Bedrock action-group response for `reply_to`, and classifies it.
 ///
 /// Every reply a tool gives passes here, so it is read without building a `serde_json::Value`: the

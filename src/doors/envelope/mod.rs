@@ -513,6 +513,8 @@ mod tests {
         let dedup = DedupInfo {
             outcome: "replayed",
             key: Some("0123"),
+            first_ran_ms: None,
+            mark: false,
         };
         let answer: Value = serde_json::from_str(&result(" {\"ok\":true}\n", &dedup)).unwrap();
         assert_eq!(
@@ -524,6 +526,8 @@ mod tests {
         let dedup = DedupInfo {
             outcome: "in_progress",
             key: Some("0123"),
+            first_ran_ms: None,
+            mark: false,
         };
         let err: Value = serde_json::from_str(&error(&notice, &dedup)).unwrap();
         assert_eq!(

@@ -261,7 +261,7 @@ impl<S: Store> Flow<'_, S> {
                 engine
                     .telemetry
                     .call(engine.keyer(), key_call, finished.outcome);
-                answer::finished(call, finished, keyed.key)
+                answer::finished(call, finished, keyed.key, true)
             }
         }
     }
@@ -389,7 +389,7 @@ fn warn_once_if_gateway_unnamed(warned: &AtomicBool, interception: &Interception
 /// When a replayed answer hands out a task (MCP tasks) whose TTL has passed at `now_ms`: the
 /// instant it ended.
 fn ended_task(finished: &Finished<ToolFailure>, now_ms: i64) -> Option<i64> {
-    let Settled::Replayed { reply } = &finished.settled else {
+    let Settled::Replayed { reply, .. } = &finished.settled else {
         return None;
     };
     let result: Value = serde_json::from_slice(reply).ok()?;

@@ -633,6 +633,8 @@ impl<'a> Interception<'a> {
         let dedup = DedupInfo {
             outcome: "bad_request",
             key: None,
+            first_ran_ms: None,
+            mark: false,
         };
         error_answer(self.id(), notice, dedup)
     }
@@ -743,10 +745,8 @@ impl Answers for ToolsCall<'_> {
                 .entry("_meta")
                 .or_insert_with(|| Value::Object(Map::new()));
             if let Some(meta) = meta.as_object_mut() {
-                meta.insert(
-                    REPLAY_META.into(),
-                    json!({"outcome": dedup.outcome, "key": dedup.key}),
-                );
+                let marker = serde_json::from_str(&dedup.json()).unwrap_or(Value::Null);
+                meta.insert(REPLAY_META.into(), marker);
             }
         }
         answer(rpc("result", self.id, result))

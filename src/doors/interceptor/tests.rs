@@ -69,6 +69,8 @@ fn the_owner_differs_by_request_id_and_a_replay_carries_the_new_id() {
     let dedup = DedupInfo {
         outcome: "replayed",
         key: Some("k"),
+        first_ran_ms: None,
+        mark: false,
     };
     let out: Value = serde_json::from_str(&call.result(r#"{"content":[]}"#, dedup)).unwrap();
     assert_eq!(out["mcp"]["transformedGatewayResponse"]["body"]["id"], 8);
