@@ -31,6 +31,7 @@ mod guard;
 mod handler_dispatch;
 mod handler_events;
 mod handler_faults;
+mod harness_recipes;
 mod house_rules;
 mod interceptor;
 mod interceptor_containers;
