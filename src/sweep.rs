@@ -17,8 +17,9 @@ use crate::store::{Record, RecordFilter, RecordState, Records, Status, StoreErro
 pub(crate) const SWEEP_MEMBER: &str = "toolcall-dedup";
 
 /// How long after its lease ended a claim is swept: a margin over clock skew between the
-/// invocation that holds it and this one, as `dedup settle` keeps.
-pub(crate) const SWEEP_MARGIN: Duration = Duration::from_secs(60);
+/// invocation that holds it and this one, the one `dedup settle` keeps.
+pub(crate) const SWEEP_MARGIN: Duration =
+    Duration::from_millis(crate::store::SETTLE_MARGIN_MS.unsigned_abs());
 
 /// How many records one sweep reads from the attention index at most; the next sweep goes on.
 const SWEEP_LIMIT: usize = 500;

@@ -480,14 +480,19 @@ pub struct Record {
     pub about: RecordAbout,
 }
 
+/// How long after a claim's lease ended an operator may settle it (the sweep's margin too): a
+/// margin over clock skew between the operator's machine and the claim's owner.
+pub const SETTLE_MARGIN_MS: i64 = 60_000;
+
 impl Record {
     /// True while an operator may settle the record ([`Records::settle`]) at `now_ms`: settled as
-    /// outcome unknown, or in progress with its lease ended.
+    /// outcome unknown, or in progress with its lease ended more than [`SETTLE_MARGIN_MS`] ago
+    /// (an operator's clock running ahead must not release a claim whose owner still runs).
     pub fn is_settleable(&self, now_ms: i64) -> bool {
         !self.is_expired(now_ms)
             && match self.status {
                 Status::Completed => self.outcome_unknown,
-                Status::InProgress => self.lease_ended(now_ms),
+                Status::InProgress => self.lease_ended(now_ms.saturating_sub(SETTLE_MARGIN_MS)),
             }
     }
 

@@ -1103,3 +1103,31 @@ async fn a_replay_is_marked_where_the_door_allows_with_when_the_call_first_ran()
     assert_eq!(again["dedup"]["outcome"], "replayed", "{again}");
     assert!(again["dedup"]["first_ran"].is_string(), "{again}");
 }
+
+/// Prompt session attributes last the whole turn, so a marker a replay gave one call comes back in
+/// the next call's event: a fresh run must never say it was a replay, and a replay says its own.
+#[tokio::test]
+async fn a_marker_from_an_earlier_call_of_the_turn_never_tells_a_fresh_run() {
+    let config = Config {
+        replay_marker: true,
+        ..Config::default()
+    };
+    let h = handler(MemoryStore::new(), demo(), &config);
+    let mut ev = event("fd-refund.json");
+    ev["promptSessionAttributes"] = json!({
+        "toolcall-dedup.outcome": "replayed",
+        "toolcall-dedup.key": "0123456789abcdef0123456789abcdef",
+        "toolcall-dedup.first_ran": "2026-01-01T00:00:00Z",
+        "locale": "en-GB",
+    });
+    let fresh = send(&h, &ev).await;
+    assert_eq!(fresh.outcome, Outcome::Executed);
+    let prompt = &response(&fresh)["promptSessionAttributes"];
+    assert_eq!(prompt, &json!({"locale": "en-GB"}), "the caller's own only");
+    let again = send(&h, &ev).await;
+    assert_eq!(again.outcome, Outcome::Replayed);
+    let prompt = &response(&again)["promptSessionAttributes"];
+    assert_eq!(prompt["toolcall-dedup.key"].as_str(), again.key.as_deref());
+    assert_ne!(prompt["toolcall-dedup.first_ran"], "2026-01-01T00:00:00Z");
+    assert_eq!(prompt["locale"], "en-GB");
+}

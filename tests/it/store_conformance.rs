@@ -917,7 +917,16 @@ async fn an_operator_settles_only_what_no_owner_can<S: Store + Records + 'static
     let ClaimOutcome::Claimed { token } = cx.store.claim(dead_req).await.unwrap() else {
         panic!("expected Claimed")
     };
+    // Not within the clock margin after its lease ended (issue 51: an operator's clock that runs
+    // ahead must not release a claim whose owner still runs); after it, yes.
     cx.clock.set_ms(dead_req.lease_until_ms + 1);
+    assert_lease_lost(
+        cx.store
+            .settle(&dead, &token, SettleAs::Release, expires_at_s)
+            .await,
+    );
+    cx.clock
+        .set_ms(dead_req.lease_until_ms + toolcall_dedup::store::SETTLE_MARGIN_MS + 1);
     cx.store
         .settle(&dead, &token, SettleAs::Release, expires_at_s)
         .await

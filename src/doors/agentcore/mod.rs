@@ -306,26 +306,36 @@ impl EntryPoint for GatewayCall<'_> {
 /// The member a replayed Lambda-target reply carries under `DEDUP_REPLAY_MARKER`.
 pub(crate) const REPLAY_MEMBER: &str = "toolcall-dedup";
 
+/// `reply` with `"toolcall-dedup": marker` spliced in before its closing brace, every byte of the
+/// reply's own kept; unchanged when it is not an object or has a member of that name.
+fn with_replay_member(reply: &str, marker: &str) -> String {
+    let members = serde_json::from_str::<
+        std::collections::HashMap<String, &serde_json::value::RawValue>,
+    >(reply)
+    .ok();
+    let Some(members) = members.filter(|m| !m.contains_key(REPLAY_MEMBER)) else {
+        return reply.to_string();
+    };
+    let trimmed = reply.trim_end();
+    let body = &trimmed[..trimmed.len() - 1];
+    let separator = if members.is_empty() { "" } else { "," };
+    format!("{body}{separator}\"{REPLAY_MEMBER}\":{marker}}}")
+}
+
 impl Answers for GatewayCall<'_> {
     fn tool(&self) -> &str {
         self.tool
     }
 
     /// The tool's reply as it gave it; under `DEDUP_REPLAY_MARKER`, a replayed object reply
-    /// also carries `"toolcall-dedup": {"outcome", "key", "first_ran"}` (a reply that is not an
-    /// object is never changed).
+    /// also carries `"toolcall-dedup": {"outcome", "key", "first_ran"}`, spliced in before its
+    /// closing brace so that every byte of the tool's own is kept (key order, number spelling).
+    /// A reply that is not an object, or that has a member of that name itself, is never changed.
     fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {
         if !dedup.marks_replay() {
             return reply.to_string();
         }
-        match serde_json::from_str::<serde_json::Map<String, Value>>(reply) {
-            Ok(mut object) => {
-                let marker = serde_json::from_str(&dedup.json()).unwrap_or(Value::Null);
-                object.insert(REPLAY_MEMBER.into(), marker);
-                Value::Object(object).to_string()
-            }
-            Err(_) => reply.to_string(),
-        }
+        with_replay_member(reply, &dedup.json())
     }
 
     fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {
@@ -358,6 +368,25 @@ fn object_text(args: &Map<String, Value>, scope: ScopeArguments<'_>) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The marker is spliced in: the tool's bytes (key order, a long integer, escapes) are kept,
+    /// and a reply that is no object, or has the member itself, is never changed.
+    #[test]
+    fn the_replay_member_keeps_every_byte_of_the_reply() {
+        let marker = r#"{"outcome":"replayed"}"#;
+        let reply = r#"{"z":1,"id":123456789012345678901234567890,"a":"\u00e9"}  "#;
+        assert_eq!(
+            with_replay_member(reply, marker),
+            r#"{"z":1,"id":123456789012345678901234567890,"a":"\u00e9","toolcall-dedup":{"outcome":"replayed"}}"#
+        );
+        assert_eq!(
+            with_replay_member("{ }", marker),
+            r#"{ "toolcall-dedup":{"outcome":"replayed"}}"#
+        );
+        for unchanged in [r#"[1]"#, r#""text""#, r#"{"toolcall-dedup":0}"#, "not json"] {
+            assert_eq!(with_replay_member(unchanged, marker), unchanged);
+        }
+    }
 
     const SCOPE: ScopeArguments<'static> = ScopeArguments {
         run: "dedup_run_id",

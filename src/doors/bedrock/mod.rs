@@ -161,21 +161,18 @@ impl Answers for ActionGroupCall<'_> {
     /// The stored reply with this caller's own session attributes, and the tool's changes to them.
     fn result(&self, reply: &str, dedup: DedupInfo<'_>) -> String {
         let answer = response::with_own_session(reply, &self.envelope.reply_to);
-        match (dedup.marks_replay(), dedup.first_ran()) {
-            (true, Some(first_ran)) => response::marked_replay(
-                answer,
-                &self.envelope.reply_to,
-                [
-                    ("toolcall-dedup.outcome", dedup.outcome.to_string()),
-                    (
-                        "toolcall-dedup.key",
-                        dedup.key.unwrap_or_default().to_string(),
-                    ),
-                    ("toolcall-dedup.first_ran", first_ran),
-                ],
-            ),
-            _ => answer,
-        }
+        let marker = match (dedup.marks_replay(), dedup.first_ran()) {
+            (true, Some(first_ran)) => Some([
+                ("toolcall-dedup.outcome", dedup.outcome.to_string()),
+                (
+                    "toolcall-dedup.key",
+                    dedup.key.unwrap_or_default().to_string(),
+                ),
+                ("toolcall-dedup.first_ran", first_ran),
+            ]),
+            _ => None,
+        };
+        response::with_marker(answer, &self.envelope.reply_to, marker)
     }
 
     fn notice(&self, notice: &Notice, _: DedupInfo<'_>) -> String {

@@ -63,7 +63,11 @@ impl ReplyTo {
             flavour,
             tool,
             session_attributes,
-            prompt_session_attributes,
+            // The replay marker's attributes are ours (see `with_marker`): never echoed back.
+            prompt_session_attributes: prompt_session_attributes
+                .into_iter()
+                .filter(|(attribute, _)| !attribute.starts_with(MARKER_PREFIX))
+                .collect(),
         }
     }
 
@@ -242,23 +246,38 @@ pub(crate) fn with_own_session(stored: &str, reply_to: &ReplyTo) -> String {
     Value::Object(value).to_string()
 }
 
-/// The replay marker of the Bedrock door (`DEDUP_REPLAY_MARKER`): three prompt session attributes
-/// on the replayed answer, beside the retry's own, which the agent reads this turn only (they
-/// never persist into the session, so a later call is never told another's).
-pub(crate) fn marked_replay(
+/// The prefix of the replay marker's prompt session attributes: ours, never a caller's.
+pub(crate) const MARKER_PREFIX: &str = "toolcall-dedup.";
+
+/// The Bedrock door's replay marker (`DEDUP_REPLAY_MARKER`): `marker`'s three prompt session
+/// attributes on a replayed answer, beside the retry's own. Any attribute of ours already in the
+/// answer is removed first, marker or not: prompt attributes last the whole turn, so a marker a
+/// replay gave an earlier call of the turn comes back in the next call's event (and in a tool's
+/// echo of it), and must never tell a fresh run it was a replay.
+pub(crate) fn with_marker(
     answer: String,
     reply_to: &ReplyTo,
-    marker: [(&str, String); 3],
+    marker: Option<[(&str, String); 3]>,
 ) -> String {
+    if marker.is_none() && !answer.contains(MARKER_PREFIX) {
+        return answer;
+    }
     let Ok(mut value) = serde_json::from_str::<Map<String, Value>>(&answer) else {
         return answer;
     };
     let name = SESSION_MAPS[1];
-    let mut prompt = match value.remove(name) {
-        Some(Value::Object(prompt)) => prompt,
-        _ => own_map(reply_to, name).clone(),
+    let mut prompt = match (value.remove(name), &marker) {
+        (Some(Value::Object(prompt)), _) => prompt,
+        (_, Some(_)) => own_map(reply_to, name).clone(),
+        (other, None) => {
+            if let Some(other) = other {
+                value.insert(name.into(), other);
+            }
+            return Value::Object(value).to_string();
+        }
     };
-    for (attribute, text) in marker {
+    prompt.retain(|attribute, _| !attribute.starts_with(MARKER_PREFIX));
+    for (attribute, text) in marker.into_iter().flatten() {
         prompt.insert(attribute.to_string(), Value::String(text));
     }
     value.insert(name.into(), Value::Object(prompt));

@@ -16,6 +16,7 @@ use super::{
     SettleAs, Status, StoreError, UNKNOWN_UPDATE, Written, attr, decode_item, encode_result,
     expiry_covering_lease, n, s, validate_claim, validate_key,
 };
+use crate::store::SETTLE_MARGIN_MS;
 
 /// Rounds of "conditional write failed, but the record read back is claimable" before giving up.
 /// Each round means another writer changed the record in between, so this only bounds livelock.
@@ -444,7 +445,9 @@ impl DynamoDbStore {
             .insert(":completed".into(), s(Status::Completed.as_str()));
         held.values
             .insert(":true".into(), AttributeValue::Bool(true));
-        held.values.insert(":now_ms".into(), n(now));
+        // A lease must have ended the margin ago, by this clock (`Record::is_settleable`).
+        held.values
+            .insert(":now_ms".into(), n(now.saturating_sub(SETTLE_MARGIN_MS)));
         match settle_as {
             SettleAs::Release => self.settle_by_deleting(key, &held).await,
             SettleAs::Complete(reply) => {
