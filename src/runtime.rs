@@ -19,6 +19,7 @@ use lambda_runtime_api_client::{Client, build_request};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::doors::port::json_type_phrase;
 use crate::doors::{ClientContext, HandlerError};
 use crate::handler::Invocation;
 
@@ -240,7 +241,7 @@ pub(crate) fn read_client_context(header: &[u8]) -> Result<Option<ClientContext>
         other => {
             return Err(format!(
                 "the client context is {}, not an object",
-                json_kind(&other)
+                json_type_phrase(&other)
             ));
         }
     };
@@ -250,7 +251,7 @@ pub(crate) fn read_client_context(header: &[u8]) -> Result<Option<ClientContext>
         Some(other) => {
             return Err(format!(
                 "the client context's custom is {}, not an object",
-                json_kind(other)
+                json_type_phrase(other)
             ));
         }
     };
@@ -264,23 +265,12 @@ pub(crate) fn read_client_context(header: &[u8]) -> Result<Option<ClientContext>
             other => {
                 return Err(format!(
                     "the client context's custom.{name} is {}, not a string",
-                    json_kind(other)
+                    json_type_phrase(other)
                 ));
             }
         }
     }
     Ok(Some(read))
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Posts the answer (or the error) for `request_id`.

@@ -392,6 +392,11 @@ impl Telemetry {
     /// One `config_rejected` count: a config document was refused and the last good one stays
     /// (an EMF line of its own, under the `Service` dimension).
     pub(crate) fn config_rejected(&self) {
+        self.service_metric(CONFIG_REJECTED, 1);
+    }
+
+    /// One EMF line of one count under the `Service` dimension alone.
+    fn service_metric(&self, name: &str, value: u64) {
         let Some(emf) = &self.emf else { return };
         let line = json!({
             "_aws": {
@@ -399,11 +404,11 @@ impl Telemetry {
                 "CloudWatchMetrics": [{
                     "Namespace": emf.namespace,
                     "Dimensions": [["Service"]],
-                    "Metrics": [{"Name": CONFIG_REJECTED, "Unit": "Count"}],
+                    "Metrics": [{"Name": name, "Unit": "Count"}],
                 }],
             },
             "Service": emf.service,
-            CONFIG_REJECTED: 1,
+            name: value,
         });
         self.sink.write_line(&line.to_string());
     }
@@ -412,20 +417,7 @@ impl Telemetry {
     /// unknown as `settled_unknown` under the `Service` dimension (what the alarm watches).
     pub(crate) fn swept(&self, request_id: &str, found: usize, settled: usize) {
         tracing::info!(request_id, found, settled, "dedup sweep");
-        let Some(emf) = &self.emf else { return };
-        let line = json!({
-            "_aws": {
-                "Timestamp": now_ms(),
-                "CloudWatchMetrics": [{
-                    "Namespace": emf.namespace,
-                    "Dimensions": [["Service"]],
-                    "Metrics": [{"Name": "settled_unknown", "Unit": "Count"}],
-                }],
-            },
-            "Service": emf.service,
-            "settled_unknown": settled,
-        });
-        self.sink.write_line(&line.to_string());
+        self.service_metric("settled_unknown", settled as u64);
     }
 
     /// The tool-call line for `dedup audit`, if `DEDUP_LOG_CALLS` asks for it.

@@ -624,6 +624,18 @@ impl Scoping<'_> {
 }
 
 /// The JSON type of `v`, for messages.
+/// A JSON value's type with its article, for a message: `a number`, `an object`, `null`.
+pub(crate) fn json_type_phrase(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

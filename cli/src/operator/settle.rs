@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use toolcall_dedup::store::{Record, Records, SettleAs, Status, Store, StoreError};
+use toolcall_dedup::store::{
+    Record, Records, SETTLE_MARGIN_MS, SettleAs, Status, Store, StoreError,
+};
 
 /// What the operator does with the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,9 +41,14 @@ pub enum SettleError {
     /// No live record has this key (never claimed, released, or expired).
     #[error("no live record for key {0}")]
     NotFound(String),
-    /// The claim's owner may still be running: its lease ends at `lease_until_ms`.
+    /// The claim's owner may still be running: its lease ends at `lease_until_ms`, and the
+    /// operator waits a clock margin beyond it.
     #[error(
-        "the call is still held by a running owner until epoch ms {lease_until_ms}; try after then"
+        "the call may still be held by a running owner: its lease ends at {}, and an operator \
+         settles it from {} (a {} s margin for clock skew); try after then",
+        super::inspect::iso8601(*lease_until_ms),
+        super::inspect::iso8601(lease_until_ms.saturating_add(SETTLE_MARGIN_MS)),
+        SETTLE_MARGIN_MS / 1000
     )]
     Running {
         /// When the owner's lease ends.

@@ -113,6 +113,13 @@ async fn killed_owner_then_operator_releases<S: Store + Records + 'static>(
     clock.set_ms(record.lease_until_ms + 1);
     assert_outcome_unknown(&send(&h, &event("fd-charge_card-retry.json")).await, &key);
     assert_eq!(h.dispatcher().invokes(), 1);
+    // Within the clock margin after the lease ended, the operator is still refused (issue 51: a
+    // clock running ahead must not release a claim whose owner may still run).
+    assert!(matches!(
+        settle(h.store(), &key, Action::Release, DAY).await,
+        Err(SettleError::Running { .. })
+    ));
+    clock.set_ms(record.lease_until_ms + toolcall_dedup::store::SETTLE_MARGIN_MS + 1);
 
     let done = settle(h.store(), &key, Action::Release, DAY).await.unwrap();
     assert!(done.before.at_most_once && done.before.status == Status::InProgress);

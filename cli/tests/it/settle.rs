@@ -53,7 +53,7 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
     let reply_path = reply.path().to_str().unwrap();
     assert_refused(
         &settle(&table, &[key, "--completed", reply_path]),
-        "still held by a running owner",
+        "may still be held by a running owner",
     );
     let shown = stdout_json(&settle(&table, &[key, "--show"]));
     assert_eq!(shown["state"], "in_progress");

@@ -29,8 +29,8 @@ use serde_json::value::RawValue;
 use crate::decide::ReplyClass;
 use crate::doors::port::{
     Answers, DEDUP_KEY_CONTEXT, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind,
-    Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, refusal, scoped_namespace,
-    step_value,
+    Scoping, ToolCall, Unforwardable, Unkeyed, classify_json_reply, json_type_phrase, refusal,
+    scoped_namespace, step_value,
 };
 
 /// This entry point's name in every key (see [`scoped_namespace`]).
@@ -144,7 +144,7 @@ impl Envelope {
             }
             (Some(other), None) => Err(EnvelopeError::Arguments(format!(
                 "\"input\" must be a JSON object, got {}",
-                type_name(other)
+                json_type_phrase(other)
             ))),
             (None, Some(Value::String(text))) => match serde_json::from_str::<&RawValue>(text) {
                 Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(text.clone()),
@@ -157,7 +157,7 @@ impl Envelope {
             },
             (None, Some(other)) => Err(EnvelopeError::Event(format!(
                 "\"args\" must be a string of JSON text, got {}; send an object as \"input\"",
-                type_name(other)
+                json_type_phrase(other)
             ))),
         };
         let schema = match raw.schema {
@@ -329,17 +329,6 @@ pub(crate) fn error(notice: &Notice, dedup: &DedupInfo<'_>) -> String {
     out.push_str(&dedup.json());
     out.push('}');
     out
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
