@@ -5,7 +5,7 @@
 //!   written from the rule's statement.
 
 use serde_json::Value;
-use toolcall_dedup::key::{Call, Keyer, Rules, Schema, Strategy};
+use toolcall_dedup::key::{Call, Keyer, Rules, Schema, Strategy, TYPED_KEYER_VERSION};
 
 fn lines(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -79,6 +79,42 @@ fn typed_rules_produce_their_stated_canonical_form() {
             v["rule"]
         );
     }
+}
+
+/// The typed keyer's versions and, for each, how many of `tests/golden/typed.jsonl`'s vectors (the
+/// first ones) it was pinned with and their digest (issue 52: a keyer version that cannot lie).
+/// A rule that changes any pinned vector's canonical form fails here while `TYPED_KEYER_VERSION`
+/// stays: move the version on, and add its own line (the old line stays, naming what the old
+/// version keyed). New vectors may be appended without a new version.
+const PINNED_VECTORS: &[(&str, usize, &str)] = &[(
+    "typed/v1",
+    32,
+    "0ca9b9e77b363abcddb179aa0db3fd64d381e4fb076035e911b299aa5c295a9c",
+)];
+
+#[test]
+fn the_golden_vectors_are_pinned_to_the_keyer_version() {
+    use sha2::{Digest, Sha256};
+    let (_, count, pinned) = PINNED_VECTORS
+        .iter()
+        .find(|(version, _, _)| *version == TYPED_KEYER_VERSION)
+        .unwrap_or_else(|| {
+            panic!("{TYPED_KEYER_VERSION} has no pinned vectors: add its line to PINNED_VECTORS")
+        });
+    let vectors = lines("tests/golden/typed.jsonl");
+    assert!(vectors.len() >= *count, "pinned vectors were removed");
+    let mut digest = Sha256::new();
+    for v in &vectors[..*count] {
+        let pinned_part = serde_json::json!([v["args"], v.get("schema"), v["canonical"]]);
+        digest.update(pinned_part.to_string().as_bytes());
+        digest.update(b"\n");
+    }
+    let digest = hex::encode(digest.finalize());
+    assert_eq!(
+        &digest, pinned,
+        "the first {count} golden vectors changed, but TYPED_KEYER_VERSION is still \
+         {TYPED_KEYER_VERSION}: a changed vector is a changed key; move the version on"
+    );
 }
 
 #[test]

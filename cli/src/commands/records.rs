@@ -35,9 +35,12 @@ pub(crate) struct ListArgs {
     pub(crate) table: TableArgs,
 }
 
+/// A state as `dedup list` prints it (`in_progress`); `in-progress` is read too.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub(crate) enum StateArg {
     Unknown,
+    #[value(alias = "in-progress")]
     InProgress,
     Completed,
 }

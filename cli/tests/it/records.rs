@@ -158,6 +158,11 @@ async fn an_unknown_outcome_is_listed_through_the_index_and_cannot_be_evicted(ba
         &["list", "--json", "--state", "unknown", "--since", "1h"],
     ));
     assert_eq!(since_now.len(), 1);
+    // One spelling for states (issue 53): what `list` prints is what `--state` takes.
+    for spelling in ["in_progress", "in-progress"] {
+        let listed = dedup(backend, &table, &["list", "--json", "--state", spelling]);
+        assert!(listed.status.success(), "{spelling}: {listed:?}");
+    }
 
     let refused = dedup(backend, &table, &["evict", key, "--yes"]);
     assert_eq!(refused.status.code(), Some(1));
