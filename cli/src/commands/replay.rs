@@ -30,8 +30,9 @@ use tokio::task::JoinSet;
 
 use super::CliError;
 use crate::demo::{DemoTool, Ledger};
-use toolcall_dedup::config::{Config, StoreKind};
+use toolcall_dedup::config::{Config, ConfigError, StoreKind};
 use toolcall_dedup::handler::{Handled, Handler, Invocation};
+use toolcall_dedup::internals::reload::document_from_env;
 use toolcall_dedup::store::{DynamoDbStore, MemoryStore, Store, dynamodb};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
@@ -126,10 +127,10 @@ pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
             EventFile::read(p.clone()).map_err(|e| CliError::Usage(format!("{}: {e}", p.display())))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let config = replay_config(&args)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let config = runtime.block_on(replay_config(&args))?;
     let (summary, reports) = runtime.block_on(run_with_config(&args, &config, files))?;
     for (path, report) in &reports {
         let counts: Vec<String> = report
@@ -149,8 +150,20 @@ pub(crate) fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The environment, with the flags laid over it.
-fn replay_config(args: &ReplayArgs) -> Result<Config, CliError> {
+/// The environment, with the flags laid over it, and the config document `DEDUP_CONFIG` names
+/// (a file, `ssm:` or `s3://`), read as the function reads it: its settings, routes and policies.
+async fn replay_config(args: &ReplayArgs) -> Result<Config, CliError> {
+    let usage = |e: ConfigError| CliError::Usage(e.to_string());
+    let document = match document_from_env().await.map_err(usage)? {
+        Some((loader, _)) => Some(
+            loader
+                .load()
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?
+                .document,
+        ),
+        None => None,
+    };
     let lookup = |var: &str| -> Option<String> {
         let flag = match var {
             "DEDUP_STORE" => args.store.clone(),
@@ -161,7 +174,7 @@ fn replay_config(args: &ReplayArgs) -> Result<Config, CliError> {
         flag.or_else(|| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
             .or_else(|| (var == "DEDUP_TABLE_NAME").then(|| DEFAULT_REPLAY_TABLE.to_string()))
     };
-    Config::from_lookup(lookup, StoreKind::Memory).map_err(|e| CliError::Usage(e.to_string()))
+    Config::from_lookup_and_document(lookup, document.as_ref(), StoreKind::Memory).map_err(usage)
 }
 
 async fn run_with_config(

@@ -124,3 +124,60 @@ fn shadow_mode_executes_every_call_and_counts_the_retries_as_would_be_replays() 
     let side_effects = std::fs::read_to_string(&ledger).unwrap().lines().count();
     assert_eq!(side_effects, 3 * RUNS, "every call executes in shadow mode");
 }
+
+/// Issue 53: `dedup replay` reads the config document `DEDUP_CONFIG` names, as the function does:
+/// under a document whose policy keys `charge_card` by its customer and currency only, a retry with
+/// another amount is the same call; without it, two calls. A document that cannot be read is a
+/// clear error, and nothing runs.
+#[test]
+fn replay_keys_under_the_config_document_as_the_function_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let base: Value = serde_json::from_str(
+        &std::fs::read_to_string(crate::fixture::events_dir().join("fd-charge_card.json")).unwrap(),
+    )
+    .unwrap();
+    let mut other_amount = base.clone();
+    for p in other_amount["parameters"].as_array_mut().unwrap() {
+        if p["name"] == "amount" {
+            p["value"] = json!("5000");
+        }
+    }
+    let files: Vec<String> = [("first.json", &base), ("second.json", &other_amount)]
+        .iter()
+        .map(|(name, event)| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, event.to_string()).unwrap();
+            path.to_string_lossy().into_owned()
+        })
+        .collect();
+    let (_, plain) = replay(&files, &[]);
+    assert_eq!(
+        (plain["executed"].as_u64(), plain["replayed"].as_u64()),
+        (Some(2), Some(0)),
+        "{plain}"
+    );
+
+    let document = dir.path().join("dedup.yaml");
+    std::fs::write(
+        &document,
+        "tools:\n  charge_card:\n    key_fields: [customer_id, currency]\n",
+    )
+    .unwrap();
+    let document_path = document.to_string_lossy().into_owned();
+    let (_, keyed) = replay(&files, &[("DEDUP_CONFIG", &document_path)]);
+    assert_eq!(
+        (keyed["executed"].as_u64(), keyed["replayed"].as_u64()),
+        (Some(1), Some(1)),
+        "{keyed}"
+    );
+
+    let missing = crate::dedup()
+        .arg("replay")
+        .args(&files)
+        .env("DEDUP_CONFIG", dir.path().join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(stderr.contains("missing.yaml"), "{stderr}");
+}
