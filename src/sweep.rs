@@ -62,7 +62,15 @@ pub(crate) async fn sweep<S: Records>(store: &S, margin: Duration) -> Result<Swe
             .settle_unknown(&record.key, &record.token, record.expires_at_s)
             .await
         {
-            Ok(()) => swept.settled.push(record),
+            Ok(()) => {
+                // The line the runbook's "calls left unknown" query finds, as the executor's.
+                tracing::warn!(
+                    key = %record.key,
+                    "an at_most_once claim whose owner never settled it is settled as outcome \
+                     unknown by the sweep, until an operator settles it (dedup settle)"
+                );
+                swept.settled.push(record);
+            }
             // Settled, released or taken over meanwhile: whoever did it answers for it.
             Err(StoreError::LeaseLost) => {}
             Err(e) => {

@@ -473,6 +473,7 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         .collect();
     let emf: Vec<&Value> = lines.iter().filter(|l| l.get("_aws").is_some()).collect();
     assert_eq!(emf.len(), 9, "{log}");
+    runbook_queries_name_fields_the_function_writes(&lines, root);
     assert_eq!(
         emf.iter().filter(|l| l["replayed"] == 1).count(),
         3,
@@ -650,4 +651,52 @@ fn retry_pairs_of_every_entry_point_through_cargo_lambda_watch_charge_once() {
         first, after,
         "the function still serves after the odd contexts"
     );
+}
+
+/// Issue 53: every field a Logs Insights query of docs/operations.md filters on is one the
+/// function's JSON lines have (a query on `message` finds nothing where the line says
+/// `fields.message`), and every message it looks for is one a line holds.
+fn runbook_queries_name_fields_the_function_writes(lines: &[Value], root: &Path) {
+    let doc = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let section = doc.split("## Logs Insights").nth(1).unwrap();
+    let block = section.split("```").nth(1).unwrap();
+    let term = regex::Regex::new(
+        r#"ispresent\(([\w.@]+)\)|([\w.@]+)\s*(?:=\s*"([^"]*)"|=\s*[\w.]+|like\s*/[^/]*/)"#,
+    )
+    .unwrap();
+    let at = |line: &Value, path: &str| {
+        path.split('.')
+            .try_fold(line, |v, part| v.get(part))
+            .cloned()
+    };
+    let filters: Vec<&str> = block
+        .lines()
+        .filter(|l| l.trim_start().starts_with("filter "))
+        .collect();
+    assert!(filters.len() >= 5, "{block}");
+    for filter in filters {
+        for c in term.captures_iter(filter) {
+            let path = c.get(1).or(c.get(2)).unwrap().as_str();
+            if path == "and" || path.starts_with('@') {
+                continue;
+            }
+            assert!(
+                lines.iter().any(|l| at(l, path).is_some()),
+                "the runbook query `{filter}` filters on {path}, which no line the function wrote has"
+            );
+            // A message is the function's own words; other values depend on what happened.
+            if let Some(text) = c
+                .get(3)
+                .map(|m| m.as_str())
+                .filter(|_| path.ends_with("message"))
+            {
+                assert!(
+                    lines
+                        .iter()
+                        .any(|l| at(l, path).as_ref().and_then(Value::as_str) == Some(text)),
+                    "the runbook query `{filter}` looks for {path} = {text:?}, which no line has"
+                );
+            }
+        }
+    }
 }
