@@ -593,10 +593,10 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             rep.same(f"[{scen}] Dashboard properties", s["Dashboard"]["Properties"], c["Dashboard"]["Properties"])
         alarms = sorted(k for k, v in s.items() if v["Type"] == "AWS::CloudWatch::Alarm")
         rep.expect(f"[{scen}] alarms: store unavailable, outcome unknown, sessionless, Lambda errors, throttles, "
-                   "duration near the timeout, table throttles and system errors",
+                   "duration near the timeout, table throttles and system errors, a refused config, tool errors",
                    alarms == sorted(["StoreUnavailableAlarm", "OutcomeUnknownAlarm", "SessionlessAlarm", "ErrorsAlarm",
                                      "ThrottlesAlarm", "DurationNearTimeoutAlarm", "TableThrottlesAlarm",
-                                     "TableSystemErrorsAlarm"]), str(alarms))
+                                     "TableSystemErrorsAlarm", "ConfigRejectedAlarm", "ToolErrorsAlarm"]), str(alarms))
         topic_on = s_ev.params.get("AlarmTopicArn") != ""
         for aid in alarms:
             p = s[aid]["Properties"]

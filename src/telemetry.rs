@@ -391,7 +391,7 @@ impl Telemetry {
 
     /// One `config_rejected` count: a config document was refused and the last good one stays
     /// (an EMF line of its own, under the `Service` dimension).
-    pub(crate) fn config_rejected(&self) {
+    pub fn config_rejected(&self) {
         self.service_metric(CONFIG_REJECTED, 1);
     }
 

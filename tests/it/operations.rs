@@ -196,6 +196,7 @@ async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
     let telemetry = Telemetry::quiet()
         .with_sink(sink)
         .with_metrics(&config.metrics);
+    let rejecting = telemetry.clone();
     let h = Handler::new(
         store,
         Scripted::new(vec![Act::RunThenFail("Sandbox.Timedout")]),
@@ -229,6 +230,8 @@ async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
         send(&h, &event("fd-refund.json")).await.outcome,
         Outcome::StoreError
     );
+    // A config document refused: the line the reload writes (`Reloading::refresh_reported`).
+    rejecting.config_rejected();
     let lines = lines.lock().unwrap();
     lines
         .iter()
@@ -255,10 +258,12 @@ async fn every_alarm_watches_a_metric_the_function_emits() {
     assert_eq!(
         names,
         BTreeSet::from([
+            "config_rejected",
             "outcome_unknown",
             "sessionless",
             "settled_unknown",
-            "store_error"
+            "store_error",
+            "tool_error"
         ]),
         "the alarms on the function's own metrics"
     );

@@ -35,7 +35,8 @@ const PARAMETER_GROUPS: [string, string[]][] = [
 
 /** The metrics the executor emits (EMF), one Count per outcome: what metricOutcome() takes. */
 export type Outcome = 'executed' | 'replayed' | 'waited' | 'in_progress' | 'store_error' | 'outcome_unknown'
-  | 'sessionless' | 'tool_error' | 'bad_request' | 'dedup_off' | 'passed_unread' | 'door_refused';
+  | 'sessionless' | 'tool_error' | 'bad_request' | 'dedup_off' | 'passed_unread' | 'door_refused'
+  | 'shadow_replay' | 'passed_on' | 'idempotency_key_reused';
 
 export class ToolcallDedupStack extends cdk.Stack {
   /** The idempotency table. */
@@ -458,6 +459,18 @@ export class ToolcallDedupStack extends cdk.Stack {
         namespace: METRICS_NAMESPACE, metricName: 'store_error', dimensions: service,
         statistic: 'Sum', period: 60, evaluationPeriods: 3, datapointsToAlarm: 2,
       });
+    const configRejected = alarm('ConfigRejectedAlarm',
+      'toolcall-dedup: a config document was refused; the last good one stays in force and the change pushed is '
+      + 'not. Runbook: docs/operations.md#config-rejected', {
+        namespace: METRICS_NAMESPACE, metricName: 'config_rejected', dimensions: service,
+        statistic: 'Sum', period: 60,
+      });
+    const toolErrors = alarm('ToolErrorsAlarm',
+      'toolcall-dedup: tools keep failing, timing out or cannot be reached (five a minute, three minutes in five). '
+      + 'Runbook: docs/operations.md#tool-errors', {
+        namespace: METRICS_NAMESPACE, metricName: 'tool_error', dimensions: service,
+        statistic: 'Sum', period: 60, evaluationPeriods: 5, datapointsToAlarm: 3, threshold: 5,
+      });
     const outcomeUnknown = alarm('OutcomeUnknownAlarm',
       'toolcall-dedup: an at-most-once call was left with its outcome unknown, or a repeat found one; repeats are '
       + 'refused until someone settles it (dedup list --state unknown). Runbook: docs/operations.md#outcome-unknown', {
@@ -562,7 +575,7 @@ export class ToolcallDedupStack extends cdk.Stack {
     this.aliasArn = aliasArn;
 
     const alarms = [storeUnavailable, outcomeUnknown, sessionlessAlarm, errors, throttles, duration,
-      tableThrottles, tableErrors];
+      tableThrottles, tableErrors, configRejected, toolErrors];
     const own = (metric: string, extra?: object) =>
       [METRICS_NAMESPACE, metric, 'Service', '${DedupFunction}', ...(extra ? [extra] : [])];
     const search = (metric: string, id: string) => [{
@@ -581,7 +594,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         } },
         graph(0, 3, 'Calls by outcome', { stat: 'Sum', period: 60, view: 'timeSeries',
           metrics: ['executed', 'replayed', 'waited', 'in_progress', 'store_error', 'settled_unknown', 'outcome_unknown',
-            'sessionless']
+            'sessionless', 'shadow_replay', 'tool_error']
             .map((m) => own(m)) }),
         graph(12, 3, 'Replays by door and tool', { view: 'timeSeries', metrics: [search('replayed', 'replays')] }),
         graph(0, 9, 'Executions by door and tool', { view: 'timeSeries', metrics: [search('executed', 'executions')] }),
