@@ -182,7 +182,10 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         self.engine.settings()
     }
 
-    /// The Lambda entry point: the payload and the context (deadline, client context).
+    /// One invocation as `lambda_runtime` hands it over (a caller running its own
+    /// `lambda_runtime` loop): the payload and the context (deadline, invoked ARN, client
+    /// context). The function itself serves through [`serve`], which reads the same fields from
+    /// the Runtime API through the same `Invocation` code.
     pub async fn lambda(&self, event: LambdaEvent<Value>) -> Result<Box<RawValue>, HandlerError> {
         let invocation = Invocation::from_context(&event.context);
         let client_context = event.context.client_context.as_ref().map(|c| &c.custom);
@@ -349,7 +352,7 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
     /// schedule's failures show in the function's errors.
     pub async fn sweep(&self, invocation: &Invocation) -> Result<Box<RawValue>, HandlerError> {
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let swept = crate::sweep::sweep(self.store(), crate::sweep::SWEEP_MARGIN)
+        let swept = crate::sweep::sweep(self.store())
             .await
             .map_err(|e| HandlerError::Internal(format!("the sweep cannot read the store: {e}")))?;
         self.engine

@@ -139,13 +139,9 @@ where
     match handled.await {
         Ok(Ok(response)) => Ok(response),
         Ok(Err(e)) => {
-            let diagnostic = lambda_runtime::Diagnostic::from(e);
-            tracing::error!(
-                error_type = %diagnostic.error_type,
-                error = %diagnostic.error_message,
-                "the invocation is answered with a Lambda error"
-            );
-            Err((error_type(&diagnostic.error_type), diagnostic.error_message))
+            let (error_type, message) = (e.error_type(), e.to_string());
+            tracing::error!(error_type, error = %message, "the invocation is answered with a Lambda error");
+            Err((error_type, message))
         }
         Err(panic) => {
             let message = panic
@@ -156,15 +152,6 @@ where
             tracing::error!(panic = %message, "the handler panicked");
             Err(("Internal", format!("internal error: {message}")))
         }
-    }
-}
-
-/// The error types a Lambda error reports are a closed set (`HandlerError`'s).
-fn error_type(name: &str) -> &'static str {
-    match name {
-        "DoorNotServed" => "DoorNotServed",
-        "InvalidEvent" => "InvalidEvent",
-        _ => "Internal",
     }
 }
 

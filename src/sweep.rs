@@ -6,8 +6,6 @@
 //! token (a claim settled, released or taken meanwhile is left as it is), and reports each call it
 //! settled, so each is announced once: by the one invocation whose settle write applied.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use crate::store::{Record, RecordFilter, RecordState, Records, Status, StoreError, is_not_a_call};
@@ -15,11 +13,6 @@ use crate::store::{Record, RecordFilter, RecordState, Records, Status, StoreErro
 /// The scheduled event's one member: `{"toolcall-dedup": "sweep"}` (the SAM and CDK stacks' rule
 /// sends it every five minutes). Nothing else has it: no door reads a member of that name.
 pub(crate) const SWEEP_MEMBER: &str = "toolcall-dedup";
-
-/// How long after its lease ended a claim is swept: a margin over clock skew between the
-/// invocation that holds it and this one, the one `dedup settle` keeps.
-pub(crate) const SWEEP_MARGIN: Duration =
-    Duration::from_millis(crate::store::SETTLE_MARGIN_MS.unsigned_abs());
 
 /// How many records one sweep reads from the attention index at most; the next sweep goes on.
 const SWEEP_LIMIT: usize = 500;
@@ -38,11 +31,10 @@ pub(crate) struct Swept {
     pub(crate) settled: Vec<Record>,
 }
 
-/// Settles every `at_most_once` claim whose lease ended more than `margin` ago as outcome
-/// unknown.
-pub(crate) async fn sweep<S: Records>(store: &S, margin: Duration) -> Result<Swept, StoreError> {
+/// Settles as outcome unknown every `at_most_once` claim an operator could settle: its lease
+/// ended more than the clock margin ago ([`Record::is_settleable`], what `dedup settle` keeps).
+pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
     let now_ms = store.now_ms();
-    let margin_ms = i64::try_from(margin.as_millis()).unwrap_or(i64::MAX);
     let filter = RecordFilter {
         state: Some(RecordState::Unknown),
         limit: SWEEP_LIMIT,
@@ -53,7 +45,7 @@ pub(crate) async fn sweep<S: Records>(store: &S, margin: Duration) -> Result<Swe
         let unsettled = record.status == Status::InProgress
             && record.at_most_once
             && !is_not_a_call(&record.key)
-            && record.lease_until_ms.saturating_add(margin_ms) < now_ms;
+            && record.is_settleable(now_ms);
         if !unsettled {
             continue;
         }

@@ -18,17 +18,23 @@ pub enum HandlerError {
     Internal(String),
 }
 
-impl From<HandlerError> for lambda_runtime::Diagnostic {
-    fn from(e: HandlerError) -> lambda_runtime::Diagnostic {
-        let error_type = match &e {
+impl HandlerError {
+    /// The Lambda error type an operator filters on.
+    pub(crate) fn error_type(&self) -> &'static str {
+        match self {
             HandlerError::InvalidEvent(
                 Unanswerable::DoorNotServed { .. } | Unanswerable::WrongAlias { .. },
             ) => "DoorNotServed",
             HandlerError::InvalidEvent(_) => "InvalidEvent",
             HandlerError::Internal(_) => "Internal",
-        };
+        }
+    }
+}
+
+impl From<HandlerError> for lambda_runtime::Diagnostic {
+    fn from(e: HandlerError) -> lambda_runtime::Diagnostic {
         lambda_runtime::Diagnostic {
-            error_type: error_type.into(),
+            error_type: e.error_type().into(),
             error_message: e.to_string(),
         }
     }

@@ -347,8 +347,8 @@ fn the_qualifier_is_read_from_every_arn_lambda_writes() {
     }
 }
 
-/// The Lambda entry point (`Handler::lambda`, which `serve` and a config document's `Reloading`
-/// both call) takes the qualifier from the invoked ARN the runtime gives: the forged listing is a
+/// The Lambda entry point (`Handler::lambda`; the function's own loop, `serve`, reads the invoked
+/// ARN through the same `Invocation` code) takes the qualifier from the invoked ARN: the forged listing is a
 /// `DoorNotServed` Lambda error through every other ARN and learned only through the alias's; a
 /// Lambda-target call (its tool in the client context) is refused through the alias's ARN.
 #[tokio::test]

@@ -182,14 +182,7 @@ async fn emf_of_a_bad_day(service: &str, namespace: &str) -> Vec<Value> {
         "DEDUP_METRICS_NAMESPACE" => Some(namespace.to_string()),
         _ => None,
     };
-    let config = Config {
-        policies: PolicySet::parse(
-            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
-            false,
-        )
-        .unwrap(),
-        ..Config::from_lookup(lookup, StoreKind::Memory).unwrap()
-    };
+    let config = charge_card_at_most_once(Config::from_lookup(lookup, StoreKind::Memory).unwrap());
     let (sink, lines) = Sink::memory();
     let store = Faulty::new(MemoryStore::new());
     let down = store.down.clone();
@@ -433,14 +426,7 @@ async fn a_call_left_with_its_outcome_unknown_is_announced_on_the_event_bus() {
     let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
     let (events, sqs, queue) = announced_to_a_queue(&service).await;
 
-    let config = Config {
-        policies: PolicySet::parse(
-            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
-            false,
-        )
-        .unwrap(),
-        ..Config::default()
-    };
+    let config = charge_card_at_most_once(Config::default());
     let h = Handler::new(
         MemoryStore::new(),
         Scripted::new(vec![Act::Run, Act::RunThenFail("Sandbox.Timedout")]),
@@ -484,14 +470,7 @@ async fn an_unreachable_event_bus_changes_no_answer() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let config = Config {
-        policies: PolicySet::parse(
-            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
-            false,
-        )
-        .unwrap(),
-        ..Config::default()
-    };
+    let config = charge_card_at_most_once(Config::default());
     let client = EventBus::build_client(Some(&endpoint)).await;
     let h = Handler::new(
         MemoryStore::new(),
@@ -525,14 +504,7 @@ async fn a_killed_at_most_once_call_is_swept_and_announced_once<S: Store + Recor
 ) {
     let service = format!("dedup-{}", uuid::Uuid::new_v4().simple());
     let (events, sqs, queue) = announced_to_a_queue(&service).await;
-    let config = Config {
-        policies: PolicySet::parse(
-            r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#,
-            false,
-        )
-        .unwrap(),
-        ..Config::default()
-    };
+    let config = charge_card_at_most_once(Config::default());
     let h = Handler::new(
         store.clone(),
         Scripted::new(vec![]),
@@ -626,4 +598,13 @@ async fn a_killed_at_most_once_call_is_swept_and_announced_once_on_moto() {
     let clock = ManualClock::starting_now();
     let store = crate::servers::dynamodb_store(crate::servers::Backend::Moto, clock.clone()).await;
     a_killed_at_most_once_call_is_swept_and_announced_once(store, clock).await;
+}
+
+/// `base` with `charge_card` taken at most once: the tool whose unknown outcomes are announced.
+fn charge_card_at_most_once(base: Config) -> Config {
+    let policy = r#"{"tools": {"charge_card": {"delivery": "at_most_once"}}}"#;
+    Config {
+        policies: PolicySet::parse(policy, false).unwrap(),
+        ..base
+    }
 }
