@@ -103,6 +103,10 @@ pub mod internals {
     pub mod reload {
         pub use crate::reload::{Refreshed, Reloading, document_from_env};
     }
+    /// The scheduled sweep's rule, for the protocol model.
+    pub mod sweep {
+        pub use crate::sweep::is_left_unsettled;
+    }
     /// Traces.
     pub mod xray {
         pub use crate::xray::{XrayLayer, init_lambda_subscriber};

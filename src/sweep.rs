@@ -31,6 +31,16 @@ pub(crate) struct Swept {
     pub(crate) settled: Vec<Record>,
 }
 
+/// Whether the sweep settles `record` at `now_ms`: an `at_most_once` claim still in progress that
+/// an operator could settle ([`Record::is_settleable`]). The listing it came from may be stale by
+/// the time the settle is written; the settle's token fence is what makes that safe.
+pub fn is_left_unsettled(record: &Record, now_ms: i64) -> bool {
+    record.status == Status::InProgress
+        && record.at_most_once
+        && !is_not_a_call(&record.key)
+        && record.is_settleable(now_ms)
+}
+
 /// Settles as outcome unknown every `at_most_once` claim an operator could settle: its lease
 /// ended more than the clock margin ago ([`Record::is_settleable`], what `dedup settle` keeps).
 pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
@@ -42,11 +52,7 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
     };
     let mut swept = Swept::default();
     for record in store.list(&filter).await? {
-        let unsettled = record.status == Status::InProgress
-            && record.at_most_once
-            && !is_not_a_call(&record.key)
-            && record.is_settleable(now_ms);
-        if !unsettled {
+        if !is_left_unsettled(&record, now_ms) {
             continue;
         }
         swept.found += 1;

@@ -11,7 +11,9 @@
 //! crashes after its effect, times out, refuses its input, says "not now", or answers late; a
 //! claim that applied but whose answer was lost (released at the caller's next call, fenced); a
 //! completion that never lands; an invocation killed mid-call; leases ending, takeovers, records
-//! expiring and still present; `at_least_once` and `at_most_once` tools.
+//! expiring and still present; `at_least_once` and `at_most_once` tools; the scheduled sweep
+//! (issue 51), which lists the attention index with a clock up to a tick ahead and settles, in a
+//! later step, what it listed: the listing may be stale by then.
 //!
 //! Invariants:
 //! - **at most once**: a second effect happens only after a takeover the protocol allows (the
@@ -21,10 +23,13 @@
 //!   takeover they are all the same;
 //! - **no claim held past its lease**: an in-progress record whose lease ended (plus the skew) is
 //!   claimable, or says outcome unknown (`at_most_once`);
-//! - **fence**: a stored result was produced by the owner whose token the record carries.
+//! - **fence**: a stored result was produced by the owner whose token the record carries;
+//! - **the sweep settles only claims whose owner can no longer act**: what it listed may have been
+//!   released and claimed again before its settle is written.
 //!
-//! Two fixed bugs come back behind [`Bug`] and the checker must find each with a trace:
-//! a claim whose TTL is shorter than its lease, and a crash-type error that releases the claim.
+//! Three bugs come back behind [`Bug`] and the checker must find each with a trace: a claim whose
+//! TTL is shorter than its lease, a crash-type error that releases the claim, and a sweep that
+//! settles the record it listed without its token fence.
 //!
 //! `DEDUP_MODEL_CALLERS` (default 2), `DEDUP_MODEL_TICKS` (default 7) and
 //! `DEDUP_MODEL_ATTEMPTS` (default 2) size the run; docs/testing.md records a larger one.
@@ -35,13 +40,16 @@ use stateright::{Checker, HasDiscoveries, Model, Property};
 use toolcall_dedup::config::Mode;
 use toolcall_dedup::internals::decide::ReplyClass;
 use toolcall_dedup::internals::decide::{AfterRun, NextAction, RunEnd, after_run, decide};
+use toolcall_dedup::internals::sweep::is_left_unsettled;
 use toolcall_dedup::key::{Delivery, OnFailure};
 use toolcall_dedup::store::{
     CallAbout, ClaimOutcome, ClaimRequest, LeaseToken, Record, Status, StoreError,
 };
 
-/// One tick of the model clock, in the product's milliseconds (expiry is per second).
-const TICK_MS: i64 = 1_000;
+/// One tick of the model clock, in the product's milliseconds: a minute, so that the product's
+/// settle margin (`SETTLE_MARGIN_MS`, what the sweep and an operator keep back for a clock running
+/// ahead) is one tick, the skew the model gives a clock.
+const TICK_MS: i64 = 60_000;
 
 /// A fixed bug re-introduced at the model's boundary with the product, to show the checker finds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,6 +59,9 @@ enum Bug {
     TtlShorterThanLease,
     /// A crash-type error (outcome unknown) releases the claim instead of keeping it.
     CrashReleases,
+    /// The sweep settles the key's in-progress record whoever holds it now, instead of fencing the
+    /// settle with the token of the claim it listed.
+    SweepUnfenced,
 }
 
 #[derive(Debug, Clone)]
@@ -128,6 +139,11 @@ struct State {
     /// Effects that ended in a failure the claim's rule lets run again (released, or replayed
     /// for a short retention): each allows one more effect.
     retried_failures: u8,
+    /// What the sweep listed and has not settled yet: the claim's token and its expiry.
+    sweep_listed: Option<(u8, i64)>,
+    /// The sweep settled a claim; one whose owner could still act.
+    swept: bool,
+    swept_a_live_owner: bool,
 }
 
 /// How a running side effect ends.
@@ -162,6 +178,10 @@ enum Action {
     Effect(usize),
     Finish(usize, Ending),
     Kill(usize),
+    /// The sweep reads the attention index, its clock this many ticks ahead.
+    SweepList(u8),
+    /// The sweep writes its settle for what it listed.
+    SweepSettle,
 }
 
 impl Protocol {
@@ -171,6 +191,18 @@ impl Protocol {
 
     fn lease_ms(&self) -> i64 {
         i64::from(self.run_ticks + self.margin_ticks) * TICK_MS
+    }
+
+    /// Whether a claim can outlive its lease and the settle margin here: an `at_most_once` tool's,
+    /// with records that live longer than that.
+    fn sweep_can_settle(&self) -> bool {
+        self.delivery == Delivery::AtMostOnce
+            && self.ttl_ticks > self.run_ticks + self.margin_ticks + 1
+    }
+
+    /// A record's life from a write at `now_ms`, as the epoch second it expires at.
+    fn life_s(&self, now_ms: i64) -> i64 {
+        (now_ms + i64::from(self.ttl_ticks) * TICK_MS).div_euclid(1000)
     }
 
     fn product_record(stored: &Stored) -> Record {
@@ -237,13 +269,12 @@ impl Protocol {
         }
         let token = state.next_token;
         state.next_token += 1;
-        let now_s = now_ms.div_euclid(1000);
         let request = ClaimRequest {
             key: "k",
             fingerprint: "f",
             tool: "charge_card",
             lease_until_ms: now_ms + self.lease_ms(),
-            expires_at_s: now_s + i64::from(self.ttl_ticks),
+            expires_at_s: self.life_s(now_ms),
             owner: None,
             at_most_once: self.delivery == Delivery::AtMostOnce,
             on_failure: self.on_failure,
@@ -317,6 +348,9 @@ impl Model for Protocol {
                 next_token: 1,
                 rerun_allowed: false,
                 retried_failures: 0,
+                sweep_listed: None,
+                swept: false,
+                swept_a_live_owner: false,
             })
             .collect()
     }
@@ -324,6 +358,10 @@ impl Model for Protocol {
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
         if state.tick < self.ticks {
             actions.push(Action::Tick);
+        }
+        match state.sweep_listed {
+            None => actions.extend([Action::SweepList(0), Action::SweepList(1)]),
+            Some(_) => actions.push(Action::SweepSettle),
         }
         for (i, caller) in state.callers.iter().enumerate() {
             match &caller.phase {
@@ -464,7 +502,7 @@ impl Model for Protocol {
                     Ending::Retryable => RunEnd::Replied(ReplyClass::Retryable),
                 };
                 let held = Self::held_by(&state.record, token, now_ms);
-                let life_s = now_ms.div_euclid(1000) + i64::from(self.ttl_ticks);
+                let life_s = self.life_s(now_ms);
                 let after = self.after(end);
                 if matches!(ending, Ending::Failed | Ending::Retryable)
                     && matches!(after, AfterRun::Release | AfterRun::CompleteFor(_))
@@ -503,6 +541,38 @@ impl Model for Protocol {
                     _ => Self::refuse_or_retry(caller),
                 }
             }
+            Action::SweepList(ahead) => {
+                let now_ms = i64::from(state.tick + ahead) * TICK_MS;
+                let listed = state
+                    .record
+                    .as_ref()
+                    .filter(|stored| is_left_unsettled(&Self::product_record(stored), now_ms))?;
+                state.sweep_listed = Some((listed.token, listed.expires_at_s));
+            }
+            Action::SweepSettle => {
+                let (token, expires_at_s) = state.sweep_listed.take()?;
+                let now_ms = i64::from(state.tick) * TICK_MS;
+                // The store's settle_unknown: fenced by the listed claim's token.
+                let held = match self.bug {
+                    Some(Bug::SweepUnfenced) => state.record.as_ref().is_some_and(|r| {
+                        r.status == Status::InProgress
+                            && !Self::product_record(r).is_expired(now_ms)
+                    }),
+                    _ => Self::held_by(&state.record, token, now_ms),
+                };
+                if held {
+                    let record = state.record.as_mut().unwrap();
+                    let owner = record.token;
+                    record.status = Status::Completed;
+                    record.outcome_unknown = true;
+                    record.result = None;
+                    record.expires_at_s = expires_at_s;
+                    state.swept = true;
+                    if !self.owner_cannot_act(&state, owner) {
+                        state.swept_a_live_owner = true;
+                    }
+                }
+            }
         }
         Some(state)
     }
@@ -537,6 +607,16 @@ impl Model for Protocol {
                     || record.is_claimable(now_ms)
                     || record.is_outcome_unknown(now_ms)
             }),
+            Property::always(
+                "the sweep settles only claims whose owner cannot act",
+                |_, s: &State| !s.swept_a_live_owner,
+            ),
+            // Where a claim can be left unsettled past its lease and the margin while its record
+            // lives, the sweep must be seen settling one, or the invariant above proves nothing.
+            Property::sometimes(
+                "the sweep settles an abandoned claim",
+                |m: &Protocol, s: &State| s.swept || !m.sweep_can_settle(),
+            ),
             Property::always("a stored result is its owner's", |_, s: &State| {
                 match &s.record {
                     Some(Stored {
@@ -626,7 +706,7 @@ fn the_protocol_keeps_every_invariant_for_both_deliveries() {
     for (delivery, on_failure) in [
         (
             Delivery::AtLeastOnce,
-            OnFailure::ReplayFor(Duration::from_secs(1)),
+            OnFailure::ReplayFor(Duration::from_secs(60)),
         ),
         (
             Delivery::AtMostOnce,
@@ -638,17 +718,51 @@ fn the_protocol_keeps_every_invariant_for_both_deliveries() {
             on_failure,
             ..protocol(delivery, None)
         };
-        let checker = model.checker().spawn_bfs().join();
-        eprintln!(
-            "{delivery:?}, {on_failure:?}: {} unique states, no discovery expected",
-            checker.unique_state_count()
-        );
-        assert!(
-            checker.unique_state_count() > 1_000,
-            "the model explored too little"
-        );
-        checker.assert_properties();
+        check_every_property(model);
     }
+}
+
+/// `at_most_once` records that outlive the lease and the settle margin: the sweep's window.
+#[test]
+fn the_sweep_settles_only_abandoned_claims() {
+    check_every_property(swept(None));
+}
+
+#[test]
+fn a_sweep_without_its_token_fence_is_found_with_a_trace() {
+    let found = trace(
+        swept(Some(Bug::SweepUnfenced)),
+        "the sweep settles only claims whose owner cannot act",
+    )
+    .expect("the checker must find the unfenced sweep");
+    eprintln!("{found}");
+    assert!(
+        found.contains("SweepList") && found.contains("SweepSettle"),
+        "{found}"
+    );
+}
+
+/// An `at_most_once` protocol whose records live two ticks past the lease and the margin.
+fn swept(bug: Option<Bug>) -> Protocol {
+    let model = protocol(Delivery::AtMostOnce, bug);
+    Protocol {
+        ttl_ticks: model.run_ticks + model.margin_ticks + 2,
+        ..model
+    }
+}
+
+fn check_every_property(model: Protocol) {
+    let (delivery, on_failure, ttl) = (model.delivery, model.on_failure, model.ttl_ticks);
+    let checker = model.checker().spawn_bfs().join();
+    eprintln!(
+        "{delivery:?}, {on_failure:?}, records live {ttl} ticks: {} unique states",
+        checker.unique_state_count()
+    );
+    assert!(
+        checker.unique_state_count() > 1_000,
+        "the model explored too little"
+    );
+    checker.assert_properties();
 }
 
 #[test]
