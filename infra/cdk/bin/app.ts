@@ -12,6 +12,7 @@
 // Rust is compiled. Never deploy a template synthesized that way; a plain
 // `npx cdk deploy` (no CDK_SKIP_BUNDLING) bundles normally.
 import * as cdk from 'aws-cdk-lib';
+import { AwsSolutionsChecks } from 'cdk-nag';
 import { ToolcallDedupStack } from '../lib/toolcall-dedup-stack';
 
 const skipBundling = ['1', 'true', 'yes'].includes((process.env.CDK_SKIP_BUNDLING ?? '').toLowerCase());
@@ -24,3 +25,6 @@ new ToolcallDedupStack(app, 'ToolcallDedup', {
   analyticsReporting: false,
   // Environment-agnostic on purpose: synth needs no credentials or lookups.
 });
+// cdk-nag's AwsSolutions pack as a policy-validation plugin: an unacknowledged finding fails synth
+// (scripts/check-infra.sh relies on that). Each acknowledgement carries its reason in the code.
+cdk.Validations.of(app).addPlugins(new AwsSolutionsChecks(app, { verbose: true }));
