@@ -129,7 +129,9 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
     /// A handler over `store` and `dispatcher`, with the keyer, executor and door settings
     /// `config` gives.
     pub fn new(store: S, dispatcher: D, config: &Config, telemetry: Telemetry) -> Handler<S, D> {
-        let keyer = Keyer::new().with_policies(config.policies.clone());
+        let keyer = Keyer::new()
+            .with_policies(config.policies.clone())
+            .with_version(config.keyer);
         Handler {
             engine: Engine {
                 executor: Executor::new(store, keyer, executor_settings(config)),

@@ -27,8 +27,9 @@ use crate::key::{PolicyError, PolicySet};
 
 /// The settings a document may give, by their name in it; each is read as `DEDUP_<NAME>`. What a
 /// stack wires (the store, its table, the doors, endpoints) stays in the environment.
-pub const DOCUMENT_SETTINGS: [&str; 27] = [
+pub const DOCUMENT_SETTINGS: [&str; 28] = [
     "mode",
+    "keyer",
     "scope",
     "step_attribute",
     "run_argument",

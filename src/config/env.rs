@@ -165,6 +165,9 @@ fn read_doors<F: Fn(&str) -> Option<String>>(
         .map(|t| comma_list(&t));
     config.look_up_timeouts = vars.flag("DEDUP_LOOK_UP_TIMEOUTS")?.unwrap_or(true);
     config.replay_marker = vars.flag("DEDUP_REPLAY_MARKER")?.unwrap_or(false);
+    if let Some(v) = vars.read("DEDUP_KEYER", str::parse)? {
+        config.keyer = v;
+    }
     config.trusted_annotations = vars
         .get("DEDUP_TRUSTED_ANNOTATIONS")
         .map(|t| comma_list(&t))

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use crate::catalog::DEFAULT_CATALOG_TTL_SECONDS;
-use crate::key::{PolicyError, PolicySet};
+use crate::key::{KeyerVersion, PolicyError, PolicySet};
 use crate::store::{ClaimBudget, DynamoDbConfig};
 use crate::telemetry::MetricsSettings;
 use document::Document;
@@ -204,6 +204,10 @@ pub struct Config {
     /// marker changes what the caller reads (a prompt session attribute; a member of the reply).
     /// The interceptor and envelope doors always mark them.
     pub replay_marker: bool,
+    /// `DEDUP_KEYER`: the typed keyer's version (`typed/v1`…; default `typed/v2`, the rules every
+    /// build before pinning used). Pinned so that a new build keys as the old one did until an
+    /// operator moves it, between an agent's runs (docs/keys.md, "Versions").
+    pub keyer: KeyerVersion,
     /// `DEDUP_ALLOW_MEMORY_STORE`: lets the Lambda run on the per-container in-memory store.
     pub allow_memory_store: bool,
     /// `DEDUP_TRUSTED_ANNOTATIONS`: the gateways (their id or ARN, `-` for one that names itself
@@ -283,6 +287,7 @@ impl Default for Config {
             envelope_namespaces: None,
             look_up_timeouts: true,
             replay_marker: false,
+            keyer: KeyerVersion::default(),
             allow_memory_store: false,
             trusted_annotations: Vec::new(),
             gateway_id: None,

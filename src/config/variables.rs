@@ -4,7 +4,7 @@
 //! documented, nor documented without being read.
 
 /// The variables, grouped as docs/configuration.md lists them.
-pub const VARIABLES: [&str; 47] = [
+pub const VARIABLES: [&str; 48] = [
     // The config document and its refresh
     "DEDUP_CONFIG",
     "DEDUP_CONFIG_REFRESH_SECONDS",
@@ -28,6 +28,7 @@ pub const VARIABLES: [&str; 47] = [
     "DEDUP_CACHE_FAILURES",
     "DEDUP_RELEASE_ON_ERRORS",
     "DEDUP_RELEASE_ON_RPC_ERRORS",
+    "DEDUP_KEYER",
     // Routes and tools
     "DEDUP_ROUTES",
     "DEDUP_LOOK_UP_TIMEOUTS",

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, CallerMatch, Mode, NextAction, RunEnd, after_run, decide};
 use crate::key::{
-    CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy, TYPED_KEYER_VERSION,
+    CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy,
     differing_paths,
 };
 use crate::store::{
@@ -533,7 +533,7 @@ impl<S: Store> Executor<S> {
                 step: call.call.step,
                 keyer: Some(match call.caller {
                     Some(_) => CALLER_KEYER_VERSION,
-                    None => TYPED_KEYER_VERSION,
+                    None => self.keyer.version().name(),
                 }),
                 policy: self.keyer.policy_fingerprint(call.call.policy_name()),
                 arguments: call.caller.map(|c| c.arguments),

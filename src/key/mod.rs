@@ -7,12 +7,14 @@
 
 mod article;
 mod caller;
+mod canonical;
 mod json;
 mod number;
 pub mod policy;
 pub mod schema;
 mod text;
 mod timestamp;
+mod version;
 
 /// The instant an RFC 3339 date-time with an offset names, in epoch milliseconds; `None` for
 /// anything else (a naive time names no instant).
@@ -25,7 +27,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-pub use article::write_python_json_string;
+pub use canonical::write_python_json_string;
 pub use caller::{
     CALLER_KEYER_VERSION, CallerKeyError, CallerKeyScope, CallerKeyed, MAX_CALLER_KEY_BYTES,
     MAX_PATH_DIGESTS_BYTES, differing_paths,
@@ -36,13 +38,15 @@ pub use policy::{
     Undeclared, field_path,
 };
 pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
+pub use version::KeyerVersion;
 
 /// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.
 pub const MAX_TOOL_NAME_BYTES: usize = 1024;
 
-/// The typed keyer's version: part of every typed key's hash, and what a record says keyed it.
-/// A new version means new keys (every stored record is then a stranger to its repeats).
-pub const TYPED_KEYER_VERSION: &str = "typed/v1";
+/// The domain every typed key's hash starts with, whatever the [`KeyerVersion`]: a version move
+/// then re-keys only the calls whose canonical form it changes. (It reads `typed/v1` because the
+/// first version's keys were hashed under it; the keys of every version since are those keys.)
+const TYPED_HASH_DOMAIN: &[u8] = b"toolcall-dedup/typed/v1\0";
 
 /// Why a call could not be keyed. Every variant is the caller's input, never an internal fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -344,6 +348,7 @@ pub struct Keyer {
     limits: Limits,
     policies: PolicySet,
     keep_subseconds: bool,
+    version: KeyerVersion,
 }
 
 impl Keyer {
@@ -365,6 +370,18 @@ impl Keyer {
             ..limits
         };
         self
+    }
+
+    /// Keys under `version`'s rules (the default is [`KeyerVersion::default`], what a deployment
+    /// that pins none keys with).
+    pub fn with_version(mut self, version: KeyerVersion) -> Self {
+        self.version = version;
+        self
+    }
+
+    /// The version whose rules this keyer applies: what a record it keys says keyed it.
+    pub fn version(&self) -> KeyerVersion {
+        self.version
     }
 
     /// Keep sub-second digits of timestamps instead of truncating to the second.
@@ -395,8 +412,12 @@ impl Keyer {
 
     /// The typed key of `call` and its strict fingerprint (keyer B), the pair every claim stores:
     /// the one keying step of the handler and the guard.
+    /// One parse serves both.
     pub fn key_and_fingerprint(&self, call: &Call<'_>) -> Result<(Key, Key), KeyError> {
-        Ok((self.key(Strategy::Typed, call)?, self.fingerprint(call)?))
+        self.check_bounds(call)?;
+        let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+        let (key, _, _) = self.typed_from(&tape, call, false)?;
+        Ok((key, fingerprint_of(call.tool, &tape)))
     }
 
     /// The key of `call` under `strategy`.
@@ -435,25 +456,16 @@ impl Keyer {
             .filter(|f| !f.is_empty())
     }
 
-    /// A strict fingerprint of the arguments alone (canonical JSON, no value rules, no scope). Stored
-    /// with a claim so a replay can tell which rules made two different calls meet.
+    /// A strict fingerprint of the arguments alone (canonical JSON, no value rules, no scope): keyer
+    /// B's key. Stored with a claim so a replay can tell which rules made two different calls meet.
     pub fn fingerprint(&self, call: &Call<'_>) -> Result<Key, KeyError> {
-        self.key(
-            Strategy::Canonical,
-            &Call {
-                tool: call.tool,
-                args: call.args,
-                ..Call::default()
-            },
-        )
+        self.check_bounds(call)?;
+        let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+        Ok(fingerprint_of(call.tool, &tape))
     }
 
-    fn derive(
-        &self,
-        strategy: Strategy,
-        call: &Call<'_>,
-        explain: bool,
-    ) -> Result<Explanation, KeyError> {
+    /// The bounds every strategy checks before reading the arguments.
+    fn check_bounds(&self, call: &Call<'_>) -> Result<(), KeyError> {
         if call.tool.is_empty() {
             return Err(KeyError::EmptyTool);
         }
@@ -466,6 +478,16 @@ impl Keyer {
                 limit: self.limits.max_bytes,
             });
         }
+        Ok(())
+    }
+
+    fn derive(
+        &self,
+        strategy: Strategy,
+        call: &Call<'_>,
+        explain: bool,
+    ) -> Result<Explanation, KeyError> {
+        self.check_bounds(call)?;
         let (key, canonical, rules) = match strategy {
             Strategy::Raw => {
                 let canonical = if explain {
@@ -476,17 +498,20 @@ impl Keyer {
                 let key = article::key_raw(call.tool, call.args);
                 (key, canonical, Rules::default())
             }
-            Strategy::Typed => self.typed(call, explain)?,
+            Strategy::Typed => {
+                let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+                self.typed_from(&tape, call, explain)?
+            }
             Strategy::Canonical => {
                 let tape = json::parse_tape(call.args, self.limits.max_depth)?;
-                let text = article::canonical_text(&tape);
-                let key = article::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let text = canonical::canonical_text(&tape);
+                let key = canonical::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
                 (key, text, Rules::default())
             }
             Strategy::Normalized | Strategy::Scoped => {
                 let root = json::parse(call.args, self.limits.max_depth)?;
                 let text = article::normalized_text(root)?;
-                let inner = article::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let inner = canonical::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
                 let key = if strategy == Strategy::Scoped {
                     article::key_scoped(call.run_id, call.step, inner)
                 } else {
@@ -503,9 +528,14 @@ impl Keyer {
         })
     }
 
-    /// Our keyer: the arguments normalized as their schema (and the policy) say, scoped and hashed.
-    fn typed(&self, call: &Call<'_>, explain: bool) -> Result<(Key, String, Rules), KeyError> {
-        let tape = json::parse_tape(call.args, self.limits.max_depth)?;
+    /// Our keyer: the arguments (read into `tape`) normalized as their schema (and the policy) say,
+    /// scoped and hashed.
+    fn typed_from(
+        &self,
+        tape: &json::Tape<'_>,
+        call: &Call<'_>,
+        explain: bool,
+    ) -> Result<(Key, String, Rules), KeyError> {
         if !matches!(tape.token(0), json::Token::Object { .. }) {
             return Err(KeyError::NotAnObject);
         }
@@ -514,9 +544,10 @@ impl Keyer {
         let mut normalizer = typed::Normalizer::new(self.keep_subseconds, self.limits.max_depth);
         normalizer.ignore_undeclared =
             policy.is_some_and(|p| p.undeclared == policy::Undeclared::Ignore);
+        normalizer.version = self.version;
         let mut out = Vec::with_capacity(call.args.len() + 16);
         normalizer.value(
-            &tape,
+            tape,
             0,
             schema.as_deref(),
             policy.map(|p| &p.root),
@@ -551,9 +582,7 @@ fn overlaid<'s>(
 fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
-    hasher.update(b"toolcall-dedup/");
-    hasher.update(TYPED_KEYER_VERSION.as_bytes());
-    hasher.update(b"\0");
+    hasher.update(TYPED_HASH_DOMAIN);
     for field in [call.namespace, Some(call.tool), call.run_id, call.step] {
         match field {
             None => hasher.update([0u8]),
@@ -567,6 +596,12 @@ fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
     hasher.update((canonical_args.len() as u64).to_be_bytes());
     hasher.update(canonical_args);
     Key::from_digest(&hasher.finalize())
+}
+
+/// Keyer B's key of `tool`'s arguments, read into `tape`: the strict fingerprint.
+fn fingerprint_of(tool: &str, tape: &json::Tape<'_>) -> Key {
+    let text = canonical::canonical_text(tape);
+    canonical::sha256_key(&[tool.as_bytes(), b"|", text.as_bytes()])
 }
 
 /// Appends `s` as a JSON string literal.

@@ -6,19 +6,21 @@ use std::borrow::Cow;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 use super::json::find_string_special;
+use super::version::LeadingSpace;
 
 /// NFC-normalizes a string and applies the whitespace rule; reports which of the two changed it.
 ///
 /// The whitespace rule keeps every space that can carry meaning:
 /// - trailing whitespace goes, and so do leading blank lines;
 /// - one token on one line (no inner whitespace: a path, a name, an id) is trimmed at the start
-///   too; several words on one line keep their leading spaces, which may be indentation (a
-///   schema's `format` or `enum`, or the `trim` field mode, trims them: see [`super::typed`]);
+///   too; what several words on one line do with theirs is `leading`'s (the keyer version's): a
+///   pad means nothing, indentation is meaning (a schema's `format` or `enum`, or the `trim` field
+///   mode, trims them: see [`super::typed`]);
 /// - between two words on a line, a run of spaces (or a non-ASCII space) becomes one space, except
 ///   inside quotes (`'...'`, `"..."`, `` `...` ``: a literal in SQL or code);
 /// - everything else is kept exactly: line breaks, tabs, indentation at the start of a line, and
 ///   spaces next to a tab or a line break (alignment, Markdown's line-end break).
-pub(crate) fn nfc_and_whitespace(s: &str) -> (Cow<'_, str>, bool, bool) {
+pub(crate) fn nfc_and_whitespace(s: &str, leading: LeadingSpace) -> (Cow<'_, str>, bool, bool) {
     let nfc: Cow<'_, str> = if s.is_ascii() || is_nfc_quick(s.chars()) == IsNormalized::Yes {
         Cow::Borrowed(s)
     } else {
@@ -34,7 +36,7 @@ pub(crate) fn nfc_and_whitespace(s: &str) -> (Cow<'_, str>, bool, bool) {
         // The common case, multi-line text included: nothing to trim and no run of spaces.
         return (nfc, nfc_changed, false);
     }
-    let spaced = apply_whitespace_rule(&nfc);
+    let spaced = apply_whitespace_rule(&nfc, leading);
     if spaced == nfc.as_ref() {
         return (nfc, nfc_changed, false);
     }
@@ -71,7 +73,7 @@ fn is_inline_space(c: char) -> bool {
     c.is_whitespace() && c != '\t' && !is_line_break(c)
 }
 
-fn apply_whitespace_rule(s: &str) -> String {
+fn apply_whitespace_rule(s: &str, several_words: LeadingSpace) -> String {
     let s = s.trim_end();
     let leading = s.len() - s.trim_start().len();
     let s = match s[..leading].rfind(is_line_break) {
@@ -80,15 +82,19 @@ fn apply_whitespace_rule(s: &str) -> String {
         None => s,
     };
     // One line of one token (a path, a name, an id) loses its leading spaces: a stray space there
-    // means nothing. One line of several words keeps them: it may be a line of code whose
-    // indentation is its meaning (`    return None` is not `        return None`).
+    // means nothing. One line of several words may be a line of code whose indentation is its
+    // meaning (`    return None` is not `        return None`), or a value padded with a space
+    // (`" Maria Lopez "`): one character is a pad, two or more may be indentation (v3).
     let trimmed = s.trim_start();
     let one_line = !s.contains(|c: char| c == '\t' || is_line_break(c));
-    let s = if one_line && !trimmed.contains(char::is_whitespace) {
-        trimmed
-    } else {
-        s
-    };
+    let trim = one_line
+        && (!trimmed.contains(char::is_whitespace)
+            || match several_words {
+                LeadingSpace::Trim => true,
+                LeadingSpace::Keep => false,
+                LeadingSpace::TrimOnePad => s[..s.len() - trimmed.len()].chars().count() == 1,
+            });
+    let s = if trim { trimmed } else { s };
     let mut out = String::with_capacity(s.len());
     let mut quote: Option<char> = None;
     let mut previous: Option<char> = None;
@@ -500,24 +506,51 @@ pub(crate) fn write_json_string(out: &mut Vec<u8>, s: &str) {
 mod tests {
     use super::*;
 
+    const EVERY_RULE: [LeadingSpace; 3] = [
+        LeadingSpace::Trim,
+        LeadingSpace::Keep,
+        LeadingSpace::TrimOnePad,
+    ];
+
     #[test]
     fn one_line_text_is_trimmed_and_its_word_gaps_collapse() {
-        let rule = |s| nfc_and_whitespace(s).0.into_owned();
+        let rule = |s| nfc_and_whitespace(s, LeadingSpace::Keep).0.into_owned();
         assert_eq!(rule("a  b\u{3000}\u{a0}c  "), "a b c");
         assert_eq!(rule("  /tmp/report.csv "), "/tmp/report.csv");
         // Several words: the leading spaces may be indentation, and indentation is meaning.
         assert_eq!(rule("    return None"), "    return None");
         assert_eq!(rule("        return  None "), "        return None");
         assert_ne!(rule("    return None"), rule("        return None"));
-        assert!(matches!(nfc_and_whitespace("a b c").0, Cow::Borrowed(_)));
+        assert!(matches!(
+            nfc_and_whitespace("a b c", LeadingSpace::Keep).0,
+            Cow::Borrowed(_)
+        ));
         assert_eq!(rule(""), "");
         assert_eq!(rule("   "), "");
         assert_eq!(rule("\n\n"), "");
     }
 
+    /// v3: a value padded with one character merges with the bare value; indentation (two or more)
+    /// stays apart, with any trailing space; v1 trimmed both, v2 kept both.
+    #[test]
+    fn a_pad_goes_and_indentation_stays() {
+        let rule = |s, leading| nfc_and_whitespace(s, leading).0.into_owned();
+        let pad = LeadingSpace::TrimOnePad;
+        assert_eq!(rule(" Maria Lopez ", pad), "Maria Lopez");
+        assert_eq!(rule(" Remember to buy milk. ", pad), "Remember to buy milk.");
+        assert_eq!(rule("\u{a0}Maria Lopez", pad), "Maria Lopez");
+        assert_eq!(rule("    return None", pad), "    return None");
+        assert_eq!(rule("        return None ", pad), "        return None");
+        assert_eq!(rule("  two  pads ", pad), "  two pads");
+        // A first line's indentation in several lines is structure, pad or not.
+        assert_eq!(rule(" a:\n b", pad), " a:\n b");
+        assert_eq!(rule(" Maria Lopez ", LeadingSpace::Keep), " Maria Lopez");
+        assert_eq!(rule("    return None", LeadingSpace::Trim), "return None");
+    }
+
     #[test]
     fn whitespace_that_carries_meaning_is_kept() {
-        let rule = |s| nfc_and_whitespace(s).0.into_owned();
+        let rule = |s| nfc_and_whitespace(s, LeadingSpace::Keep).0.into_owned();
         // Indentation (YAML, Python), tabs (Makefiles), line structure.
         for kept in [
             "server:\n  port: 8080",
@@ -552,8 +585,10 @@ mod tests {
             "a", "a b", "a\nb", " a", "a ", "a  b", "a\n\n", "\u{b}a", "a\u{b}", "x\t y", "\n a",
             "a\u{a0}b", "'a  b'", "a \n b", "",
         ] {
-            let changed = apply_whitespace_rule(s) != s;
-            assert!(!changed || whitespace_rule_may_change(s), "{s:?}");
+            for leading in EVERY_RULE {
+                let changed = apply_whitespace_rule(s, leading) != s;
+                assert!(!changed || whitespace_rule_may_change(s), "{s:?}");
+            }
         }
     }
 
@@ -568,14 +603,16 @@ mod tests {
             "\t a  b",
             "a \u{2028} b",
         ] {
-            let once = nfc_and_whitespace(s).0.into_owned();
-            assert_eq!(nfc_and_whitespace(&once).0, once, "{s:?}");
+            for leading in EVERY_RULE {
+                let once = nfc_and_whitespace(s, leading).0.into_owned();
+                assert_eq!(nfc_and_whitespace(&once, leading).0, once, "{s:?}");
+            }
         }
     }
 
     #[test]
     fn nfc_composes() {
-        let (s, nfc, _) = nfc_and_whitespace("Cafe\u{301}");
+        let (s, nfc, _) = nfc_and_whitespace("Cafe\u{301}", LeadingSpace::Keep);
         assert_eq!(s, "Café");
         assert!(nfc);
     }

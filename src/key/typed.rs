@@ -15,7 +15,7 @@ use super::text::{
     write_shaped_json_string,
 };
 use super::timestamp::Timestamp;
-use super::{KeyError, Rules};
+use super::{KeyError, KeyerVersion, Rules};
 
 pub(crate) struct Normalizer {
     pub(crate) keep_subseconds: bool,
@@ -24,6 +24,8 @@ pub(crate) struct Normalizer {
     pub(crate) depth_left: usize,
     /// The tool's policy says `undeclared: ignore`: members no schema declares leave the key.
     pub(crate) ignore_undeclared: bool,
+    /// The keyer version whose rules apply.
+    pub(crate) version: KeyerVersion,
 }
 
 impl Normalizer {
@@ -33,6 +35,7 @@ impl Normalizer {
             rules: Rules::default(),
             depth_left: max_depth,
             ignore_undeclared: false,
+            version: KeyerVersion::default(),
         }
     }
 
@@ -349,7 +352,7 @@ impl Normalizer {
         let mut shape = ascii_shape(raw);
         let (s, nfc_changed, ws_changed) = match shape {
             Some(_) => (Cow::Borrowed(raw), false, false),
-            None => nfc_and_whitespace(raw),
+            None => nfc_and_whitespace(raw, self.version.leading_space()),
         };
         if shape.is_none() {
             shape = ascii_shape(&s);
@@ -363,7 +366,8 @@ impl Normalizer {
         // An enum or a format names a value, never a line of code: its leading spaces go too.
         let s = match schema {
             Some(sc)
-                if (!sc.enum_strings.is_empty() || sc.format != Format::None)
+                if self.version.trims_named_values()
+                    && (!sc.enum_strings.is_empty() || sc.format != Format::None)
                     && s.starts_with(char::is_whitespace) =>
             {
                 self.rules.insert(Rules::WHITESPACE);
@@ -523,7 +527,7 @@ impl Normalizer {
             self.rules.insert(rule);
         }
         // Case folding can leave a non-NFC sequence behind; compose again so the rule stays idempotent.
-        let (folded, _, _) = nfc_and_whitespace(&folded);
+        let (folded, _, _) = nfc_and_whitespace(&folded, self.version.leading_space());
         write_json_string(out, &folded);
         Ok(())
     }

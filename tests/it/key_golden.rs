@@ -1,11 +1,11 @@
 //! Golden vectors for the key core.
 //! - `tests/golden/article.jsonl`: keys computed by the article's own Python listings
 //!   (`scripts/article_keyers.py`), which our keyers A–D must reproduce exactly.
-//! - `tests/golden/typed.jsonl`: one hand-written vector per rule of the typed keyer, the canonical form
-//!   written from the rule's statement.
+//! - `tests/golden/typed/<version>.jsonl`: one hand-written vector per rule of each typed keyer
+//!   version, the canonical form written from the rule's statement.
 
 use serde_json::Value;
-use toolcall_dedup::key::{Call, Keyer, Rules, Schema, Strategy, TYPED_KEYER_VERSION};
+use toolcall_dedup::key::{Call, Keyer, KeyerVersion, Rules, Schema, Strategy};
 
 fn lines(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
@@ -58,63 +58,131 @@ fn article_keyers_match_the_articles_python_code() {
     }
 }
 
+/// Each keyer version's vectors (`tests/golden/typed/<version>.jsonl`), derived under that version.
 #[test]
-fn typed_rules_produce_their_stated_canonical_form() {
-    let keyer = Keyer::new();
-    for v in lines("tests/golden/typed.jsonl") {
-        let schema = v.get("schema").map(|s| Schema::from_json(s).unwrap());
-        let call = Call {
-            tool: "t",
-            args: v["args"].as_str().unwrap(),
-            schema: schema.as_ref(),
-            ..Call::default()
-        };
-        let explained = keyer
-            .explain(Strategy::Typed, &call)
-            .unwrap_or_else(|e| panic!("{}: {e}", v["rule"]));
-        assert_eq!(
-            explained.canonical,
-            v["canonical"].as_str().unwrap(),
-            "rule: {}",
-            v["rule"]
-        );
+fn typed_rules_produce_their_stated_canonical_form_in_every_version() {
+    for version in KeyerVersion::ALL {
+        let keyer = Keyer::new().with_version(version);
+        for v in lines(&golden_file(version)) {
+            let schema = v.get("schema").map(|s| Schema::from_json(s).unwrap());
+            let call = Call {
+                tool: "t",
+                args: v["args"].as_str().unwrap(),
+                schema: schema.as_ref(),
+                ..Call::default()
+            };
+            let explained = keyer
+                .explain(Strategy::Typed, &call)
+                .unwrap_or_else(|e| panic!("{version}: {}: {e}", v["rule"]));
+            assert_eq!(
+                explained.canonical,
+                v["canonical"].as_str().unwrap(),
+                "{version}: rule: {}",
+                v["rule"]
+            );
+        }
     }
 }
 
-/// The typed keyer's versions and, for each, how many of `tests/golden/typed.jsonl`'s vectors (the
-/// first ones) it was pinned with and their digest (issue 52: a keyer version that cannot lie).
-/// A rule that changes any pinned vector's canonical form fails here while `TYPED_KEYER_VERSION`
-/// stays: move the version on, and add its own line (the old line stays, naming what the old
-/// version keyed). New vectors may be appended without a new version.
-const PINNED_VECTORS: &[(&str, usize, &str)] = &[(
-    "typed/v1",
-    32,
-    "0ca9b9e77b363abcddb179aa0db3fd64d381e4fb076035e911b299aa5c295a9c",
-)];
+fn golden_file(version: KeyerVersion) -> String {
+    let name = version.name().strip_prefix("typed/").unwrap();
+    format!("tests/golden/typed/{name}.jsonl")
+}
+
+/// Each keyer version and how many of its golden file's vectors (the first ones) were pinned with
+/// it, with their digest (issue 52: a keyer version that cannot lie). A rule change that moves any
+/// pinned vector fails `typed_rules_produce_their_stated_canonical_form_in_every_version`; rewriting
+/// the vector to follow fails here. The way on is a new version (a variant of `KeyerVersion`, its own
+/// golden file, its line here), the old version's rules kept and its file untouched. New vectors
+/// may be appended to the newest file without a new version.
+const PINNED_VECTORS: &[(KeyerVersion, usize, &str)] = &[
+    (
+        KeyerVersion::V1,
+        29,
+        "863dc83fdf451b3364a4cc2990f7f970119fb59906fa17855c55286afea75783",
+    ),
+    (
+        KeyerVersion::V2,
+        32,
+        "0ca9b9e77b363abcddb179aa0db3fd64d381e4fb076035e911b299aa5c295a9c",
+    ),
+    (
+        KeyerVersion::V3,
+        36,
+        "845341e91c74e651296804618976c65700847f51d2564fbd7a8adb5912195adf",
+    ),
+];
 
 #[test]
 fn the_golden_vectors_are_pinned_to_the_keyer_version() {
     use sha2::{Digest, Sha256};
-    let (_, count, pinned) = PINNED_VECTORS
-        .iter()
-        .find(|(version, _, _)| *version == TYPED_KEYER_VERSION)
-        .unwrap_or_else(|| {
-            panic!("{TYPED_KEYER_VERSION} has no pinned vectors: add its line to PINNED_VECTORS")
-        });
-    let vectors = lines("tests/golden/typed.jsonl");
-    assert!(vectors.len() >= *count, "pinned vectors were removed");
-    let mut digest = Sha256::new();
-    for v in &vectors[..*count] {
-        let pinned_part = serde_json::json!([v["args"], v.get("schema"), v["canonical"]]);
-        digest.update(pinned_part.to_string().as_bytes());
-        digest.update(b"\n");
+    for version in KeyerVersion::ALL {
+        let (_, count, pinned) = PINNED_VECTORS
+            .iter()
+            .find(|(v, _, _)| *v == version)
+            .unwrap_or_else(|| panic!("{version} has no pinned vectors: add its line"));
+        let vectors = lines(&golden_file(version));
+        assert!(vectors.len() >= *count, "{version}: pinned vectors were removed");
+        let mut digest = Sha256::new();
+        for v in &vectors[..*count] {
+            let pinned_part = serde_json::json!([v["args"], v.get("schema"), v["canonical"]]);
+            digest.update(pinned_part.to_string().as_bytes());
+            digest.update(b"\n");
+        }
+        let digest = hex::encode(digest.finalize());
+        assert_eq!(
+            &digest, pinned,
+            "the first {count} golden vectors of {version} changed: a changed vector is a changed \
+             key; keep {version}'s rules and file, and add a new version for the new rules"
+        );
     }
-    let digest = hex::encode(digest.finalize());
-    assert_eq!(
-        &digest, pinned,
-        "the first {count} golden vectors changed, but TYPED_KEYER_VERSION is still \
-         {TYPED_KEYER_VERSION}: a changed vector is a changed key; move the version on"
-    );
+}
+
+/// Every version hashes under the one domain the first version's keys were written under, so a
+/// record written before versions were pinned is found by its retry, and a version move re-keys
+/// only the calls whose canonical form it changes. The key below is computed from the documented
+/// layout (domain, four length-prefixed scope fields, the canonical text) by hand in Python.
+#[test]
+fn every_version_keys_under_the_first_versions_hash_domain() {
+    let call = Call {
+        tool: "charge_card",
+        args: r#"{"amount": 4200.0}"#,
+        namespace: Some("agent/payments"),
+        run_id: Some("r1"),
+        step: Some("2"),
+        ..Call::default()
+    };
+    for version in KeyerVersion::ALL {
+        let e = Keyer::new()
+            .with_version(version)
+            .explain(Strategy::Typed, &call)
+            .unwrap();
+        assert_eq!(e.canonical, r#"{"amount":4200}"#);
+        assert_eq!(e.key.to_string(), "bed98f00c656401184a06e1ef09d3f12", "{version}");
+    }
+}
+
+/// The rule each version changed, on both sides: a padded retry merges from v3 on while two
+/// indentations stay apart in every version since v2 (v1 merged them: the false merge v2 fixed).
+#[test]
+fn padding_merges_and_indentation_stays_apart_from_v3() {
+    let key = |version: KeyerVersion, text: &str| {
+        let args = serde_json::json!({ "line": text }).to_string();
+        let call = Call {
+            tool: "t",
+            args: &args,
+            ..Call::default()
+        };
+        Keyer::new()
+            .with_version(version)
+            .key(Strategy::Typed, &call)
+            .unwrap()
+    };
+    let padded = |v| key(v, " Maria Lopez ") == key(v, "Maria Lopez");
+    let indented_apart = |v| key(v, "    return None") != key(v, "        return None");
+    assert!(padded(KeyerVersion::V1) && !indented_apart(KeyerVersion::V1));
+    assert!(!padded(KeyerVersion::V2) && indented_apart(KeyerVersion::V2));
+    assert!(padded(KeyerVersion::V3) && indented_apart(KeyerVersion::V3));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::CliError;
-use toolcall_dedup::key::{Call, Keyer, PolicySet, Schema, Strategy, TYPED_KEYER_VERSION};
+use toolcall_dedup::key::{Call, Keyer, KeyerVersion, PolicySet, Schema, Strategy};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct KeyArgs {
@@ -30,6 +30,31 @@ pub(crate) struct KeyArgs {
     /// under two policy files and list those whose key changes.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["policy", "explain"])]
     pub(crate) compare_policy: Option<Vec<PathBuf>>,
+    /// The typed keyer's version (`typed/v1`, `typed/v2`, `typed/v3`); default: `DEDUP_KEYER`,
+    /// else `typed/v2`, what a deployment that pins none keys with.
+    #[arg(long, value_parser = parse_version)]
+    pub(crate) keyer: Option<KeyerVersion>,
+    /// Key the calls on stdin under two keyer versions (with `--policy`'s policies) and list those
+    /// whose key changes: the calls a move of the pinned version (`DEDUP_KEYER`) re-keys.
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], value_parser = parse_version,
+          conflicts_with_all = ["compare_policy", "explain", "keyer"])]
+    pub(crate) compare_keyer: Option<Vec<KeyerVersion>>,
+}
+
+fn parse_version(text: &str) -> Result<KeyerVersion, String> {
+    text.parse()
+}
+
+/// The version `--keyer` names, else the one `DEDUP_KEYER` pins, else the unpinned default.
+fn version(args: &KeyArgs) -> Result<KeyerVersion, CliError> {
+    match (args.keyer, std::env::var("DEDUP_KEYER").ok().filter(|v| !v.trim().is_empty())) {
+        (Some(version), _) => Ok(version),
+        (None, Some(pinned)) => pinned
+            .trim()
+            .parse()
+            .map_err(|e| CliError::Usage(format!("DEDUP_KEYER: {e}"))),
+        (None, None) => Ok(KeyerVersion::default()),
+    }
 }
 
 /// clap wrapper so `--help` lists the strategies.
@@ -89,10 +114,23 @@ pub(crate) fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
         compare_policies(&old, &new, stdin, stdout)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let keyer = match &args.policy {
-        Some(path) => Keyer::new().with_policies(PolicySet::load(path)?),
-        None => Keyer::new(),
+    let policies = match &args.policy {
+        Some(path) => PolicySet::load(path)?,
+        None => PolicySet::default(),
     };
+    if let Some(versions) = &args.compare_keyer {
+        let old = Keyer::new()
+            .with_policies(policies.clone())
+            .with_version(versions[0]);
+        let new = Keyer::new().with_policies(policies).with_version(versions[1]);
+        let stdin = std::io::stdin().lock();
+        let stdout = std::io::BufWriter::new(std::io::stdout().lock());
+        compare_policies(&old, &new, stdin, stdout)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let keyer = Keyer::new()
+        .with_policies(policies)
+        .with_version(version(&args)?);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let all_ok = key_lines(&keyer, args.strategy.0, args.explain, stdin, stdout)?;
@@ -165,7 +203,7 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
             "key": e.key.to_string(),
             "strategy": strategy.name(),
             "keyer_version": match strategy {
-                Strategy::Typed => TYPED_KEYER_VERSION,
+                Strategy::Typed => keyer.version().name(),
                 other => other.name(),
             },
             "policy": keyer.policy_fingerprint(&request.tool),
@@ -183,8 +221,9 @@ fn key_line(keyer: &Keyer, strategy: Strategy, explain: bool, line: &str) -> Res
     Ok(out)
 }
 
-/// Keys each call of `input` under `old` and `new` policies; writes one line per call whose key
-/// changes (`{"line", "tool", "old", "new", "old_policy", "new_policy"}`) and a summary line
+/// Keys each call of `input` under `old` and `new` keyers (two policy files, or two keyer
+/// versions); writes one line per call whose key changes (`{"line", "tool", "old", "new",
+/// "old_policy", "new_policy", "old_keyer", "new_keyer"}`) and a summary line
 /// (`{"calls", "rekeyed", "by_tool"}`). Lines that are not calls are counted as skipped.
 pub(crate) fn compare_policies(
     old: &Keyer,
@@ -236,6 +275,8 @@ pub(crate) fn compare_policies(
                 "new": after.to_string(),
                 "old_policy": old.policy_fingerprint(tool),
                 "new_policy": new.policy_fingerprint(tool),
+                "old_keyer": old.version().name(),
+                "new_keyer": new.version().name(),
             });
             serde_json::to_writer(&mut output, &changed)?;
             output.write_all(b"\n")?;
