@@ -17,10 +17,7 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, CallerMatch, Mode, NextAction, RunEnd, after_run, decide};
-use crate::key::{
-    CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy,
-    differing_paths,
-};
+use crate::key::{CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy, differing_paths};
 use crate::store::{
     CallAbout, ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
 };

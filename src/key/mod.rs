@@ -27,11 +27,11 @@ use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
-pub use canonical::write_python_json_string;
 pub use caller::{
     CALLER_KEYER_VERSION, CallerKeyError, CallerKeyScope, CallerKeyed, MAX_CALLER_KEY_BYTES,
     MAX_PATH_DIGESTS_BYTES, differing_paths,
 };
+pub use canonical::write_python_json_string;
 pub use json::{Node, parse as parse_json};
 pub use policy::{
     DEFAULT_FAILURE_TTL, DedupSwitch, Delivery, OnFailure, PolicyError, PolicySet, ToolPolicy,

@@ -537,7 +537,10 @@ mod tests {
         let rule = |s, leading| nfc_and_whitespace(s, leading).0.into_owned();
         let pad = LeadingSpace::TrimOnePad;
         assert_eq!(rule(" Maria Lopez ", pad), "Maria Lopez");
-        assert_eq!(rule(" Remember to buy milk. ", pad), "Remember to buy milk.");
+        assert_eq!(
+            rule(" Remember to buy milk. ", pad),
+            "Remember to buy milk."
+        );
         assert_eq!(rule("\u{a0}Maria Lopez", pad), "Maria Lopez");
         assert_eq!(rule("    return None", pad), "    return None");
         assert_eq!(rule("        return None ", pad), "        return None");

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{ClientContext, Invocation};
-use toolcall_dedup::key::{Node, PolicySet, parse_json};
+use toolcall_dedup::key::{KeyerVersion, Node, PolicySet, parse_json};
 use toolcall_dedup::store::{MemoryStore, Store};
 use toolcall_dedup::telemetry::Outcome;
 
@@ -62,8 +62,10 @@ fn call_event(case: &Case, way: Way, args: &str) -> (Value, Option<ClientContext
 fn config(case: &Case, way: Way) -> Result<Config, String> {
     let policies =
         PolicySet::parse(&case.policy_file(way).to_string(), false).map_err(|e| e.to_string())?;
+    // The cases state what the newest keyer version does (their file's `_about`).
     Ok(Config {
         policies,
+        keyer: KeyerVersion::NEWEST,
         ..Config::default()
     })
 }

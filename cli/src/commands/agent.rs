@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::CliError;
+use toolcall_dedup::key::KeyerVersion;
 
 /// Where the Bedrock Agent API is.
 #[derive(Debug, clap::Args)]
@@ -256,12 +257,16 @@ pub(crate) fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
             definitions.push(definition(group));
         }
     }
-    let document = json!({"routes": routes, "tool_definitions": definitions});
+    // A new deployment starts on the newest keyer rules, pinned so the next build keys alike.
+    let settings = json!({"keyer": KeyerVersion::NEWEST.name()});
+    let document = json!({"settings": settings, "routes": routes, "tool_definitions": definitions});
     let yaml = serde_yaml_ng::to_string(&document).map_err(|e| CliError::Usage(e.to_string()))?;
     println!(
         "# toolcall-dedup config document from agent {} ({}): routes to today's executors.\n\
          # Each group route states this agent's namespace, shared by every agent whose action\n\
          # group has that name: serve other agents from another function, or drop `namespace`.\n\
+         # settings.keyer pins the keyer's rules: where this function already serves calls\n\
+         # without a pin, write typed/v2 and move it between runs (dedup key --compare-keyer).\n\
          # Check it with `dedup config check`, then put it where the function reads it.",
         args.api.agent_id, args.api.agent_version
     );

@@ -47,7 +47,12 @@ fn parse_version(text: &str) -> Result<KeyerVersion, String> {
 
 /// The version `--keyer` names, else the one `DEDUP_KEYER` pins, else the unpinned default.
 fn version(args: &KeyArgs) -> Result<KeyerVersion, CliError> {
-    match (args.keyer, std::env::var("DEDUP_KEYER").ok().filter(|v| !v.trim().is_empty())) {
+    match (
+        args.keyer,
+        std::env::var("DEDUP_KEYER")
+            .ok()
+            .filter(|v| !v.trim().is_empty()),
+    ) {
         (Some(version), _) => Ok(version),
         (None, Some(pinned)) => pinned
             .trim()
@@ -122,7 +127,9 @@ pub(crate) fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
         let old = Keyer::new()
             .with_policies(policies.clone())
             .with_version(versions[0]);
-        let new = Keyer::new().with_policies(policies).with_version(versions[1]);
+        let new = Keyer::new()
+            .with_policies(policies)
+            .with_version(versions[1]);
         let stdin = std::io::stdin().lock();
         let stdout = std::io::BufWriter::new(std::io::stdout().lock());
         compare_policies(&old, &new, stdin, stdout)?;

@@ -9,7 +9,7 @@ use super::CliError;
 use crate::corpus::pyjson::{PyJson, Style};
 use crate::corpus::score::{self, KeyerScore, Options, Report};
 use crate::corpus::{self, Corpus, Expect};
-use toolcall_dedup::key::Strategy;
+use toolcall_dedup::key::{KeyerVersion, Strategy};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ScoreArgs {
@@ -28,6 +28,9 @@ pub(crate) struct ScoreArgs {
     /// Break recall and merges down by mutation and adversarial class.
     #[arg(long)]
     pub(crate) by_class: bool,
+    /// The typed keyer's version scored (`typed/v1`, `typed/v2`, `typed/v3`).
+    #[arg(long, default_value_t = KeyerVersion::NEWEST, value_parser = |s: &str| s.parse::<KeyerVersion>())]
+    pub(crate) keyer: KeyerVersion,
     /// Timed runs per keyer; µs/key is their median.
     #[arg(long, default_value_t = 7)]
     pub(crate) runs: usize,
@@ -60,6 +63,7 @@ pub(crate) fn run(args: ScoreArgs) -> Result<ExitCode, CliError> {
         schemas,
         runs: args.runs,
         iterations: args.iterations,
+        keyer: args.keyer,
     };
     let progress = crate::progress::spinner("scoring keyers A–D and typed on the corpus");
     let mut report = score::score(&corpus, &options);

@@ -14,7 +14,7 @@ use super::events::{DeclaredTypes, Flavour, pair_events};
 use super::pyjson::PyJson;
 use super::{Corpus, Expect, Pair};
 use toolcall_dedup::internals::bedrock::ActionGroupEvent;
-use toolcall_dedup::key::{Call, Key, Keyer, Schema, Strategy};
+use toolcall_dedup::key::{Call, Key, Keyer, KeyerVersion, Schema, Strategy};
 
 /// What to score and how long to time.
 #[derive(Debug, Clone)]
@@ -25,6 +25,8 @@ pub struct Options {
     pub runs: usize,
     /// Key derivations per timed run, cycling through the article-spec calls.
     pub iterations: usize,
+    /// The typed keyer's version scored.
+    pub keyer: KeyerVersion,
 }
 
 impl Default for Options {
@@ -34,6 +36,7 @@ impl Default for Options {
             schemas: None,
             runs: 7,
             iterations: 20_000,
+            keyer: KeyerVersion::NEWEST,
         }
     }
 }
@@ -249,7 +252,7 @@ pub fn score(corpus: &Corpus, options: &Options) -> Report {
             )
         })
         .collect();
-    let keyer = Keyer::new();
+    let keyer = Keyer::new().with_version(options.keyer);
     let timed = timed_calls(corpus, &calls);
 
     let mut keyers: Vec<KeyerScore> = Strategy::ALL

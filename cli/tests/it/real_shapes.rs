@@ -12,7 +12,9 @@ fn dedup_key(policy: &Value, lines: &[Value]) -> Result<Vec<Value>, String> {
     let path = dir.path().join("policy.json");
     std::fs::write(&path, policy.to_string()).unwrap();
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
-    let (out, _, stderr) = dedup_key_with_stderr(&["--policy", path.to_str().unwrap()], input);
+    // The cases state what the newest keyer version does (their file's `_about`).
+    let args = ["--policy", path.to_str().unwrap(), "--keyer", "typed/v3"];
+    let (out, _, stderr) = dedup_key_with_stderr(&args, input);
     if out.is_empty() {
         return Err(stderr);
     }

@@ -38,6 +38,7 @@ fn run(schemas: bool) -> Report {
         schemas: schemas.then(|| corpus::load_schemas(&corpus_dir().join("schemas")).unwrap()),
         runs: 1,
         iterations: 50,
+        ..Options::default()
     };
     score::score(&load(), &options)
 }
@@ -404,6 +405,7 @@ fn the_bedrock_row_scores_any_corpus() {
         schemas: None,
         runs: 1,
         iterations: 10,
+        ..Options::default()
     };
     let report = score::score(&corpus, &options);
     let bedrock = report.keyers.last().unwrap();
