@@ -5,9 +5,11 @@
 #   1. cfn-lint infra/template.yaml           must print nothing and exit 0
 #   2. sam validate (--lint, via samconfig)    when the SAM CLI is available
 #   3. events/**/*.json                        well-formed events of every entry point (and corpus)
-#   4. npm ci + tsc + cdk synth (infra/cdk)    without compiling Rust
-#   5. cfn-lint on the CDK template            (W3005 ignored: a CDK artifact)
-#   6. scripts/compare_stacks.py --self-test   CDK synth vs SAM template
+#   4. npm ci + tsc + cdk synth (infra/cdk)    without compiling Rust; cdk-nag (AwsSolutions) runs in
+#                                              synth, and an unacknowledged finding fails it
+#   5. npm test (infra/cdk)                    synth assertions on a sample app using the construct
+#   6. cfn-lint on the CDK template            (W3005 ignored: a CDK artifact)
+#   7. scripts/compare_stacks.py --self-test   CDK synth vs SAM template
 #
 # Exit status: 0 when every check passes, 1 otherwise (all checks still run).
 #
@@ -200,12 +202,21 @@ cdk_ok=1
   fi
   npx --no-install tsc --noEmit || exit 1
   rm -rf cdk.out
-  # CDK_SKIP_BUNDLING=1: see bin/app.ts. No cargo/zig/Docker is invoked.
+  # CDK_SKIP_BUNDLING=1: see bin/app.ts. No cargo/zig/Docker is invoked. bin/app.ts registers
+  # cdk-nag as a policy-validation plugin: a finding without an acknowledgement (and its reason)
+  # makes synth print it and exit non-zero.
   CDK_SKIP_BUNDLING=1 npx --no-install cdk synth --no-notices -q 2> >(grep -v 'feature flags are not configured' >&2) || exit 1
   test -s cdk.out/ToolcallDedup.template.json
 ) && done_step "cdk synth" ok || { done_step "cdk synth" FAILED; cdk_ok=0; }
 
-# ---------------------------------------------------------------- 5. cfn-lint (CDK)
+# ---------------------------------------------------------------- 5. CDK assertions
+step "infra/cdk: synth assertions (npm test)"
+# test/*.test.ts: a sample app importing the ToolcallDedup construct (grants, config source, alarm
+# notification, mode, cdk-nag), through Node's own test runner; bundling skipped, no Rust built.
+if [ -d infra/cdk/node_modules ] && (cd infra/cdk && npm test --silent); then
+  done_step "cdk assertions" ok; else done_step "cdk assertions" FAILED; fi
+
+# ---------------------------------------------------------------- 6. cfn-lint (CDK)
 step "cfn-lint on the CDK template"
 if [ $cdk_ok = 1 ]; then
   # W3005: CDK's Function adds DependsOn on its role although Role: GetAtt already implies it.
@@ -216,7 +227,7 @@ else
   echo "no synth output"; done_step "cfn-lint cdk" FAILED
 fi
 
-# ---------------------------------------------------------------- 6. compare
+# ---------------------------------------------------------------- 7. compare
 step "compare CDK synth with the SAM template"
 if [ $cdk_ok = 1 ] && "$PY" scripts/compare_stacks.py --quiet --self-test \
      --sam infra/template.yaml --cdk infra/cdk/cdk.out/ToolcallDedup.template.json; then
