@@ -168,6 +168,7 @@ export class ToolcallDedupStack extends cdk.Stack {
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(reservedConcurrency.valueAsNumber, 0)));
 
     // ---- demo tool ---------------------------------------------------------------------
+    // Kept 30 days and retained, as template.yaml's (the executor's own log group is the construct's).
     const demoLogGroup = new logs.CfnLogGroup(this, 'DemoToolLogGroup', { retentionInDays: 30 });
     demoLogGroup.overrideLogicalId('DemoToolLogGroup');
     demoLogGroup.cfnOptions.deletionPolicy = cdk.CfnDeletionPolicy.RETAIN;
