@@ -122,7 +122,10 @@ fn the_golden_vectors_are_pinned_to_the_keyer_version() {
             .find(|(v, _, _)| *v == version)
             .unwrap_or_else(|| panic!("{version} has no pinned vectors: add its line"));
         let vectors = lines(&golden_file(version));
-        assert!(vectors.len() >= *count, "{version}: pinned vectors were removed");
+        assert!(
+            vectors.len() >= *count,
+            "{version}: pinned vectors were removed"
+        );
         let mut digest = Sha256::new();
         for v in &vectors[..*count] {
             let pinned_part = serde_json::json!([v["args"], v.get("schema"), v["canonical"]]);
@@ -158,7 +161,11 @@ fn every_version_keys_under_the_first_versions_hash_domain() {
             .explain(Strategy::Typed, &call)
             .unwrap();
         assert_eq!(e.canonical, r#"{"amount":4200}"#);
-        assert_eq!(e.key.to_string(), "bed98f00c656401184a06e1ef09d3f12", "{version}");
+        assert_eq!(
+            e.key.to_string(),
+            "bed98f00c656401184a06e1ef09d3f12",
+            "{version}"
+        );
     }
 }
 

@@ -135,9 +135,46 @@ fn compare_policy_lists_the_calls_a_policy_change_rekeys() {
 fn explain_prints_the_keyer_version_and_the_policy_fingerprint() {
     let call = serde_json::json!({"tool": "book_trip", "args": r#"{"user_id": "u"}"#});
     let out = keys(&[call]);
-    assert_eq!(out[0]["keyer_version"], "typed/v1");
+    assert_eq!(out[0]["keyer_version"], "typed/v2");
     let fingerprint = out[0]["policy"].as_str().unwrap();
     assert_eq!(fingerprint.len(), 12, "{fingerprint}");
     let other = serde_json::json!({"tool": "no_policy", "args": "{}"});
     assert!(keys(&[other])[0]["policy"].is_null());
+}
+
+/// `--compare-keyer` lists exactly the calls a move of the pinned version re-keys (a single pad
+/// before several words, v2 → v3), names both versions, and says the version `--explain` keyed with.
+#[test]
+fn compare_keyer_lists_the_calls_a_version_move_re_keys() {
+    let lines = [
+        serde_json::json!({"tool": "add_note", "args": r#"{"note": " Call Maria back"}"#}),
+        serde_json::json!({"tool": "add_note", "args": r#"{"note": "Call Maria back"}"#}),
+        serde_json::json!({"tool": "edit", "args": r#"{"line": "    return None"}"#}),
+        serde_json::json!({"tool": "edit", "args": r#"{"path": " app.py"}"#}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let compare = ["--compare-keyer", "typed/v2", "typed/v3"];
+    let (out, ok, stderr) = crate::cli_key::dedup_key_with_stderr(&compare, &input);
+    assert!(ok, "{stderr}");
+    let (changed, summary) = out.split_at(out.len() - 1);
+    assert_eq!(changed.len(), 1, "{out:?}");
+    assert_eq!(changed[0]["line"], 1);
+    assert_eq!(
+        (&changed[0]["old_keyer"], &changed[0]["new_keyer"]),
+        (&Value::from("typed/v2"), &Value::from("typed/v3"))
+    );
+    assert_eq!(
+        (summary[0]["calls"].as_u64(), summary[0]["rekeyed"].as_u64()),
+        (Some(4), Some(1))
+    );
+    let (explained, ok, _) =
+        crate::cli_key::dedup_key_with_stderr(&["--explain", "--keyer", "typed/v3"], &input);
+    assert!(ok);
+    assert_eq!(explained[0]["keyer_version"], "typed/v3");
+    assert_eq!(explained[0]["key"], explained[1]["key"]);
+    let (refused, ok, stderr) = crate::cli_key::dedup_key_with_stderr(&["--keyer", "typed/v9"], "");
+    assert!(
+        !ok && refused.is_empty() && stderr.contains("typed/v3"),
+        "{stderr}"
+    );
 }

@@ -90,7 +90,7 @@ async fn a_replayed_call_is_listed_shown_evicted_and_runs_again(backend: Backend
 
     let shown: Value = serde_json::from_str(&ok(&dedup(backend, &table, &["show", key]))).unwrap();
     assert_eq!(shown["tool"], "charge_card");
-    assert_eq!(shown["keyer"], "typed/v1");
+    assert_eq!(shown["keyer"], "typed/v2");
     let created = shown["created_at"].as_str().unwrap();
     assert!(
         created.ends_with('Z') && created.contains('T'),
