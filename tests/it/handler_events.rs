@@ -150,6 +150,8 @@ async fn the_events_readme_table_holds_in_file_order() {
         ("fd-charge_card-step4.json", Outcome::Executed),
         ("fd-charge_card-drift.json", Outcome::Executed),
         ("fd-charge_card-drift-retry.json", Outcome::Replayed),
+        ("fd-collaborator-charge_card.json", Outcome::Executed),
+        ("fd-collaborator-charge_card-retry.json", Outcome::Replayed),
         ("fd-refund.json", Outcome::Executed),
         ("fd-create_ticket.json", Outcome::Executed),
         ("openapi-charge_card.json", Outcome::Executed),
@@ -168,8 +170,8 @@ async fn the_events_readme_table_holds_in_file_order() {
     }
     assert_eq!(
         charges(h.dispatcher()),
-        5,
-        "charge, step3, step4, drift, openapi charge"
+        6,
+        "charge, step3, step4, drift, collaborator, openapi charge"
     );
 }
 
@@ -1130,4 +1132,35 @@ async fn a_marker_from_an_earlier_call_of_the_turn_never_tells_a_fresh_run() {
     assert_eq!(prompt["toolcall-dedup.key"].as_str(), again.key.as_deref());
     assert_ne!(prompt["toolcall-dedup.first_ran"], "2026-01-01T00:00:00Z");
     assert_eq!(prompt["locale"], "en-GB");
+}
+
+/// Multi-agent collaboration (issue 52): a collaborator's `inputText` is written by the supervisor's
+/// model, so a re-delegated call rarely repeats it. The turn scope (a hash of `inputText`) then runs
+/// it again; the step the supervisor's session attributes carry (Bedrock forwards them to every
+/// collaborator: API reference, `SessionState.sessionAttributes`) keys it once.
+#[tokio::test]
+async fn a_collaborators_re_delegated_call_meets_by_its_forwarded_step_not_its_instruction() {
+    let h = handler(MemoryStore::new(), demo(), &Config::default());
+    let first = send(&h, &event("fd-collaborator-charge_card.json")).await;
+    let again = send(&h, &event("fd-collaborator-charge_card-retry.json")).await;
+    assert_eq!(
+        (first.outcome, again.outcome),
+        (Outcome::Executed, Outcome::Replayed)
+    );
+    assert_eq!(charges(h.dispatcher()), 1);
+
+    // Without the forwarded step, the turn scope tells the two instructions apart: it runs again.
+    let h = handler(MemoryStore::new(), demo(), &Config::default());
+    for name in [
+        "fd-collaborator-charge_card.json",
+        "fd-collaborator-charge_card-retry.json",
+    ] {
+        let mut ev = event(name);
+        ev["sessionAttributes"]
+            .as_object_mut()
+            .unwrap()
+            .remove("dedup_step");
+        assert_eq!(send(&h, &ev).await.outcome, Outcome::Executed, "{name}");
+    }
+    assert_eq!(charges(h.dispatcher()), 2);
 }
