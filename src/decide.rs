@@ -32,9 +32,10 @@ pub enum Mode {
 }
 
 /// What the record under a caller's own key must hold for a call to be the same call: the same
-/// typed fingerprint, or, when the tool's policy (its schema) changed since the record was
-/// written, the same strict fingerprint (the typed form moved with the schema; the arguments did
-/// not). A repeat across a schema change is then the same call, never "other arguments".
+/// typed fingerprint, or, when the tool's policy (its schema) or the typed keyer's version changed
+/// since the record was written, the same strict fingerprint (the typed form moved with the schema
+/// or the rules; the arguments did not). A repeat across a schema change or a pin move is then the
+/// same call, never "other arguments".
 #[derive(Debug, Clone, Copy)]
 pub struct CallerMatch<'a> {
     /// The typed fingerprint of this call's arguments.
@@ -43,14 +44,17 @@ pub struct CallerMatch<'a> {
     pub(crate) arguments: &'a str,
     /// The tool's policy fingerprint now.
     pub(crate) policy: Option<&'a str>,
+    /// What keyed this call ([`crate::key::KeyerVersion::caller_label`]), as its record would say.
+    pub(crate) keyer: &'a str,
 }
 
 impl CallerMatch<'_> {
     /// Whether `record` is of this same call (see the type's docs).
     pub(crate) fn meets(&self, record: &Record) -> bool {
+        let retyped = record.about.policy.as_deref() != self.policy
+            || record.about.keyer.as_deref() != Some(self.keyer);
         record.fingerprint == self.fingerprint
-            || (record.about.policy.as_deref() != self.policy
-                && record.about.arguments.as_deref() == Some(self.arguments))
+            || (retyped && record.about.arguments.as_deref() == Some(self.arguments))
     }
 }
 
@@ -397,6 +401,7 @@ mod tests {
                 fingerprint: "other",
                 arguments: "a",
                 policy: None,
+                keyer: "caller/v2+typed/v2",
             };
             assert!(matches!(
                 decide(Ok(claim()), Mode::Enforce, SOME, NOW, Some(other), None),
@@ -420,10 +425,12 @@ mod tests {
         let mut stored = record(Status::Completed);
         stored.about.policy = Some("p1".into());
         stored.about.arguments = Some("a".into());
+        stored.about.keyer = Some("caller/v2+typed/v2".into());
         let retyped = CallerMatch {
             fingerprint: "f-typed-by-p2",
             arguments: "a",
             policy: Some("p2"),
+            keyer: "caller/v2+typed/v2",
         };
         assert!(
             retyped.meets(&stored),
@@ -444,6 +451,24 @@ mod tests {
             }
             .meets(&stored),
             "under the same policy the typed fingerprint decides"
+        );
+        // A pin move (issue 52) retypes the same arguments as a schema change does.
+        let moved = CallerMatch {
+            policy: Some("p1"),
+            keyer: "caller/v2+typed/v3",
+            ..retyped
+        };
+        assert!(
+            moved.meets(&stored),
+            "the same arguments, typed by another version"
+        );
+        assert!(
+            !CallerMatch {
+                arguments: "b",
+                ..moved
+            }
+            .meets(&stored),
+            "other arguments across a pin move"
         );
         stored.about.arguments = None;
         assert!(

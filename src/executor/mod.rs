@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::decide::{AfterRun, CallerMatch, Mode, NextAction, RunEnd, after_run, decide};
-use crate::key::{CALLER_KEYER_VERSION, Delivery, Keyer, OnFailure, Strategy, differing_paths};
+use crate::key::{Delivery, Keyer, OnFailure, Strategy, differing_paths};
 use crate::store::{
     CallAbout, ClaimRequest, Completion, LeaseToken, Record, Status, Store, StoreError,
 };
@@ -529,7 +529,7 @@ impl<S: Store> Executor<S> {
                 run: call.call.run_id,
                 step: call.call.step,
                 keyer: Some(match call.caller {
-                    Some(_) => CALLER_KEYER_VERSION,
+                    Some(_) => self.keyer.version().caller_label(),
                     None => self.keyer.version().name(),
                 }),
                 policy: self.keyer.policy_fingerprint(call.call.policy_name()),
@@ -897,6 +897,7 @@ impl<S: Store> Executor<S> {
             fingerprint: call.fingerprint,
             arguments: caller.arguments,
             policy: self.keyer.policy_fingerprint(call.call.policy_name()),
+            keyer: self.keyer.version().caller_label(),
         })
     }
 

@@ -47,6 +47,17 @@ impl KeyerVersion {
         }
     }
 
+    /// What a caller-keyed record says keyed it: the caller-key keyer, and this version, which
+    /// typed the arguments' fingerprint the record keeps (a retry typed under another version
+    /// then compares the strict arguments instead: a pin move is never "other arguments").
+    pub const fn caller_label(self) -> &'static str {
+        match self {
+            Self::V1 => "caller/v2+typed/v1",
+            Self::V2 => "caller/v2+typed/v2",
+            Self::V3 => "caller/v2+typed/v3",
+        }
+    }
+
     /// What this version changed from the one before it, in a line.
     pub const fn changed(self) -> &'static str {
         match self {
@@ -107,5 +118,12 @@ mod tests {
         }
         assert!("typed/v0".parse::<KeyerVersion>().is_err());
         assert_eq!(KeyerVersion::ALL.last(), Some(&KeyerVersion::NEWEST));
+        for version in KeyerVersion::ALL {
+            let label = version.caller_label();
+            assert_eq!(
+                label,
+                format!("{}+{}", crate::key::CALLER_KEYER_VERSION, version.name())
+            );
+        }
     }
 }

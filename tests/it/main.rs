@@ -38,6 +38,7 @@ mod interceptor_containers;
 mod interceptor_model;
 mod key_golden;
 mod key_properties;
+mod keyer_attacks;
 mod keyer_upgrade;
 mod mcp_today;
 mod offload;
