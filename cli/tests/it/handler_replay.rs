@@ -39,7 +39,7 @@ fn dedup_replay_runs_every_event_file_with_zero_configuration() {
     let (s, _, stderr) = run_replay(crate::dedup().arg("replay").args(&files));
     assert_eq!(
         s,
-        json!({"events": 21, "invocations": 21, "executed": 13, "replayed": 2, "waited": 0,
+        json!({"events": 23, "invocations": 23, "executed": 14, "replayed": 3, "waited": 0,
                "in_progress": 0, "errors": 6, "shadow_replays": 0}),
         "{stderr}"
     );
