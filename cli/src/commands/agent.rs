@@ -276,8 +276,111 @@ pub(crate) fn from_agent(args: FromAgentArgs) -> Result<ExitCode, CliError> {
             skipped.join(", ")
         );
     }
+    print!("{}", tag_commands(&routes));
     print!("{yaml}");
+    print!("{}", tools_skeleton(&groups));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The commands that let the dedup function invoke each routed tool function (the stacks grant
+/// invoke on functions tagged so), as comments: the installer runs them once.
+fn tag_commands(routes: &Map<String, Value>) -> String {
+    let mut functions: Vec<&str> = routes
+        .values()
+        .filter_map(|r| r["function"].as_str())
+        .collect();
+    functions.sort_unstable();
+    functions.dedup();
+    let mut out = String::from(
+        "# Let the dedup function invoke each routed tool function (once; the stacks grant invoke\n\
+         # on functions tagged so):\n",
+    );
+    for function in functions {
+        out.push_str(&format!(
+            "#   aws lambda tag-resource --resource {function} --tags toolcall-dedup:tool=true\n"
+        ));
+    }
+    out
+}
+
+/// A `tools:` section naming every operation of the agent the way Bedrock calls it (a function's
+/// name, an API operation's `METHOD /path`), each with the defaults and a review mark on the
+/// methods that remove or replace something.
+fn tools_skeleton(groups: &[AgentActionGroup]) -> String {
+    let mut lines = vec![
+        "# Every tool, as Bedrock names it. `{}` keeps the defaults: at_least_once (a call whose".into(),
+        "# outcome is unknown may run again once its lease ends), failures replayed for 60 s,".into(),
+        "# records kept DEDUP_TTL_SECONDS. Write `destructive: true` (or `delivery: at_most_once`)".into(),
+        "# where a repeat must never run, `key_fields`/`fields` where some arguments are not the call.".into(),
+        "tools:".to_string(),
+    ];
+    let mut named = 0;
+    for group in groups {
+        if lambda_of(group).is_none() {
+            continue;
+        }
+        let group_name = group.action_group_name();
+        if let Some(FunctionSchema::Functions(functions)) = group.function_schema() {
+            for f in functions {
+                lines.push(format!("  {}: {{}}  # {group_name}", yaml_key(f.name())));
+                named += 1;
+            }
+        }
+        match group.api_schema() {
+            Some(ApiSchema::Payload(text)) => {
+                for (method, path) in operations(text) {
+                    let name = format!("{method} {path}");
+                    let review = match method.as_str() {
+                        "DELETE" => "; REVIEW: a DELETE removes something: destructive: true?",
+                        "PUT" | "PATCH" => "; REVIEW: replaces or changes state: destructive: true?",
+                        _ => "",
+                    };
+                    lines.push(format!("  {}: {{}}  # {group_name}{review}", yaml_key(&name)));
+                    named += 1;
+                }
+            }
+            Some(ApiSchema::S3(location)) => lines.push(format!(
+                "  # {group_name}: its API schema is in s3://{}/{}: add its operations (METHOD /path)",
+                location.s3_bucket_name().unwrap_or("?"),
+                location.s3_object_key().unwrap_or("?")
+            )),
+            _ => {}
+        }
+    }
+    if named == 0 {
+        lines.push("  {}".into());
+    }
+    lines.join("\n") + "\n"
+}
+
+/// `(METHOD, path)` of every operation an OpenAPI document (YAML or JSON) defines.
+fn operations(document: &str) -> Vec<(String, String)> {
+    const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
+    let Ok(value) = serde_yaml_ng::from_str::<Value>(document) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (path, item) in value["paths"].as_object().into_iter().flatten() {
+        for method in METHODS {
+            if item.get(method).is_some() {
+                out.push((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// `name` as a YAML mapping key: quoted (JSON-style, which YAML reads) unless it is a plain word.
+fn yaml_key(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        name.to_string()
+    } else {
+        Value::from(name).to_string()
+    }
 }
 
 /// Points `group` at `executor`, re-sending everything else the update replaces.

@@ -148,7 +148,8 @@ pub(crate) fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
         .iter()
         .map(|(var, value)| format!("{var}={value}"))
         .collect();
-    let warnings: Vec<String> = document.warnings.iter().map(ToString::to_string).collect();
+    let mut warnings: Vec<String> = document.warnings.iter().map(ToString::to_string).collect();
+    warnings.extend(ssm_size_warning(loaded.text.len()));
     let gateway = match &args.gateway {
         Some(id) => {
             let reading = runtime.block_on(super::gateway_check::read_gateway(
@@ -230,4 +231,26 @@ pub(crate) fn run(command: ConfigCommand) -> Result<ExitCode, CliError> {
         );
     }
     Ok(code)
+}
+
+/// SSM's parameter value limits: 4 KB in the Standard tier, 8 KB in the Advanced tier.
+const SSM_STANDARD_BYTES: usize = 4 * 1024;
+const SSM_ADVANCED_BYTES: usize = 8 * 1024;
+
+/// What a document of `bytes` meets in SSM, where the stacks read it from by default
+/// (`dedup config from-agent` embeds every schema, so a real agent's document outgrows 4 KB fast).
+fn ssm_size_warning(bytes: usize) -> Option<String> {
+    if bytes > SSM_ADVANCED_BYTES {
+        Some(format!(
+            "document: {bytes} bytes, over SSM's 8 KB limit (Advanced tier): keep it in S3 \
+             (ConfigSource s3://bucket/key) or a file bundled with the function"
+        ))
+    } else if bytes > SSM_STANDARD_BYTES {
+        Some(format!(
+            "document: {bytes} bytes, over SSM's 4 KB Standard tier: put it with \
+             `aws ssm put-parameter --tier Advanced` (up to 8 KB, charged), or keep it in S3"
+        ))
+    } else {
+        None
+    }
 }

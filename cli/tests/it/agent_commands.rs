@@ -21,7 +21,9 @@ fn agent(bucket: &str) -> Agent {
     let openapi = json!({
         "openapi": "3.0.0", "info": {"title": "payments", "version": "1"},
         "paths": {"/charge": {"post": {"operationId": "charge_card", "requestBody": {"content": {"application/json":
-            {"schema": {"type": "object", "properties": {"amount": {"type": "number"}, "currency": {"type": "string"}}}}}}}}}
+            {"schema": {"type": "object", "properties": {"amount": {"type": "number"}, "currency": {"type": "string"}}}}}}}},
+            "/charge/{id}": {"delete": {"operationId": "void_charge", "parameters": [{"name": "id", "in": "path",
+            "required": true, "schema": {"type": "string"}}]}}}
     });
     let functions = json!({"functions": [{"name": "create_ticket", "description": "Open a ticket",
         "parameters": {"subject": {"type": "string", "required": true, "description": "one line"},
@@ -137,6 +139,35 @@ async fn from_agent_writes_a_document_that_routes_to_todays_executors_and_reads_
     assert!(
         document.contains("ask_user"),
         "the return-of-control group is named as not routed: {document}"
+    );
+    // The installer's next steps are in the document: a tag command per routed function, and a
+    // `tools:` skeleton under Bedrock's names, a DELETE marked for review (issue 53).
+    for function in [CHARGE_FN, SUPPORT_FN, BILLING_FN] {
+        let tag = format!(
+            "aws lambda tag-resource --resource {function} --tags toolcall-dedup:tool=true"
+        );
+        assert!(document.contains(&tag), "{tag}: {document}");
+    }
+    let parsed: Value = serde_yaml_ng::from_str(&document).unwrap();
+    let skeleton: Vec<&str> = parsed["tools"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        skeleton,
+        ["DELETE /charge/{id}", "POST /charge", "create_ticket"],
+        "{document}"
+    );
+    let delete_line = document
+        .lines()
+        .find(|l| l.contains("DELETE /charge/{id}"))
+        .unwrap();
+    assert!(delete_line.contains("REVIEW"), "{delete_line}");
+    assert!(
+        document.contains("billing: its API schema is in s3://"),
+        "the S3 schema's operations are left to the installer: {document}"
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("config.yaml");

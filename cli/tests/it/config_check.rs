@@ -318,3 +318,45 @@ fn an_interceptor_attached_wrongly_is_an_error() {
         "{said}"
     );
 }
+
+/// A document over SSM's tiers is named with its size and where it fits instead (issue 53).
+#[test]
+fn a_document_over_the_ssm_limits_is_warned_about_with_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    for (bytes, says) in [
+        (3_000, None),
+        (6_000, Some("4 KB Standard tier")),
+        (9_000, Some("8 KB limit")),
+    ] {
+        let padding = "x".repeat(bytes);
+        let document = format!("settings:\n  mode: shadow\n# {padding}\n");
+        let file = dir.path().join(format!("doc-{bytes}.yaml"));
+        std::fs::write(&file, &document).unwrap();
+        let out = check(&[file.to_str().unwrap(), "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let warnings: Vec<&str> = report["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|w| w.contains("SSM"))
+            .collect();
+        match says {
+            None => assert!(warnings.is_empty(), "{warnings:?}"),
+            Some(text) => {
+                assert_eq!(warnings.len(), 1, "{warnings:?}");
+                assert!(warnings[0].contains(text), "{}", warnings[0]);
+                assert!(
+                    warnings[0].contains(&document.len().to_string()),
+                    "{}",
+                    warnings[0]
+                );
+            }
+        }
+    }
+}
