@@ -511,6 +511,7 @@ pub(crate) fn attach(args: AttachArgs) -> Result<ExitCode, CliError> {
         }
         prepare(&client, &args.api.agent_id).await?;
         println!("agent prepared; record: {}", args.record.display());
+        print!("{}", publish_step(&args.api.agent_id, "attach"));
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -602,6 +603,22 @@ pub(crate) fn detach(args: DetachArgs) -> Result<ExitCode, CliError> {
         let done = args.record.with_extension("detached.json");
         std::fs::rename(&args.record, &done)?;
         println!("agent prepared; record kept as {}", done.display());
+        print!("{}", publish_step(&record.agent_id, "detach"));
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// What puts a changed working draft into service: attach and detach change `DRAFT` only, and an
+/// alias serves the version it points to. Updating the alias without a routing configuration makes
+/// Bedrock snapshot the prepared draft into a new version and point the alias at it (user guide,
+/// "Deploy an agent").
+fn publish_step(agent_id: &str, what: &str) -> String {
+    format!(
+        "The {what} changed the working draft (DRAFT) only: the aliases your application calls still \
+         serve their versions.\nTo put it into service, point each such alias at a new version of the \
+         draft:\n  aws bedrock-agent list-agent-aliases --agent-id {agent_id}\n  aws bedrock-agent \
+         update-agent-alias --agent-id {agent_id} --agent-alias-id ALIAS_ID --agent-alias-name \
+         ALIAS_NAME\n(no --routing-configuration: Bedrock makes a new version from the prepared draft \
+         and points the alias at it)\n"
+    )
 }

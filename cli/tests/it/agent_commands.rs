@@ -231,8 +231,15 @@ fn attach_shows_its_plan_then_attaches_and_detach_restores_exactly() {
     assert_eq!(api.executors(), before, "a plan changes nothing");
     assert!(!std::path::Path::new(record).exists());
 
-    ok(&dedup(&api, &attach_args(record, &["--yes"])));
+    let attached_out = ok(&dedup(&api, &attach_args(record, &["--yes"])));
     no_refusals(&api);
+    // The step attach leaves to the operator, said with its commands (issue 53).
+    assert!(
+        attached_out.contains(
+            "aws bedrock-agent update-agent-alias --agent-id AGENT0001 --agent-alias-id ALIAS_ID"
+        ) && attached_out.contains("DRAFT"),
+        "{attached_out}"
+    );
     let attached = api.executors();
     for name in ["payments", "support", "billing"] {
         assert_eq!(attached[name], json!({"lambda": DEDUP_ALIAS}), "{name}");
