@@ -248,7 +248,8 @@ fn ssm_size_warning(bytes: usize) -> Option<String> {
     } else if bytes > SSM_STANDARD_BYTES {
         Some(format!(
             "document: {bytes} bytes, over SSM's 4 KB Standard tier: put it with \
-             `aws ssm put-parameter --tier Advanced` (up to 8 KB, charged), or keep it in S3"
+             `aws ssm put-parameter --tier Intelligent-Tiering` (Advanced up to 8 KB, charged), \
+             or keep it in S3"
         ))
     } else {
         None

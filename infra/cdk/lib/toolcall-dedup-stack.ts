@@ -425,6 +425,14 @@ export class ToolcallDedupStack extends cdk.Stack {
     out('DedupFunctionArn', fn.functionArn, undefined, "The function's unqualified ARN (invoke the alias instead)");
     out('DedupFunctionAliasArn', aliasArn, undefined,
       'ARN for ActionGroupExecutor.Lambda and Gateway targets (the live alias deploys shift gradually)');
+    Validations.of(this).acknowledge({
+      id: 'CloudFormation-Validate::W1001',
+      reason: "the output refers to ConfigParameter only in Fn::If's NoConfigParameter branch, its own condition",
+    });
+    out('ConfigDocumentParameter',
+      cdk.Fn.conditionIf(noConfigParameter.logicalId, dedup.configParameter!.ref,
+        configParameterName.valueAsString).toString(),
+      undefined, 'The SSM parameter the function reads its config document from (aws ssm put-parameter --name)');
     out('DashboardUrl',
       `https://${cdk.Aws.REGION}.console.aws.amazon.com/cloudwatch/home?region=${cdk.Aws.REGION}#dashboards/dashboard/${dedup.dashboard.ref}`,
       undefined, "The operator's dashboard");
