@@ -91,8 +91,8 @@ pub mod internals {
     /// The Bedrock action-group door, for the corpus and the benches.
     pub mod bedrock {
         pub use crate::doors::bedrock::{
-            ActionGroupEvent, ReplyTo, ResponseState, call, forward_bytes, notice, step,
-            validate_reply,
+            ActionGroupEvent, ReplyTo, ResponseState, call, forward_bytes, notice, operator_reply,
+            step, validate_reply,
         };
     }
     /// What a door hands the executor.

@@ -298,7 +298,7 @@ pub struct CallAbout<'a> {
     pub run: Option<&'a str>,
     /// The step within the run.
     pub step: Option<&'a str>,
-    /// The keyer that derived the key ([`crate::key::TYPED_KEYER_VERSION`] or the caller-key
+    /// The keyer that derived the key ([`crate::key::KeyerVersion::name`] or the caller-key
     /// keyer's).
     pub keyer: Option<&'a str>,
     /// The fingerprint of the tool's policy when it was keyed, if it has one.

@@ -98,3 +98,52 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
         Some(2)
     );
 }
+
+/// `--bedrock-body`: the operator gives what the tool would have said, and the record stores the
+/// Bedrock response its tool gives (issue 53: a tool's body stored verbatim became the whole
+/// Lambda response, which Bedrock refuses).
+#[cfg_attr(
+    not(feature = "local-servers"),
+    ignore = "needs the local DynamoDB servers: run scripts/test"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_settle_wraps_a_tools_body_in_the_bedrock_response_it_would_have_given() {
+    let clock = ManualClock::starting_now();
+    let (store, token) = crate::at_most_once_claim(Backend::Moto, &clock).await;
+    let table = store.config().table.clone();
+    let key = crate::CLAIMED_KEY;
+    store
+        .settle_unknown(key, &token, clock.now_ms() / 1000 + 3_600)
+        .await
+        .unwrap();
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), "Charged cus_8842 42.50 USD (ch_ops).").unwrap();
+    let body_path = body.path().to_str().unwrap();
+
+    // The claim states no namespace: the action group must be named.
+    let unnamed = settle(&table, &[key, "--completed", body_path, "--bedrock-body"]);
+    assert_eq!(unnamed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unnamed.stderr).contains("pass --action-group"));
+    let args = [
+        key,
+        "--completed",
+        body_path,
+        "--bedrock-body",
+        "--action-group",
+        "payments",
+    ];
+    assert_eq!(stdout_json(&settle(&table, &args))["action"], "completed");
+    let record = store.get(key).await.unwrap().unwrap();
+    let stored: Value = serde_json::from_slice(record.result.as_deref().unwrap()).unwrap();
+    assert_eq!(stored["messageVersion"], "1.0");
+    assert_eq!(stored["response"]["actionGroup"], "payments");
+    assert_eq!(stored["response"]["function"], "charge_card");
+    assert_eq!(
+        stored["response"]["functionResponse"]["responseBody"]["TEXT"]["body"],
+        "Charged cus_8842 42.50 USD (ch_ops)."
+    );
+    // The body need not be JSON; a reply in the caller's format still must be.
+    let plain = settle(&table, &[key, "--completed", body_path]);
+    assert_eq!(plain.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("--bedrock-body"));
+}

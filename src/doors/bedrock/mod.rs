@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 
 pub use event::ActionGroupEvent;
 pub(crate) use event::{CheckedCall, EventError};
-pub use response::{ReplyTo, ResponseState, notice, validate_reply};
+pub use response::{ReplyTo, ResponseState, notice, operator_reply, validate_reply};
 
 use crate::doors::port::{
     self, Answers, DedupInfo, EntryPoint, Forward, MalformedReply, Notice, NoticeKind, Scope,

@@ -111,6 +111,27 @@ pub fn notice(reply_to: &ReplyTo, state: ResponseState, http_status: u16, body: 
     finish(reply_to, Some(state), http_status, body)
 }
 
+/// The response a tool `tool` (a function's name, or an operation's `METHOD /apiPath`) of
+/// `action_group` gives with `body_text` as its body: what an operator stores for a call whose
+/// side effect they found done (`dedup settle --completed FILE --bedrock-body`). Its session maps
+/// are empty: a replay answers with the caller's own.
+pub fn operator_reply(action_group: &str, tool: &str, body_text: String) -> String {
+    let flavour = match tool.split_once(' ') {
+        Some((method, path))
+            if !method.is_empty()
+                && method.bytes().all(|b| b.is_ascii_uppercase())
+                && path.starts_with('/') =>
+        {
+            Flavour::api(path, method)
+        }
+        _ => Flavour::Function {
+            function: tool.to_string(),
+        },
+    };
+    let reply_to = ReplyTo::new(action_group, flavour, Map::new(), Map::new());
+    finish_text(&reply_to, None, 200, body_text).to_string()
+}
+
 /// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
 pub(crate) fn success(reply_to: &ReplyTo, body: &Value) -> Value {
     finish(reply_to, None, 200, body)
