@@ -349,7 +349,7 @@ fn deadline_instant(deadline_ms: Option<i64>, default_budget: Duration) -> Insta
 }
 
 impl<S: Records, D: Dispatcher> Handler<S, D> {
-    /// Runs a sweep (a scheduled invocation: [`crate::sweep`]), reports it and announces each
+    /// Runs a sweep (a scheduled invocation: the crate's `sweep` module), reports it and announces each
     /// call it settled as outcome unknown. A store that cannot be read fails the invocation, so the
     /// schedule's failures show in the function's errors.
     pub async fn sweep(&self, invocation: &Invocation) -> Result<Box<RawValue>, HandlerError> {
@@ -393,7 +393,7 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
     }
 }
 
-/// Runs `handler` on the Lambda Runtime API ([`crate::runtime`]: every invocation is answered).
+/// Runs `handler` on the Lambda Runtime API (the crate's own `runtime` loop: every invocation is answered).
 pub async fn serve<S, D>(handler: Handler<S, D>) -> Result<(), RuntimeError>
 where
     S: Records + 'static,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::{DEFAULT_COMPRESS_THRESHOLD, StoreError, attr};
 use crate::backoff::Backoff;
 
-/// Table, attribute names, compression and retry settings of a [`DynamoDbStore`].
+/// Table, attribute names, compression and retry settings of a [`crate::store::DynamoDbStore`].
 ///
 /// The Lambda reads them from `DEDUP_TABLE_NAME`, `DEDUP_KEY_ATTRIBUTE` and `DEDUP_TTL_ATTRIBUTE`
 /// (and the endpoint from `DEDUP_DYNAMODB_ENDPOINT`).
