@@ -430,9 +430,23 @@ impl Telemetry {
     }
 }
 
-/// The dimension sets every metric is published under: the whole service (what the alarms
-/// watch), and per door and tool (what the dashboard splits by).
-pub(crate) const DIMENSION_SETS: [&[&str]; 2] = [&["Service"], &["Service", "Door", "Tool"]];
+/// The dimension set every metric is published under: the whole service (what the alarms watch).
+pub(crate) const SERVICE_DIMENSIONS: &[&str] = &["Service"];
+/// The set a few metrics are also published under: per door and tool (what the dashboard splits
+/// by, and where an operator looks for the tool behind an alarm).
+pub(crate) const TOOL_DIMENSIONS: &[&str] = &["Service", "Door", "Tool"];
+/// The metrics published per door and tool: the dashboard's executions and replays, and the two
+/// outcomes an alarm pages on whose tool the operator must find. Each named tool costs this many
+/// custom metrics per door it comes in by, not all eighteen (CloudWatch prices each).
+pub(crate) const PER_TOOL_METRICS: [Outcome; 4] = [
+    Outcome::Executed,
+    Outcome::Replayed,
+    Outcome::ToolError,
+    Outcome::Unknown,
+];
+/// Metrics under the `Service` set: one count per outcome, latency, store requests, and the
+/// calls settled as outcome unknown.
+pub(crate) const SERVICE_METRICS: usize = Outcome::ALL.len() + 3;
 
 /// The start of every EMF line of one namespace (the metric definitions), written once: only the
 /// timestamp and the values change from one invocation to the next.
@@ -448,7 +462,7 @@ impl EmfHead {
         text.push_str("{\"Service\":");
         push_json_str(&mut text, service);
         text.push_str(",\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":");
-        text.push_str(&serde_json::to_string(&DIMENSION_SETS).unwrap_or_default());
+        text.push_str(&serde_json::to_string(&[SERVICE_DIMENSIONS]).unwrap_or_default());
         text.push_str(",\"Metrics\":[");
         for o in Outcome::ALL {
             text.push_str("{\"Name\":\"");
@@ -459,6 +473,19 @@ impl EmfHead {
             "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"},\
              {\"Name\":\"settled_unknown\",\"Unit\":\"Count\"}],\"Namespace\":",
         );
+        push_json_str(&mut text, namespace);
+        text.push_str("},{\"Dimensions\":");
+        text.push_str(&serde_json::to_string(&[TOOL_DIMENSIONS]).unwrap_or_default());
+        text.push_str(",\"Metrics\":[");
+        for (i, o) in PER_TOOL_METRICS.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str("{\"Name\":\"");
+            text.push_str(o.name());
+            text.push_str("\",\"Unit\":\"Count\"}");
+        }
+        text.push_str("],\"Namespace\":");
         push_json_str(&mut text, namespace);
         text.push_str("}],\"Timestamp\":");
         EmfHead { text }
@@ -570,6 +597,10 @@ mod tests {
         metrics.push(json!({"Name": "latency_ms", "Unit": "Milliseconds"}));
         metrics.push(json!({"Name": "store_requests", "Unit": "Count"}));
         metrics.push(json!({"Name": "settled_unknown", "Unit": "Count"}));
+        let per_tool: Vec<Value> = PER_TOOL_METRICS
+            .iter()
+            .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
+            .collect();
         let mut doc = Map::new();
         doc.insert(
             "_aws".into(),
@@ -577,8 +608,12 @@ mod tests {
                 "Timestamp": timestamp_ms,
                 "CloudWatchMetrics": [{
                     "Namespace": dims.namespace,
-                    "Dimensions": DIMENSION_SETS,
+                    "Dimensions": [SERVICE_DIMENSIONS],
                     "Metrics": metrics,
+                }, {
+                    "Namespace": dims.namespace,
+                    "Dimensions": [TOOL_DIMENSIONS],
+                    "Metrics": per_tool,
                 }],
             }),
         );
@@ -675,30 +710,71 @@ mod tests {
     #[test]
     fn emf_counts_exactly_the_outcome_that_happened() {
         let doc = emf_line(&DIMS, &report(Outcome::Replayed), 1_700_000_000_000);
-        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
-        assert_eq!(directive["Namespace"], "N\"S");
+        let directives = doc["_aws"]["CloudWatchMetrics"].as_array().unwrap();
+        assert_eq!(directives.len(), 2);
+        assert_eq!(directives[0]["Dimensions"], json!([["Service"]]));
         assert_eq!(
-            directive["Dimensions"],
-            json!([["Service"], ["Service", "Door", "Tool"]])
+            directives[1]["Dimensions"],
+            json!([["Service", "Door", "Tool"]])
         );
-        for set in directive["Dimensions"].as_array().unwrap() {
-            for dimension in set.as_array().unwrap() {
-                assert!(doc[dimension.as_str().unwrap()].is_string(), "{dimension}");
+        let names = |d: &Value| -> Vec<String> {
+            d["Metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["Name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(&directives[0]).len(), SERVICE_METRICS);
+        assert_eq!(
+            names(&directives[1]),
+            ["executed", "replayed", "tool_error", "outcome_unknown"]
+        );
+        for directive in directives {
+            assert_eq!(directive["Namespace"], "N\"S");
+            for set in directive["Dimensions"].as_array().unwrap() {
+                for dimension in set.as_array().unwrap() {
+                    assert!(doc[dimension.as_str().unwrap()].is_string(), "{dimension}");
+                }
+            }
+            for name in names(directive) {
+                assert!(
+                    doc.get(&name).is_some_and(Value::is_number),
+                    "target member {name} missing"
+                );
             }
         }
         assert_eq!(doc["Service"], "fn-\"1");
         assert_eq!(doc["Door"], "bedrock");
         assert_eq!(doc["Tool"], "charge_card");
-        for metric in directive["Metrics"].as_array().unwrap() {
-            let name = metric["Name"].as_str().unwrap();
-            assert!(
-                doc.get(name).is_some_and(Value::is_number),
-                "target member {name} missing"
-            );
-        }
         assert_eq!(doc["replayed"], 1);
         assert_eq!(doc["executed"], 0);
         assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
+    }
+
+    /// The custom metrics a function publishes with `tools` named tools arriving by `doors` doors.
+    fn custom_metrics(tools: usize, doors: usize) -> usize {
+        SERVICE_METRICS + tools * doors * PER_TOOL_METRICS.len()
+    }
+
+    /// docs/operations.md prices the custom metrics of 25 named tools through one door, the stacks'
+    /// `DEDUP_METRICS_MAX_TOOLS` default: the figures there are these.
+    #[test]
+    fn the_documented_metric_count_and_price_are_the_functions() {
+        let count = custom_metrics(DEFAULT_METRICS_MAX_TOOLS, 1);
+        assert_eq!(count, 18 + 25 * 4);
+        // CloudWatch's first 10,000 custom metrics: $0.30 per metric per month.
+        let dollars = count as f64 * 0.30;
+        let docs = include_str!("../docs/operations.md");
+        let sentence = format!("{count} custom metrics, about ${dollars:.2} a month");
+        assert!(
+            docs.contains(&sentence),
+            "docs/operations.md must say: {sentence}"
+        );
+        assert!(docs.contains(&format!(
+            "{} more per further door",
+            DEFAULT_METRICS_MAX_TOOLS * 4
+        )));
     }
 
     #[test]
