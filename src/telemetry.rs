@@ -444,9 +444,6 @@ pub(crate) const PER_TOOL_METRICS: [Outcome; 4] = [
     Outcome::ToolError,
     Outcome::Unknown,
 ];
-/// Metrics under the `Service` set: one count per outcome, latency, store requests, and the
-/// calls settled as outcome unknown.
-pub(crate) const SERVICE_METRICS: usize = Outcome::ALL.len() + 3;
 
 /// The start of every EMF line of one namespace (the metric definitions), written once: only the
 /// timestamp and the values change from one invocation to the next.
@@ -751,6 +748,10 @@ mod tests {
         assert_eq!(doc["executed"], 0);
         assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
     }
+
+    /// Metrics under the `Service` set: one count per outcome, latency, store requests, and the
+    /// calls settled as outcome unknown.
+    const SERVICE_METRICS: usize = Outcome::ALL.len() + 3;
 
     /// The custom metrics a function publishes with `tools` named tools arriving by `doors` doors.
     fn custom_metrics(tools: usize, doors: usize) -> usize {
