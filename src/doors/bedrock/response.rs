@@ -133,6 +133,7 @@ pub fn operator_reply(action_group: &str, tool: &str, body_text: String) -> Stri
 }
 
 /// A tool's successful response for `reply_to` with a JSON `body` (used by the demo tool).
+#[cfg(any(test, feature = "stand-ins"))]
 pub(crate) fn success(reply_to: &ReplyTo, body: &Value) -> Value {
     finish(reply_to, None, 200, body)
 }
