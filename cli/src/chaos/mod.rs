@@ -107,6 +107,10 @@ pub enum FaultClass {
     /// Windows in which connects hang and connections go silent (`store_connect_blackholed`
     /// counts the windows).
     Blackholes,
+    /// Every other invocation goes to a second handler on the same table and tool: another
+    /// container, of the other build of a canary, its keyer version pinned in its config as a
+    /// deployment pins it across an upgrade (`second_build_side_by_side` counts its invocations).
+    SecondBuild,
 }
 
 impl FaultClass {
@@ -126,6 +130,7 @@ impl FaultClass {
             FaultClass::AccessErrors,
             FaultClass::Refusals,
             FaultClass::Blackholes,
+            FaultClass::SecondBuild,
         ];
         tool.chain(request).chain(windows).collect()
     }
@@ -139,6 +144,7 @@ impl FaultClass {
             FaultClass::AccessErrors => StoreFault::AccessOrTableError.name(),
             FaultClass::Refusals => "store_connect_refused",
             FaultClass::Blackholes => "store_connect_blackholed",
+            FaultClass::SecondBuild => "second_build_side_by_side",
         }
     }
 

@@ -17,7 +17,7 @@ use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Door, Handler, Invocation};
 use toolcall_dedup::internals::port::DedupInfo;
-use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::key::{KeyerVersion, PolicySet};
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{
     ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store,
@@ -93,9 +93,14 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     let Rig {
         proxy,
         handler,
+        second_build,
         lambda,
         ledger_path,
     } = Rig::start(cfg, policies).await?;
+    let builds: Vec<Arc<SoakHandler>> = [Some(handler.clone()), second_build]
+        .into_iter()
+        .flatten()
+        .collect();
 
     // The run, with the fault windows alongside.
     proxy.set_faults(store_faults(cfg));
@@ -106,8 +111,14 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         cfg.server_pid,
         ProxySwitch(Arc::new(proxy)),
     ));
-    let (tasks, probes) = drive(cfg, &plan, &handler, run_start).await;
+    let (tasks, probes) = drive(cfg, &plan, &builds, run_start).await;
     let mut ran = Ran::collect(tasks, probes).await?;
+    if builds.len() > 1 {
+        // Every other planned invocation went to the second build.
+        let sent = plan.sends.len() / builds.len();
+        ran.faults
+            .insert(FaultClass::SecondBuild.name().into(), sent as u64);
+    }
     let ProxySwitch(proxy) = windows
         .await
         .map_err(|e| ChaosError::Setup(format!("the fault windows panicked: {e}")))?;
@@ -202,14 +213,16 @@ fn store_faults(cfg: &SoakConfig) -> RequestFaults {
     })
 }
 
-/// The handler the soak drives.
-type SoakHandler = Handler<NotingStore<DynamoDbStore>, ChaosTool>;
+/// The handler the soak drives (one per build; they share the store and its notes).
+type SoakHandler = Handler<Arc<NotingStore<DynamoDbStore>>, ChaosTool>;
 
 /// The soak's handler and what it runs on: the fault proxy in front of the server with a fresh
 /// table behind it, the chaos tool with its fake Lambda, and the ledger the oracle reads.
 struct Rig {
     proxy: FaultProxy,
     handler: Arc<SoakHandler>,
+    /// The other build's handler (class [`FaultClass::SecondBuild`]), unless left out.
+    second_build: Option<Arc<SoakHandler>>,
     lambda: Arc<ToolLambda>,
     ledger_path: PathBuf,
 }
@@ -251,23 +264,32 @@ impl Rig {
         };
         let tool = ChaosTool::new(DemoTool::new(Ledger::file(&ledger_path)));
         let lambda = Arc::new(ToolLambda::start(tool.demo.clone()).await?);
-        let handler = Arc::new(
-            Handler::new(
-                NotingStore::new(store).with_keyed_faults(proxy.keyed()),
-                tool.with_lambda(lambda.clone()),
-                &config,
-                Telemetry::quiet(),
+        let tool = tool.with_lambda(lambda.clone());
+        let store = Arc::new(NotingStore::new(store).with_keyed_faults(proxy.keyed()));
+        let build = |config: &Config| {
+            Arc::new(
+                Handler::new(store.clone(), tool.clone(), config, Telemetry::quiet())
+                    .with_settings(|s| {
+                        s.completion_reserve = COMPLETION_RESERVE;
+                        s.reply_margin = REPLY_MARGIN;
+                        s.lease_margin = LEASE_MARGIN;
+                        s.default_budget = BUDGET;
+                    }),
             )
-            .with_settings(|s| {
-                s.completion_reserve = COMPLETION_RESERVE;
-                s.reply_margin = REPLY_MARGIN;
-                s.lease_margin = LEASE_MARGIN;
-                s.default_budget = BUDGET;
-            }),
-        );
+        };
+        let handler = build(&config);
+        // The other build keys with the version this build keys with unpinned, pinned in its
+        // config: what an upgrade's canary runs beside the old build.
+        let second_build = (!cfg.excluded.contains(&FaultClass::SecondBuild)).then(|| {
+            build(&Config {
+                keyer: KeyerVersion::default(),
+                ..config.clone()
+            })
+        });
         Ok(Rig {
             proxy,
             handler,
+            second_build,
             lambda,
             ledger_path,
         })
@@ -279,7 +301,7 @@ impl Rig {
 async fn drive(
     cfg: &SoakConfig,
     plan: &Plan,
-    handler: &Arc<SoakHandler>,
+    builds: &[Arc<SoakHandler>],
     run_start: Instant,
 ) -> (JoinSet<(ToolFault, Observed)>, JoinSet<Observed>) {
     let gate = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
@@ -289,10 +311,10 @@ async fn drive(
         plan.sends.len() as u64,
         &format!("invocations on {}", cfg.server),
     );
-    for send in &plan.sends {
+    for (n, send) in plan.sends.iter().enumerate() {
         tokio::time::sleep_until(run_start + send.at).await;
         let permit = gate.clone().acquire_owned().await.expect("never closed");
-        let handler = handler.clone();
+        let handler = builds[n % builds.len()].clone();
         let send = send.clone();
         if send.fault == ToolFault::SlowClaim {
             // A repeat just after the lease sized at the claim would have ended, while the tool

@@ -11,7 +11,8 @@ use super::attempt::*;
 use super::lambda::{FUNCTION_TIMEOUT, ToolLambda};
 
 /// The demo tool behind the planned tool faults. Outside an [`ATTEMPT`] it is the plain demo
-/// tool (with its timeout enforced).
+/// tool (with its timeout enforced). A clone shares the tool, its ledger and its fake Lambda.
+#[derive(Clone)]
 pub(crate) struct ChaosTool {
     pub(crate) demo: Arc<DemoTool>,
     /// The `Invoke` path of the invoke fault classes (without it, they run in process).

@@ -85,6 +85,7 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "tool_invoke_5xx",
         "tool_sandbox_timedout",
         "tool_invoke_connection_lost",
+        "second_build_side_by_side",
     ] {
         if excluded.contains(&kind) {
             continue;
