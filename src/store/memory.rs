@@ -420,7 +420,13 @@ impl MemoryStore {
         let now = self.inner.clock.now_ms();
         let items = self.items();
         let mut records = Vec::new();
-        for (key, stored) in &items.map {
+        // The unknown ones come from the attention index, the others from a bounded scan: read
+        // at most `max_scanned` items, as the DynamoDB store does.
+        let bounded = filter.state != Some(RecordState::Unknown);
+        for (scanned, (key, stored)) in items.map.iter().enumerate() {
+            if bounded && scanned >= filter.max_scanned {
+                break;
+            }
             if !stored.is_live(now) {
                 continue;
             }

@@ -276,7 +276,14 @@ pub struct RecordFilter {
     pub since_ms: Option<i64>,
     /// At most this many.
     pub limit: usize,
+    /// A state the attention index does not hold (in progress, completed) is found by a scan of
+    /// the table: it reads at most this many items, so an operator's command on a large table
+    /// costs a bounded read (the newest among them are listed).
+    pub max_scanned: usize,
 }
+
+/// [`RecordFilter::max_scanned`] unless said otherwise: a few megabytes of reads.
+pub const DEFAULT_MAX_SCANNED: usize = 10_000;
 
 impl Default for RecordFilter {
     fn default() -> RecordFilter {
@@ -285,6 +292,7 @@ impl Default for RecordFilter {
             tool: None,
             since_ms: None,
             limit: 100,
+            max_scanned: DEFAULT_MAX_SCANNED,
         }
     }
 }

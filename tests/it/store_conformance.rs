@@ -1161,6 +1161,16 @@ async fn records_say_what_the_call_was_and_list_by_state_tool_and_time<S: Record
         ..RecordFilter::default()
     };
     assert_eq!(keys(list(one).await), std::slice::from_ref(&charging));
+    // A scan reads a bounded number of items: one item read lists at most one of the two.
+    let one_read = RecordFilter {
+        max_scanned: 1,
+        ..RecordFilter::default()
+    };
+    let read = keys(list(one_read).await);
+    assert!(
+        read.len() <= 1 && read.iter().all(|k| *k == charging || *k == settled),
+        "{read:?}"
+    );
 
     // The at-most-once claim's lease ends: its outcome is unknown (found through the index).
     cx.clock.advance(Duration::from_millis(LEASE_MS as u64 + 1));

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use crate::operator::inspect::{self, describe, evict, row, state_name};
 use aws_smithy_types::DateTime;
 use aws_smithy_types::date_time::Format;
-use toolcall_dedup::store::{LeaseToken, RecordFilter, RecordState, Records, Store};
+use toolcall_dedup::store::{
+    DEFAULT_MAX_SCANNED, LeaseToken, RecordFilter, RecordState, Records, Store,
+};
 
 use super::CliError;
 use super::table::TableArgs;
@@ -28,6 +30,11 @@ pub(crate) struct ListArgs {
     /// At most this many, newest first.
     #[arg(long, default_value_t = 100)]
     pub(crate) limit: usize,
+    /// The states the attention index does not hold (in_progress, completed, any) are found by a
+    /// scan, which reads at most this many items of the table: the newest among them are listed.
+    /// Narrow a large table with --tool or --since, or raise this.
+    #[arg(long, default_value_t = DEFAULT_MAX_SCANNED)]
+    pub(crate) max_scanned: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -142,6 +149,7 @@ pub(crate) fn list(args: ListArgs) -> Result<ExitCode, CliError> {
                 Since::Ago { ms } => now.saturating_sub(ms),
             }),
             limit: args.limit,
+            max_scanned: args.max_scanned,
         };
         let records = store.list(&filter).await?;
         let mut out = std::io::stdout().lock();

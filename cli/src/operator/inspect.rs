@@ -60,6 +60,18 @@ pub(crate) fn describe(record: &Record, now_ms: i64) -> Value {
     }
     if let Some(policy) = &record.about.policy {
         fields.insert("policy".into(), json!(policy));
+        fields.insert(
+            "policy_covers".into(),
+            json!(
+                "what the tool's keys depend on in its policy: its entry's key_fields, fields, \
+                 undeclared and schema, and the tool_definitions entry that types it (not ttl, \
+                 delivery or failures); another fingerprint may mean other keys for the same call \
+                 (dedup key --compare-policy)"
+            ),
+        );
+    }
+    if let Some(why) = why_unknown(record, now_ms) {
+        fields.insert("why_unknown".into(), json!(why));
     }
     fields.insert("version".into(), json!(record.token.as_str()));
     fields.insert("at_most_once".into(), json!(record.at_most_once));
@@ -88,6 +100,24 @@ pub(crate) fn describe(record: &Record, now_ms: i64) -> Value {
         fields.insert("reply_object".into(), json!(offloaded.object));
     }
     out
+}
+
+/// Why a record's outcome is unknown, in the operator's words; `None` when it is not.
+fn why_unknown(record: &Record, now_ms: i64) -> Option<&'static str> {
+    if RecordState::of(record, now_ms) != RecordState::Unknown {
+        return None;
+    }
+    Some(match record.status {
+        Status::InProgress => {
+            "an at_most_once claim whose lease ended unsettled: its invocation was killed, or \
+             its answer never came back (an interceptor RESPONSE lost), before it said whether \
+             the tool acted"
+        }
+        Status::Completed => {
+            "settled as outcome unknown: the tool crashed, timed out or its answer was lost after \
+             it may have acted (or the sweep settled an abandoned at_most_once claim)"
+        }
+    })
 }
 
 /// Why an eviction was refused. Nothing was deleted.

@@ -58,15 +58,20 @@ async fn dedup_settle_completes_only_an_outcome_unknown_call_and_logs_it() {
     let shown = stdout_json(&settle(&table, &[key, "--show"]));
     assert_eq!(shown["state"], "in_progress");
     assert_eq!(shown["at_most_once"], true);
+    assert!(shown.get("why_unknown").is_none(), "{shown}");
 
     // The owner settles it as outcome unknown; the operator stores what they found.
     store
         .settle_unknown(key, &token, now / 1000 + 3_600)
         .await
         .unwrap();
-    assert_eq!(
-        stdout_json(&settle(&table, &[key, "--show"]))["state"],
-        "unknown"
+    let shown = stdout_json(&settle(&table, &[key, "--show"]));
+    assert_eq!(shown["state"], "unknown");
+    assert!(
+        shown["why_unknown"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("settled as outcome unknown")),
+        "{shown}"
     );
     let logged = stdout_json(&settle(&table, &[key, "--completed", reply_path]));
     assert_eq!(logged["dedup_settle"], 1);

@@ -131,8 +131,9 @@ impl DynamoDbStore {
         }
     }
 
-    /// Every live record `filter` selects: a scan of the whole table (an operator's command,
-    /// never the request path). The tool and time are filtered by the server.
+    /// Every live record `filter` selects among the first `filter.max_scanned` items of a scan
+    /// (an operator's command, never the request path). The tool and time are filtered by the
+    /// server.
     async fn scan(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
         let now = self.clock.now_ms();
         let mut terms = vec!["#exp >= :now_s"];
@@ -151,6 +152,7 @@ impl DynamoDbStore {
         let expression = terms.join(" AND ");
         let mut records = Vec::new();
         let mut start = None;
+        let mut scanned = 0usize;
         loop {
             let page = self
                 .send("Scan", || {
@@ -161,10 +163,13 @@ impl DynamoDbStore {
                         .set_expression_attribute_names(Some(names.clone()))
                         .set_expression_attribute_values(Some(values.clone()))
                         .set_exclusive_start_key(start.clone())
+                        .set_limit(i32::try_from(filter.max_scanned - scanned).ok())
                         .send()
                 })
                 .await
                 .map_err(|f: Failed<ScanError>| f.into_store_error())?;
+            // What DynamoDB read, before the filter: what the scan costs.
+            scanned += usize::try_from(page.scanned_count()).unwrap_or(0);
             for item in page.items() {
                 let record = decode_item(&self.cfg, item)?;
                 if RecordState::selects(filter, &record, now) {
@@ -172,7 +177,7 @@ impl DynamoDbStore {
                 }
             }
             start = page.last_evaluated_key().cloned();
-            if start.is_none() {
+            if start.is_none() || scanned >= filter.max_scanned {
                 return Ok(records);
             }
         }
