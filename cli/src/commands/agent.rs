@@ -528,8 +528,8 @@ async fn function_mode(
         .await
         .map_err(|e| {
             CliError::Usage(format!(
-                "--shadow: cannot read {function}'s configuration: {}",
-                aws_sdk_lambda::error::DisplayErrorContext(&e)
+                "--shadow: cannot read {function}'s configuration (GetFunctionConfiguration): {}",
+                super::sdk_error_line(&e)
             ))
         })?;
     Ok(config

@@ -238,12 +238,6 @@ pub(crate) async fn read_gateway(
         .gateway_identifier(id)
         .send()
         .await
-        .map_err(|e| {
-            let why = match e.as_service_error() {
-                Some(refused) => refused.to_string(),
-                None => aws_sdk_bedrockagentcorecontrol::error::DisplayErrorContext(&e).to_string(),
-            };
-            CliError::Usage(format!("GetGateway {id}: {why}"))
-        })?;
+        .map_err(|e| CliError::Usage(format!("GetGateway {id}: {}", super::sdk_error_line(&e))))?;
     Ok(GatewayReading::of(&output))
 }

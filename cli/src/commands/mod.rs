@@ -126,3 +126,33 @@ pub(crate) enum CliError {
     #[error(transparent)]
     Json(#[from] serde_json::Error),
 }
+
+/// One line for an AWS SDK error, as an operator reads it: the service's own code and message
+/// when it answered, else what kept the request from an answer with its innermost cause (no
+/// credentials, a refused connection, a timeout); never the SDK's debug dump.
+pub(crate) fn sdk_error_line<E, R>(error: &aws_sdk_lambda::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_lambda::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_lambda::error::SdkError;
+    if let Some(refused) = error.as_service_error() {
+        return match (refused.code(), refused.message()) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (Some(code), None) => code.to_string(),
+            _ => refused.to_string(),
+        };
+    }
+    let what = match error {
+        SdkError::ConstructionFailure(_) => "the request could not be made",
+        SdkError::TimeoutError(_) => "no answer in time",
+        SdkError::DispatchFailure(_) => "could not reach the service",
+        SdkError::ResponseError(_) => "the service's answer could not be read",
+        _ => "the request failed",
+    };
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    format!("{what}: {cause}")
+}

@@ -363,3 +363,35 @@ fn attach_in_shadow_mode_attaches_only_a_function_that_runs_in_shadow_mode() {
     );
     assert!(record.exists());
 }
+
+/// A function `attach --shadow` cannot read is named with the service's own words, or with what
+/// kept the request from an answer: one line, never the SDK's debug dump (issue 53).
+#[test]
+fn attach_says_in_one_line_why_it_cannot_read_the_function() {
+    let api = AgentApi::start(agent("unused-bucket"));
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("attach.json");
+    let record = record.to_str().unwrap();
+    let unknown = dedup(&api, &attach_args(record, &["--shadow", "--yes"]));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(!unknown.status.success());
+    assert!(stderr.contains("ResourceNotFoundException: "), "{stderr}");
+    let closed = dedup(
+        &api,
+        &attach_args(
+            record,
+            &[
+                "--shadow",
+                "--yes",
+                "--lambda-endpoint",
+                "http://127.0.0.1:9",
+            ],
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert!(stderr.contains("could not reach the service: "), "{stderr}");
+    for dump in ["DispatchFailure", "ServiceError {", "SdkError", "source:"] {
+        assert!(!stderr.contains(dump), "{dump} in {stderr}");
+    }
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
