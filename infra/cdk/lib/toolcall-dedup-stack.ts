@@ -429,6 +429,10 @@ export class ToolcallDedupStack extends cdk.Stack {
       id: 'CloudFormation-Validate::W1001',
       reason: "the output refers to ConfigParameter only in Fn::If's NoConfigParameter branch, its own condition",
     });
+    out('AlarmNotifications',
+      cdk.Fn.conditionIf(hasAlarmTopic.logicalId, alarmTopicArn.valueAsString,
+        'NONE: the alarms notify no one; deploy again with AlarmTopicArn=<an SNS topic ARN>').toString(),
+      undefined, 'Where the alarms notify (AlarmTopicArn); NONE means no one is paged');
     out('ConfigDocumentParameter',
       cdk.Fn.conditionIf(noConfigParameter.logicalId, dedup.configParameter!.ref,
         configParameterName.valueAsString).toString(),
