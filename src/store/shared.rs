@@ -1,0 +1,80 @@
+//! A store shared by several owners.
+
+use std::future::Future;
+
+use super::{
+    ClaimOutcome, ClaimRequest, Completion, LeaseToken, Record, RequestCounts, Store, StoreError,
+};
+
+/// One store shared by several owners (two handlers standing for two containers of one function,
+/// or a handler and an operator's task): each call goes to the one store.
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn claim(
+        &self,
+        req: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send {
+        (**self).claim(req)
+    }
+    fn complete(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        result: &[u8],
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<Completion, StoreError>> + Send {
+        (**self).complete(key, token, result, expires_at_s)
+    }
+    fn extend_lease(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).extend_lease(key, token, lease_until_ms, expires_at_s)
+    }
+    fn hand_over(
+        &self,
+        key: &str,
+        from: &LeaseToken,
+        to: &LeaseToken,
+        lease_until_ms: i64,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).hand_over(key, from, to, lease_until_ms, expires_at_s)
+    }
+    fn release(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(key, token)
+    }
+    fn put(
+        &self,
+        key: &str,
+        label: &str,
+        value: &[u8],
+        expires_at_s: i64,
+        replacing: Option<&LeaseToken>,
+    ) -> impl Future<Output = Result<LeaseToken, StoreError>> + Send {
+        (**self).put(key, label, value, expires_at_s, replacing)
+    }
+    fn settle_unknown(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).settle_unknown(key, token, expires_at_s)
+    }
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send {
+        (**self).get(key)
+    }
+    fn now_ms(&self) -> i64 {
+        (**self).now_ms()
+    }
+    fn requests(&self) -> RequestCounts {
+        (**self).requests()
+    }
+}
