@@ -47,6 +47,8 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
     let now_ms = store.now_ms();
     let filter = RecordFilter {
         state: Some(RecordState::Unknown),
+        // Settled outcomes are not the sweep's: however many, they must not crowd a claim out.
+        claims_only: true,
         limit: SWEEP_LIMIT,
         ..RecordFilter::default()
     };

@@ -276,11 +276,16 @@ impl ToolNames {
         }
     }
 
-    /// `tool`'s dimension value: its name while there is room, else [`OTHER_TOOLS`].
+    /// `tool`'s dimension value: its name while there is room, else [`OTHER_TOOLS`]. A name
+    /// CloudWatch would refuse as a dimension value (not printable ASCII, over 1,024 bytes, only
+    /// spaces) counts as [`OTHER_TOOLS`] too, so its metrics are never dropped with the line.
     fn dimension<'t>(&self, tool: Option<&'t str>) -> &'t str {
         let Some(tool) = tool else {
             return NO_DIMENSION;
         };
+        if !is_dimension_value(tool) {
+            return OTHER_TOOLS;
+        }
         let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
         if named.iter().any(|n| **n == *tool) {
             tool
@@ -291,6 +296,14 @@ impl ToolNames {
             OTHER_TOOLS
         }
     }
+}
+
+/// Whether CloudWatch takes `value` as a dimension value: 1 to 1,024 printable ASCII characters,
+/// not all spaces (PutMetricData's `Dimension`).
+fn is_dimension_value(value: &str) -> bool {
+    (1..=1024).contains(&value.len())
+        && value.bytes().all(|b| (b' '..=b'~').contains(&b))
+        && value.bytes().any(|b| b != b' ')
 }
 
 impl Telemetry {
@@ -722,7 +735,7 @@ mod tests {
                 .map(|m| m["Name"].as_str().unwrap().to_string())
                 .collect()
         };
-        assert_eq!(names(&directives[0]).len(), SERVICE_METRICS);
+        assert_eq!(names(&directives[0]).len(), INVOCATION_METRICS);
         assert_eq!(
             names(&directives[1]),
             ["executed", "replayed", "tool_error", "outcome_unknown"]
@@ -749,9 +762,11 @@ mod tests {
         assert_eq!(doc["_aws"]["Timestamp"], 1_700_000_000_000i64);
     }
 
-    /// Metrics under the `Service` set: one count per outcome, latency, store requests, and the
-    /// calls settled as outcome unknown.
-    const SERVICE_METRICS: usize = Outcome::ALL.len() + 3;
+    /// Metrics of an invocation's line under the `Service` set: one count per outcome, latency,
+    /// store requests, and the calls settled as outcome unknown...
+    const INVOCATION_METRICS: usize = Outcome::ALL.len() + 3;
+    /// ...and every metric under it: those, and `config_rejected`, a line of its own.
+    const SERVICE_METRICS: usize = INVOCATION_METRICS + 1;
 
     /// The custom metrics a function publishes with `tools` named tools arriving by `doors` doors.
     fn custom_metrics(tools: usize, doors: usize) -> usize {
@@ -763,7 +778,7 @@ mod tests {
     #[test]
     fn the_documented_metric_count_and_price_are_the_functions() {
         let count = custom_metrics(DEFAULT_METRICS_MAX_TOOLS, 1);
-        assert_eq!(count, 18 + 25 * 4);
+        assert_eq!(count, 19 + 25 * 4);
         // CloudWatch's first 10,000 custom metrics: $0.30 per metric per month.
         let dollars = count as f64 * 0.30;
         let docs = include_str!("../docs/operations.md");

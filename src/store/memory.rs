@@ -431,7 +431,8 @@ impl MemoryStore {
                 continue;
             }
             let record = stored.decode(key)?;
-            if RecordState::selects(filter, &record, now) {
+            let claim = record.status == Status::InProgress;
+            if RecordState::selects(filter, &record, now) && (!filter.claims_only || claim) {
                 records.push(record);
             }
         }

@@ -208,6 +208,9 @@ pub struct RecordFilter {
     /// the table: it reads at most this many items, so an operator's command on a large table
     /// costs a bounded read (the newest among them are listed).
     pub max_scanned: usize,
+    /// Only claims (records in progress): what the sweep settles. Settled outcomes, however many
+    /// and however new, then never crowd an unsettled claim out of the listing.
+    pub claims_only: bool,
 }
 
 /// [`RecordFilter::max_scanned`] unless said otherwise: a few megabytes of reads.
@@ -221,6 +224,7 @@ impl Default for RecordFilter {
             since_ms: None,
             limit: 100,
             max_scanned: DEFAULT_MAX_SCANNED,
+            claims_only: false,
         }
     }
 }

@@ -43,6 +43,7 @@ mod keyer_upgrade;
 mod mcp_today;
 mod offload;
 mod operations;
+mod ops_attacks;
 mod peer_powertools;
 mod protocol_model;
 mod real_shapes;

@@ -33,7 +33,8 @@ pub(crate) struct ListArgs {
     /// The states the attention index does not hold (in_progress, completed, any) are found by a
     /// scan, which reads at most this many items of the table: the newest among them are listed.
     /// Narrow a large table with --tool or --since, or raise this.
-    #[arg(long, default_value_t = DEFAULT_MAX_SCANNED)]
+    #[arg(long, default_value_t = DEFAULT_MAX_SCANNED,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub(crate) max_scanned: usize,
     /// One JSON object per line instead of a table.
     #[arg(long)]
@@ -150,6 +151,7 @@ pub(crate) fn list(args: ListArgs) -> Result<ExitCode, CliError> {
             }),
             limit: args.limit,
             max_scanned: args.max_scanned,
+            claims_only: false,
         };
         let records = store.list(&filter).await?;
         let mut out = std::io::stdout().lock();

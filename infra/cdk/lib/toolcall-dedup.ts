@@ -784,8 +784,9 @@ export class ToolcallDedup extends Construct {
   }
 
   /**
-   * One of the executor's outcome counts for the whole service (the alarms' view), or split by
-   * door and tool with `dimensionsMap: { Service, Door, Tool }`.
+   * One of the executor's outcome counts for the whole service (the alarms' view). Only
+   * `executed`, `replayed`, `tool_error` and `outcome_unknown` are also published per door and
+   * tool (`dimensionsMap: { Service, Door, Tool }`); docs/operations.md prices them.
    */
   public metricOutcome(outcome: Outcome, props?: cloudwatch.MetricOptions): cloudwatch.Metric {
     return new cloudwatch.Metric({

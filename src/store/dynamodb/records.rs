@@ -29,13 +29,20 @@ impl Records for DynamoDbStore {
             // Unknown outcomes are either settled so or `at_most_once` claims whose lease ended:
             // both carry the attention attribute, so neither needs a scan.
             Some(RecordState::Unknown) => {
-                let mut found = self.query_attention(ATTENTION_UNKNOWN, filter).await?;
-                found.extend(self.query_attention(ATTENTION_CLAIM, filter).await?);
+                let mut found = self.query_attention(ATTENTION_CLAIM, filter).await?;
+                if !filter.claims_only {
+                    found.extend(self.query_attention(ATTENTION_UNKNOWN, filter).await?);
+                }
                 found
             }
+            // A scan bounded at nothing reads nothing (DynamoDB refuses `Limit: 0`).
+            _ if filter.max_scanned == 0 => Vec::new(),
             _ => self.scan(filter).await?,
         };
-        records.retain(|r| RecordState::selects(filter, r, now));
+        records.retain(|r| {
+            RecordState::selects(filter, r, now)
+                && (!filter.claims_only || r.status == Status::InProgress)
+        });
         records.sort_by(|a, b| {
             b.created_at_ms
                 .cmp(&a.created_at_ms)
