@@ -686,7 +686,7 @@ async fn the_sweep_and_the_unknown_listing_are_not_bounded_by_max_scanned() {
         .into_iter()
         .map(|r| r.key)
         .collect();
-    assert_eq!(listed, [stale.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&stale));
     let h = Handler::new(
         store.clone(),
         demo(),
