@@ -82,7 +82,14 @@ SCENARIOS: dict[str, dict[str, str]] = {
     "no-results-bucket": {
         "CreateResultsBucket": "false",
     },
+    # The config document in S3 (issue 53): DEDUP_CONFIG is the URI, the role reads that object.
+    "config-in-s3": {
+        "CreateResultsBucket": "false",
+        "ConfigDocumentUri": "s3://ops-config-bucket/toolcall-dedup/config.yaml",
+    },
 }
+# The object the role may read in the config-in-s3 scenario.
+CONFIG_OBJECT = "arn:aws:s3:::ops-config-bucket/toolcall-dedup/config.yaml"
 
 # Resources/parameters that only exist because of the tool that generated them.
 IGNORED_PARAMETERS = {"BootstrapVersion"}
@@ -514,10 +521,12 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             want_ssm = {("ssm:GetParameter", f"arn:aws:ssm:us-east-1:123456789012:parameter{config_name}")}
             rep.expect(f"[{scen}] dedup role: ssm:GetParameter on the config document only",
                        ssm_actions == want_ssm, f"{sorted(ssm_actions)}, want {sorted(want_ssm)}")
+            config_uri = s_ev.params.get("ConfigDocumentUri")
             for side, r in (("sam", s), ("cdk", c)):
                 env = r.get("DedupFunction", {}).get("Properties", {}).get("Environment", {}).get("Variables", {})
-                rep.expect(f"[{scen}] {side}: DEDUP_CONFIG names the document's parameter",
-                           env.get("DEDUP_CONFIG") == f"ssm:{config_name}", str(env.get("DEDUP_CONFIG")))
+                want_config = config_uri or f"ssm:{config_name}"
+                rep.expect(f"[{scen}] {side}: DEDUP_CONFIG names the document (its URI, else its parameter)",
+                           env.get("DEDUP_CONFIG") == want_config, str(env.get("DEDUP_CONFIG")))
                 rep.expect(f"[{scen}] {side}: the stack's own document exists iff no ConfigParameterName",
                            ("ConfigParameter" in r) == (not s_ev.params.get("ConfigParameterName")))
             # Unknown outcomes: PutEvents on the account's default bus, which DEDUP_EVENT_BUS names.
@@ -533,8 +542,13 @@ def compare(sam_tpl: dict, cdk_tpl: dict, rep: Report) -> None:
             s3 = {(e, a, r, cnd) for (e, a, r, cnd) in st if a.startswith("s3:")}
             objects = s_ev.ev(RESULT_OBJECTS) if bucket_on else None
             want_s3 = {("Allow", a, objects, "null") for a in RESULT_OBJECT_ACTIONS} if bucket_on else set()
-            rep.expect(f"[{scen}] dedup role: " + ("exactly s3:GetObject/PutObject on results/* of the bucket"
-                                                   if bucket_on else "no s3 action (CreateResultsBucket=false)"),
+            if config_uri:
+                want_s3.add(("Allow", "s3:GetObject", CONFIG_OBJECT, "null"))
+            what_s3 = ("exactly s3:GetObject/PutObject on results/* of the bucket" if bucket_on
+                       else "no s3 action (CreateResultsBucket=false)")
+            if config_uri:
+                what_s3 += ", and s3:GetObject on the config document's object"
+            rep.expect(f"[{scen}] dedup role: " + what_s3,
                        s3 == want_s3, f"{sorted(s3)}, want {sorted(want_s3)}")
             other = {a for (_, a, _, _) in st
                      if not a.startswith("dynamodb:") and a not in TOOL_ACTIONS and a not in RESULT_OBJECT_ACTIONS

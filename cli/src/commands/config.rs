@@ -243,7 +243,7 @@ fn ssm_size_warning(bytes: usize) -> Option<String> {
     if bytes > SSM_ADVANCED_BYTES {
         Some(format!(
             "document: {bytes} bytes, over SSM's 8 KB limit (Advanced tier): keep it in S3 \
-             (ConfigSource s3://bucket/key) or a file bundled with the function"
+             (the stacks' ConfigDocumentUri=s3://bucket/key) or a file bundled with the function"
         ))
     } else if bytes > SSM_STANDARD_BYTES {
         Some(format!(

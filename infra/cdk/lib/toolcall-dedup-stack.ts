@@ -28,7 +28,7 @@ const DEMO_TOOL_TIMEOUT_S = 10;
 /** Console parameter groups (template.yaml: Metadata AWS::CloudFormation::Interface, the same). */
 const PARAMETER_GROUPS: [string, string[]][] = [
   ['Dedup behaviour (the rest lives in the config document)',
-    ['Mode', 'ConfigParameterName', 'EnvelopeNamespaces', 'CreateResultsBucket']],
+    ['Mode', 'ConfigParameterName', 'ConfigDocumentUri', 'EnvelopeNamespaces', 'CreateResultsBucket']],
   ['Bedrock agent wiring', ['AgentArn', 'CreateDemoAgent']],
   ['AgentCore Gateway wiring', ['AgentCoreGatewayArn', 'CreateInterceptorGateway']],
   ['Operations and sizing', ['AlarmTopicArn', 'FunctionMemorySize', 'FunctionTimeout', 'ReservedConcurrency']],
@@ -92,6 +92,11 @@ export class ToolcallDedupStack extends cdk.Stack {
       description: 'SSM parameter holding the config document (docs/configuration.md). Empty = the stack creates '
         + '/<stack name>/config, routing every tool to the demo tool.',
     });
+    const configDocumentUri = p('ConfigDocumentUri', {
+      type: 'String', default: '', allowedPattern: '^$|^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.+$',
+      description: 'An s3://bucket/key to read the config document from instead of SSM (for a document over '
+        + "SSM's 8 KB); the function may read that object only. Empty = the SSM parameter.",
+    });
     const envelopeNamespaces = p('EnvelopeNamespaces', {
       type: 'String', default: '', allowedPattern: '^([A-Za-z0-9_.:-]+(, *[A-Za-z0-9_.:-]+)*)?$',
       description: 'DEDUP_ENVELOPE_NAMESPACES, comma-separated namespaces an invoke-envelope caller may name. '
@@ -152,6 +157,8 @@ export class ToolcallDedupStack extends cdk.Stack {
     const hasConfigParameter = cond('HasConfigParameter',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(configParameterName.valueAsString, '')));
     const noConfigParameter = cond('NoConfigParameter', cdk.Fn.conditionEquals(configParameterName.valueAsString, ''));
+    const hasConfigDocumentUri = cond('HasConfigDocumentUri',
+      cdk.Fn.conditionNot(cdk.Fn.conditionEquals(configDocumentUri.valueAsString, '')));
     const hasAgentArn = cond('HasAgentArn', cdk.Fn.conditionNot(cdk.Fn.conditionEquals(agentArn.valueAsString, '')));
     const hasGateway = cond('HasAgentCoreGateway',
       cdk.Fn.conditionNot(cdk.Fn.conditionEquals(gatewayArn.valueAsString, '')));
@@ -215,6 +222,7 @@ export class ToolcallDedupStack extends cdk.Stack {
         value: ConfigSource.ssmParameter(configParameterName.valueAsString),
         onlyIf: hasConfigParameter, otherwiseIf: noConfigParameter,
       },
+      configOverride: { value: ConfigSource.s3Uri(configDocumentUri.valueAsString), onlyIf: hasConfigDocumentUri },
       alarmTopic: { value: sns.Topic.fromTopicArn(this, 'AlarmTopic', alarmTopicArn.valueAsString), onlyIf: hasAlarmTopic },
       memorySize: memorySize.valueAsNumber,
       timeout: cdk.Duration.seconds(timeout.valueAsNumber),

@@ -99,6 +99,20 @@ export class ConfigSource {
   }
 
   /**
+   * An S3 object named by a whole `s3://bucket/key` URI that may be a token (a stack parameter): the
+   * role may s3:GetObject that object only.
+   */
+  public static s3Uri(uri: string): ConfigSource {
+    // `bucket/key`: what follows `s3://` (the appended `s3://` keeps the split two items long even
+    // for an empty value, which a condition leaves unused).
+    const object = cdk.Fn.select(1, cdk.Fn.split('s3://', cdk.Fn.join('', [uri, 's3://'])));
+    return new ConfigSource(uri, {
+      Sid: 'ReadConfigDocumentObject', Effect: 'Allow', Action: 's3:GetObject',
+      Resource: `arn:${cdk.Aws.PARTITION}:s3:::${object}`,
+    });
+  }
+
+  /**
    * An SSM parameter this construct creates (`/<stack name>/config`), routing the `tools` given: the
    * default. Edit it after deploy (`dedup config check` first); the stack does not overwrite it
    * unless the tools change.
@@ -139,6 +153,11 @@ export interface ToolcallDedupProps {
    * @default ConfigSource.generated()
    */
   readonly config?: ConfigSource | WhenCondition<ConfigSource>;
+  /**
+   * A source read instead of `config` where its condition holds (a stack parameter that may name
+   * an `s3://` document), the role allowed to read it there.
+   */
+  readonly configOverride?: WhenCondition<ConfigSource>;
   /** SNS topic the alarms notify, on alarm and on recovery. @default none (see alarmEmail) */
   readonly alarmTopic?: sns.ITopic | WhenCondition<sns.ITopic>;
   /**
@@ -401,7 +420,10 @@ export class ToolcallDedup extends Construct {
         source = ConfigSource.ssmParameter(parameter.ref);
       }
     }
-    this.configLocation = source.location!;
+    const override = props.configOverride;
+    this.configLocation = override
+      ? cdk.Token.asString(when(override.onlyIf, override.value.location, source.location))
+      : source.location!;
 
     // ---- the executor's role -------------------------------------------------------------------
     const role = new iam.Role(this, 'DedupFunctionRole', {
@@ -434,6 +456,7 @@ export class ToolcallDedup extends Construct {
         Condition: { StringEquals: { [`aws:ResourceTag/${TOOL_TAG}`]: 'true' } },
       }] : []),
       source.readStatement,
+      ...(override ? [when(override.onlyIf, override.value.readStatement)] : []),
       // Each call left with its outcome unknown is announced on the default bus (docs/operations.md).
       {
         Sid: 'AnnounceUnknownOutcomes', Effect: 'Allow', Action: 'events:PutEvents',
