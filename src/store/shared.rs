@@ -3,7 +3,8 @@
 use std::future::Future;
 
 use super::{
-    ClaimOutcome, ClaimRequest, Completion, LeaseToken, Record, RequestCounts, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Completion, LeaseToken, Record, RecordFilter, Records,
+    RequestCounts, SettleAs, Store, StoreError,
 };
 
 /// One store shared by several owners (two handlers standing for two containers of one function,
@@ -76,5 +77,63 @@ impl<S: Store> Store for std::sync::Arc<S> {
     }
     fn requests(&self) -> RequestCounts {
         (**self).requests()
+    }
+}
+
+/// An operator's reads and settlements on a shared store, so a handler on one can sweep and
+/// serve (both need [`Records`]).
+impl<S: Records> Records for std::sync::Arc<S> {
+    fn list(
+        &self,
+        filter: &RecordFilter,
+    ) -> impl Future<Output = Result<Vec<Record>, StoreError>> + Send {
+        (**self).list(filter)
+    }
+    fn settle(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        settle_as: SettleAs<'_>,
+        expires_at_s: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).settle(key, token, settle_as, expires_at_s)
+    }
+    fn evict(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).evict(key, token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::store::{MemoryStore, RecordFilter, Records, Store};
+
+    /// Two owners of one store see one table: a claim through one is listed through the other.
+    #[tokio::test]
+    async fn a_shared_store_is_one_table_for_every_owner() {
+        let store = Arc::new(MemoryStore::new());
+        let other = store.clone();
+        let now = store.now_ms();
+        let req = crate::store::ClaimRequest {
+            key: "0123456789abcdef0123456789abcdef",
+            fingerprint: "f",
+            tool: "charge_card",
+            lease_until_ms: now + 60_000,
+            expires_at_s: now / 1000 + 3_600,
+            owner: None,
+            at_most_once: false,
+            on_failure: Default::default(),
+            path_digests: None,
+            about: Default::default(),
+        };
+        store.claim(req).await.unwrap();
+        let listed = other.list(&RecordFilter::default()).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(other.requests().total(), store.requests().total());
     }
 }
