@@ -323,8 +323,12 @@ impl Config {
         default_store: StoreKind,
     ) -> Result<Config, ConfigError> {
         let vars = env::Vars {
+            // An empty variable counts as unset (CloudFormation passes "" for an optional
+            // parameter), so it must not hide the document's setting either.
             lookup: |var: &str| {
-                lookup(var).or_else(|| document.and_then(|d| d.settings.get(var).cloned()))
+                lookup(var)
+                    .filter(|value| !value.trim().is_empty())
+                    .or_else(|| document.and_then(|d| d.settings.get(var).cloned()))
             },
         };
         let mut config = env::read(&vars, default_store)?;

@@ -104,6 +104,15 @@ fn routes_and_policies_are_given_in_one_place() {
     )
     .unwrap();
     assert_eq!(env_mode.mode, Mode::Enforce);
+    // An empty variable is unset (a stack's optional parameter left empty): the document's
+    // setting applies, as the keyer pin must (found by the attack on issue 52).
+    let empty = Config::from_lookup_and_document(
+        |v| matches!(v, "DEDUP_MODE" | "DEDUP_KEYER").then(|| " ".to_string()),
+        Some(&document),
+        StoreKind::Memory,
+    )
+    .unwrap();
+    assert_eq!(empty.mode, Mode::Shadow);
 }
 
 fn ssm() -> aws_sdk_ssm::Client {

@@ -508,12 +508,12 @@ fn odd_pins_read_alike_in_the_environment_and_the_document() {
     );
 }
 
-/// Noticed, documented here as it behaves: an empty `DEDUP_KEYER` "counts as unset" when read,
-/// yet it still hides the document's pin (the lookup falls back to the document only when the
-/// variable is absent), so the function keys with v2 while the document says v3. Holds for every
-/// document setting, not only this one.
+/// Noticed by this attack, then fixed: an empty `DEDUP_KEYER` "counts as unset" when read, yet it
+/// hid the document's pin (the lookup fell back to the document only when the variable was
+/// absent), so the function keyed with v2 while the document said v3. A stack's optional
+/// parameter left empty is such a variable. Now the document's pin applies.
 #[test]
-fn an_empty_environment_pin_hides_the_documents_pin() {
+fn an_empty_environment_pin_leaves_the_documents_pin_in_force() {
     assert_eq!(
         pinned(&[], Some("settings:\n  keyer: typed/v3\n")),
         Ok(KeyerVersion::V3)
@@ -523,8 +523,7 @@ fn an_empty_environment_pin_hides_the_documents_pin() {
             &[("DEDUP_KEYER", "")],
             Some("settings:\n  keyer: typed/v3\n")
         ),
-        Ok(KeyerVersion::V2),
-        "if this now reads v3, the hazard is fixed: update the report"
+        Ok(KeyerVersion::V3)
     );
 }
 
