@@ -468,36 +468,28 @@ struct EmfHead {
 impl EmfHead {
     fn new(namespace: &str, service: &str) -> EmfHead {
         use crate::key::push_json_str;
+        let counts = |outcomes: &[Outcome]| -> Vec<Value> {
+            outcomes
+                .iter()
+                .map(|o| json!({"Name": o.name(), "Unit": "Count"}))
+                .collect()
+        };
+        let mut service_metrics = counts(&Outcome::ALL);
+        service_metrics.extend([
+            json!({"Name": "latency_ms", "Unit": "Milliseconds"}),
+            json!({"Name": "store_requests", "Unit": "Count"}),
+            json!({"Name": "settled_unknown", "Unit": "Count"}),
+        ]);
+        let directives = json!([
+            {"Namespace": namespace, "Dimensions": [SERVICE_DIMENSIONS], "Metrics": service_metrics},
+            {"Namespace": namespace, "Dimensions": [TOOL_DIMENSIONS], "Metrics": counts(&PER_TOOL_METRICS)},
+        ]);
         let mut text = String::with_capacity(720);
         text.push_str("{\"Service\":");
         push_json_str(&mut text, service);
-        text.push_str(",\"_aws\":{\"CloudWatchMetrics\":[{\"Dimensions\":");
-        text.push_str(&serde_json::to_string(&[SERVICE_DIMENSIONS]).unwrap_or_default());
-        text.push_str(",\"Metrics\":[");
-        for o in Outcome::ALL {
-            text.push_str("{\"Name\":\"");
-            text.push_str(o.name());
-            text.push_str("\",\"Unit\":\"Count\"},");
-        }
-        text.push_str(
-            "{\"Name\":\"latency_ms\",\"Unit\":\"Milliseconds\"},{\"Name\":\"store_requests\",\"Unit\":\"Count\"},\
-             {\"Name\":\"settled_unknown\",\"Unit\":\"Count\"}],\"Namespace\":",
-        );
-        push_json_str(&mut text, namespace);
-        text.push_str("},{\"Dimensions\":");
-        text.push_str(&serde_json::to_string(&[TOOL_DIMENSIONS]).unwrap_or_default());
-        text.push_str(",\"Metrics\":[");
-        for (i, o) in PER_TOOL_METRICS.iter().enumerate() {
-            if i > 0 {
-                text.push(',');
-            }
-            text.push_str("{\"Name\":\"");
-            text.push_str(o.name());
-            text.push_str("\",\"Unit\":\"Count\"}");
-        }
-        text.push_str("],\"Namespace\":");
-        push_json_str(&mut text, namespace);
-        text.push_str("}],\"Timestamp\":");
+        text.push_str(",\"_aws\":{\"CloudWatchMetrics\":");
+        text.push_str(&directives.to_string());
+        text.push_str(",\"Timestamp\":");
         EmfHead { text }
     }
 

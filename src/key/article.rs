@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use unicode_normalization::UnicodeNormalization;
 
-use super::canonical::{dumps_str, float_repr, int_text, sha256_key};
+use super::canonical::{dumps_str, float_repr, int_text, sha256_key, tool_key};
 use super::json::Node;
 use super::text::is_python_space;
 use super::{Key, KeyError};
@@ -209,7 +209,7 @@ fn norm_str(s: &str) -> PyValue {
 
 /// A: `_h(tool + "|" + raw)`.
 pub(crate) fn key_raw(tool: &str, raw: &str) -> Key {
-    sha256_key(&[tool.as_bytes(), b"|", raw.as_bytes()])
+    tool_key(tool, raw)
 }
 
 /// C's canonical text (top level must be an object, as `json.loads(raw).items()` demands).

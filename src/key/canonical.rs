@@ -109,6 +109,11 @@ pub(crate) fn sha256_key(parts: &[&[u8]]) -> Key {
     Key::from_digest(&hasher.finalize())
 }
 
+/// `_h(tool + "|" + text)`: how keyers A to D, and the strict fingerprint, hash a call.
+pub(crate) fn tool_key(tool: &str, text: &str) -> Key {
+    sha256_key(&[tool.as_bytes(), b"|", text.as_bytes()])
+}
+
 /// B's canonical text, written straight from the token tape: what `dumps(PyValue::from_node(..))`
 /// writes (keys sorted, duplicates resolved to the last, ints by `int_text`, other numbers by
 /// `float_repr`), without building the intermediate values.

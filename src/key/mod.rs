@@ -37,7 +37,7 @@ pub use policy::{
     DEFAULT_FAILURE_TTL, DedupSwitch, Delivery, OnFailure, PolicyError, PolicySet, ToolPolicy,
     Undeclared, field_path,
 };
-pub use schema::{Definition, FieldMode, Schema, SchemaError, tool_definitions};
+pub use schema::{Definition, FieldMode, Schema, SchemaError, operation_names, tool_definitions};
 pub use version::KeyerVersion;
 
 /// Longest tool name keyed, in bytes: the store names each record's tool, within its label limit.
@@ -505,13 +505,13 @@ impl Keyer {
             Strategy::Canonical => {
                 let tape = json::parse_tape(call.args, self.limits.max_depth)?;
                 let text = canonical::canonical_text(&tape);
-                let key = canonical::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let key = canonical::tool_key(call.tool, &text);
                 (key, text, Rules::default())
             }
             Strategy::Normalized | Strategy::Scoped => {
                 let root = json::parse(call.args, self.limits.max_depth)?;
                 let text = article::normalized_text(root)?;
-                let inner = canonical::sha256_key(&[call.tool.as_bytes(), b"|", text.as_bytes()]);
+                let inner = canonical::tool_key(call.tool, &text);
                 let key = if strategy == Strategy::Scoped {
                     article::key_scoped(call.run_id, call.step, inner)
                 } else {
@@ -600,8 +600,7 @@ fn typed_hash(call: &Call<'_>, canonical_args: &[u8]) -> Key {
 
 /// Keyer B's key of `tool`'s arguments, read into `tape`: the strict fingerprint.
 fn fingerprint_of(tool: &str, tape: &json::Tape<'_>) -> Key {
-    let text = canonical::canonical_text(tape);
-    canonical::sha256_key(&[tool.as_bytes(), b"|", text.as_bytes()])
+    canonical::tool_key(tool, &canonical::canonical_text(tape))
 }
 
 /// Appends `s` as a JSON string literal.

@@ -431,8 +431,7 @@ impl MemoryStore {
                 continue;
             }
             let record = stored.decode(key)?;
-            let claim = record.status == Status::InProgress;
-            if RecordState::selects(filter, &record, now) && (!filter.claims_only || claim) {
+            if RecordState::selects(filter, &record, now) {
                 records.push(record);
             }
         }

@@ -261,6 +261,7 @@ impl RecordState {
             && filter
                 .since_ms
                 .is_none_or(|since| record.created_at_ms >= since)
+            && (!filter.claims_only || record.status == Status::InProgress)
             && !is_not_a_call(&record.key)
     }
 }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::CliError;
-use toolcall_dedup::key::KeyerVersion;
+use toolcall_dedup::key::{KeyerVersion, operation_names};
 
 /// Where the Bedrock Agent API is.
 #[derive(Debug, clap::Args)]
@@ -328,9 +328,11 @@ fn tools_skeleton(groups: &[AgentActionGroup]) -> String {
         }
         match group.api_schema() {
             Some(ApiSchema::Payload(text)) => {
-                for (method, path) in operations(text) {
-                    let name = format!("{method} {path}");
-                    let review = match method.as_str() {
+                // YAML or JSON (JSON is YAML): the operations as Bedrock names them.
+                let document = serde_yaml_ng::from_str::<Value>(text).unwrap_or_default();
+                for name in operation_names(&document) {
+                    let method = name.split_once(' ').map_or("", |(method, _)| method);
+                    let review = match method {
                         "DELETE" => "; REVIEW: a DELETE removes something: destructive: true?",
                         "PUT" | "PATCH" => "; REVIEW: replaces or changes state: destructive: true?",
                         _ => "",
@@ -351,23 +353,6 @@ fn tools_skeleton(groups: &[AgentActionGroup]) -> String {
         lines.push("  {}".into());
     }
     lines.join("\n") + "\n"
-}
-
-/// `(METHOD, path)` of every operation an OpenAPI document (YAML or JSON) defines.
-fn operations(document: &str) -> Vec<(String, String)> {
-    const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
-    let Ok(value) = serde_yaml_ng::from_str::<Value>(document) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (path, item) in value["paths"].as_object().into_iter().flatten() {
-        for method in METHODS {
-            if item.get(method).is_some() {
-                out.push((method.to_ascii_uppercase(), path.clone()));
-            }
-        }
-    }
-    out
 }
 
 /// `name` as a YAML mapping key: quoted (JSON-style, which YAML reads) unless it is a plain word.

@@ -191,7 +191,7 @@ pub fn operation_ids(container: &Value) -> Vec<(String, String)> {
                     .and_then(|op| op.get("operationId"))
                     .and_then(Value::as_str);
                 if let Some(id) = id {
-                    let bedrock_name = format!("{} {path}", method.to_ascii_uppercase());
+                    let bedrock_name = bedrock_name(method, path);
                     found.push((id.to_string(), bedrock_name));
                 }
             }
@@ -204,6 +204,28 @@ pub(super) const HTTP_METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
+/// An operation's name as Bedrock calls it: `METHOD /path`.
+fn bedrock_name(method: &str, path: &str) -> String {
+    format!("{} {path}", method.to_ascii_uppercase())
+}
+
+/// Every operation of an OpenAPI `document`, by the name Bedrock calls it (`METHOD /path`), in
+/// the document's path order.
+pub fn operation_names(document: &Value) -> Vec<String> {
+    let Some(paths) = document.get("paths").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    paths
+        .iter()
+        .flat_map(|(path, item)| {
+            HTTP_METHODS
+                .iter()
+                .filter(|method| item.get(**method).is_some())
+                .map(move |method| bedrock_name(method, path))
+        })
+        .collect()
+}
+
 pub(super) fn openapi_document(document: &Value, found: &mut Vec<Definition>) {
     let Some(paths) = document.get("paths").and_then(Value::as_object) else {
         return;
@@ -211,7 +233,7 @@ pub(super) fn openapi_document(document: &Value, found: &mut Vec<Definition>) {
     for (path, item) in paths {
         for method in HTTP_METHODS {
             let Some(op) = item.get(method) else { continue };
-            let bedrock_name = format!("{} {path}", method.to_ascii_uppercase());
+            let bedrock_name = bedrock_name(method, path);
             let at = format!("/paths{}", pointer_step(path));
             let mut compiler = Compiler::new(document);
             let schema = compiler

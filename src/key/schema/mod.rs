@@ -23,7 +23,7 @@ mod tests;
 use compile::*;
 pub(crate) use definitions::definition_name;
 use definitions::*;
-pub use definitions::{Definition, operation_ids, tool_definitions};
+pub use definitions::{Definition, operation_ids, operation_names, tool_definitions};
 
 /// How a field is compared, set per field by a policy file or by `"x-dedup"` in the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]

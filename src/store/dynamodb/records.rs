@@ -39,10 +39,7 @@ impl Records for DynamoDbStore {
             _ if filter.max_scanned == 0 => Vec::new(),
             _ => self.scan(filter).await?,
         };
-        records.retain(|r| {
-            RecordState::selects(filter, r, now)
-                && (!filter.claims_only || r.status == Status::InProgress)
-        });
+        records.retain(|r| RecordState::selects(filter, r, now));
         records.sort_by(|a, b| {
             b.created_at_ms
                 .cmp(&a.created_at_ms)
