@@ -4,16 +4,16 @@ use aws_sdk_dynamodb::config::ConfigBag;
 use aws_sdk_dynamodb::config::Intercept;
 use aws_sdk_dynamodb::config::RuntimeComponents;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+use super::wire::{Request, ServiceAnswer, WireError, WireErrorKind, send_with_sdk};
 use super::{
     BoxError, ClaimOutcome, DynamoDbStore, Item, Op, RequestCounter, RetriesExhausted, StoreError,
+    Wire,
 };
 
 /// Open after a claim found the store unavailable, until `open_until`; shared by the clones of a
@@ -76,32 +76,60 @@ impl Intercept for CountRequests {
 }
 
 impl DynamoDbStore {
-    /// Sends one request with retries; see [`RetryPolicy`].
-    pub(super) async fn send<T, E, F, Fut>(
+    /// Sends `req` on the store's wire, with retries; see [`RetryPolicy`].
+    pub(super) async fn send(&self, req: &Request) -> Result<Option<Item>, Failed> {
+        let deadline = Instant::now() + self.cfg.retry.deadline;
+        self.send_until(deadline, req).await
+    }
+
+    /// [`DynamoDbStore::send`], giving up at `deadline` (or the policy's, if sooner).
+    pub(super) async fn send_until(
+        &self,
+        deadline: Instant,
+        req: &Request,
+    ) -> Result<Option<Item>, Failed> {
+        self.retry_until(req.operation(), deadline, || self.attempt(req))
+            .await
+    }
+
+    /// A request only the SDK's client sends (a scan, a query), with retries.
+    pub(super) async fn send_sdk<T, E, F, Fut>(
         &self,
         operation: &'static str,
-        attempt: F,
-    ) -> Result<T, Failed<E>>
+        mut attempt: F,
+    ) -> Result<T, Failed>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let deadline = Instant::now() + self.cfg.retry.deadline;
-        self.send_until(operation, deadline, attempt).await
+        self.retry_until(operation, deadline, || {
+            let sent = attempt();
+            async move { sent.await.map_err(|e| WireError::from_sdk(e, |_| None)) }
+        })
+        .await
     }
 
-    /// [`DynamoDbStore::send`], giving up at `deadline` (or the policy's, if sooner).
-    pub(super) async fn send_until<T, E, F, Fut>(
+    /// One attempt of `req` on the store's wire.
+    async fn attempt(&self, req: &Request) -> Result<Option<Item>, WireError> {
+        match &self.wire {
+            Wire::Sdk => send_with_sdk(&self.client, &self.cfg.table, req).await,
+            Wire::Signed(signed) => signed.send(&self.cfg.table, req).await,
+        }
+    }
+
+    /// Runs `attempt` until it answers, a final error, or `deadline` (or the policy's, if
+    /// sooner). The requests the SDK client sends directly (scans, queries) come through here too.
+    async fn retry_until<T, F, Fut>(
         &self,
         operation: &'static str,
         deadline: Instant,
         mut attempt: F,
-    ) -> Result<T, Failed<E>>
+    ) -> Result<T, Failed>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, WireError>>,
     {
         let policy = &self.cfg.retry;
         let start = Instant::now();
@@ -128,7 +156,7 @@ impl DynamoDbStore {
                                 maybe_applied_before: maybe_applied,
                             });
                         }
-                        Class::Retry { ambiguous } => (ambiguous, Box::new(err)),
+                        Class::Retry { ambiguous } => (ambiguous, err.error),
                     },
                     Err(_) => (true, format!("attempt timed out after {bound:?}").into()),
                 };
@@ -153,10 +181,10 @@ impl DynamoDbStore {
 }
 
 /// Why [`DynamoDbStore::send`] stopped without a response.
-pub(super) enum Failed<E> {
+pub(super) enum Failed {
     /// A final answer from the service (or a request that could not be built).
     Engine {
-        err: SdkError<E, HttpResponse>,
+        err: WireError,
         maybe_applied_before: bool,
     },
     /// Retries ran out; `maybe_applied` when an attempt may have been applied.
@@ -166,10 +194,7 @@ pub(super) enum Failed<E> {
     },
 }
 
-impl<E> Failed<E>
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
+impl Failed {
     pub(super) fn maybe_applied_before(&self) -> bool {
         match self {
             Failed::Engine {
@@ -181,27 +206,31 @@ where
     }
 
     /// A conditional-check failure gives `Ok(old item)` (`None` if the server sent no item, as
-    /// dynalite does); any other failure becomes its [`StoreError`].
-    pub(super) fn into_condition_failure(
-        self,
-        ccf: impl Fn(&E) -> Option<Option<Item>>,
-    ) -> Result<Option<Item>, StoreError> {
-        if let Failed::Engine { err, .. } = &self
-            && let Some(old) = err.as_service_error().and_then(&ccf)
-        {
-            return Ok(old);
+    /// dynalite does, or the request did not ask for it); any other failure becomes its
+    /// [`StoreError`].
+    pub(super) fn into_condition_failure(self) -> Result<Option<Item>, StoreError> {
+        if let Failed::Engine { err, .. } = self {
+            return match err.kind {
+                WireErrorKind::Service(answer)
+                    if answer.code.as_deref() == Some("ConditionalCheckFailedException") =>
+                {
+                    Ok(answer.old)
+                }
+                _ => Err(engine_error(err)),
+            };
         }
         Err(self.into_store_error())
     }
 
     pub(super) fn is_item_too_large(&self) -> bool {
         match self {
-            Failed::Engine { err, .. } => {
-                err.code() == Some("ValidationException")
-                    && err
-                        .message()
+            Failed::Engine { err, .. } => err.service().is_some_and(|answer| {
+                answer.code.as_deref() == Some("ValidationException")
+                    && answer
+                        .message
+                        .as_deref()
                         .is_some_and(|m| m.to_ascii_lowercase().contains("item size"))
-            }
+            }),
             Failed::Unavailable { .. } => false,
         }
     }
@@ -209,22 +238,27 @@ where
     pub(super) fn into_store_error(self) -> StoreError {
         match self {
             Failed::Unavailable { error, .. } => error,
-            Failed::Engine { err, .. } => match err.code() {
-                Some("ResourceNotFoundException") => StoreError::Config {
-                    message: "table not found (create it with `dedup table create`)".into(),
-                    source: Some(Box::new(err)),
-                },
-                Some(
-                    "AccessDeniedException"
-                    | "UnrecognizedClientException"
-                    | "MissingAuthenticationTokenException",
-                ) => StoreError::Config {
-                    message: "not allowed to use the table".into(),
-                    source: Some(Box::new(err)),
-                },
-                _ => StoreError::Rejected(Box::new(err)),
-            },
+            Failed::Engine { err, .. } => engine_error(err),
         }
+    }
+}
+
+/// A final answer as the store's error.
+fn engine_error(err: WireError) -> StoreError {
+    match err.code() {
+        Some("ResourceNotFoundException") => StoreError::Config {
+            message: "table not found (create it with `dedup table create`)".into(),
+            source: Some(err.error),
+        },
+        Some(
+            "AccessDeniedException"
+            | "UnrecognizedClientException"
+            | "MissingAuthenticationTokenException",
+        ) => StoreError::Config {
+            message: "not allowed to use the table".into(),
+            source: Some(err.error),
+        },
+        _ => StoreError::Rejected(err.error),
     }
 }
 
@@ -237,16 +271,18 @@ pub(super) enum Class {
     },
 }
 
-pub(super) fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Class {
-    match err {
-        SdkError::ConstructionFailure(_) => Class::Final,
-        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Class::Retry { ambiguous: true },
-        SdkError::DispatchFailure(d) if d.is_user() => Class::Final,
-        SdkError::DispatchFailure(_) => Class::Retry { ambiguous: true },
-        // An answer with no error code is one the SDK could not read (a garbled or cut-off body): the
-        // request may have applied, as for a broken response.
-        SdkError::ServiceError(_) if err.code().is_none() => Class::Retry { ambiguous: true },
-        SdkError::ServiceError(service) => match err.code() {
+pub(super) fn classify(err: &WireError) -> Class {
+    match &err.kind {
+        WireErrorKind::Construction | WireErrorKind::Dispatch { user: true } => Class::Final,
+        WireErrorKind::Timeout | WireErrorKind::Response | WireErrorKind::Dispatch { .. } => {
+            Class::Retry { ambiguous: true }
+        }
+        // An answer with no error code is one that could not be read (a garbled or cut-off body):
+        // the request may have applied, as for a broken response.
+        WireErrorKind::Service(ServiceAnswer { code: None, .. }) => {
+            Class::Retry { ambiguous: true }
+        }
+        WireErrorKind::Service(answer) => match answer.code.as_deref() {
             Some(
                 "ProvisionedThroughputExceededException"
                 | "ThrottlingException"
@@ -256,9 +292,8 @@ pub(super) fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>)
                 // item is being written in another Region. The retry's condition decides.
                 | "ReplicatedWriteConflictException",
             ) => Class::Retry { ambiguous: false },
-            _ if service.raw().status().is_server_error() => Class::Retry { ambiguous: true },
+            _ if answer.server_error => Class::Retry { ambiguous: true },
             _ => Class::Final,
         },
-        _ => Class::Final,
     }
 }

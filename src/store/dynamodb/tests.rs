@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::wire::WireError;
 use super::*;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
@@ -173,10 +174,11 @@ proptest! {
     }
 }
 
-fn service_error(status: u16, code: &str, message: &str) -> SdkError<GetItemError, HttpResponse> {
+/// An SDK service error as the retry loop sees it.
+fn service_error(status: u16, code: &str, message: &str) -> WireError {
     let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
     let err = GetItemError::generic(ErrorMetadata::builder().code(code).message(message).build());
-    SdkError::service_error(err, raw)
+    WireError::from_sdk(SdkError::service_error(err, raw), |_| None)
 }
 
 #[test]
@@ -230,7 +232,7 @@ fn an_answer_without_an_error_code_may_have_applied() {
         let unreadable =
             SdkError::service_error(GetItemError::generic(ErrorMetadata::builder().build()), raw);
         assert_eq!(
-            classify(&unreadable),
+            classify(&WireError::from_sdk(unreadable, |_| None)),
             Class::Retry { ambiguous: true },
             "{status}"
         );
@@ -239,7 +241,7 @@ fn an_answer_without_an_error_code_may_have_applied() {
 
 #[test]
 fn item_size_refusal_is_recognised() {
-    let too_large: Failed<GetItemError> = Failed::Engine {
+    let too_large = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
@@ -248,7 +250,7 @@ fn item_size_refusal_is_recognised() {
         maybe_applied_before: false,
     };
     assert!(too_large.is_item_too_large());
-    let other: Failed<GetItemError> = Failed::Engine {
+    let other = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
