@@ -215,8 +215,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .init();
     let config = Config::from_env(StoreKind::DynamoDb)?;
     let cfg = config.dynamodb()?;
-    let signed = std::env::var_os("PEER_SIGNED_REQUESTS").is_some();
-    let store = dynamodb::connect(config.dynamodb_endpoint.as_deref(), cfg, signed).await?;
+    let client = dynamodb::build_client(config.dynamodb_endpoint.as_deref()).await;
+    let store = DynamoDbStore::new(&client, cfg)?;
     let tool = InProcess::new(FaultyDemoTool(DemoTool::from_env()));
     let handler = Arc::new(Handler::new(store, tool, &config, Telemetry::quiet()));
 

@@ -112,30 +112,6 @@ pub async fn dynamodb_store_with(
         .with_clock(clock)
 }
 
-/// A DynamoDB store on a fresh table of `backend` that signs its own item requests
-/// ([`DynamoDbStore::with_signed_requests`]).
-pub async fn signed_dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbStore {
-    let store = dynamodb_store(backend, clock).await;
-    let sdk = aws_config::SdkConfig::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(backend.endpoint())
-        .region(Region::from_static("us-east-1"))
-        .credentials_provider(
-            aws_credential_types::provider::SharedCredentialsProvider::new(Credentials::new(
-                "test",
-                "test",
-                None,
-                None,
-                "dedup-tests",
-            )),
-        )
-        .build();
-    store
-        .with_signed_requests(&sdk)
-        .await
-        .expect("a signed wire from a complete configuration")
-}
-
 pub async fn dynamodb_store(backend: Backend, clock: ManualClock) -> DynamoDbStore {
     dynamodb_store_with(backend, clock, config(), Vec::new()).await
 }

@@ -1281,31 +1281,6 @@ macro_rules! conformance {
                 }
             )*
         }
-        // The same cases on the store's own signed requests instead of the SDK's client.
-        mod signed_moto {
-            use super::*;
-            $(
-                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let clock = ManualClock::starting_now();
-                    let store = servers::signed_dynamodb_store(Backend::Moto, clock.clone()).await;
-                    super::$case(Ctx { store: Arc::new(store), clock, backend: Backend::Moto }).await;
-                }
-            )*
-        }
-        mod signed_dynalite {
-            use super::*;
-            $(
-                #[cfg_attr(not(feature = "local-servers"), ignore = "needs the local DynamoDB servers: run scripts/test")]
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let clock = ManualClock::starting_now();
-                    let store = servers::signed_dynamodb_store(Backend::Dynalite, clock.clone()).await;
-                    super::$case(Ctx { store: Arc::new(store), clock, backend: Backend::Dynalite }).await;
-                }
-            )*
-        }
     };
 }
 

@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 
-use super::wire::{Action, Request};
 use super::{DynamoDbStore, Item, LeaseToken, Status, attr, n, s};
 
 /// Absent, or expired, or in progress with an ended lease (unless claimed `at_most_once`).
@@ -17,7 +16,6 @@ pub(super) const PUT_NEW_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < 
 
 /// The expression names and values of [`HELD_CONDITION`] for one token at one time, which every
 /// fenced write (complete, extend, release) starts from and adds its own to.
-#[derive(Clone)]
 pub(super) struct Held {
     pub(super) names: HashMap<String, String>,
     pub(super) values: Item,
@@ -49,13 +47,6 @@ pub(super) const COMPLETE_OMITTED_UPDATE: &str =
 /// Completion with the result in the results bucket: the record points to it.
 pub(super) const COMPLETE_OFFLOADED_UPDATE: &str = "SET #st = :completed, #exp = :exp, #obj = :obj, \
      #sha = :sha, #size = :size REMOVE #res, #enc, #att";
-
-impl Held {
-    /// `action` on the item at `key`, conditional on `condition` with these names and values.
-    pub(super) fn fence(self, action: Action, key: Item, condition: &'static str) -> Request {
-        Request::new(action, key).when(condition, self.names, self.values)
-    }
-}
 
 impl DynamoDbStore {
     pub(super) fn held(&self, token: &LeaseToken, now_ms: i64) -> Held {

@@ -57,10 +57,8 @@ mod item;
 mod ops;
 mod records;
 mod retry;
-mod signed;
 #[cfg(test)]
 mod tests;
-mod wire;
 
 pub use config::{ClaimBudget, DynamoDbConfig, RetryPolicy};
 use expressions::*;
@@ -75,23 +73,6 @@ pub async fn build_client(endpoint_url: Option<&str>) -> Client {
     Client::new(&crate::aws::sdk_config(endpoint_url).await)
 }
 
-/// A store on `cfg`'s table from the default AWS configuration (optionally pointed at a local
-/// endpoint), sending its item requests signed by itself when `signed`
-/// ([`DynamoDbStore::with_signed_requests`]).
-pub async fn connect(
-    endpoint_url: Option<&str>,
-    cfg: DynamoDbConfig,
-    signed: bool,
-) -> Result<DynamoDbStore, StoreError> {
-    let sdk = crate::aws::sdk_config(endpoint_url).await;
-    let store = DynamoDbStore::new(&Client::new(&sdk), cfg)?;
-    if signed {
-        store.with_signed_requests(&sdk).await
-    } else {
-        Ok(store)
-    }
-}
-
 /// [`Store`] on a DynamoDB table (or a DynamoDB-compatible server).
 #[derive(Clone)]
 pub struct DynamoDbStore {
@@ -102,17 +83,6 @@ pub struct DynamoDbStore {
     /// Where results past the item limit go; without it they are omitted.
     results: Option<ResultBucket>,
     breaker: Arc<Breaker>,
-    /// How the item requests are sent; scans and queries always go through `client`.
-    wire: Wire,
-}
-
-/// How a store sends its item requests (claims, completions, reads, releases).
-#[derive(Clone, Debug)]
-enum Wire {
-    /// Through the SDK's client.
-    Sdk,
-    /// Signed by the store itself, on the SDK's HTTP connector ([`DynamoDbStore::with_signed_requests`]).
-    Signed(Arc<signed::SignedWire>),
 }
 
 impl fmt::Debug for DynamoDbStore {
@@ -149,22 +119,7 @@ impl DynamoDbStore {
             counter,
             results: None,
             breaker: Arc::default(),
-            wire: Wire::Sdk,
         })
-    }
-
-    /// Sends the item requests (claim, complete, extend, hand over, release, put, get) as
-    /// DynamoDB JSON signed by the store itself, on the SDK's HTTP connector, with the region,
-    /// credentials and endpoint of `sdk` (the configuration `client` was built from): the same
-    /// requests, conditions and retries, without the SDK's per-request orchestration. Scans and
-    /// queries (an operator's listing) stay on the SDK's client.
-    pub async fn with_signed_requests(
-        mut self,
-        sdk: &aws_config::SdkConfig,
-    ) -> Result<Self, StoreError> {
-        let signed = signed::SignedWire::new(sdk, self.counter.clone()).await?;
-        self.wire = Wire::Signed(Arc::new(signed));
-        Ok(self)
     }
 
     /// Replaces the clock.

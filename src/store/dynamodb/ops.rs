@@ -1,12 +1,12 @@
 //! The operations: claim, complete, extend, release, settle (an unknown outcome, or an operator's settling), put and get, each one fenced write (or read) with its retries.
 
-use std::collections::HashMap;
-
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use tokio::time::Instant;
-
-use super::wire::{Action, Request};
 
 use super::{
     ATTENTION_UNKNOWN, CLAIM_CONDITION, COMPLETE_OFFLOADED_UPDATE, COMPLETE_OMITTED_UPDATE,
@@ -25,11 +25,20 @@ pub(super) const MAX_CLAIM_ROUNDS: u32 = 5;
 impl DynamoDbStore {
     /// One consistent read of the raw record, expired or not.
     pub(super) async fn read(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let item = self
-            .send(&Request::new(Action::Get, self.key_value(key)))
+        let out = self
+            .send("GetItem", || {
+                self.client
+                    .get_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .consistent_read(true)
+                    .send()
+            })
             .await
             .map_err(Failed::into_store_error)?;
-        item.map(|item| decode_item(&self.cfg, &item)).transpose()
+        out.item()
+            .map(|item| decode_item(&self.cfg, item))
+            .transpose()
     }
 
     pub(super) async fn claim_inner(
@@ -39,29 +48,30 @@ impl DynamoDbStore {
         validate_claim(&req)?;
         let now = self.clock.now_ms();
         let token = LeaseToken::for_owner(req.owner);
-        let put = Request::new(
-            Action::Put(self.claim_item(&req, &token, now)),
-            Default::default(),
-        )
-        .when(
-            CLAIM_CONDITION,
-            HashMap::from([
-                ("#pk".to_string(), self.cfg.key_attribute.clone()),
-                ("#exp".to_string(), self.cfg.ttl_attribute.clone()),
-                ("#st".to_string(), attr::STATUS.to_string()),
-                ("#lease".to_string(), attr::LEASE_UNTIL.to_string()),
-                ("#amo".to_string(), attr::AT_MOST_ONCE.to_string()),
-            ]),
-            HashMap::from([
-                (":now_s".to_string(), n(now.div_euclid(1000))),
-                (":now_ms".to_string(), n(now)),
-                (":in_progress".to_string(), s(Status::InProgress.as_str())),
-            ]),
-        )
-        .old_on_refusal();
+        let item = self.claim_item(&req, &token, now);
         let write_deadline = Instant::now() + self.cfg.claim.write_within;
         for _round in 0..MAX_CLAIM_ROUNDS {
-            let sent = self.send_until(write_deadline, &put).await;
+            let sent = self
+                .send_until("PutItem", write_deadline, || {
+                    self.client
+                        .put_item()
+                        .table_name(&self.cfg.table)
+                        .set_item(Some(item.clone()))
+                        .condition_expression(CLAIM_CONDITION)
+                        .expression_attribute_names("#pk", &self.cfg.key_attribute)
+                        .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                        .expression_attribute_names("#st", attr::STATUS)
+                        .expression_attribute_names("#lease", attr::LEASE_UNTIL)
+                        .expression_attribute_names("#amo", attr::AT_MOST_ONCE)
+                        .expression_attribute_values(":now_s", n(now.div_euclid(1000)))
+                        .expression_attribute_values(":now_ms", n(now))
+                        .expression_attribute_values(":in_progress", s(Status::InProgress.as_str()))
+                        .return_values_on_condition_check_failure(
+                            ReturnValuesOnConditionCheckFailure::AllOld,
+                        )
+                        .send()
+                })
+                .await;
             let old = match sent {
                 Ok(_) => return Ok(ClaimOutcome::Claimed { token }),
                 Err(Failed::Unavailable {
@@ -72,7 +82,10 @@ impl DynamoDbStore {
                     // A final refusal after an attempt that may have applied (a 500, then
                     // AccessDenied) leaves the claim as uncertain as running out of retries does.
                     let maybe_applied = failed.maybe_applied_before();
-                    match failed.into_condition_failure() {
+                    match failed.into_condition_failure(|e: &PutItemError| match e {
+                        PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                        _ => None,
+                    }) {
                         Ok(old) => old,
                         Err(error) if maybe_applied => {
                             return Err(self.unconfirmed_claim(req.key, token, error).await);
@@ -170,12 +183,25 @@ impl DynamoDbStore {
             None => EXTEND_UPDATE,
         };
         let sent = self
-            .send(&held.fence(Action::Update(update), self.key_value(key), HELD_CONDITION))
+            .send("UpdateItem", || {
+                self.client
+                    .update_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(HELD_CONDITION)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .update_expression(update)
+                    .send()
+            })
             .await;
         match sent {
             Ok(_) => Ok(()),
             Err(failed) => {
-                failed.into_condition_failure()?;
+                failed.into_condition_failure(|e: &UpdateItemError| match e {
+                    UpdateItemError::ConditionalCheckFailedException(_) => Some(None),
+                    _ => None,
+                })?;
                 Err(StoreError::LeaseLost)
             }
         }
@@ -250,56 +276,62 @@ impl DynamoDbStore {
         token: &LeaseToken,
         written: Written<'_>,
         expires_at_s: i64,
-    ) -> Result<(), Failed> {
-        let mut held = self.held(token, self.clock.now_ms());
-        let mut name = |k: &str, v: &str| held.names.insert(k.to_string(), v.to_string());
-        name("#res", attr::RESULT);
-        name("#enc", attr::RESULT_ENCODING);
-        name("#att", attr::ATTENTION);
-        let update = match written {
-            Written::Result(_) => COMPLETE_UPDATE,
-            Written::Omitted { .. } => {
-                name("#omit", attr::RESULT_OMITTED);
-                COMPLETE_OMITTED_UPDATE
-            }
-            Written::Offloaded(_) => {
-                name("#obj", attr::RESULT_OBJECT);
-                name("#sha", attr::RESULT_SHA256);
-                name("#size", attr::RESULT_BYTES);
-                COMPLETE_OFFLOADED_UPDATE
-            }
-            Written::Unknown => {
-                name("#omit", attr::RESULT_OMITTED);
-                name("#unk", attr::OUTCOME_UNKNOWN);
-                UNKNOWN_UPDATE
-            }
-        };
-        let values = &mut held.values;
-        values.insert(":completed".into(), s(Status::Completed.as_str()));
-        values.insert(":exp".into(), n(expires_at_s));
-        match written {
-            Written::Result(EncodedResult { encoding, bytes }) => {
-                values.insert(":res".into(), AttributeValue::B(Blob::new(bytes.clone())));
-                values.insert(":enc".into(), s(encoding.as_str()));
-            }
-            Written::Omitted { bytes } => {
-                values.insert(":omit".into(), n(i64::try_from(bytes).unwrap_or(i64::MAX)));
-            }
-            Written::Offloaded(offloaded) => {
-                values.insert(":obj".into(), s(&offloaded.object));
-                values.insert(":sha".into(), s(&offloaded.sha256));
-                let size = i64::try_from(offloaded.bytes).unwrap_or(i64::MAX);
-                values.insert(":size".into(), n(size));
-            }
-            Written::Unknown => {
-                values.insert(":true".into(), AttributeValue::Bool(true));
-                values.insert(":att_unknown".into(), s(ATTENTION_UNKNOWN));
-            }
-        }
-        let update = held
-            .fence(Action::Update(update), self.key_value(key), HELD_CONDITION)
-            .old_on_refusal();
-        self.send(&update).await.map(|_| ())
+    ) -> Result<(), Failed<UpdateItemError>> {
+        let held = self.held(token, self.clock.now_ms());
+        self.send("UpdateItem", || {
+            let update = self
+                .client
+                .update_item()
+                .table_name(&self.cfg.table)
+                .set_key(Some(self.key_value(key)))
+                .condition_expression(HELD_CONDITION)
+                .set_expression_attribute_names(Some(held.names.clone()))
+                .set_expression_attribute_values(Some(held.values.clone()))
+                .expression_attribute_names("#res", attr::RESULT)
+                .expression_attribute_names("#enc", attr::RESULT_ENCODING)
+                .expression_attribute_names("#att", attr::ATTENTION)
+                .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+                .expression_attribute_values(":exp", n(expires_at_s))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                );
+            let update = match written {
+                Written::Result(EncodedResult { encoding, bytes }) => update
+                    .update_expression(COMPLETE_UPDATE)
+                    .expression_attribute_values(
+                        ":res",
+                        AttributeValue::B(Blob::new(bytes.clone())),
+                    )
+                    .expression_attribute_values(":enc", s(encoding.as_str())),
+                Written::Omitted { bytes } => update
+                    .update_expression(COMPLETE_OMITTED_UPDATE)
+                    .expression_attribute_names("#omit", attr::RESULT_OMITTED)
+                    .expression_attribute_values(
+                        ":omit",
+                        n(i64::try_from(bytes).unwrap_or(i64::MAX)),
+                    ),
+                Written::Offloaded(offloaded) => update
+                    .update_expression(COMPLETE_OFFLOADED_UPDATE)
+                    .expression_attribute_names("#obj", attr::RESULT_OBJECT)
+                    .expression_attribute_names("#sha", attr::RESULT_SHA256)
+                    .expression_attribute_names("#size", attr::RESULT_BYTES)
+                    .expression_attribute_values(":obj", s(&offloaded.object))
+                    .expression_attribute_values(":sha", s(&offloaded.sha256))
+                    .expression_attribute_values(
+                        ":size",
+                        n(i64::try_from(offloaded.bytes).unwrap_or(i64::MAX)),
+                    ),
+                Written::Unknown => update
+                    .update_expression(UNKNOWN_UPDATE)
+                    .expression_attribute_names("#omit", attr::RESULT_OMITTED)
+                    .expression_attribute_names("#unk", attr::OUTCOME_UNKNOWN)
+                    .expression_attribute_values(":true", AttributeValue::Bool(true))
+                    .expression_attribute_values(":att_unknown", s(ATTENTION_UNKNOWN)),
+            };
+            update.send()
+        })
+        .await
+        .map(|_| ())
     }
 
     /// What a completion write ended with (`completion`: `None` for a settlement as outcome
@@ -309,7 +341,7 @@ impl DynamoDbStore {
         &self,
         key: &str,
         token: &LeaseToken,
-        sent: Result<(), Failed>,
+        sent: Result<(), Failed<UpdateItemError>>,
         completion: Option<Completion>,
     ) -> Result<Completion, StoreError> {
         let failed = match sent {
@@ -317,7 +349,10 @@ impl DynamoDbStore {
             Err(failed) => failed,
         };
         let now = self.clock.now_ms();
-        let old = failed.into_condition_failure()?;
+        let old = failed.into_condition_failure(|e: &UpdateItemError| match e {
+            UpdateItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
         let record = match old {
             Some(item) => Some(decode_item(&self.cfg, &item)?),
             None => self.read(key).await?,
@@ -346,15 +381,30 @@ impl DynamoDbStore {
     ) -> Result<(), StoreError> {
         validate_key(key)?;
         let held = self.held(token, self.clock.now_ms());
-        let delete = held
-            .fence(Action::Delete, self.key_value(key), HELD_CONDITION)
-            .old_on_refusal();
-        let failed = match self.send(&delete).await {
+        let sent = self
+            .send("DeleteItem", || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(HELD_CONDITION)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+            })
+            .await;
+        let failed = match sent {
             Ok(_) => return Ok(()),
             Err(failed) => failed,
         };
         let maybe_applied = failed.maybe_applied_before();
-        let old = failed.into_condition_failure()?;
+        let old = failed.into_condition_failure(|e: &DeleteItemError| match e {
+            DeleteItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+            _ => None,
+        })?;
         if old.is_some() || !maybe_applied {
             return Err(StoreError::LeaseLost);
         }
@@ -409,10 +459,19 @@ impl DynamoDbStore {
 
     /// An operator's release: the record goes, while it is still settleable under the token.
     async fn settle_by_deleting(&self, key: &str, held: &Held) -> Result<(), StoreError> {
-        let delete = held
-            .clone()
-            .fence(Action::Delete, self.key_value(key), SETTLEABLE_CONDITION);
-        match self.send(&delete).await {
+        let sent = self
+            .send("DeleteItem", || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(SETTLEABLE_CONDITION)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .send()
+            })
+            .await;
+        match sent {
             Ok(_) => Ok(()),
             // An earlier attempt may have deleted the record before its response was lost.
             Err(failed) if failed.maybe_applied_before() => match self.read(key).await? {
@@ -420,7 +479,10 @@ impl DynamoDbStore {
                 Some(_) => Err(StoreError::LeaseLost),
             },
             Err(failed) => {
-                failed.into_condition_failure()?;
+                failed.into_condition_failure(|e: &DeleteItemError| match e {
+                    DeleteItemError::ConditionalCheckFailedException(_) => Some(None),
+                    _ => None,
+                })?;
                 Err(StoreError::LeaseLost)
             }
         }
@@ -446,19 +508,30 @@ impl DynamoDbStore {
         held.values
             .insert(":res".into(), AttributeValue::B(Blob::new(bytes)));
         held.values.insert(":enc".into(), s(encoding.as_str()));
-        let update = held.fence(
-            Action::Update(SETTLE_UPDATE),
-            self.key_value(key),
-            SETTLEABLE_CONDITION,
-        );
-        let failed = match self.send(&update).await {
+        let sent = self
+            .send("UpdateItem", || {
+                self.client
+                    .update_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(SETTLEABLE_CONDITION)
+                    .update_expression(SETTLE_UPDATE)
+                    .set_expression_attribute_names(Some(held.names.clone()))
+                    .set_expression_attribute_values(Some(held.values.clone()))
+                    .send()
+            })
+            .await;
+        let failed = match sent {
             Ok(_) => return Ok(()),
             Err(failed) if failed.is_item_too_large() => {
                 return Err(StoreError::ResultTooLarge { bytes: reply.len() });
             }
             Err(failed) => failed,
         };
-        failed.into_condition_failure()?;
+        failed.into_condition_failure(|e: &UpdateItemError| match e {
+            UpdateItemError::ConditionalCheckFailedException(_) => Some(None),
+            _ => None,
+        })?;
         // Completed under this token already (a retry after a lost response): done.
         match self.read(key).await? {
             Some(r)
@@ -495,29 +568,39 @@ impl DynamoDbStore {
         item.insert(attr::RESULT.into(), AttributeValue::B(Blob::new(bytes)));
         item.insert(attr::RESULT_ENCODING.into(), s(encoding.as_str()));
         let now_s = self.clock.now_ms().div_euclid(1000);
-        let put = Request::new(Action::Put(item), Default::default());
-        let put = match replacing {
-            Some(read) => put.when(
-                PUT_REPLACING_CONDITION,
-                HashMap::from([("#tok".to_string(), attr::LEASE_TOKEN.to_string())]),
-                HashMap::from([(":tok".to_string(), s(read.as_str()))]),
-            ),
-            None => put.when(
-                PUT_NEW_CONDITION,
-                HashMap::from([
-                    ("#pk".to_string(), self.cfg.key_attribute.clone()),
-                    ("#exp".to_string(), self.cfg.ttl_attribute.clone()),
-                ]),
-                HashMap::from([(":now_s".to_string(), n(now_s))]),
-            ),
-        }
-        .old_on_refusal();
-        let old = match self.send(&put).await {
+        let sent = self
+            .send("PutItem", || {
+                let put = self
+                    .client
+                    .put_item()
+                    .table_name(&self.cfg.table)
+                    .set_item(Some(item.clone()))
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    );
+                match replacing {
+                    Some(read) => put
+                        .condition_expression(PUT_REPLACING_CONDITION)
+                        .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                        .expression_attribute_values(":tok", s(read.as_str())),
+                    None => put
+                        .condition_expression(PUT_NEW_CONDITION)
+                        .expression_attribute_names("#pk", &self.cfg.key_attribute)
+                        .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                        .expression_attribute_values(":now_s", n(now_s)),
+                }
+                .send()
+            })
+            .await;
+        let old = match sent {
             Ok(_) => return Ok(token),
             Err(failed) if failed.is_item_too_large() => {
                 return Err(StoreError::ResultTooLarge { bytes: value.len() });
             }
-            Err(failed) => failed.into_condition_failure()?,
+            Err(failed) => failed.into_condition_failure(|e: &PutItemError| match e {
+                PutItemError::ConditionalCheckFailedException(c) => Some(c.item().cloned()),
+                _ => None,
+            })?,
         };
         // Refused: unless an earlier attempt whose answer was lost wrote this very version.
         let current = match old {

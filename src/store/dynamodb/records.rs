@@ -1,15 +1,16 @@
 //! What an operator reads and removes: the records that need one, through the sparse attention
 //! index; any others, through a scan; and the eviction of one, fenced on the version read.
 
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use std::collections::HashMap;
-
-use super::wire::{Action, Request};
 
 use super::{
     ATTENTION_CLAIM, ATTENTION_INDEX, ATTENTION_UNKNOWN, DynamoDbStore, EVICTABLE_CONDITION,
     Failed, LeaseToken, Record, RecordFilter, RecordState, Records, SettleAs, Status, StoreError,
     attr, decode_item, n, s, validate_key,
 };
+use aws_sdk_dynamodb::operation::query::QueryError;
+use aws_sdk_dynamodb::operation::scan::ScanError;
 
 impl Records for DynamoDbStore {
     async fn settle(
@@ -51,21 +52,24 @@ impl Records for DynamoDbStore {
     async fn evict(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
         validate_key(key)?;
         let now_s = self.clock.now_ms().div_euclid(1000);
-        let delete = Request::new(Action::Delete, self.key_value(key)).when(
-            EVICTABLE_CONDITION,
-            HashMap::from([
-                ("#tok".to_string(), attr::LEASE_TOKEN.to_string()),
-                ("#exp".to_string(), self.cfg.ttl_attribute.clone()),
-                ("#st".to_string(), attr::STATUS.to_string()),
-                ("#unk".to_string(), attr::OUTCOME_UNKNOWN.to_string()),
-            ]),
-            HashMap::from([
-                (":tok".to_string(), s(token.as_str())),
-                (":now_s".to_string(), n(now_s)),
-                (":completed".to_string(), s(Status::Completed.as_str())),
-            ]),
-        );
-        match self.send(&delete).await {
+        let sent = self
+            .send("DeleteItem", || {
+                self.client
+                    .delete_item()
+                    .table_name(&self.cfg.table)
+                    .set_key(Some(self.key_value(key)))
+                    .condition_expression(EVICTABLE_CONDITION)
+                    .expression_attribute_names("#tok", attr::LEASE_TOKEN)
+                    .expression_attribute_names("#exp", &self.cfg.ttl_attribute)
+                    .expression_attribute_names("#st", attr::STATUS)
+                    .expression_attribute_names("#unk", attr::OUTCOME_UNKNOWN)
+                    .expression_attribute_values(":tok", s(token.as_str()))
+                    .expression_attribute_values(":now_s", n(now_s))
+                    .expression_attribute_values(":completed", s(Status::Completed.as_str()))
+                    .send()
+            })
+            .await;
+        match sent {
             Ok(_) => Ok(()),
             // An earlier attempt may have deleted the record before its response was lost.
             Err(failed) if failed.maybe_applied_before() => match self.read(key).await? {
@@ -73,7 +77,10 @@ impl Records for DynamoDbStore {
                 _ => Ok(()),
             },
             Err(failed) => {
-                failed.into_condition_failure()?;
+                failed.into_condition_failure(|e: &DeleteItemError| match e {
+                    DeleteItemError::ConditionalCheckFailedException(_) => Some(None),
+                    _ => None,
+                })?;
                 Err(StoreError::LeaseLost)
             }
         }
@@ -101,7 +108,7 @@ impl DynamoDbStore {
         let mut start = None;
         loop {
             let page = self
-                .send_sdk("Query", || {
+                .send("Query", || {
                     self.client
                         .query()
                         .table_name(&self.cfg.table)
@@ -114,7 +121,7 @@ impl DynamoDbStore {
                         .send()
                 })
                 .await
-                .map_err(Failed::into_store_error)?;
+                .map_err(|f: Failed<QueryError>| f.into_store_error())?;
             for item in page.items() {
                 let record = decode_item(&self.cfg, item)?;
                 if RecordState::selects(filter, &record, now) {
@@ -152,7 +159,7 @@ impl DynamoDbStore {
         let mut scanned = 0usize;
         loop {
             let page = self
-                .send_sdk("Scan", || {
+                .send("Scan", || {
                     self.client
                         .scan()
                         .table_name(&self.cfg.table)
@@ -164,7 +171,7 @@ impl DynamoDbStore {
                         .send()
                 })
                 .await
-                .map_err(Failed::into_store_error)?;
+                .map_err(|f: Failed<ScanError>| f.into_store_error())?;
             // What DynamoDB read, before the filter: what the scan costs.
             scanned += usize::try_from(page.scanned_count()).unwrap_or(0);
             for item in page.items() {

@@ -4,16 +4,16 @@ use aws_sdk_dynamodb::config::ConfigBag;
 use aws_sdk_dynamodb::config::Intercept;
 use aws_sdk_dynamodb::config::RuntimeComponents;
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
-use aws_smithy_runtime_api::client::orchestrator::{HttpResponse, Metadata};
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::wire::{Request, ServiceAnswer, WireError, WireErrorKind, send_with_sdk};
 use super::{
     BoxError, ClaimOutcome, DynamoDbStore, Item, Op, RequestCounter, RetriesExhausted, StoreError,
-    Wire,
 };
 
 /// Open after a claim found the store unavailable, until `open_until`; shared by the clones of a
@@ -76,60 +76,32 @@ impl Intercept for CountRequests {
 }
 
 impl DynamoDbStore {
-    /// Sends `req` on the store's wire, with retries; see [`RetryPolicy`].
-    pub(super) async fn send(&self, req: &Request) -> Result<Option<Item>, Failed> {
-        let deadline = Instant::now() + self.cfg.retry.deadline;
-        self.send_until(deadline, req).await
-    }
-
-    /// [`DynamoDbStore::send`], giving up at `deadline` (or the policy's, if sooner).
-    pub(super) async fn send_until(
-        &self,
-        deadline: Instant,
-        req: &Request,
-    ) -> Result<Option<Item>, Failed> {
-        self.retry_until(req.operation(), deadline, || self.attempt(req))
-            .await
-    }
-
-    /// A request only the SDK's client sends (a scan, a query), with retries.
-    pub(super) async fn send_sdk<T, E, F, Fut>(
+    /// Sends one request with retries; see [`RetryPolicy`].
+    pub(super) async fn send<T, E, F, Fut>(
         &self,
         operation: &'static str,
-        mut attempt: F,
-    ) -> Result<T, Failed>
+        attempt: F,
+    ) -> Result<T, Failed<E>>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let deadline = Instant::now() + self.cfg.retry.deadline;
-        self.retry_until(operation, deadline, || {
-            let sent = attempt();
-            async move { sent.await.map_err(|e| WireError::from_sdk(e, |_| None)) }
-        })
-        .await
+        self.send_until(operation, deadline, attempt).await
     }
 
-    /// One attempt of `req` on the store's wire.
-    async fn attempt(&self, req: &Request) -> Result<Option<Item>, WireError> {
-        match &self.wire {
-            Wire::Sdk => send_with_sdk(&self.client, &self.cfg.table, req).await,
-            Wire::Signed(signed) => signed.send(&self.cfg.table, req).await,
-        }
-    }
-
-    /// Runs `attempt` until it answers, a final error, or `deadline` (or the policy's, if
-    /// sooner). The requests the SDK client sends directly (scans, queries) come through here too.
-    async fn retry_until<T, F, Fut>(
+    /// [`DynamoDbStore::send`], giving up at `deadline` (or the policy's, if sooner).
+    pub(super) async fn send_until<T, E, F, Fut>(
         &self,
         operation: &'static str,
         deadline: Instant,
         mut attempt: F,
-    ) -> Result<T, Failed>
+    ) -> Result<T, Failed<E>>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, WireError>>,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let policy = &self.cfg.retry;
         let start = Instant::now();
@@ -156,7 +128,7 @@ impl DynamoDbStore {
                                 maybe_applied_before: maybe_applied,
                             });
                         }
-                        Class::Retry { ambiguous } => (ambiguous, err.error),
+                        Class::Retry { ambiguous } => (ambiguous, Box::new(err)),
                     },
                     Err(_) => (true, format!("attempt timed out after {bound:?}").into()),
                 };
@@ -181,10 +153,10 @@ impl DynamoDbStore {
 }
 
 /// Why [`DynamoDbStore::send`] stopped without a response.
-pub(super) enum Failed {
+pub(super) enum Failed<E> {
     /// A final answer from the service (or a request that could not be built).
     Engine {
-        err: WireError,
+        err: SdkError<E, HttpResponse>,
         maybe_applied_before: bool,
     },
     /// Retries ran out; `maybe_applied` when an attempt may have been applied.
@@ -194,7 +166,10 @@ pub(super) enum Failed {
     },
 }
 
-impl Failed {
+impl<E> Failed<E>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
     pub(super) fn maybe_applied_before(&self) -> bool {
         match self {
             Failed::Engine {
@@ -206,31 +181,27 @@ impl Failed {
     }
 
     /// A conditional-check failure gives `Ok(old item)` (`None` if the server sent no item, as
-    /// dynalite does, or the request did not ask for it); any other failure becomes its
-    /// [`StoreError`].
-    pub(super) fn into_condition_failure(self) -> Result<Option<Item>, StoreError> {
-        if let Failed::Engine { err, .. } = self {
-            return match err.kind {
-                WireErrorKind::Service(answer)
-                    if answer.code.as_deref() == Some("ConditionalCheckFailedException") =>
-                {
-                    Ok(answer.old)
-                }
-                _ => Err(engine_error(err)),
-            };
+    /// dynalite does); any other failure becomes its [`StoreError`].
+    pub(super) fn into_condition_failure(
+        self,
+        ccf: impl Fn(&E) -> Option<Option<Item>>,
+    ) -> Result<Option<Item>, StoreError> {
+        if let Failed::Engine { err, .. } = &self
+            && let Some(old) = err.as_service_error().and_then(&ccf)
+        {
+            return Ok(old);
         }
         Err(self.into_store_error())
     }
 
     pub(super) fn is_item_too_large(&self) -> bool {
         match self {
-            Failed::Engine { err, .. } => err.service().is_some_and(|answer| {
-                answer.code.as_deref() == Some("ValidationException")
-                    && answer
-                        .message
-                        .as_deref()
+            Failed::Engine { err, .. } => {
+                err.code() == Some("ValidationException")
+                    && err
+                        .message()
                         .is_some_and(|m| m.to_ascii_lowercase().contains("item size"))
-            }),
+            }
             Failed::Unavailable { .. } => false,
         }
     }
@@ -238,27 +209,22 @@ impl Failed {
     pub(super) fn into_store_error(self) -> StoreError {
         match self {
             Failed::Unavailable { error, .. } => error,
-            Failed::Engine { err, .. } => engine_error(err),
+            Failed::Engine { err, .. } => match err.code() {
+                Some("ResourceNotFoundException") => StoreError::Config {
+                    message: "table not found (create it with `dedup table create`)".into(),
+                    source: Some(Box::new(err)),
+                },
+                Some(
+                    "AccessDeniedException"
+                    | "UnrecognizedClientException"
+                    | "MissingAuthenticationTokenException",
+                ) => StoreError::Config {
+                    message: "not allowed to use the table".into(),
+                    source: Some(Box::new(err)),
+                },
+                _ => StoreError::Rejected(Box::new(err)),
+            },
         }
-    }
-}
-
-/// A final answer as the store's error.
-fn engine_error(err: WireError) -> StoreError {
-    match err.code() {
-        Some("ResourceNotFoundException") => StoreError::Config {
-            message: "table not found (create it with `dedup table create`)".into(),
-            source: Some(err.error),
-        },
-        Some(
-            "AccessDeniedException"
-            | "UnrecognizedClientException"
-            | "MissingAuthenticationTokenException",
-        ) => StoreError::Config {
-            message: "not allowed to use the table".into(),
-            source: Some(err.error),
-        },
-        _ => StoreError::Rejected(err.error),
     }
 }
 
@@ -271,18 +237,16 @@ pub(super) enum Class {
     },
 }
 
-pub(super) fn classify(err: &WireError) -> Class {
-    match &err.kind {
-        WireErrorKind::Construction | WireErrorKind::Dispatch { user: true } => Class::Final,
-        WireErrorKind::Timeout | WireErrorKind::Response | WireErrorKind::Dispatch { .. } => {
-            Class::Retry { ambiguous: true }
-        }
-        // An answer with no error code is one that could not be read (a garbled or cut-off body):
-        // the request may have applied, as for a broken response.
-        WireErrorKind::Service(ServiceAnswer { code: None, .. }) => {
-            Class::Retry { ambiguous: true }
-        }
-        WireErrorKind::Service(answer) => match answer.code.as_deref() {
+pub(super) fn classify<E: ProvideErrorMetadata>(err: &SdkError<E, HttpResponse>) -> Class {
+    match err {
+        SdkError::ConstructionFailure(_) => Class::Final,
+        SdkError::TimeoutError(_) | SdkError::ResponseError(_) => Class::Retry { ambiguous: true },
+        SdkError::DispatchFailure(d) if d.is_user() => Class::Final,
+        SdkError::DispatchFailure(_) => Class::Retry { ambiguous: true },
+        // An answer with no error code is one the SDK could not read (a garbled or cut-off body): the
+        // request may have applied, as for a broken response.
+        SdkError::ServiceError(_) if err.code().is_none() => Class::Retry { ambiguous: true },
+        SdkError::ServiceError(service) => match err.code() {
             Some(
                 "ProvisionedThroughputExceededException"
                 | "ThrottlingException"
@@ -292,8 +256,9 @@ pub(super) fn classify(err: &WireError) -> Class {
                 // item is being written in another Region. The retry's condition decides.
                 | "ReplicatedWriteConflictException",
             ) => Class::Retry { ambiguous: false },
-            _ if answer.server_error => Class::Retry { ambiguous: true },
+            _ if service.raw().status().is_server_error() => Class::Retry { ambiguous: true },
             _ => Class::Final,
         },
+        _ => Class::Final,
     }
 }

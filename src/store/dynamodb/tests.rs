@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::wire::WireError;
 use super::*;
 use aws_sdk_dynamodb::error::{ErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::get_item::GetItemError;
@@ -174,11 +173,10 @@ proptest! {
     }
 }
 
-/// An SDK service error as the retry loop sees it.
-fn service_error(status: u16, code: &str, message: &str) -> WireError {
+fn service_error(status: u16, code: &str, message: &str) -> SdkError<GetItemError, HttpResponse> {
     let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
     let err = GetItemError::generic(ErrorMetadata::builder().code(code).message(message).build());
-    WireError::from_sdk(SdkError::service_error(err, raw), |_| None)
+    SdkError::service_error(err, raw)
 }
 
 #[test]
@@ -232,7 +230,7 @@ fn an_answer_without_an_error_code_may_have_applied() {
         let unreadable =
             SdkError::service_error(GetItemError::generic(ErrorMetadata::builder().build()), raw);
         assert_eq!(
-            classify(&WireError::from_sdk(unreadable, |_| None)),
+            classify(&unreadable),
             Class::Retry { ambiguous: true },
             "{status}"
         );
@@ -241,7 +239,7 @@ fn an_answer_without_an_error_code_may_have_applied() {
 
 #[test]
 fn item_size_refusal_is_recognised() {
-    let too_large = Failed::Engine {
+    let too_large: Failed<GetItemError> = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
@@ -250,7 +248,7 @@ fn item_size_refusal_is_recognised() {
         maybe_applied_before: false,
     };
     assert!(too_large.is_item_too_large());
-    let other = Failed::Engine {
+    let other: Failed<GetItemError> = Failed::Engine {
         err: service_error(
             400,
             "ValidationException",
