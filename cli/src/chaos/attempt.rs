@@ -17,8 +17,8 @@ use super::proxy::{KeyedFault, KeyedFaults};
 use crate::demo::DemoTool;
 use toolcall_dedup::dispatch::DispatchError;
 use toolcall_dedup::store::{
-    ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RequestCounts, Status, Store,
-    StoreError, SystemClock,
+    ClaimOutcome, ClaimRequest, Clock, LeaseToken, Record, RecordFilter, Records, RequestCounts,
+    SettleAs, Status, Store, StoreError, SystemClock,
 };
 
 tokio::task_local! {
@@ -543,6 +543,27 @@ impl<S: Store> NotingStore<S> {
         .await;
         // The new holder is now between its claim and its completion.
         tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+// The sweep lists and settles through the same store the calls claim through.
+impl<S: Records> Records for NotingStore<S> {
+    async fn list(&self, filter: &RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.inner.list(filter).await
+    }
+
+    async fn settle(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        settle_as: SettleAs<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.settle(key, token, settle_as, expires_at_s).await
+    }
+
+    async fn evict(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.inner.evict(key, token).await
     }
 }
 

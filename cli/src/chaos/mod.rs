@@ -62,6 +62,11 @@ pub(crate) const READ_BACK_WITHIN: Duration = Duration::from_secs(1);
 const SLOW_CLAIM_PROBE_AFTER: Duration = Duration::from_millis(100);
 /// Waited past the last lease end before the settling pass.
 const SETTLE_MARGIN: Duration = Duration::from_millis(500);
+/// The tool whose calls are `at_most_once` in the class [`FaultClass::Sweeps`] (about a quarter of
+/// the calls: one of the corpus's six tools, one of the three generated ones).
+const AT_MOST_ONCE_TOOL: &str = "refund";
+/// How often the sweep runs during a soak (the stacks' schedule: every five minutes).
+const SWEEP_EVERY: Duration = Duration::from_millis(1500);
 
 /// The settling pass waits for the last lease asked for, but never longer than this.
 const MAX_SETTLE_WAIT: Duration = Duration::from_secs(60);
@@ -111,6 +116,11 @@ pub enum FaultClass {
     /// container, of the other build of a canary, its keyer version pinned in its config as a
     /// deployment pins it across an upgrade (`second_build_side_by_side` counts its invocations).
     SecondBuild,
+    /// `refund` is `at_most_once` (a claim is never taken over; an unknown outcome blocks the call),
+    /// and the scheduled sweep runs beside the calls, on both builds at once, listing the claims
+    /// left unsettled and settling them as outcome unknown while other calls claim, complete and
+    /// release. `at_most_once_swept` counts the claims the sweeps settled.
+    Sweeps,
 }
 
 impl FaultClass {
@@ -131,6 +141,7 @@ impl FaultClass {
             FaultClass::Refusals,
             FaultClass::Blackholes,
             FaultClass::SecondBuild,
+            FaultClass::Sweeps,
         ];
         tool.chain(request).chain(windows).collect()
     }
@@ -145,6 +156,7 @@ impl FaultClass {
             FaultClass::Refusals => "store_connect_refused",
             FaultClass::Blackholes => "store_connect_blackholed",
             FaultClass::SecondBuild => "second_build_side_by_side",
+            FaultClass::Sweeps => "at_most_once_swept",
         }
     }
 
@@ -227,6 +239,12 @@ pub struct SoakReport {
     /// one whose tool provably never started.
     pub claims_misjudged: u64,
     pub(crate) key_splits: u64,
+    /// Calls of an `at_most_once` tool (class [`FaultClass::Sweeps`]).
+    pub(crate) at_most_once_calls: u64,
+    /// Of those, the ones whose record ended settled as outcome unknown.
+    pub(crate) at_most_once_unknown: u64,
+    /// Claims the sweeps reported settling beyond the records settled so: a call announced twice.
+    pub announced_twice: u64,
     settle_failures: u64,
     pub(crate) duration_ms: u64,
     pub(crate) ledgers: Vec<String>,
@@ -242,6 +260,12 @@ impl SoakReport {
             && self.key_splits == 0
             && self.settle_failures == 0
             && self.claims_misjudged == 0
+            && self.announced_twice == 0
+    }
+
+    /// Calls of the `at_most_once` tool the soak made.
+    pub fn at_most_once_calls(&self) -> u64 {
+        self.at_most_once_calls
     }
 
     /// Sums reports of several servers.
@@ -272,6 +296,9 @@ impl SoakReport {
         self.unexecuted_before_settle += other.unexecuted_before_settle;
         self.claims_misjudged += other.claims_misjudged;
         self.key_splits += other.key_splits;
+        self.at_most_once_calls += other.at_most_once_calls;
+        self.at_most_once_unknown += other.at_most_once_unknown;
+        self.announced_twice += other.announced_twice;
         self.settle_failures += other.settle_failures;
         self.duration_ms += other.duration_ms;
         self.ledgers.extend(other.ledgers);
@@ -300,8 +327,9 @@ impl SoakReport {
              side effects: {} ({} re-executions after an unknown outcome, allowed once its lease ended, \
              {} of them claimed by a write applied after it though sent before); \
              {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
+             at_most_once calls: {} ({} settled as outcome unknown)\n\
              double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}, \
-             claims misjudged: {}\n\
+             claims misjudged: {}, calls announced twice: {}\n\
              ledger: {}\n",
             self.seed,
             self.servers.join(" + "),
@@ -325,12 +353,15 @@ impl SoakReport {
             self.reexecutions_claimed_by_a_late_write,
             self.unexecuted_before_settle,
             self.late_completions_refused,
+            self.at_most_once_calls,
+            self.at_most_once_unknown,
             self.double_executions,
             self.lost_results,
             self.stuck_claims,
             self.key_splits,
             self.settle_failures,
             self.claims_misjudged,
+            self.announced_twice,
             self.ledgers.join(", "),
         );
         for f in &self.findings {

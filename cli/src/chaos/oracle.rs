@@ -89,6 +89,9 @@ pub(crate) struct Verdict {
     /// Invoke faults after which the executor released a claim whose tool may have run, or kept
     /// one whose tool provably never started.
     pub(crate) claims_misjudged: u64,
+    pub(crate) at_most_once_calls: u64,
+    pub(crate) at_most_once_unknown: u64,
+    pub(crate) announced_twice: u64,
     pub(crate) findings: Vec<String>,
 }
 
@@ -112,13 +115,15 @@ impl Verdict {
 }
 
 /// Checks one call. `observed` are its invocations in the run (settling pass included, from
-/// `settle_index` on), `store` what the store holds for it.
+/// `settle_index` on), `store` what the store holds for it; an `at_most_once` call has no
+/// at-least-once window: any second side effect is a double execution.
 pub(crate) fn check_call(
     verdict: &mut Verdict,
     session: &str,
     entries: &[&Value],
     observed: &[&Observed],
     settle_index: usize,
+    at_most_once: bool,
     store: &StoreSeen<'_>,
 ) {
     verdict.executed += entries.len() as u64;
@@ -143,7 +148,14 @@ pub(crate) fn check_call(
             keys.len()
         ));
     }
-    check_side_effects(verdict, session, entries, observed, store.writes);
+    check_side_effects(
+        verdict,
+        session,
+        entries,
+        observed,
+        store.writes,
+        at_most_once,
+    );
     check_results(verdict, session, observed, store);
     check_lost_claims(verdict, session, observed);
     check_invoke_releases(verdict, session, observed);
@@ -171,6 +183,7 @@ fn check_side_effects(
     entries: &[&Value],
     observed: &[&Observed],
     writes: &[WriteSeen],
+    at_most_once: bool,
 ) {
     let by_receipt: HashMap<&str, &Observed> = observed
         .iter()
@@ -205,7 +218,7 @@ fn check_side_effects(
                 })
             })
         };
-        if claimed_at.is_some_and(explained_at) {
+        if !at_most_once && claimed_at.is_some_and(explained_at) {
             verdict.reexecutions_after_unknown_outcome += 1;
             // Counted apart: judged by its condition's clock reading, it would have been a
             // double execution (the shape earlier soaks reported).
@@ -491,7 +504,7 @@ mod tests {
 
     /// The verdict on two executions: the first's lease ends at 2,000; the second's condition was
     /// written at 1,500 and its write was the one the server applied when sent at `applied_sent`.
-    fn second_claim_applied_at(applied_sent: Option<i64>) -> Verdict {
+    fn second_claim_applied_at(applied_sent: Option<i64>, at_most_once: bool) -> Verdict {
         let first = killed_after_effect(1_000, 2_000, "t1", "r1");
         let second = killed_after_effect(1_500, 6_000, "t2", "r2");
         let entries = [
@@ -507,6 +520,7 @@ mod tests {
             &entries.iter().collect::<Vec<_>>(),
             &[&first, &second],
             2,
+            at_most_once,
             &StoreSeen {
                 record: None,
                 writes: &writes,
@@ -519,7 +533,7 @@ mod tests {
     #[test]
     fn a_claim_takes_the_key_when_its_write_applies_not_when_its_condition_was_written() {
         // Applied after the first lease ended: the allowed re-execution of an unknown outcome.
-        let late = second_claim_applied_at(Some(2_100));
+        let late = second_claim_applied_at(Some(2_100), false);
         assert_eq!(
             (
                 late.double_executions,
@@ -533,10 +547,21 @@ mod tests {
         // Applied inside the first lease, or with no applied write seen: a double execution,
         // reported with the key's writes.
         for early in [Some(1_600), None] {
-            let verdict = second_claim_applied_at(early);
+            let verdict = second_claim_applied_at(early, false);
             assert_eq!(verdict.double_executions, 1, "{early:?}");
             let finding = &verdict.findings[0];
             assert!(finding.contains("PutItem tok=t1"), "{finding}");
         }
+    }
+
+    /// An `at_most_once` call has no at-least-once window: the same second execution, claimed
+    /// after the first's lease ended, is a double execution.
+    #[test]
+    fn an_at_most_once_call_runs_at_most_once_even_after_an_unknown_outcome() {
+        let allowed = second_claim_applied_at(Some(2_100), false);
+        assert_eq!(allowed.double_executions, 0, "{:?}", allowed.findings);
+        let strict = second_claim_applied_at(Some(2_100), true);
+        assert_eq!(strict.double_executions, 1);
+        assert_eq!(strict.reexecutions_after_unknown_outcome, 0);
     }
 }

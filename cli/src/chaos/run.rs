@@ -17,10 +17,11 @@ use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Door, Handler, Invocation};
 use toolcall_dedup::internals::port::DedupInfo;
-use toolcall_dedup::key::{KeyerVersion, PolicySet};
+use toolcall_dedup::key::{Delivery, KeyerVersion, PolicySet};
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{
-    ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, RetryPolicy, Store,
+    ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, Record, RetryPolicy, SETTLE_MARGIN_MS,
+    Store,
 };
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
@@ -32,10 +33,10 @@ use super::plan::{self, Plan};
 use super::proxy::{FaultProxy, RequestFaults, WriteLog};
 use super::tool::ChaosTool;
 use super::{
-    ATTEMPT_TIMEOUT, BUDGET, COMPLETION_RESERVE, ChaosError, FaultClass, LEASE_MARGIN,
-    MAX_SETTLE_WAIT, READ_BACK_WITHIN, REPLY_MARGIN, SETTLE_CONCURRENCY, SETTLE_MARGIN,
-    SETTLE_ROUNDS, SLOW_CLAIM_PROBE_AFTER, STORE_DEADLINE, STORE_FAULTS, SoakConfig, SoakReport,
-    fault_names, sdk_client,
+    AT_MOST_ONCE_TOOL, ATTEMPT_TIMEOUT, BUDGET, COMPLETION_RESERVE, ChaosError, FaultClass,
+    LEASE_MARGIN, MAX_SETTLE_WAIT, READ_BACK_WITHIN, REPLY_MARGIN, SETTLE_CONCURRENCY,
+    SETTLE_MARGIN, SETTLE_ROUNDS, SLOW_CLAIM_PROBE_AFTER, STORE_DEADLINE, STORE_FAULTS,
+    SWEEP_EVERY, SoakConfig, SoakReport, fault_names, sdk_client,
 };
 
 /// The corpus events (with the corpus policy) that the handler executes with the demo tool;
@@ -111,8 +112,12 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         cfg.server_pid,
         ProxySwitch(Arc::new(proxy)),
     ));
+    let sweeping = !cfg.excluded.contains(&FaultClass::Sweeps);
+    let (stop_sweeps, sweeps) = tokio::sync::oneshot::channel();
+    let sweeper = sweeping.then(|| tokio::spawn(sweeps_beside(builds.clone(), sweeps)));
     let (tasks, probes) = drive(cfg, &plan, &builds, run_start).await;
     let mut ran = Ran::collect(tasks, probes).await?;
+    let _ = stop_sweeps.send(());
     if builds.len() > 1 {
         // Every other planned invocation went to the second build.
         let sent = plan.sends.len() / builds.len();
@@ -127,22 +132,97 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
 
     // Settle: every lease asked for has ended (plus a margin); then one fault-free send per call.
     wait_out_leases(&ran.observed, &handler).await;
-    let (mut settles, settle_failures) = settle(&handler, &plan.calls).await;
+    let at_most_once: Vec<bool> = plan
+        .calls
+        .iter()
+        .map(|c| sweeping && c.event["function"] == AT_MOST_ONCE_TOOL)
+        .collect();
+    let (ids, at_most_once_ids): (Vec<usize>, Vec<usize>) =
+        (0..plan.calls.len()).partition(|&id| !at_most_once[id]);
+    // The other calls settle now, as they would without the sweeps: waiting for the sweeps first
+    // would outlast a failure's replay window (a retry after it runs again, by design).
+    let (settled, mut settle_failures) = settle(&handler, &plan.calls, ids.clone()).await;
+    let mut records: Vec<Option<Record>> = vec![None; plan.calls.len()];
+    for (id, record) in records_of(&handler, &ran.observed, &settled, &ids).await? {
+        records[id] = record;
+    }
+    if let Some(sweeper) = sweeper {
+        let during = sweeper
+            .await
+            .map_err(|e| ChaosError::Setup(format!("the sweeps panicked: {e}")))?;
+        // A claim left unsettled can be swept once its lease ended the settle margin ago: then
+        // every build sweeps at once, as two containers' schedules may.
+        let last_lease = ran
+            .observed
+            .iter()
+            .filter(|o| at_most_once[o.call])
+            .filter_map(|o| o.notes.lease_until_ms)
+            .max();
+        if let Some(last_lease) = last_lease {
+            let sweepable_in = last_lease + SETTLE_MARGIN_MS - handler.store().now_ms();
+            let wait = Duration::from_millis(u64::try_from(sweepable_in).unwrap_or(0));
+            tokio::time::sleep(wait + SETTLE_MARGIN).await;
+        }
+        let mut last = JoinSet::new();
+        for build in &builds {
+            let build = build.clone();
+            last.spawn(async move { sweep_once(&build).await });
+        }
+        let mut swept = during;
+        while let Some(settled) = last.join_next().await {
+            swept += settled.unwrap_or(0);
+        }
+        ran.faults.insert(FaultClass::Sweeps.name().into(), swept);
+    }
+    let (settled_after_sweeps, failures) =
+        settle(&handler, &plan.calls, at_most_once_ids.clone()).await;
+    settle_failures += failures;
+    for (id, record) in records_of(
+        &handler,
+        &ran.observed,
+        &settled_after_sweeps,
+        &at_most_once_ids,
+    )
+    .await?
+    {
+        records[id] = record;
+    }
+    let mut settles: Vec<Observed> = settled
+        .into_iter()
+        .zip(settled_after_sweeps)
+        .map(|(settled, after_sweeps)| settled.or(after_sweeps).expect("every call was sent"))
+        .collect();
 
     // The oracle. Notes are read again: a tool that outlived its invocation noted its receipt late.
     for o in ran.observed.iter_mut().chain(settles.iter_mut()) {
         o.notes = o.attempt.note(|n| n.clone());
     }
     let writes = proxy.writes();
-    let verdict = judge(
+    let mut verdict = judge(
         &plan,
+        &at_most_once,
+        &records,
         &ran.observed,
         &settles,
-        &handler,
         &writes,
         &ledger_path,
     )
     .await?;
+    // Each sweep reports only the claims its own settle write settled, so no more claims can be
+    // reported than records ended settled as outcome unknown.
+    let swept = ran
+        .faults
+        .get(FaultClass::Sweeps.name())
+        .copied()
+        .unwrap_or(0);
+    if swept > verdict.at_most_once_unknown {
+        verdict.announced_twice = swept - verdict.at_most_once_unknown;
+        verdict.findings.push(format!(
+            "the sweeps reported settling {swept} claims, but only {} records ended settled as \
+             outcome unknown: a call was announced twice",
+            verdict.at_most_once_unknown
+        ));
+    }
     let store_paths = store_paths(&ran, &verdict);
     Ok(SoakReport {
         seed: cfg.seed,
@@ -168,6 +248,9 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         unexecuted_before_settle: verdict.unexecuted_before_settle,
         claims_misjudged: verdict.claims_misjudged,
         key_splits: verdict.key_splits,
+        at_most_once_calls: verdict.at_most_once_calls,
+        at_most_once_unknown: verdict.at_most_once_unknown,
+        announced_twice: verdict.announced_twice,
         settle_failures,
         duration_ms: started.elapsed().as_millis() as u64,
         ledgers: vec![ledger_path.display().to_string()],
@@ -228,7 +311,12 @@ struct Rig {
 }
 
 impl Rig {
-    async fn start(cfg: &SoakConfig, policies: PolicySet) -> Result<Rig, ChaosError> {
+    async fn start(cfg: &SoakConfig, mut policies: PolicySet) -> Result<Rig, ChaosError> {
+        if !cfg.excluded.contains(&FaultClass::Sweeps) {
+            let mut policy = policies.get(AT_MOST_ONCE_TOOL).cloned().unwrap_or_default();
+            policy.delivery = Delivery::AtMostOnce;
+            policies.insert(AT_MOST_ONCE_TOOL, policy);
+        }
         let table = format!("dedup-chaos-{}-{}", cfg.seed, uuid::Uuid::new_v4().simple());
         let store_cfg = DynamoDbConfig {
             retry: RetryPolicy {
@@ -428,6 +516,59 @@ impl Ran {
 
 /// Waits until every lease the run's invocations asked for has ended, plus a margin (at most
 /// [`MAX_SETTLE_WAIT`]).
+/// The records of the calls `ids` (indexed by call), each read as its settling send left it: a
+/// failure's record expires after its replay window, which the sweeps' wait may outlast.
+async fn records_of(
+    handler: &SoakHandler,
+    observed: &[Observed],
+    settled: &[Option<Observed>],
+    ids: &[usize],
+) -> Result<Vec<(usize, Option<Record>)>, ChaosError> {
+    let mut records = Vec::with_capacity(ids.len());
+    for &id in ids {
+        let key = observed
+            .iter()
+            .filter(|o| o.call == id)
+            .chain(settled[id].as_ref())
+            .find_map(|o| o.key.clone());
+        let record = match key {
+            Some(key) => handler.store().get(&key).await?,
+            None => None,
+        };
+        records.push((id, record));
+    }
+    Ok(records)
+}
+
+/// The scheduled sweep every [`SWEEP_EVERY`], on each build in turn, until `stop`; the claims the
+/// sweeps settled.
+async fn sweeps_beside(
+    builds: Vec<Arc<SoakHandler>>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> u64 {
+    let mut settled = 0;
+    for n in 0.. {
+        tokio::select! {
+            _ = &mut stop => break,
+            () = tokio::time::sleep(SWEEP_EVERY) => {}
+        }
+        settled += sweep_once(&builds[n % builds.len()]).await;
+    }
+    settled
+}
+
+/// One scheduled sweep through the handler: the claims it settled. A sweep the store fails (a
+/// fault window) settles none; the next one goes on, as the schedule's would.
+async fn sweep_once(handler: &SoakHandler) -> u64 {
+    let Ok(answer) = handler.sweep(&Invocation::default()).await else {
+        return 0;
+    };
+    serde_json::from_str::<Value>(answer.get())
+        .ok()
+        .and_then(|v| v["settled"].as_u64())
+        .unwrap_or(0)
+}
+
 async fn wait_out_leases(observed: &[Observed], handler: &SoakHandler) {
     let last_lease = observed
         .iter()
@@ -446,9 +587,10 @@ async fn wait_out_leases(observed: &[Observed], handler: &SoakHandler) {
 /// are double executions.
 async fn judge(
     plan: &Plan,
+    at_most_once: &[bool],
+    records: &[Option<Record>],
     observed: &[Observed],
     settles: &[Observed],
-    handler: &SoakHandler,
     writes: &WriteLog,
     ledger_path: &Path,
 ) -> Result<Verdict, ChaosError> {
@@ -469,10 +611,12 @@ async fn judge(
         let settle_index = invocations.len();
         invocations.push(&settles[id]);
         let key = invocations.iter().find_map(|o| o.key.clone());
-        let record = match &key {
-            Some(key) => handler.store().get(key).await?,
-            None => None,
-        };
+        let record = records[id].clone();
+        if at_most_once[id] {
+            verdict.at_most_once_calls += 1;
+            verdict.at_most_once_unknown +=
+                u64::from(record.as_ref().is_some_and(|r| r.outcome_unknown));
+        }
         let entries = by_session
             .remove(call.session_id.as_str())
             .unwrap_or_default();
@@ -493,6 +637,7 @@ async fn judge(
             &entries,
             &invocations,
             settle_index,
+            at_most_once[id],
             &oracle::StoreSeen {
                 record: record.as_ref(),
                 writes: &key.as_deref().map(|k| writes.of(k)).unwrap_or_default(),
@@ -609,9 +754,9 @@ fn observed_paths(observed: &[Observed]) -> BTreeMap<String, u64> {
 async fn settle<S: Store + 'static, D: toolcall_dedup::dispatch::Dispatcher + 'static>(
     handler: &Arc<Handler<S, D>>,
     calls: &[plan::Call],
-) -> (Vec<Observed>, u64) {
+    mut pending: Vec<usize>,
+) -> (Vec<Option<Observed>>, u64) {
     let mut settled: Vec<Option<Observed>> = (0..calls.len()).map(|_| None).collect();
-    let mut pending: Vec<usize> = (0..calls.len()).collect();
     let gate = Arc::new(Semaphore::new(SETTLE_CONCURRENCY));
     for round in 0..SETTLE_ROUNDS {
         if round > 0 {
@@ -640,12 +785,7 @@ async fn settle<S: Store + 'static, D: toolcall_dedup::dispatch::Dispatcher + 's
             break;
         }
     }
-    let failures = pending.len() as u64;
-    let settled = settled
-        .into_iter()
-        .map(|o| o.expect("every call was sent"))
-        .collect();
-    (settled, failures)
+    (settled, pending.len() as u64)
 }
 
 /// One invocation with its deadline, under its tool fault; killed (dropped) when the tool pulls

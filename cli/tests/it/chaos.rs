@@ -86,11 +86,19 @@ async fn soak_on(backend: Backend, server: &str, pid_var: &str) {
         "tool_sandbox_timedout",
         "tool_invoke_connection_lost",
         "second_build_side_by_side",
+        "at_most_once_swept",
     ] {
         if excluded.contains(&kind) {
             continue;
         }
         assert!(injected(kind) > 0, "no {kind} fault was injected");
+    }
+    if !excluded.contains(&"at_most_once_swept") {
+        assert!(
+            report.at_most_once_calls() > 0,
+            "no at_most_once calls:\n{}",
+            report.summary()
+        );
     }
     assert!(
         report.passed(),
