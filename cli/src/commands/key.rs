@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::CliError;
+use toolcall_dedup::config::{Config, StoreKind};
 use toolcall_dedup::key::{Call, Keyer, KeyerVersion, PolicySet, Schema, Strategy};
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +27,11 @@ pub(crate) struct KeyArgs {
     /// Per-tool policy file (JSON or TOML).
     #[arg(long)]
     pub(crate) policy: Option<PathBuf>,
+    /// The function's config document (a file): its tools' policies and schemas and its pinned
+    /// keyer (`settings.keyer`), read as the Lambda reads them, so the keys are the function's.
+    /// As in the Lambda, a `DEDUP_*` variable overrides the document's setting; `--keyer` both.
+    #[arg(long, value_name = "DOCUMENT", conflicts_with_all = ["policy", "compare_policy"])]
+    pub(crate) config: Option<PathBuf>,
     /// Key the calls on stdin (`dedup key` lines, or call-log lines of `DEDUP_LOG_CALLS=full`)
     /// under two policy files and list those whose key changes.
     #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with_all = ["policy", "explain"])]
@@ -60,6 +66,29 @@ fn version(args: &KeyArgs) -> Result<KeyerVersion, CliError> {
             .map_err(|e| CliError::Usage(format!("DEDUP_KEYER: {e}"))),
         (None, None) => Ok(KeyerVersion::default()),
     }
+}
+
+/// The policies and the keyer version to key with: `--config`'s document as the Lambda reads it
+/// (its environment's `DEDUP_*` variables over the document's settings), else `--policy`'s file
+/// and `DEDUP_KEYER`; `--keyer` over either.
+fn keying(args: &KeyArgs) -> Result<(PolicySet, KeyerVersion), CliError> {
+    let Some(path) = &args.config else {
+        let policies = match &args.policy {
+            Some(path) => PolicySet::load(path)?,
+            None => PolicySet::default(),
+        };
+        return Ok((policies, version(args)?));
+    };
+    let refused = |e: &dyn std::fmt::Display| CliError::Usage(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| refused(&e))?;
+    let document = toolcall_dedup::config::document::parse(&text).map_err(|e| refused(&e))?;
+    let config = Config::from_lookup_and_document(
+        |name| std::env::var(name).ok(),
+        Some(&document),
+        StoreKind::Memory,
+    )
+    .map_err(|e| refused(&e))?;
+    Ok((config.policies, args.keyer.unwrap_or(config.keyer)))
 }
 
 /// clap wrapper so `--help` lists the strategies.
@@ -119,10 +148,7 @@ pub(crate) fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
         compare_policies(&old, &new, stdin, stdout)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let policies = match &args.policy {
-        Some(path) => PolicySet::load(path)?,
-        None => PolicySet::default(),
-    };
+    let (policies, version) = keying(&args)?;
     if let Some(versions) = &args.compare_keyer {
         let old = Keyer::new()
             .with_policies(policies.clone())
@@ -135,9 +161,7 @@ pub(crate) fn run(args: KeyArgs) -> Result<ExitCode, CliError> {
         compare_policies(&old, &new, stdin, stdout)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let keyer = Keyer::new()
-        .with_policies(policies)
-        .with_version(version(&args)?);
+    let keyer = Keyer::new().with_policies(policies).with_version(version);
     let stdin = std::io::stdin().lock();
     let stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let all_ok = key_lines(&keyer, args.strategy.0, args.explain, stdin, stdout)?;

@@ -142,6 +142,46 @@ fn explain_prints_the_keyer_version_and_the_policy_fingerprint() {
     assert!(keys(&[other])[0]["policy"].is_null());
 }
 
+/// `--config` keys as the function its document configures: the document's pinned keyer
+/// (`settings.keyer`) and its tools' policies; `--keyer` overrides the pin. (Before, `dedup key`
+/// read only `DEDUP_KEYER`, so an operator keying with the function's document got the unpinned
+/// default's keys, not the function's.)
+#[test]
+fn config_keys_with_the_documents_pinned_keyer_and_policies() {
+    let dir = tempfile::tempdir().unwrap();
+    let document = dir.path().join("dedup.yaml");
+    std::fs::write(
+        &document,
+        "settings:\n  keyer: typed/v3\ntools:\n  add_note: {key_fields: [note]}\n",
+    )
+    .unwrap();
+    let lines = [
+        serde_json::json!({"tool": "add_note", "args": r#"{"note": " Call Maria back", "at": "09:00"}"#}),
+        serde_json::json!({"tool": "add_note", "args": r#"{"note": "Call Maria back", "at": "10:30"}"#}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let doc = document.to_str().unwrap();
+    let (keyed, ok, stderr) =
+        crate::cli_key::dedup_key_with_stderr(&["--config", doc, "--explain"], &input);
+    assert!(ok, "{stderr}");
+    assert_eq!(keyed[0]["keyer_version"], "typed/v3");
+    // The pad goes under v3, and the policy keys on `note` alone.
+    assert_eq!(keyed[0]["key"], keyed[1]["key"], "{keyed:?}");
+    let (overridden, ok, _) =
+        crate::cli_key::dedup_key_with_stderr(&["--config", doc, "--keyer", "typed/v2"], &input);
+    assert!(ok);
+    assert_ne!(overridden[0]["key"], overridden[1]["key"]);
+    let (without, ok, _) = crate::cli_key::dedup_key_with_stderr(&[], &input);
+    assert!(ok);
+    assert_ne!(without[0]["key"], without[1]["key"]);
+    let (refused, ok, stderr) =
+        crate::cli_key::dedup_key_with_stderr(&["--config", "no-such.yaml"], &input);
+    assert!(
+        !ok && refused.is_empty() && stderr.contains("no-such.yaml"),
+        "{stderr}"
+    );
+}
+
 /// `--compare-keyer` lists exactly the calls a move of the pinned version re-keys (a single pad
 /// before several words, v2 → v3), names both versions, and says the version `--explain` keyed with.
 #[test]
