@@ -8,7 +8,9 @@
 
 use serde_json::Value;
 
-use crate::store::{Record, RecordFilter, RecordState, Records, Status, StoreError, is_not_a_call};
+use crate::store::{
+    LeaseToken, Record, RecordFilter, RecordState, Records, Status, StoreError, is_not_a_call,
+};
 
 /// The scheduled event's one member: `{"toolcall-dedup": "sweep"}` (the SAM and CDK stacks' rule
 /// sends it every five minutes). Nothing else has it: no door reads a member of that name.
@@ -58,10 +60,7 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
             continue;
         }
         swept.found += 1;
-        match store
-            .settle_unknown(&record.key, &record.token, record.expires_at_s)
-            .await
-        {
+        match settle_left(store, &record).await {
             Ok(()) => {
                 // The line the runbook's "calls left unknown" query finds, as the executor's.
                 tracing::warn!(
@@ -79,4 +78,73 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
         }
     }
     Ok(swept)
+}
+
+/// Settles one claim the listing found left unsettled, as outcome unknown. The sweep first takes
+/// the claim under a token of its own, then settles under that token: of two sweeps that listed
+/// the claim, only the one whose hand-over applied goes on, and its settle, retried after a lost
+/// answer or not, is its own. (Settled under the holder's token, the second sweep's settle met
+/// the first's as a retry would, succeeded, and the call was announced twice.) A hand-over whose
+/// answer was lost leaves the claim, its lease still ended, to the next sweep.
+async fn settle_left<S: Records>(store: &S, record: &Record) -> Result<(), StoreError> {
+    let mine = LeaseToken::random();
+    store
+        .hand_over(
+            &record.key,
+            &record.token,
+            &mine,
+            record.lease_until_ms,
+            record.expires_at_s,
+        )
+        .await?;
+    store
+        .settle_unknown(&record.key, &mine, record.expires_at_s)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{
+        ClaimOutcome, ClaimRequest, Clock, ManualClock, MemoryStore, SETTLE_MARGIN_MS, Store,
+    };
+
+    /// Two sweeps that listed one claim left unsettled (two containers' schedules, or a retried
+    /// scheduled invocation) settle it once between them: only one reports it, so it is announced
+    /// once.
+    #[tokio::test]
+    async fn of_two_sweeps_that_listed_one_claim_only_one_settles_it() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::new().with_clock(clock.clone());
+        let now = clock.now_ms();
+        let claimed = store
+            .claim(ClaimRequest {
+                key: "0123456789abcdef0123456789abcdef",
+                fingerprint: "f",
+                tool: "refund",
+                lease_until_ms: now + 1_000,
+                expires_at_s: now / 1000 + 86_400,
+                owner: None,
+                at_most_once: true,
+                on_failure: Default::default(),
+                path_digests: None,
+                about: Default::default(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(claimed, ClaimOutcome::Claimed { .. }));
+        clock.advance_ms(1_000 + SETTLE_MARGIN_MS + 1);
+        let listed = store
+            .get("0123456789abcdef0123456789abcdef")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(is_left_unsettled(&listed, clock.now_ms()));
+        let first = settle_left(&store, &listed).await;
+        let second = settle_left(&store, &listed).await;
+        assert!(first.is_ok(), "{first:?}");
+        assert!(matches!(second, Err(StoreError::LeaseLost)), "{second:?}");
+        let settled = store.get(&listed.key).await.unwrap().unwrap();
+        assert!(settled.outcome_unknown && settled.status == Status::Completed);
+    }
 }

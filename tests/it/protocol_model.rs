@@ -62,6 +62,10 @@ enum Bug {
     /// The sweep settles the key's in-progress record whoever holds it now, instead of fencing the
     /// settle with the token of the claim it listed.
     SweepUnfenced,
+    /// The sweep settles under the listed claim's token instead of first taking the claim under a
+    /// token of its own: a second sweep that listed the claim meets the first's settle as a retry
+    /// of its own would, succeeds, and reports the call again (the code before stop 60).
+    SweepSettlesUnderTheHoldersToken,
 }
 
 #[derive(Debug, Clone)]
@@ -139,11 +143,14 @@ struct State {
     /// Effects that ended in a failure the claim's rule lets run again (released, or replayed
     /// for a short retention): each allows one more effect.
     retried_failures: u8,
-    /// What the sweep listed and has not settled yet: the claim's token and its expiry.
-    sweep_listed: Option<(u8, i64)>,
+    /// What each of two sweeps (two containers' schedules) listed and has not settled yet: the
+    /// claim's token and its expiry.
+    sweep_listed: [Option<(u8, i64)>; 2],
     /// The sweep settled a claim; one whose owner could still act.
     swept: bool,
     swept_a_live_owner: bool,
+    /// Calls the sweeps reported settling, so announced.
+    sweep_reports: u8,
 }
 
 /// How a running side effect ends.
@@ -178,10 +185,10 @@ enum Action {
     Effect(usize),
     Finish(usize, Ending),
     Kill(usize),
-    /// The sweep reads the attention index, its clock this many ticks ahead.
-    SweepList(u8),
-    /// The sweep writes its settle for what it listed.
-    SweepSettle,
+    /// A sweep (of two) reads the attention index, its clock this many ticks ahead.
+    SweepList(usize, u8),
+    /// A sweep writes its settle for what it listed.
+    SweepSettle(usize),
 }
 
 impl Protocol {
@@ -348,9 +355,10 @@ impl Model for Protocol {
                 next_token: 1,
                 rerun_allowed: false,
                 retried_failures: 0,
-                sweep_listed: None,
+                sweep_listed: [None, None],
                 swept: false,
                 swept_a_live_owner: false,
+                sweep_reports: 0,
             })
             .collect()
     }
@@ -359,9 +367,11 @@ impl Model for Protocol {
         if state.tick < self.ticks {
             actions.push(Action::Tick);
         }
-        match state.sweep_listed {
-            None => actions.extend([Action::SweepList(0), Action::SweepList(1)]),
-            Some(_) => actions.push(Action::SweepSettle),
+        for (sweep, listed) in state.sweep_listed.iter().enumerate() {
+            match listed {
+                None => actions.extend([Action::SweepList(sweep, 0), Action::SweepList(sweep, 1)]),
+                Some(_) => actions.push(Action::SweepSettle(sweep)),
+            }
         }
         for (i, caller) in state.callers.iter().enumerate() {
             match &caller.phase {
@@ -541,18 +551,17 @@ impl Model for Protocol {
                     _ => Self::refuse_or_retry(caller),
                 }
             }
-            Action::SweepList(ahead) => {
+            Action::SweepList(sweep, ahead) => {
                 let now_ms = i64::from(state.tick + ahead) * TICK_MS;
                 let listed = state
                     .record
                     .as_ref()
                     .filter(|stored| is_left_unsettled(&Self::product_record(stored), now_ms))?;
-                state.sweep_listed = Some((listed.token, listed.expires_at_s));
+                state.sweep_listed[sweep] = Some((listed.token, listed.expires_at_s));
             }
-            Action::SweepSettle => {
-                let (token, expires_at_s) = state.sweep_listed.take()?;
+            Action::SweepSettle(sweep) => {
+                let (token, expires_at_s) = state.sweep_listed[sweep].take()?;
                 let now_ms = i64::from(state.tick) * TICK_MS;
-                // The store's settle_unknown: fenced by the listed claim's token.
                 let held = match self.bug {
                     Some(Bug::SweepUnfenced) => state.record.as_ref().is_some_and(|r| {
                         r.status == Status::InProgress
@@ -560,17 +569,37 @@ impl Model for Protocol {
                     }),
                     _ => Self::held_by(&state.record, token, now_ms),
                 };
+                // The sweep's hand-over to a token of its own (fenced by the listed claim's
+                // token), then its settle_unknown under that token, which it alone holds.
                 if held {
+                    let owner = state.record.as_ref().unwrap().token;
+                    let settled_under = match self.bug {
+                        Some(Bug::SweepSettlesUnderTheHoldersToken) => owner,
+                        _ => {
+                            state.next_token += 1;
+                            state.next_token - 1
+                        }
+                    };
                     let record = state.record.as_mut().unwrap();
-                    let owner = record.token;
+                    record.token = settled_under;
                     record.status = Status::Completed;
                     record.outcome_unknown = true;
                     record.result = None;
                     record.expires_at_s = expires_at_s;
                     state.swept = true;
+                    state.sweep_reports += 1;
                     if !self.owner_cannot_act(&state, owner) {
                         state.swept_a_live_owner = true;
                     }
+                } else if self.bug == Some(Bug::SweepSettlesUnderTheHoldersToken)
+                    && state.record.as_ref().is_some_and(|r| {
+                        r.outcome_unknown
+                            && r.token == token
+                            && !Self::product_record(r).is_expired(now_ms)
+                    })
+                {
+                    // settle_unknown's answer to a retry of its own write: settled so already.
+                    state.sweep_reports += 1;
                 }
             }
         }
@@ -611,6 +640,9 @@ impl Model for Protocol {
                 "the sweep settles only claims whose owner cannot act",
                 |_, s: &State| !s.swept_a_live_owner,
             ),
+            Property::always("the sweeps announce a call once", |_, s: &State| {
+                s.sweep_reports <= 1
+            }),
             // Where a claim can be left unsettled past its lease and the margin while its record
             // lives, the sweep must be seen settling one, or the invariant above proves nothing.
             Property::sometimes(
@@ -738,6 +770,22 @@ fn a_sweep_without_its_token_fence_is_found_with_a_trace() {
     eprintln!("{found}");
     assert!(
         found.contains("SweepList") && found.contains("SweepSettle"),
+        "{found}"
+    );
+}
+
+/// Two sweeps that list one claim: settled under the holder's token, the second one's settle
+/// succeeds as a retry would and the call is reported twice; the model finds it.
+#[test]
+fn two_sweeps_settling_under_the_holders_token_are_found_with_a_trace() {
+    let found = trace(
+        swept(Some(Bug::SweepSettlesUnderTheHoldersToken)),
+        "the sweeps announce a call once",
+    )
+    .expect("the checker must find the twice-announced call");
+    eprintln!("{found}");
+    assert!(
+        found.contains("SweepSettle(0)") && found.contains("SweepSettle(1)"),
         "{found}"
     );
 }

@@ -387,6 +387,9 @@ pub(crate) struct NotingStore<S> {
     failed_finally: Mutex<HashMap<String, Vec<FailedClaim>>>,
     /// The tokens of every claim the store reported made.
     claimed: Mutex<std::collections::HashSet<LeaseToken>>,
+    /// Per key, the settlements as outcome unknown the store reported made (the executor's and
+    /// the sweeps'): each is announced, so a key counted twice was announced twice.
+    settled_unknown: Mutex<HashMap<String, u32>>,
 }
 
 /// A claim that failed with a final error: the lease it asked for, the error's kind, its
@@ -406,7 +409,21 @@ impl<S: Store> NotingStore<S> {
             handed_back: Mutex::new(HashMap::new()),
             failed_finally: Mutex::new(HashMap::new()),
             claimed: Mutex::new(std::collections::HashSet::new()),
+            settled_unknown: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The keys whose call was settled as outcome unknown, so announced, more than once.
+    pub(crate) fn settled_unknown_twice(&self) -> Vec<String> {
+        let settled = self
+            .settled_unknown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        settled
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     /// A claim on `key` found `held` in progress: if it is a claim that was reported failed with
@@ -815,7 +832,16 @@ impl<S: Store> Store for NotingStore<S> {
         token: &LeaseToken,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.inner.settle_unknown(key, token, expires_at_s).await
+        let settled = self.inner.settle_unknown(key, token, expires_at_s).await;
+        if settled.is_ok() {
+            *self
+                .settled_unknown
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key.to_owned())
+                .or_default() += 1;
+        }
+        settled
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {

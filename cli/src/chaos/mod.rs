@@ -243,7 +243,8 @@ pub struct SoakReport {
     pub(crate) at_most_once_calls: u64,
     /// Of those, the ones whose record ended settled as outcome unknown.
     pub(crate) at_most_once_unknown: u64,
-    /// Claims the sweeps reported settling beyond the records settled so: a call announced twice.
+    /// Calls the store settled as outcome unknown more than once (the executor's settle and the
+    /// sweeps' each announce the call): announced twice.
     pub announced_twice: u64,
     settle_failures: u64,
     pub(crate) duration_ms: u64,

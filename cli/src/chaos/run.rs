@@ -208,19 +208,15 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         &ledger_path,
     )
     .await?;
-    // Each sweep reports only the claims its own settle write settled, so no more claims can be
-    // reported than records ended settled as outcome unknown.
-    let swept = ran
-        .faults
-        .get(FaultClass::Sweeps.name())
-        .copied()
-        .unwrap_or(0);
-    if swept > verdict.at_most_once_unknown {
-        verdict.announced_twice = swept - verdict.at_most_once_unknown;
+    // Every settlement as outcome unknown is announced (by the executor, or by the sweep whose
+    // write settled the claim): a key settled so twice was announced twice.
+    let twice = handler.store().settled_unknown_twice();
+    if !twice.is_empty() {
+        verdict.announced_twice = twice.len() as u64;
         verdict.findings.push(format!(
-            "the sweeps reported settling {swept} claims, but only {} records ended settled as \
-             outcome unknown: a call was announced twice",
-            verdict.at_most_once_unknown
+            "{} calls were settled as outcome unknown, and announced, more than once: {}",
+            twice.len(),
+            twice.join(", ")
         ));
     }
     let store_paths = store_paths(&ran, &verdict);
