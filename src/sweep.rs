@@ -9,7 +9,8 @@
 use serde_json::Value;
 
 use crate::store::{
-    LeaseToken, Record, RecordFilter, RecordState, Records, Status, StoreError, is_not_a_call,
+    LeaseToken, Record, RecordFilter, RecordState, Records, Status, Store, StoreError,
+    is_not_a_call,
 };
 
 /// The scheduled event's one member: `{"toolcall-dedup": "sweep"}` (the SAM and CDK stacks' rule
@@ -85,10 +86,11 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
 /// the claim, only the one whose hand-over applied goes on, and its settle, retried after a lost
 /// answer or not, is its own. (Settled under the holder's token, the second sweep's settle met
 /// the first's as a retry would, succeeded, and the call was announced twice.) A hand-over whose
-/// answer was lost leaves the claim, its lease still ended, to the next sweep.
-async fn settle_left<S: Records>(store: &S, record: &Record) -> Result<(), StoreError> {
+/// answers were lost (its retry refused, or the store unreachable) is read back: if it applied,
+/// the sweep goes on under its token, so the claim is not left under a token nobody settles.
+async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreError> {
     let mine = LeaseToken::random();
-    store
+    let handed = store
         .hand_over(
             &record.key,
             &record.token,
@@ -96,7 +98,16 @@ async fn settle_left<S: Records>(store: &S, record: &Record) -> Result<(), Store
             record.lease_until_ms,
             record.expires_at_s,
         )
-        .await?;
+        .await;
+    if let Err(e) = handed {
+        let applied = matches!(
+            store.get(&record.key).await,
+            Ok(Some(now)) if now.token == mine && now.status == Status::InProgress
+        );
+        if !applied {
+            return Err(e);
+        }
+    }
     store
         .settle_unknown(&record.key, &mine, record.expires_at_s)
         .await
@@ -106,16 +117,12 @@ async fn settle_left<S: Records>(store: &S, record: &Record) -> Result<(), Store
 mod tests {
     use super::*;
     use crate::store::{
-        ClaimOutcome, ClaimRequest, Clock, ManualClock, MemoryStore, SETTLE_MARGIN_MS, Store,
+        ClaimOutcome, ClaimRequest, Clock, ManualClock, MemoryStore, SETTLE_MARGIN_MS,
     };
 
-    /// Two sweeps that listed one claim left unsettled (two containers' schedules, or a retried
-    /// scheduled invocation) settle it once between them: only one reports it, so it is announced
-    /// once.
-    #[tokio::test]
-    async fn of_two_sweeps_that_listed_one_claim_only_one_settles_it() {
-        let clock = ManualClock::starting_now();
-        let store = MemoryStore::new().with_clock(clock.clone());
+    /// An `at_most_once` claim on `store`, left unsettled past its lease and the settle margin, as
+    /// a sweep lists it.
+    async fn left_unsettled<S: Store>(store: &S, clock: &ManualClock) -> Record {
         let now = clock.now_ms();
         let claimed = store
             .claim(ClaimRequest {
@@ -140,6 +147,38 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(is_left_unsettled(&listed, clock.now_ms()));
+        listed
+    }
+
+    /// A hand-over that applied but whose answers were lost is read back: the same sweep settles
+    /// the claim, rather than leaving it under a token no one holds until the next sweep.
+    #[cfg(feature = "stand-ins")]
+    #[tokio::test]
+    async fn a_hand_over_whose_answer_was_lost_still_settles_the_claim() {
+        let clock = ManualClock::starting_now();
+        let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
+        store
+            .lose_hand_over_answers
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        let listed = left_unsettled(&store, &clock).await;
+        let settled = settle_left(&store, &listed).await;
+        assert!(settled.is_ok(), "{settled:?}");
+        let record = store.get(&listed.key).await.unwrap().unwrap();
+        assert!(record.outcome_unknown && record.status == Status::Completed);
+        assert!(matches!(
+            settle_left(&store, &listed).await,
+            Err(StoreError::LeaseLost)
+        ));
+    }
+
+    /// Two sweeps that listed one claim left unsettled (two containers' schedules, or a retried
+    /// scheduled invocation) settle it once between them: only one reports it, so it is announced
+    /// once.
+    #[tokio::test]
+    async fn of_two_sweeps_that_listed_one_claim_only_one_settles_it() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::new().with_clock(clock.clone());
+        let listed = left_unsettled(&store, &clock).await;
         let first = settle_left(&store, &listed).await;
         let second = settle_left(&store, &listed).await;
         assert!(first.is_ok(), "{first:?}");

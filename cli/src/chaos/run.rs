@@ -150,8 +150,8 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         let during = sweeper
             .await
             .map_err(|e| ChaosError::Setup(format!("the sweeps panicked: {e}")))?;
-        // A claim left unsettled can be swept once its lease ended the settle margin ago: then
-        // every build sweeps at once, as two containers' schedules may.
+        // A claim left unsettled can be swept once its lease ended the settle margin ago: then two
+        // sweeps run at once, as two containers' schedules may.
         let last_lease = ran
             .observed
             .iter()
@@ -163,9 +163,10 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             let wait = Duration::from_millis(u64::try_from(sweepable_in).unwrap_or(0));
             tokio::time::sleep(wait + SETTLE_MARGIN).await;
         }
+        // Two sweeps at once, on the two builds (or twice on the one, without that class).
         let mut last = JoinSet::new();
-        for build in &builds {
-            let build = build.clone();
+        for n in 0..2 {
+            let build = builds[n % builds.len()].clone();
             last.spawn(async move { sweep_once(&build).await });
         }
         let mut swept = during;
