@@ -17,7 +17,7 @@ use crate::demo::{DemoTool, Ledger};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::handler::{Door, Handler, Invocation};
 use toolcall_dedup::internals::port::DedupInfo;
-use toolcall_dedup::key::{Delivery, KeyerVersion, PolicySet};
+use toolcall_dedup::key::{Delivery, KeyerVersion, OnFailure, PolicySet};
 use toolcall_dedup::store::table::create_table_with_client;
 use toolcall_dedup::store::{
     ClaimBudget, DynamoDbConfig, DynamoDbStore, MemoryStore, Record, RetryPolicy, SETTLE_MARGIN_MS,
@@ -309,6 +309,15 @@ struct Rig {
 
 impl Rig {
     async fn start(cfg: &SoakConfig, mut policies: PolicySet) -> Result<Rig, ChaosError> {
+        // A failure replays for the record's whole retention: the oracle holds one stored result
+        // per call, and a soak longer than the default 60 s window would see a failed call run
+        // again by design (its replay window ended) and judge it a double execution.
+        let tools: Vec<String> = policies.iter().map(|(tool, _)| tool.to_owned()).collect();
+        for tool in tools {
+            let mut policy = policies.get(&tool).cloned().unwrap_or_default();
+            policy.on_failure = Some(OnFailure::Replay);
+            policies.insert(tool, policy);
+        }
         if !cfg.excluded.contains(&FaultClass::Sweeps) {
             let mut policy = policies.get(AT_MOST_ONCE_TOOL).cloned().unwrap_or_default();
             policy.delivery = Delivery::AtMostOnce;
