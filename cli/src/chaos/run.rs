@@ -141,11 +141,9 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         (0..plan.calls.len()).partition(|&id| !at_most_once[id]);
     // The other calls settle now, as they would without the sweeps: waiting for the sweeps first
     // would outlast a failure's replay window (a retry after it runs again, by design).
-    let (settled, mut settle_failures) = settle(&handler, &plan.calls, ids.clone()).await;
     let mut records: Vec<Option<Record>> = vec![None; plan.calls.len()];
-    for (id, record) in records_of(&handler, &ran.observed, &settled, &ids).await? {
-        records[id] = record;
-    }
+    let (settled, mut settle_failures) =
+        settle_and_read(&handler, &plan.calls, &ran.observed, ids, &mut records).await?;
     if let Some(sweeper) = sweeper {
         let during = sweeper
             .await
@@ -175,19 +173,15 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         }
         ran.faults.insert(FaultClass::Sweeps.name().into(), swept);
     }
-    let (settled_after_sweeps, failures) =
-        settle(&handler, &plan.calls, at_most_once_ids.clone()).await;
-    settle_failures += failures;
-    for (id, record) in records_of(
+    let (settled_after_sweeps, failures) = settle_and_read(
         &handler,
+        &plan.calls,
         &ran.observed,
-        &settled_after_sweeps,
-        &at_most_once_ids,
+        at_most_once_ids,
+        &mut records,
     )
-    .await?
-    {
-        records[id] = record;
-    }
+    .await?;
+    settle_failures += failures;
     let mut settles: Vec<Observed> = settled
         .into_iter()
         .zip(settled_after_sweeps)
@@ -520,30 +514,29 @@ impl Ran {
     }
 }
 
-/// Waits until every lease the run's invocations asked for has ended, plus a margin (at most
-/// [`MAX_SETTLE_WAIT`]).
-/// The records of the calls `ids` (indexed by call), each read as its settling send left it: a
-/// failure's record expires after its replay window, which the sweeps' wait may outlast.
-async fn records_of(
-    handler: &SoakHandler,
+/// The fault-free settling sends of the calls `ids` ([`settle`]), with each call's record read
+/// into `records` as its settling send left it (a failure's record would expire after its replay
+/// window, which the sweeps' wait may outlast).
+async fn settle_and_read(
+    handler: &Arc<SoakHandler>,
+    calls: &[plan::Call],
     observed: &[Observed],
-    settled: &[Option<Observed>],
-    ids: &[usize],
-) -> Result<Vec<(usize, Option<Record>)>, ChaosError> {
-    let mut records = Vec::with_capacity(ids.len());
-    for &id in ids {
+    ids: Vec<usize>,
+    records: &mut [Option<Record>],
+) -> Result<(Vec<Option<Observed>>, u64), ChaosError> {
+    let (settled, failures) = settle(handler, calls, ids.clone()).await;
+    for id in ids {
         let key = observed
             .iter()
             .filter(|o| o.call == id)
             .chain(settled[id].as_ref())
             .find_map(|o| o.key.clone());
-        let record = match key {
+        records[id] = match key {
             Some(key) => handler.store().get(&key).await?,
             None => None,
         };
-        records.push((id, record));
     }
-    Ok(records)
+    Ok((settled, failures))
 }
 
 /// The scheduled sweep every [`SWEEP_EVERY`], on each build in turn, until `stop`; the claims the
@@ -575,6 +568,8 @@ async fn sweep_once(handler: &SoakHandler) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits until every lease the run's invocations asked for has ended, plus a margin (at most
+/// [`MAX_SETTLE_WAIT`]).
 async fn wait_out_leases(observed: &[Observed], handler: &SoakHandler) {
     let last_lease = observed
         .iter()
