@@ -392,6 +392,26 @@ pub(crate) struct NotingStore<S> {
     settled_unknown: Mutex<HashMap<String, u32>>,
 }
 
+/// Notes on a handed-back claim's invocation that a release of it sent at `at` was dropped before
+/// its answer.
+struct CutShort {
+    attempt: Option<Arc<Attempt>>,
+    at: i64,
+    answered: bool,
+}
+
+impl Drop for CutShort {
+    fn drop(&mut self) {
+        if let (Some(attempt), false) = (&self.attempt, self.answered) {
+            let at = self.at;
+            attempt.note(|n| {
+                n.orphan_releases
+                    .push(format!("{at}: cut short, no answer"))
+            });
+        }
+    }
+}
+
 /// A claim that failed with a final error: the lease it asked for, the error's kind, its
 /// invocation.
 type FailedClaim = (i64, &'static str, Arc<Attempt>);
@@ -789,13 +809,20 @@ impl<S: Store> Store for NotingStore<S> {
         if let Some(holder) = holder {
             holder.note(|n| n.release_sent = true);
         }
-        let released = self.inner.release(key, token).await;
         let handed_back = self
             .handed_back
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(token)
             .map(|(_, a)| a.clone());
+        // The executor bounds its releases of lost claims: one it gives up on is dropped here.
+        let mut cut = CutShort {
+            attempt: handed_back.clone(),
+            at: self.inner.now_ms(),
+            answered: false,
+        };
+        let released = self.inner.release(key, token).await;
+        cut.answered = true;
         if let (Some(attempt), Err(e)) = (handed_back, &released) {
             let at = self.inner.now_ms();
             attempt.note(|n| n.orphan_releases.push(format!("{at}: {}", error_chain(e))));

@@ -319,9 +319,32 @@ impl SoakReport {
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
+        // The verdict and its findings come first: a CI log keeps a failure's opening lines and
+        // cuts its middle, and the fault counts are long.
         let mut s = format!(
             "chaos soak, seed {} on {}: {} invocations of {} distinct calls in {:.1} s\n\
-             faults: {}\n\
+             double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}, \
+             claims misjudged: {}, calls announced twice: {}\n",
+            self.seed,
+            self.servers.join(" + "),
+            self.invocations,
+            self.distinct_calls,
+            self.duration_ms as f64 / 1000.0,
+            self.double_executions,
+            self.lost_results,
+            self.stuck_claims,
+            self.key_splits,
+            self.settle_failures,
+            self.claims_misjudged,
+            self.announced_twice,
+        );
+        for f in &self.findings {
+            s.push_str("  ");
+            s.push_str(f);
+            s.push('\n');
+        }
+        s.push_str(&format!(
+            "faults: {}\n\
              fault forms: {}\n\
              store paths: {}\n\
              answers: {}\n\
@@ -329,14 +352,7 @@ impl SoakReport {
              {} of them claimed by a write applied after it though sent before); \
              {} calls unexecuted before the settling pass; {} late completions refused by the lease token\n\
              at_most_once calls: {} ({} settled as outcome unknown)\n\
-             double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}, \
-             claims misjudged: {}, calls announced twice: {}\n\
              ledger: {}\n",
-            self.seed,
-            self.servers.join(" + "),
-            self.invocations,
-            self.distinct_calls,
-            self.duration_ms as f64 / 1000.0,
             faults.join(", "),
             self.fault_variants
                 .iter()
@@ -356,20 +372,8 @@ impl SoakReport {
             self.late_completions_refused,
             self.at_most_once_calls,
             self.at_most_once_unknown,
-            self.double_executions,
-            self.lost_results,
-            self.stuck_claims,
-            self.key_splits,
-            self.settle_failures,
-            self.claims_misjudged,
-            self.announced_twice,
             self.ledgers.join(", "),
-        );
-        for f in &self.findings {
-            s.push_str("  ");
-            s.push_str(f);
-            s.push('\n');
-        }
+        ));
         s.push_str(if self.passed() { "PASS\n" } else { "FAIL\n" });
         s
     }

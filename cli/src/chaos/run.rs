@@ -143,7 +143,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     // would outlast a failure's replay window (a retry after it runs again, by design).
     let mut records: Vec<Option<Record>> = vec![None; plan.calls.len()];
     let (settled, mut settle_failures) =
-        settle_and_read(&handler, &plan.calls, &ran.observed, ids, &mut records).await?;
+        settle_and_read(&builds, &plan.calls, &ran.observed, ids, &mut records).await?;
     if let Some(sweeper) = sweeper {
         let during = sweeper
             .await
@@ -174,14 +174,14 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         ran.faults.insert(FaultClass::Sweeps.name().into(), swept);
     }
     let (settled_after_sweeps, failures) = settle_and_read(
-        &handler,
+        &builds,
         &plan.calls,
         &ran.observed,
         at_most_once_ids,
         &mut records,
     )
     .await?;
-    settle_failures += failures;
+    settle_failures.extend(failures);
     let mut settles: Vec<Observed> = settled
         .into_iter()
         .zip(settled_after_sweeps)
@@ -214,6 +214,20 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             twice.join(", ")
         ));
     }
+    if !settle_failures.is_empty() {
+        let calls: Vec<String> = settle_failures
+            .iter()
+            .map(|&id| {
+                let last = settles[id].outcome.map_or("killed", Outcome::name);
+                format!("call {id}, session {} ({last})", plan.calls[id].session_id)
+            })
+            .collect();
+        verdict.findings.push(format!(
+            "{} calls got no answer in {SETTLE_ROUNDS} fault-free settling rounds: {}",
+            calls.len(),
+            calls.join(", ")
+        ));
+    }
     let store_paths = store_paths(&ran, &verdict);
     Ok(SoakReport {
         seed: cfg.seed,
@@ -242,7 +256,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         at_most_once_calls: verdict.at_most_once_calls,
         at_most_once_unknown: verdict.at_most_once_unknown,
         announced_twice: verdict.announced_twice,
-        settle_failures,
+        settle_failures: settle_failures.len() as u64,
         duration_ms: started.elapsed().as_millis() as u64,
         ledgers: vec![ledger_path.display().to_string()],
         findings: verdict.findings,
@@ -518,13 +532,14 @@ impl Ran {
 /// into `records` as its settling send left it (a failure's record would expire after its replay
 /// window, which the sweeps' wait may outlast).
 async fn settle_and_read(
-    handler: &Arc<SoakHandler>,
+    builds: &[Arc<SoakHandler>],
     calls: &[plan::Call],
     observed: &[Observed],
     ids: Vec<usize>,
     records: &mut [Option<Record>],
-) -> Result<(Vec<Option<Observed>>, u64), ChaosError> {
-    let (settled, failures) = settle(handler, calls, ids.clone()).await;
+) -> Result<(Vec<Option<Observed>>, Vec<usize>), ChaosError> {
+    let (settled, failures) = settle(builds, calls, ids.clone()).await;
+    let handler = &builds[0];
     for id in ids {
         let key = observed
             .iter()
@@ -748,15 +763,17 @@ fn observed_paths(observed: &[Observed]) -> BTreeMap<String, u64> {
 }
 
 /// Sends every call once more, fault-free, a few at a time (a loaded single-threaded moto must
-/// not turn the settling pass into a store outage). A call answered with a store error is sent
+/// not turn the settling pass into a store outage), spread over the builds as the run's sends
+/// were: each container releases the claims it was handed back at its next call, so a build the
+/// settling pass never called would keep the ones it was handed at the end of the run. A call answered with a store error is sent
 /// again once the lease its ambiguous claim may have written has ended; an in-progress answer is
-/// final (it is a stuck claim). Returns each call's last settling invocation and how many calls
+/// final (it is a stuck claim). Returns each call's last settling invocation and the calls that
 /// never got an answer.
 async fn settle<S: Store + 'static, D: toolcall_dedup::dispatch::Dispatcher + 'static>(
-    handler: &Arc<Handler<S, D>>,
+    builds: &[Arc<Handler<S, D>>],
     calls: &[plan::Call],
     mut pending: Vec<usize>,
-) -> (Vec<Option<Observed>>, u64) {
+) -> (Vec<Option<Observed>>, Vec<usize>) {
     let mut settled: Vec<Option<Observed>> = (0..calls.len()).map(|_| None).collect();
     let gate = Arc::new(Semaphore::new(SETTLE_CONCURRENCY));
     for round in 0..SETTLE_ROUNDS {
@@ -764,9 +781,10 @@ async fn settle<S: Store + 'static, D: toolcall_dedup::dispatch::Dispatcher + 's
             tokio::time::sleep(BUDGET + LEASE_MARGIN + SETTLE_MARGIN).await;
         }
         let mut tasks = tokio::task::JoinSet::new();
-        for &id in &pending {
+        for (n, &id) in pending.iter().enumerate() {
             let permit = gate.clone().acquire_owned().await.expect("never closed");
-            let (handler, event) = (handler.clone(), calls[id].event.clone());
+            let handler = builds[n % builds.len()].clone();
+            let event = calls[id].event.clone();
             tasks.spawn(async move {
                 let o = invoke(&handler, id, &event, ToolFault::None).await;
                 drop(permit);
@@ -786,7 +804,7 @@ async fn settle<S: Store + 'static, D: toolcall_dedup::dispatch::Dispatcher + 's
             break;
         }
     }
-    (settled, pending.len() as u64)
+    (settled, pending)
 }
 
 /// One invocation with its deadline, under its tool fault; killed (dropped) when the tool pulls
