@@ -29,6 +29,9 @@ pub struct Handled {
     pub rules: Vec<&'static str>,
     /// A short reason for error outcomes (never argument values).
     pub reason: Option<String>,
+    /// This invocation settled the call as outcome unknown (an `at_most_once` call whose side
+    /// effect may have happened): it is the one that announces it.
+    pub settled_unknown: bool,
 }
 
 impl Handled {
@@ -40,6 +43,7 @@ impl Handled {
             key: None,
             rules: Vec::new(),
             reason: None,
+            settled_unknown: false,
         }
     }
 

@@ -58,7 +58,7 @@ use crate::doors::{Gate, Interception, RefusalKind};
 use crate::engine::Engine;
 use crate::executor::Executor;
 use crate::key::Keyer;
-use crate::store::{Records, Store};
+use crate::store::{Record, Records, Store};
 use crate::telemetry::{InvocationReport, Outcome, Telemetry};
 
 pub use crate::doors::{ClientContext, Door, DoorName, HandlerError, Refusal, Unanswerable};
@@ -211,11 +211,12 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         let started = Instant::now();
         let store = self.store();
         let requests_before = store.requests();
-        let unknown_before = self.engine.executor.settled_unknown();
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let (door, answered) = self
-            .answer(event, client_context, invocation.qualifier.as_deref(), end)
-            .await;
+        let ((door, mut answered), settled_unknown) = crate::executor::unknown::counted(Box::pin(
+            self.answer(event, client_context, invocation.qualifier.as_deref(), end),
+        ))
+        .await;
+        answered.settled_unknown = settled_unknown > 0;
         let door = door.map(DoorName::as_str);
         let store_requests = (store.requests() - requests_before).total();
         self.engine.telemetry.invocation(&InvocationReport {
@@ -227,13 +228,15 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: answered.key.as_deref(),
             latency: started.elapsed(),
             store_requests,
-            settled_unknown: self.engine.executor.settled_unknown() - unknown_before,
+            settled_unknown,
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });
-        if let (Some(events), Some(key)) = (&self.events, answered.key.as_deref())
-            && self.engine.executor.settled_unknown() > unknown_before
-        {
+        if let (Some(events), Some(key), true) = (
+            &self.events,
+            answered.key.as_deref(),
+            answered.settled_unknown,
+        ) {
             let call = UnknownOutcome {
                 key,
                 tool: answered.tool.as_deref(),
@@ -354,26 +357,26 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
     /// schedule's failures show in the function's errors.
     pub async fn sweep(&self, invocation: &Invocation) -> Result<Box<RawValue>, HandlerError> {
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
-        let swept = crate::sweep::sweep(self.store())
+        let reply_margin = self.settings().reply_margin;
+        let announce = SweepAnnouncer {
+            events: self.events.as_ref(),
+            request_id: &invocation.request_id,
+            within: move || crate::executor::remaining(end).saturating_sub(reply_margin),
+        };
+        let has_time =
+            || crate::executor::remaining(end) > reply_margin + crate::sweep::RECORD_WITHIN;
+        let swept = crate::sweep::sweep(self.store(), &announce, has_time)
             .await
             .map_err(|e| HandlerError::Internal(format!("the sweep cannot read the store: {e}")))?;
         self.engine
             .telemetry
             .swept(&invocation.request_id, swept.found, swept.settled.len());
-        if let Some(events) = &self.events {
-            for record in &swept.settled {
-                let call = UnknownOutcome {
-                    key: &record.key,
-                    tool: Some(&record.tool),
-                    door: record.about.door(),
-                    request_id: &invocation.request_id,
-                };
-                let within =
-                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
-                events.outcome_unknown(&call, within).await;
-            }
-        }
-        let answer = serde_json::json!({"swept": swept.found, "settled": swept.settled.len()});
+        let answer = serde_json::json!({
+            "swept": swept.found,
+            "settled": swept.settled.len(),
+            "settled_keys": swept.settled,
+            "left_for_next": swept.left_for_next,
+        });
         serde_json::value::to_raw_value(&answer).map_err(|e| HandlerError::Internal(e.to_string()))
     }
 
@@ -390,6 +393,28 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
         self.handle_with_context(event, invocation, client_context)
             .await
             .response
+    }
+}
+
+/// Announces each call a sweep settles on the event bus, if there is one.
+struct SweepAnnouncer<'a, W> {
+    events: Option<&'a EventBus>,
+    request_id: &'a str,
+    /// How long an announcement may take now.
+    within: W,
+}
+
+impl<W: Fn() -> std::time::Duration + Sync> crate::sweep::Announce for SweepAnnouncer<'_, W> {
+    async fn announce(&self, record: &Record) {
+        if let Some(events) = self.events {
+            let call = UnknownOutcome {
+                key: &record.key,
+                tool: Some(&record.tool),
+                door: record.about.door(),
+                request_id: self.request_id,
+            };
+            events.outcome_unknown(&call, (self.within)()).await;
+        }
     }
 }
 

@@ -25,13 +25,25 @@ pub(crate) fn is_sweep(event: &Value) -> bool {
     event.get(SWEEP_MEMBER).and_then(Value::as_str) == Some("sweep")
 }
 
+/// A sweep starts on a record only with this much time left: one record's hand-over, settle and
+/// announcement take a few store round trips and at most [`crate::announce::SEND_WITHIN`], and a
+/// sweep cut off between a settle and its announcement leaves that call announced by nobody.
+pub(crate) const RECORD_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where a sweep announces each call it settles, as it settles it.
+pub(crate) trait Announce {
+    fn announce(&self, record: &Record) -> impl Future<Output = ()> + Send;
+}
+
 /// What one sweep found and did.
 #[derive(Debug, Default)]
 pub(crate) struct Swept {
     /// `at_most_once` claims past their lease (and the margin), unsettled.
     pub(crate) found: usize,
-    /// Those this sweep settled as outcome unknown: each to announce, once.
-    pub(crate) settled: Vec<Record>,
+    /// The keys of those this sweep settled as outcome unknown: each announced, once.
+    pub(crate) settled: Vec<String>,
+    /// Found, left for the next sweep: this one ran out of time.
+    pub(crate) left_for_next: usize,
 }
 
 /// Whether the sweep settles `record` at `now_ms`: an `at_most_once` claim still in progress that
@@ -46,7 +58,14 @@ pub fn is_left_unsettled(record: &Record, now_ms: i64) -> bool {
 
 /// Settles as outcome unknown every `at_most_once` claim an operator could settle: its lease
 /// ended more than the clock margin ago ([`Record::is_settleable`], what `dedup settle` keeps).
-pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
+/// Each call it settles is handed to `announce` at once, before the next is tried: a sweep cut
+/// off by its deadline loses no announcement of a call it settled. It starts on a record only
+/// while `has_time` says so.
+pub(crate) async fn sweep<S: Records>(
+    store: &S,
+    announce: &impl Announce,
+    has_time: impl Fn() -> bool,
+) -> Result<Swept, StoreError> {
     let now_ms = store.now_ms();
     let filter = RecordFilter {
         state: Some(RecordState::Unknown),
@@ -61,6 +80,10 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
             continue;
         }
         swept.found += 1;
+        if !has_time() {
+            swept.left_for_next += 1;
+            continue;
+        }
         match settle_left(store, &record).await {
             Ok(()) => {
                 // The line the runbook's "calls left unknown" query finds, as the executor's.
@@ -69,7 +92,8 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
                     "an at_most_once claim whose owner never settled it is settled as outcome \
                      unknown by the sweep, until an operator settles it (dedup settle)"
                 );
-                swept.settled.push(record);
+                announce.announce(&record).await;
+                swept.settled.push(record.key);
             }
             // Settled, released or taken over meanwhile: whoever did it answers for it.
             Err(StoreError::LeaseLost) => {}
@@ -87,7 +111,10 @@ pub(crate) async fn sweep<S: Records>(store: &S) -> Result<Swept, StoreError> {
 /// answer or not, is its own. (Settled under the holder's token, the second sweep's settle met
 /// the first's as a retry would, succeeded, and the call was announced twice.) A hand-over whose
 /// answers were lost (its retry refused, or the store unreachable) is read back: if it applied,
-/// the sweep goes on under its token, so the claim is not left under a token nobody settles.
+/// the sweep goes on under its token, so the claim is not left under a token nobody settles. A
+/// settle whose answers were lost is read back the same way: applied, it is this sweep's to
+/// announce; not applied, the claim is the next sweep's (under this sweep's token, which it
+/// hands over from); unreadable, it is announced in case, as the executor does.
 async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreError> {
     let mine = LeaseToken::random();
     let handed = store
@@ -108,9 +135,21 @@ async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreEr
             return Err(e);
         }
     }
-    store
+    match store
         .settle_unknown(&record.key, &mine, record.expires_at_s)
         .await
+    {
+        Err(e) if !matches!(e, StoreError::LeaseLost) => match store.get(&record.key).await {
+            Ok(Some(now)) if now.is_settled_unknown_under(&mine) => Ok(()),
+            Ok(_) => Err(e),
+            Err(read) => {
+                tracing::warn!(error = %e, read = %read, key = %record.key, "could not tell \
+                     whether the sweep settled the call as outcome unknown: announced in case");
+                Ok(())
+            }
+        },
+        settled => settled,
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +158,22 @@ mod tests {
     use crate::store::{
         ClaimOutcome, ClaimRequest, Clock, ManualClock, MemoryStore, SETTLE_MARGIN_MS,
     };
+
+    /// The keys announced, in order.
+    #[derive(Default)]
+    struct Announced(std::sync::Mutex<Vec<String>>);
+
+    impl Announced {
+        fn keys(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl Announce for Announced {
+        async fn announce(&self, record: &Record) {
+            self.0.lock().unwrap().push(record.key.clone());
+        }
+    }
 
     /// An `at_most_once` claim on `store`, left unsettled past its lease and the settle margin, as
     /// a sweep lists it.
@@ -169,6 +224,66 @@ mod tests {
             settle_left(&store, &listed).await,
             Err(StoreError::LeaseLost)
         ));
+    }
+
+    /// A settle whose answers were lost is read back: applied, this sweep reports it (so it is
+    /// announced), where before nobody did (the next sweep no longer lists a settled claim).
+    #[cfg(feature = "stand-ins")]
+    #[tokio::test]
+    async fn a_settle_whose_answer_was_lost_is_reported_by_the_sweep_that_wrote_it() {
+        let clock = ManualClock::starting_now();
+        let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
+        store
+            .lose_settle_unknown_answers
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        let listed = left_unsettled(&store, &clock).await;
+        let settled = settle_left(&store, &listed).await;
+        assert!(settled.is_ok(), "{settled:?}");
+        let record = store.get(&listed.key).await.unwrap().unwrap();
+        assert!(record.outcome_unknown && record.status == Status::Completed);
+    }
+
+    /// A settle that failed without applying is not reported; the claim, left under the first
+    /// sweep's token, is the next sweep's, which settles it and reports it: announced once.
+    #[cfg(feature = "stand-ins")]
+    #[tokio::test]
+    async fn a_settle_that_failed_is_left_to_the_next_sweep_which_announces_it_once() {
+        let clock = ManualClock::starting_now();
+        let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
+        store
+            .refuse_settle_unknown
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        left_unsettled(&store, &clock).await;
+        let announced = Announced::default();
+        let first = sweep(&store, &announced, || true).await.unwrap();
+        assert_eq!((first.found, first.settled.len()), (1, 0));
+        let second = sweep(&store, &announced, || true).await.unwrap();
+        assert_eq!((second.found, second.settled.len()), (1, 1));
+        let third = sweep(&store, &announced, || true).await.unwrap();
+        assert_eq!(third.found, 0);
+        assert_eq!(announced.keys(), ["0123456789abcdef0123456789abcdef"]);
+    }
+
+    /// A sweep out of time settles nothing more and says how many it left; the next one settles
+    /// them. Each call it settles is announced before the next is tried.
+    #[tokio::test]
+    async fn a_sweep_out_of_time_leaves_the_rest_to_the_next() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::new().with_clock(clock.clone());
+        left_unsettled(&store, &clock).await;
+        let announced = Announced::default();
+        let out_of_time = sweep(&store, &announced, || false).await.unwrap();
+        assert_eq!(
+            (
+                out_of_time.found,
+                out_of_time.settled.len(),
+                out_of_time.left_for_next
+            ),
+            (1, 0, 1)
+        );
+        let next = sweep(&store, &announced, || true).await.unwrap();
+        assert_eq!((next.settled.len(), next.left_for_next), (1, 0));
+        assert_eq!(announced.keys().len(), 1);
     }
 
     /// Two sweeps that listed one claim left unsettled (two containers' schedules, or a retried

@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +28,7 @@ mod note;
 mod outcome;
 #[cfg(test)]
 mod tests;
+pub(crate) mod unknown;
 
 pub(crate) use crate::telemetry::Outcome;
 use cache::RecordCache;
@@ -92,9 +92,6 @@ pub(crate) struct Executor<S> {
     /// Shared with the executors that later configurations of this container build
     /// ([`Executor::sharing_lost_claims`]).
     orphans: Arc<Mutex<HashMap<LeaseToken, String>>>,
-    /// Calls left with their outcome unknown for an operator, counted for the telemetry (read
-    /// as a difference around each invocation, like the store's request count).
-    settled_unknown: AtomicU64,
 }
 
 /// The claim a settling write acts on: its key, the fingerprint stored with it (the warm cache
@@ -140,14 +137,7 @@ impl<S: Store> Executor<S> {
             settings,
             cache,
             orphans: Arc::default(),
-            settled_unknown: AtomicU64::new(0),
         }
-    }
-
-    /// How many calls this executor has left with their outcome unknown, for an operator to
-    /// settle, since it started.
-    pub(crate) fn settled_unknown(&self) -> u64 {
-        self.settled_unknown.load(Ordering::Relaxed)
     }
 
     /// Adjusts the settings (tests shorten margins and budgets).
@@ -865,9 +855,13 @@ impl<S: Store> Executor<S> {
 
     /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
     /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
+    /// Settles the call as outcome unknown, and counts it for this invocation to announce
+    /// ([`unknown::counted`]) if this write is what settled it. A write that did not apply leaves
+    /// the claim to the sweep, which settles and announces it once its lease ends; one whose
+    /// answer was lost is read back, and announced when the read cannot tell (a second
+    /// announcement is an operator's duplicate ticket, a missing one an unknown charge nobody
+    /// hears of).
     async fn settle_unknown(&self, call: Settling<'_>, token: &LeaseToken, end: Instant) {
-        // Counted whether or not the write lands: either way the call waits for an operator.
-        self.settled_unknown.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             key = call.key,
             "the side effect may have happened and the tool is at_most_once: the call is settled \
@@ -875,9 +869,28 @@ impl<S: Store> Executor<S> {
         );
         let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
         let write = self.store.settle_unknown(call.key, token, expires_at_s);
-        if let Err(e) = self.bounded(end, write).await {
-            tracing::warn!(error = %e, "could not settle the call as outcome unknown; its claim, \
-                 taken at_most_once, stays unknown once its lease ends");
+        let settled_here = match self.bounded(end, write).await {
+            Ok(()) => true,
+            // Settled, released or taken over meanwhile: whoever did it answers for it.
+            Err(StoreError::LeaseLost) => false,
+            Err(e) => match self.bounded(end, self.store.get(call.key)).await {
+                Ok(record) => {
+                    let applied = record.is_some_and(|r| r.is_settled_unknown_under(token));
+                    if !applied {
+                        tracing::warn!(error = %e, "could not settle the call as outcome unknown; \
+                             its claim, taken at_most_once, is settled by the sweep once its lease ends");
+                    }
+                    applied
+                }
+                Err(read) => {
+                    tracing::warn!(error = %e, read = %read, "could not tell whether the call \
+                         was settled as outcome unknown: announced in case");
+                    true
+                }
+            },
+        };
+        if settled_here {
+            unknown::count();
         }
     }
 

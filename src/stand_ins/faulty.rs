@@ -39,6 +39,11 @@ pub struct Faulty<S> {
     pub fail_request_notes: std::sync::atomic::AtomicU32,
     /// This many hand-overs are applied, then answered as if every answer was lost.
     pub lose_hand_over_answers: std::sync::atomic::AtomicU32,
+    /// This many settlements as outcome unknown are applied, then answered as if every answer
+    /// was lost...
+    pub lose_settle_unknown_answers: std::sync::atomic::AtomicU32,
+    /// ...and, after those, this many fail as unreachable without applying.
+    pub refuse_settle_unknown: std::sync::atomic::AtomicU32,
     rival: Mutex<Option<LeaseToken>>,
     /// The fingerprint and tool of the call the rivals race, for the last rival's record.
     raced: Mutex<(String, String)>,
@@ -61,6 +66,8 @@ impl<S: Store> Faulty<S> {
             unavailable_gets: std::sync::atomic::AtomicU32::new(0),
             fail_request_notes: std::sync::atomic::AtomicU32::new(0),
             lose_hand_over_answers: std::sync::atomic::AtomicU32::new(0),
+            lose_settle_unknown_answers: std::sync::atomic::AtomicU32::new(0),
+            refuse_settle_unknown: std::sync::atomic::AtomicU32::new(0),
             rival: Mutex::new(None),
             raced: Mutex::default(),
         }
@@ -233,6 +240,17 @@ impl<S: Store> Store for Faulty<S> {
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.check()?;
+        if take_one(&self.lose_settle_unknown_answers) {
+            self.inner.settle_unknown(key, token, expires_at_s).await?;
+            return Err(StoreError::Unavailable(
+                "every answer to the settlement was lost".into(),
+            ));
+        }
+        if take_one(&self.refuse_settle_unknown) {
+            return Err(StoreError::Unavailable(
+                "the settlement failed by the test".into(),
+            ));
+        }
         self.inner.settle_unknown(key, token, expires_at_s).await
     }
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
@@ -248,5 +266,28 @@ impl<S: Store> Store for Faulty<S> {
     }
     fn requests(&self) -> RequestCounts {
         self.inner.requests()
+    }
+}
+
+/// An operator's reads and settlements, through the same switch (the sweep's tests list through
+/// it).
+impl<S: crate::store::Records> crate::store::Records for Faulty<S> {
+    async fn list(&self, filter: &crate::store::RecordFilter) -> Result<Vec<Record>, StoreError> {
+        self.check()?;
+        self.inner.list(filter).await
+    }
+    async fn settle(
+        &self,
+        key: &str,
+        token: &LeaseToken,
+        settle_as: crate::store::SettleAs<'_>,
+        expires_at_s: i64,
+    ) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.settle(key, token, settle_as, expires_at_s).await
+    }
+    async fn evict(&self, key: &str, token: &LeaseToken) -> Result<(), StoreError> {
+        self.check()?;
+        self.inner.evict(key, token).await
     }
 }

@@ -547,17 +547,18 @@ async fn a_killed_at_most_once_call_is_swept_and_announced_once<S: Store + Recor
     };
     // Inside the killed claim's lease and margin, nothing is swept.
     let early: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
-    assert_eq!(early, serde_json::json!({"swept": 0, "settled": 0}));
+    let none =
+        serde_json::json!({"swept": 0, "settled": 0, "settled_keys": [], "left_for_next": 0});
+    assert_eq!(early, none);
     // 10 s lease + 60 s margin after the killed claim; the recent one is 30 s younger.
     clock.advance(Duration::from_secs(15));
     let first: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
-    assert_eq!(first, serde_json::json!({"swept": 1, "settled": 1}));
-    let again: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
     assert_eq!(
-        again,
-        serde_json::json!({"swept": 0, "settled": 0}),
-        "settled once"
+        first,
+        serde_json::json!({"swept": 1, "settled": 1, "settled_keys": [killed], "left_for_next": 0})
     );
+    let again: Value = serde_json::from_str(h.sweep(&invocation).await.unwrap().get()).unwrap();
+    assert_eq!(again, none, "settled once");
     // What a repeat reads: the outcome is unknown (it is answered so; nothing re-runs).
     let repeat = h.store().get(&killed).await.unwrap().unwrap();
     assert!(repeat.is_outcome_unknown(h.store().now_ms()));
@@ -607,4 +608,87 @@ fn charge_card_at_most_once(base: Config) -> Config {
         policies: PolicySet::parse(policy, false).unwrap(),
         ..base
     }
+}
+
+/// Each call settled as outcome unknown is announced by the invocation whose write settled it,
+/// and by no other. A settle whose answer was lost (applied) is read back and announced by its
+/// invocation; one that failed without applying is not, and the sweep settles and announces it
+/// once its lease ends (before, the invocation announced it whatever the write did, and the sweep
+/// announced it again).
+#[tokio::test]
+async fn an_unknown_outcome_is_announced_by_whichever_write_settled_it() {
+    use std::sync::atomic::Ordering;
+    for (lost, refused) in [(1, 0), (0, 1), (0, 0)] {
+        let clock = ManualClock::starting_now();
+        let store = std::sync::Arc::new(crate::servers::Faulty::new(
+            MemoryStore::new().with_clock(clock.clone()),
+        ));
+        store
+            .lose_settle_unknown_answers
+            .store(lost, Ordering::SeqCst);
+        store.refuse_settle_unknown.store(refused, Ordering::SeqCst);
+        let h = Handler::new(
+            store.clone(),
+            Scripted::new(vec![Act::RunThenFail("Sandbox.Timedout")]),
+            &charge_card_at_most_once(Config::default()),
+            Telemetry::quiet(),
+        );
+        let crashed = send(&h, &event("fd-charge_card.json")).await;
+        assert_eq!(crashed.outcome, Outcome::ToolError);
+        let key = crashed.key.clone().expect("keyed");
+        let settled_by_the_invocation = refused == 0;
+        assert_eq!(
+            crashed.settled_unknown, settled_by_the_invocation,
+            "lost {lost}, refused {refused}"
+        );
+        clock.advance(Duration::from_secs(3_600));
+        let swept: Value =
+            serde_json::from_str(h.sweep(&Invocation::default()).await.unwrap().get()).unwrap();
+        let by_the_sweep: Vec<&str> = swept["settled_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(
+            by_the_sweep.contains(&key.as_str()),
+            !settled_by_the_invocation,
+            "announced once in all: {swept}"
+        );
+        let record = store.get(&key).await.unwrap().unwrap();
+        assert!(record.outcome_unknown, "{record:?}");
+    }
+}
+
+/// Invocations a handler serves side by side each announce only what they settled: one
+/// invocation's settlement as outcome unknown is not credited to another that finished meanwhile
+/// (a count per executor did, read as a difference around each invocation).
+#[tokio::test]
+async fn side_by_side_invocations_announce_only_their_own_unknown_outcomes() {
+    let gate = std::sync::Arc::new(tokio::sync::Notify::new());
+    let h = std::sync::Arc::new(Handler::new(
+        MemoryStore::new(),
+        Scripted::new(vec![
+            Act::HangAfter(gate.clone()),
+            Act::RunThenFail("Sandbox.Timedout"),
+        ]),
+        &charge_card_at_most_once(Config::default()),
+        Telemetry::quiet(),
+    ));
+    // A refund that runs and waits at the gate, while a charge crashes after its side effect.
+    let refund = tokio::spawn({
+        let h = h.clone();
+        async move { send(&h, &event("fd-refund.json")).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let crashed = send(&h, &event("fd-charge_card.json")).await;
+    gate.notify_one();
+    let refund = refund.await.unwrap();
+    assert_eq!(crashed.outcome, Outcome::ToolError);
+    assert!(crashed.settled_unknown);
+    assert_eq!(refund.outcome, Outcome::Executed);
+    assert!(
+        !refund.settled_unknown,
+        "the refund settled nothing as unknown, though the charge did while it ran"
+    );
 }

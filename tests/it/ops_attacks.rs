@@ -695,7 +695,10 @@ async fn the_sweep_and_the_unknown_listing_are_not_bounded_by_max_scanned() {
     );
     let answer = h.sweep(&Invocation::default()).await.unwrap();
     let answer: Value = serde_json::from_str(answer.get()).unwrap();
-    assert_eq!(answer, json!({"swept": 1, "settled": 1}));
+    assert_eq!(
+        answer,
+        json!({"swept": 1, "settled": 1, "settled_keys": [stale], "left_for_next": 0})
+    );
     assert!(store.get(&stale).await.unwrap().unwrap().outcome_unknown);
 }
 

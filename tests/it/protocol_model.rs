@@ -66,6 +66,10 @@ enum Bug {
     /// token of its own: a second sweep that listed the claim meets the first's settle as a retry
     /// of its own would, succeeds, and reports the call again (the code before stop 60).
     SweepSettlesUnderTheHoldersToken,
+    /// The invocation announces the call it settled as outcome unknown whether or not its settle
+    /// write landed (the code before stop 61): a write that never landed leaves the claim to
+    /// the sweep, which announces the call again.
+    AnnouncesAFailedSettle,
 }
 
 #[derive(Debug, Clone)]
@@ -96,6 +100,9 @@ struct Stored {
     result: Option<u8>,
     outcome_unknown: bool,
     at_most_once: bool,
+    /// The token of the claim that wrote this record: which call's life it is, whoever holds it
+    /// after a hand-over.
+    claimed_under: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -151,6 +158,9 @@ struct State {
     swept_a_live_owner: bool,
     /// Calls the sweeps reported settling, so announced.
     sweep_reports: u8,
+    /// The record lives ([`Stored::claimed_under`]) announced as settled outcome unknown, by
+    /// invocations and sweeps, in order.
+    announced: Vec<u8>,
 }
 
 /// How a running side effect ends.
@@ -162,6 +172,9 @@ enum Ending {
     CompletionLost,
     /// Crashed after its effect (`Unhandled`, `Runtime.ExitError`).
     CrashAfterEffect,
+    /// Crashed after its effect, and the write that settles the call (as outcome unknown, for
+    /// an `at_most_once` tool) never lands: refused, with nothing applied.
+    CrashSettleLost,
     /// No answer in time: the effect may or may not have happened.
     TimedOut,
     /// The tool proved nothing ran (`DedupNothingRan`).
@@ -300,6 +313,7 @@ impl Protocol {
             result: None,
             outcome_unknown: false,
             at_most_once: request.at_most_once,
+            claimed_under: token,
         });
         ClaimOutcome::Claimed {
             token: LeaseToken::new(token.to_string()),
@@ -359,6 +373,7 @@ impl Model for Protocol {
                 swept: false,
                 swept_a_live_owner: false,
                 sweep_reports: 0,
+                announced: Vec::new(),
             })
             .collect()
     }
@@ -390,6 +405,7 @@ impl Model for Protocol {
                             Ending::Replied,
                             Ending::CompletionLost,
                             Ending::CrashAfterEffect,
+                            Ending::CrashSettleLost,
                             Ending::TimedOut,
                             Ending::NotNow,
                             Ending::Failed,
@@ -500,9 +516,11 @@ impl Model for Protocol {
                     Ending::Replied | Ending::CompletionLost => {
                         RunEnd::Replied(ReplyClass::Success)
                     }
-                    Ending::CrashAfterEffect | Ending::TimedOut => RunEnd::Failed {
-                        outcome_unknown: true,
-                    },
+                    Ending::CrashAfterEffect | Ending::CrashSettleLost | Ending::TimedOut => {
+                        RunEnd::Failed {
+                            outcome_unknown: true,
+                        }
+                    }
                     Ending::NothingRan => RunEnd::Failed {
                         outcome_unknown: false,
                     },
@@ -534,11 +552,15 @@ impl Model for Protocol {
                             now_ms.div_euclid(1000) + i64::try_from(retention.as_secs()).unwrap();
                     }
                     AfterRun::Release if held => state.record = None,
-                    AfterRun::SettleUnknown if held => {
+                    AfterRun::SettleUnknown if held && ending != Ending::CrashSettleLost => {
                         let record = state.record.as_mut().unwrap();
                         record.status = Status::Completed;
                         record.outcome_unknown = true;
                         record.expires_at_s = life_s;
+                        state.announced.push(token);
+                    }
+                    AfterRun::SettleUnknown if self.bug == Some(Bug::AnnouncesAFailedSettle) => {
+                        state.announced.push(token);
                     }
                     _ => {}
                 }
@@ -588,6 +610,7 @@ impl Model for Protocol {
                     record.expires_at_s = expires_at_s;
                     state.swept = true;
                     state.sweep_reports += 1;
+                    state.announced.push(record.claimed_under);
                     if !self.owner_cannot_act(&state, owner) {
                         state.swept_a_live_owner = true;
                     }
@@ -642,6 +665,19 @@ impl Model for Protocol {
             ),
             Property::always("the sweeps announce a call once", |_, s: &State| {
                 s.sweep_reports <= 1
+            }),
+            // Whoever settles a call as outcome unknown announces it, and nobody else: the
+            // invocation whose settle write landed, or the sweep that settled what it left.
+            Property::always("a call left unknown is announced once", |_, s: &State| {
+                let mut lives = s.announced.clone();
+                lives.sort_unstable();
+                lives.dedup();
+                let settled = s
+                    .record
+                    .as_ref()
+                    .filter(|r| r.status == Status::Completed && r.outcome_unknown);
+                lives.len() == s.announced.len()
+                    && settled.is_none_or(|r| s.announced.contains(&r.claimed_under))
             }),
             // Where a claim can be left unsettled past its lease and the margin while its record
             // lives, the sweep must be seen settling one, or the invariant above proves nothing.
@@ -786,6 +822,20 @@ fn two_sweeps_settling_under_the_holders_token_are_found_with_a_trace() {
     eprintln!("{found}");
     assert!(
         found.contains("SweepSettle(0)") && found.contains("SweepSettle(1)"),
+        "{found}"
+    );
+}
+
+#[test]
+fn an_invocation_announcing_a_settle_that_never_landed_is_found_with_a_trace() {
+    let found = trace(
+        swept(Some(Bug::AnnouncesAFailedSettle)),
+        "a call left unknown is announced once",
+    )
+    .expect("the checker must find the call announced by its invocation and by the sweep");
+    eprintln!("{found}");
+    assert!(
+        found.contains("SweepSettle") && found.contains("Finish(0,"),
         "{found}"
     );
 }

@@ -273,6 +273,9 @@ pub(crate) struct Notes {
     /// A claim that failed with a final error (`rejected`, `config`) and that a later claim on the
     /// key found written, held under a token no claim was told it holds: the kind of that error.
     pub(crate) claim_written_though_failed: Option<&'static str>,
+    /// A settlement of this invocation's call as outcome unknown applied, answered: the
+    /// invocation must announce it (unless it was killed first).
+    pub(crate) settled_unknown_here: bool,
     /// An invoke fault's form: what the executor must do with the claim (see
     /// [`super::lambda::Form::release`]).
     pub(crate) invoke_release: Option<Option<bool>>,
@@ -390,6 +393,8 @@ pub(crate) struct NotingStore<S> {
     /// Per key, the settlements as outcome unknown the store reported made (the executor's and
     /// the sweeps'): each is announced, so a key counted twice was announced twice.
     settled_unknown: Mutex<HashMap<String, u32>>,
+    /// The keys settled as outcome unknown outside any invocation: by the sweeps.
+    settled_by_sweeps: Mutex<Vec<String>>,
 }
 
 /// Notes on a handed-back claim's invocation that a release of it sent at `at` was dropped before
@@ -430,7 +435,16 @@ impl<S: Store> NotingStore<S> {
             failed_finally: Mutex::new(HashMap::new()),
             claimed: Mutex::new(std::collections::HashSet::new()),
             settled_unknown: Mutex::new(HashMap::new()),
+            settled_by_sweeps: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The keys the sweeps settled as outcome unknown (the store answered), in order.
+    pub(crate) fn settled_by_sweeps(&self) -> Vec<String> {
+        self.settled_by_sweeps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The keys whose call was settled as outcome unknown, so announced, more than once.
@@ -861,6 +875,14 @@ impl<S: Store> Store for NotingStore<S> {
     ) -> Result<(), StoreError> {
         let settled = self.inner.settle_unknown(key, token, expires_at_s).await;
         if settled.is_ok() {
+            match current() {
+                Some(attempt) => attempt.note(|n| n.settled_unknown_here = true),
+                None => self
+                    .settled_by_sweeps
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(key.to_owned()),
+            }
             *self
                 .settled_unknown
                 .lock()

@@ -246,6 +246,9 @@ pub struct SoakReport {
     /// Calls the store settled as outcome unknown more than once (the executor's settle and the
     /// sweeps' each announce the call): announced twice.
     pub announced_twice: u64,
+    /// Calls settled as outcome unknown that the invocation or sweep whose write settled them
+    /// did not announce.
+    pub unannounced: u64,
     settle_failures: u64,
     pub(crate) duration_ms: u64,
     pub(crate) ledgers: Vec<String>,
@@ -262,6 +265,7 @@ impl SoakReport {
             && self.settle_failures == 0
             && self.claims_misjudged == 0
             && self.announced_twice == 0
+            && self.unannounced == 0
     }
 
     /// Calls of the `at_most_once` tool the soak made.
@@ -300,6 +304,7 @@ impl SoakReport {
         self.at_most_once_calls += other.at_most_once_calls;
         self.at_most_once_unknown += other.at_most_once_unknown;
         self.announced_twice += other.announced_twice;
+        self.unannounced += other.unannounced;
         self.settle_failures += other.settle_failures;
         self.duration_ms += other.duration_ms;
         self.ledgers.extend(other.ledgers);
@@ -324,7 +329,7 @@ impl SoakReport {
         let mut s = format!(
             "chaos soak, seed {} on {}: {} invocations of {} distinct calls in {:.1} s\n\
              double executions: {}, lost results: {}, stuck claims: {}, key splits: {}, settle failures: {}, \
-             claims misjudged: {}, calls announced twice: {}\n",
+             claims misjudged: {}, calls announced twice: {}, unannounced: {}\n",
             self.seed,
             self.servers.join(" + "),
             self.invocations,
@@ -337,6 +342,7 @@ impl SoakReport {
             self.settle_failures,
             self.claims_misjudged,
             self.announced_twice,
+            self.unannounced,
         );
         for f in &self.findings {
             s.push_str("  ");

@@ -49,6 +49,8 @@ pub(crate) struct Observed {
     pub(crate) notes: Notes,
     /// Where the notes come from (read again before the oracle runs).
     pub(crate) attempt: std::sync::Arc<Attempt>,
+    /// The answer said this invocation settled its call as outcome unknown, so announced it.
+    pub(crate) announced: bool,
 }
 
 /// What the store holds for one call, and how its door answers from a stored result.
@@ -92,6 +94,8 @@ pub(crate) struct Verdict {
     pub(crate) at_most_once_calls: u64,
     pub(crate) at_most_once_unknown: u64,
     pub(crate) announced_twice: u64,
+    /// Calls settled as outcome unknown that no invocation or sweep announced.
+    pub(crate) unannounced: Vec<String>,
     pub(crate) findings: Vec<String>,
 }
 
@@ -488,6 +492,7 @@ mod tests {
             key: Some("k".to_string()),
             notes,
             attempt: std::sync::Arc::new(Attempt::new(ToolFault::KillAfterEffect)),
+            announced: false,
         }
     }
 

@@ -144,6 +144,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
     let mut records: Vec<Option<Record>> = vec![None; plan.calls.len()];
     let (settled, mut settle_failures) =
         settle_and_read(&builds, &plan.calls, &ran.observed, ids, &mut records).await?;
+    let mut swept_keys = Vec::new();
     if let Some(sweeper) = sweeper {
         let during = sweeper
             .await
@@ -167,11 +168,12 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             let build = builds[n % builds.len()].clone();
             last.spawn(async move { sweep_once(&build).await });
         }
-        let mut swept = during;
+        swept_keys = during;
         while let Some(settled) = last.join_next().await {
-            swept += settled.unwrap_or(0);
+            swept_keys.extend(settled.unwrap_or_default());
         }
-        ran.faults.insert(FaultClass::Sweeps.name().into(), swept);
+        ran.faults
+            .insert(FaultClass::Sweeps.name().into(), swept_keys.len() as u64);
     }
     let (settled_after_sweeps, failures) = settle_and_read(
         &builds,
@@ -228,6 +230,18 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             calls.join(", ")
         ));
     }
+    verdict.unannounced = unannounced(
+        ran.observed.iter().chain(&settles),
+        &handler.store().settled_by_sweeps(),
+        &swept_keys,
+    );
+    if !verdict.unannounced.is_empty() {
+        verdict.findings.push(format!(
+            "{} calls were settled as outcome unknown and announced by nobody: {}",
+            verdict.unannounced.len(),
+            verdict.unannounced.join(", ")
+        ));
+    }
     let store_paths = store_paths(&ran, &verdict);
     Ok(SoakReport {
         seed: cfg.seed,
@@ -256,6 +270,7 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
         at_most_once_calls: verdict.at_most_once_calls,
         at_most_once_unknown: verdict.at_most_once_unknown,
         announced_twice: verdict.announced_twice,
+        unannounced: verdict.unannounced.len() as u64,
         settle_failures: settle_failures.len() as u64,
         duration_ms: started.elapsed().as_millis() as u64,
         ledgers: vec![ledger_path.display().to_string()],
@@ -554,33 +569,52 @@ async fn settle_and_read(
     Ok((settled, failures))
 }
 
-/// The scheduled sweep every [`SWEEP_EVERY`], on each build in turn, until `stop`; the claims the
-/// sweeps settled.
+/// The scheduled sweep every [`SWEEP_EVERY`], on each build in turn, until `stop`; the keys of
+/// the claims the sweeps settled (and announced).
 async fn sweeps_beside(
     builds: Vec<Arc<SoakHandler>>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> u64 {
-    let mut settled = 0;
+) -> Vec<String> {
+    let mut settled = Vec::new();
     for n in 0.. {
         tokio::select! {
             _ = &mut stop => break,
             () = tokio::time::sleep(SWEEP_EVERY) => {}
         }
-        settled += sweep_once(&builds[n % builds.len()]).await;
+        settled.extend(sweep_once(&builds[n % builds.len()]).await);
     }
     settled
 }
 
-/// One scheduled sweep through the handler: the claims it settled. A sweep the store fails (a
-/// fault window) settles none; the next one goes on, as the schedule's would.
-async fn sweep_once(handler: &SoakHandler) -> u64 {
+/// One scheduled sweep through the handler: the keys of the claims it settled, as its answer
+/// lists them. A sweep the store fails (a fault window) settles none; the next one goes on, as
+/// the schedule's would.
+async fn sweep_once(handler: &SoakHandler) -> Vec<String> {
     let Ok(answer) = handler.sweep(&Invocation::default()).await else {
-        return 0;
+        return Vec::new();
     };
     serde_json::from_str::<Value>(answer.get())
         .ok()
-        .and_then(|v| v["settled"].as_u64())
-        .unwrap_or(0)
+        .and_then(|mut v| serde_json::from_value(v["settled_keys"].take()).ok())
+        .unwrap_or_default()
+}
+
+/// The calls settled as outcome unknown that nobody announced: an invocation whose settle write
+/// applied and was answered announces it unless it was killed first (a crash loses what it did
+/// not send); a sweep's settlement is in its answer's `settled_keys`.
+fn unannounced<'a>(
+    invocations: impl Iterator<Item = &'a Observed>,
+    settled_by_sweeps: &[String],
+    swept_keys: &[String],
+) -> Vec<String> {
+    let by_invocations = invocations
+        .filter(|o| o.notes.settled_unknown_here && o.killed.is_none() && !o.announced)
+        .map(|o| format!("call {} ({})", o.call, o.key.as_deref().unwrap_or("-")));
+    let by_sweeps = settled_by_sweeps
+        .iter()
+        .filter(|k| !swept_keys.contains(k))
+        .map(|k| format!("swept {k}"));
+    by_invocations.chain(by_sweeps).collect()
 }
 
 /// Waits until every lease the run's invocations asked for has ended, plus a margin (at most
@@ -842,6 +876,7 @@ async fn invoke<S: Store, D: toolcall_dedup::dispatch::Dispatcher>(
             key: h.key,
             notes,
             attempt,
+            announced: h.settled_unknown,
         },
         Err(killed) => Observed {
             call,
@@ -851,6 +886,7 @@ async fn invoke<S: Store, D: toolcall_dedup::dispatch::Dispatcher>(
             key: None,
             notes,
             attempt,
+            announced: false,
         },
     }
 }
