@@ -121,6 +121,7 @@ async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreEr
         .hand_over(
             &record.key,
             &record.token,
+            record.lease_until_ms,
             &mine,
             record.lease_until_ms,
             record.expires_at_s,
@@ -284,6 +285,29 @@ mod tests {
         let next = sweep(&store, &announced, || true).await.unwrap();
         assert_eq!((next.settled.len(), next.left_for_next), (1, 0));
         assert_eq!(announced.keys().len(), 1);
+    }
+
+    /// A holder that renewed its lease after the sweep listed its claim (its renewals failed
+    /// past the lease and the margin, then one came through) is alive: the sweep's stale
+    /// listing takes nothing from it and sets no lease back.
+    #[tokio::test]
+    async fn a_claim_renewed_after_the_listing_is_left_to_its_holder() {
+        let clock = ManualClock::starting_now();
+        let store = MemoryStore::new().with_clock(clock.clone());
+        let listed = left_unsettled(&store, &clock).await;
+        let renewed = clock.now_ms() + 30_000;
+        store
+            .extend_lease(&listed.key, &listed.token, renewed, listed.expires_at_s)
+            .await
+            .unwrap();
+        let settled = settle_left(&store, &listed).await;
+        assert!(matches!(settled, Err(StoreError::LeaseLost)), "{settled:?}");
+        let record = store.get(&listed.key).await.unwrap().unwrap();
+        assert_eq!(record.status, Status::InProgress);
+        assert_eq!(
+            (record.token, record.lease_until_ms),
+            (listed.token, renewed)
+        );
     }
 
     /// Two sweeps that listed one claim left unsettled (two containers' schedules, or a retried

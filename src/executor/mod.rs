@@ -446,6 +446,7 @@ impl<S: Store> Executor<S> {
         let handed = self.store.hand_over(
             call.key,
             &record.token,
+            record.lease_until_ms,
             &token,
             lease_until_ms,
             self.expiry_from(call.call.policy_name(), now, None),

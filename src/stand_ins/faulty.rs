@@ -200,13 +200,21 @@ impl<S: Store> Store for Faulty<S> {
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         self.check()?;
         self.inner
-            .hand_over(key, from, to, lease_until_ms, expires_at_s)
+            .hand_over(
+                key,
+                from,
+                from_lease_until_ms,
+                to,
+                lease_until_ms,
+                expires_at_s,
+            )
             .await?;
         if take_one(&self.lose_hand_over_answers) {
             return Err(StoreError::Unavailable(

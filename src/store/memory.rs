@@ -256,11 +256,13 @@ impl MemoryStore {
 
     /// Moves the lease of a claim `token` holds (extend), and hands it to `to` when given (hand
     /// over): the DynamoDB store's one conditional update, either way.
+    /// Moves the lease of the claim `token` holds; with `to` (the new token and the lease the
+    /// claim was read with), hands it over too.
     fn move_lease_now(
         &self,
         key: &str,
         token: &LeaseToken,
-        to: Option<&LeaseToken>,
+        to: Option<(&LeaseToken, i64)>,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
@@ -269,8 +271,11 @@ impl MemoryStore {
         let now = self.inner.clock.now_ms();
         let mut items = self.items();
         match items.map.get_mut(key) {
-            Some(s) if s.held_by(token, now) => {
-                if let Some(to) = to {
+            Some(s)
+                if s.held_by(token, now)
+                    && to.is_none_or(|(_, read_lease)| s.lease_until_ms == read_lease) =>
+            {
+                if let Some((to, _)) = to {
                     s.token = to.clone();
                 }
                 s.lease_until_ms = lease_until_ms;
@@ -523,11 +528,18 @@ impl Store for MemoryStore {
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.move_lease_now(key, from, Some(to), lease_until_ms, expires_at_s)
+        self.move_lease_now(
+            key,
+            from,
+            Some((to, from_lease_until_ms)),
+            lease_until_ms,
+            expires_at_s,
+        )
     }
 
     async fn put(

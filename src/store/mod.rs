@@ -101,11 +101,15 @@ pub trait Store: Send + Sync + 'static {
     /// for it (the Gateway invokes an interceptor again) takes it over so: no stale copy of the
     /// old token (a lost claim another container remembers to release) can release or complete
     /// it, and the lease counts from the side effect this invocation starts. Fenced like
-    /// [`Store::extend_lease`].
+    /// [`Store::extend_lease`], and by the lease read with the claim: only while it still ends at
+    /// `from_lease_until_ms`. A holder that moved its lease since (a renewal that came through
+    /// after an outage) is alive: the sweep, whose listing predates that move, must not take the
+    /// claim from it, nor set its lease back.
     fn hand_over(
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,

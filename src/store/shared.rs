@@ -38,11 +38,19 @@ impl<S: Store> Store for std::sync::Arc<S> {
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).hand_over(key, from, to, lease_until_ms, expires_at_s)
+        (**self).hand_over(
+            key,
+            from,
+            from_lease_until_ms,
+            to,
+            lease_until_ms,
+            expires_at_s,
+        )
     }
     fn release(
         &self,

@@ -968,7 +968,14 @@ async fn every_store_method<S: Store>(store: &S, prefix: char) {
         .unwrap();
     let next = LeaseToken::random();
     store
-        .hand_over(&key(1), &token, &next, now + 120_000, expires)
+        .hand_over(
+            &key(1),
+            &token,
+            now + 120_000,
+            &next,
+            now + 120_000,
+            expires,
+        )
         .await
         .unwrap();
     store

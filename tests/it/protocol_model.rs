@@ -70,6 +70,9 @@ enum Bug {
     /// write landed (the code before stop 61): a write that never landed leaves the claim to
     /// the sweep, which announces the call again.
     AnnouncesAFailedSettle,
+    /// The sweep's hand-over is fenced by the listed claim's token only, not by its lease too (the
+    /// code before stop 61): a holder that renewed after the listing loses its claim to the sweep.
+    SweepFencedByTokenOnly,
 }
 
 #[derive(Debug, Clone)]
@@ -86,6 +89,9 @@ struct Protocol {
     delivery: Delivery,
     /// What a failure reply does (issue 51): the claim records it, and `after_run` follows it.
     on_failure: OnFailure,
+    /// Owners renew their lease while they run (the in-process guard's `Lease::Renewed`), even
+    /// after it ended (a renewal that comes through after an outage).
+    renewing: bool,
     bug: Option<Bug>,
 }
 
@@ -151,8 +157,8 @@ struct State {
     /// for a short retention): each allows one more effect.
     retried_failures: u8,
     /// What each of two sweeps (two containers' schedules) listed and has not settled yet: the
-    /// claim's token and its expiry.
-    sweep_listed: [Option<(u8, i64)>; 2],
+    /// claim's token, its expiry and its lease.
+    sweep_listed: [Option<(u8, i64, i64)>; 2],
     /// The sweep settled a claim; one whose owner could still act.
     swept: bool,
     swept_a_live_owner: bool,
@@ -202,6 +208,8 @@ enum Action {
     SweepList(usize, u8),
     /// A sweep writes its settle for what it listed.
     SweepSettle(usize),
+    /// An owner renews its lease (and its time to act goes on).
+    Renew(usize),
 }
 
 impl Protocol {
@@ -420,6 +428,9 @@ impl Model for Protocol {
                     };
                     actions.extend(endings.iter().map(|e| Action::Finish(i, *e)));
                     actions.push(Action::Kill(i));
+                    if self.renewing {
+                        actions.push(Action::Renew(i));
+                    }
                 }
                 Phase::Dead {
                     started, effect, ..
@@ -573,23 +584,52 @@ impl Model for Protocol {
                     _ => Self::refuse_or_retry(caller),
                 }
             }
+            Action::Renew(i) => {
+                let Phase::Running { token, .. } = state.callers[i].phase else {
+                    return None;
+                };
+                let now_ms = self.now_ms(&state, i);
+                if !Self::held_by(&state.record, token, now_ms) {
+                    return None;
+                }
+                let lease_until_ms = now_ms + self.lease_ms();
+                let record = state.record.as_mut().unwrap();
+                if record.lease_until_ms >= lease_until_ms {
+                    return None;
+                }
+                record.lease_until_ms = lease_until_ms;
+                record.expires_at_s = record.expires_at_s.max(lease_until_ms.div_euclid(1000));
+                if let Phase::Running { started, .. } = &mut state.callers[i].phase {
+                    *started = state.tick;
+                }
+            }
             Action::SweepList(sweep, ahead) => {
                 let now_ms = i64::from(state.tick + ahead) * TICK_MS;
                 let listed = state
                     .record
                     .as_ref()
                     .filter(|stored| is_left_unsettled(&Self::product_record(stored), now_ms))?;
-                state.sweep_listed[sweep] = Some((listed.token, listed.expires_at_s));
+                state.sweep_listed[sweep] =
+                    Some((listed.token, listed.expires_at_s, listed.lease_until_ms));
             }
             Action::SweepSettle(sweep) => {
-                let (token, expires_at_s) = state.sweep_listed[sweep].take()?;
+                let (token, expires_at_s, listed_lease) = state.sweep_listed[sweep].take()?;
                 let now_ms = i64::from(state.tick) * TICK_MS;
                 let held = match self.bug {
                     Some(Bug::SweepUnfenced) => state.record.as_ref().is_some_and(|r| {
                         r.status == Status::InProgress
                             && !Self::product_record(r).is_expired(now_ms)
                     }),
-                    _ => Self::held_by(&state.record, token, now_ms),
+                    Some(Bug::SweepFencedByTokenOnly) => {
+                        Self::held_by(&state.record, token, now_ms)
+                    }
+                    _ => {
+                        Self::held_by(&state.record, token, now_ms)
+                            && state
+                                .record
+                                .as_ref()
+                                .is_some_and(|r| r.lease_until_ms == listed_lease)
+                    }
                 };
                 // The sweep's hand-over to a token of its own (fenced by the listed claim's
                 // token), then its settle_unknown under that token, which it alone holds.
@@ -718,6 +758,7 @@ fn protocol(delivery: Delivery, bug: Option<Bug>) -> Protocol {
         ttl_ticks: 1,
         delivery,
         on_failure: OnFailure::default_for(delivery),
+        renewing: false,
         bug,
     }
 }
@@ -822,6 +863,40 @@ fn two_sweeps_settling_under_the_holders_token_are_found_with_a_trace() {
     eprintln!("{found}");
     assert!(
         found.contains("SweepSettle(0)") && found.contains("SweepSettle(1)"),
+        "{found}"
+    );
+}
+
+/// Owners that renew their lease while they run, even after it ended: the sweep's listing can
+/// then be older than the lease, and the sweep must leave a renewed claim to its owner.
+fn renewing(bug: Option<Bug>) -> Protocol {
+    Protocol {
+        renewing: true,
+        ticks: size("DEDUP_MODEL_TICKS", 6),
+        ..swept(bug)
+    }
+}
+
+#[test]
+fn a_renewing_owner_keeps_its_claim_from_a_sweep_that_listed_it_before() {
+    check_every_property(renewing(None));
+}
+
+#[test]
+fn a_sweep_fenced_by_the_token_only_is_found_with_a_trace() {
+    let found = trace(
+        renewing(Some(Bug::SweepFencedByTokenOnly)),
+        "the sweep settles only claims whose owner cannot act",
+    )
+    .expect("the checker must find the sweep taking a renewed claim");
+    eprintln!("{found}");
+    let (listed, renewed, settled) = (
+        found.find("SweepList"),
+        found.find("Renew"),
+        found.find("SweepSettle"),
+    );
+    assert!(
+        listed < renewed && renewed < settled && listed.is_some(),
         "{found}"
     );
 }

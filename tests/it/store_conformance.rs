@@ -326,12 +326,13 @@ async fn an_extended_lease_keeps_the_key_and_only_its_holder_can_extend<S: Store
 async fn a_handed_over_claim_answers_only_to_its_new_token<S: Store + 'static>(cx: Ctx<S>) {
     let key = cx.key("handover");
     let old = cx.claimed(&key).await;
+    let read = cx.store.get(&key).await.unwrap().unwrap().lease_until_ms;
     let new = LeaseToken::new("resumed.1");
     let before = cx.counts();
     let now = cx.clock.now_ms();
     let until = now + 3 * LEASE_MS;
     cx.store
-        .hand_over(&key, &old, &new, until, now.div_euclid(1000) + 1)
+        .hand_over(&key, &old, read, &new, until, now.div_euclid(1000) + 1)
         .await
         .unwrap();
     assert_eq!((cx.counts() - before).update_item, 1, "one UpdateItem");
@@ -342,7 +343,7 @@ async fn a_handed_over_claim_answers_only_to_its_new_token<S: Store + 'static>(c
     assert_lease_lost(cx.store.release(&key, &old).await);
     assert_lease_lost(
         cx.store
-            .hand_over(&key, &old, &LeaseToken::new("x.2"), until, TTL_S)
+            .hand_over(&key, &old, until, &LeaseToken::new("x.2"), until, TTL_S)
             .await,
     );
     assert!(cx.complete(&key, &old, b"stale").await.is_err());
@@ -350,14 +351,57 @@ async fn a_handed_over_claim_answers_only_to_its_new_token<S: Store + 'static>(c
     // Completed: nothing is handed over any more, and an absent key never was.
     assert_lease_lost(
         cx.store
-            .hand_over(&key, &new, &LeaseToken::new("x.3"), until, TTL_S)
+            .hand_over(&key, &new, until, &LeaseToken::new("x.3"), until, TTL_S)
             .await,
     );
     assert_lease_lost(
         cx.store
-            .hand_over(&cx.key("absent"), &new, &old, until, TTL_S)
+            .hand_over(&cx.key("absent"), &new, until, &old, until, TTL_S)
             .await,
     );
+}
+
+/// A hand-over is fenced by the lease the claim was read with, not only its token: a holder that
+/// moved its lease since (a renewal after an outage) keeps its claim, and its lease is not set
+/// back. The sweep's listing can be that stale.
+async fn a_hand_over_from_a_lease_moved_since_it_was_read_is_refused<S: Store + 'static>(
+    cx: Ctx<S>,
+) {
+    let key = cx.key("handover-stale");
+    let holder = cx.claimed(&key).await;
+    let listed = cx.store.get(&key).await.unwrap().unwrap();
+    let now = cx.clock.now_ms();
+    let renewed = now + 5 * LEASE_MS;
+    cx.store
+        .extend_lease(&key, &holder, renewed, TTL_S)
+        .await
+        .unwrap();
+    assert_lease_lost(
+        cx.store
+            .hand_over(
+                &key,
+                &holder,
+                listed.lease_until_ms,
+                &LeaseToken::new("sweep.1"),
+                listed.lease_until_ms,
+                TTL_S,
+            )
+            .await,
+    );
+    let r = cx.store.get(&key).await.unwrap().unwrap();
+    assert_eq!((r.token, r.lease_until_ms), (holder.clone(), renewed));
+    // Read again, the claim is handed over.
+    cx.store
+        .hand_over(
+            &key,
+            &holder,
+            renewed,
+            &LeaseToken::new("sweep.2"),
+            renewed,
+            TTL_S,
+        )
+        .await
+        .unwrap();
 }
 
 async fn expired_lease_lets_a_new_caller_take_over<S: Store + 'static>(cx: Ctx<S>) {
@@ -1288,6 +1332,7 @@ conformance!(
     first_claim_wins_and_a_second_caller_sees_it_in_progress,
     an_extended_lease_keeps_the_key_and_only_its_holder_can_extend,
     a_handed_over_claim_answers_only_to_its_new_token,
+    a_hand_over_from_a_lease_moved_since_it_was_read_is_refused,
     repeat_returns_completed_with_the_result_for_the_expected_request_count,
     claim_in_flight_returns_in_progress_until_the_lease_ends,
     expired_lease_lets_a_new_caller_take_over,

@@ -787,13 +787,21 @@ impl<S: Store> Store for NotingStore<S> {
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
         let handed = self
             .inner
-            .hand_over(key, from, to, lease_until_ms, expires_at_s)
+            .hand_over(
+                key,
+                from,
+                from_lease_until_ms,
+                to,
+                lease_until_ms,
+                expires_at_s,
+            )
             .await;
         if handed.is_ok() {
             // The claim's new token is held by whoever held the old one.

@@ -40,6 +40,10 @@ pub(super) const EVICTABLE_CONDITION: &str =
 /// A longer lease for a claim still held (a long or late-starting side effect).
 pub(super) const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
 /// A claim handed to a new token, with its lease moved (a request that goes on under its own claim).
+/// [`HELD_CONDITION`], and the lease still the one the claim was read with (`:read_lease`): a
+/// holder that moved it since is alive.
+pub(super) const HAND_OVER_CONDITION: &str =
+    "#tok = :tok AND #st = :in_progress AND #exp >= :now_s AND #lease = :read_lease";
 pub(super) const HAND_OVER_UPDATE: &str = "SET #tok = :new_tok, #lease = :lease, #exp = :exp";
 /// Completion without the result (too large to store): the call stays settled.
 pub(super) const COMPLETE_OMITTED_UPDATE: &str =

@@ -215,12 +215,19 @@ impl Store for DynamoDbStore {
         &self,
         key: &str,
         from: &LeaseToken,
+        from_lease_until_ms: i64,
         to: &LeaseToken,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
-        self.move_lease(key, from, Some(to), lease_until_ms, expires_at_s)
-            .await
+        self.move_lease(
+            key,
+            from,
+            Some((to, from_lease_until_ms)),
+            lease_until_ms,
+            expires_at_s,
+        )
+        .await
     }
 
     async fn put(

@@ -11,10 +11,10 @@ use tokio::time::Instant;
 use super::{
     ATTENTION_UNKNOWN, CLAIM_CONDITION, COMPLETE_OFFLOADED_UPDATE, COMPLETE_OMITTED_UPDATE,
     COMPLETE_UPDATE, ClaimContended, ClaimOutcome, ClaimRequest, Completion, DynamoDbStore,
-    EXTEND_UPDATE, EncodedResult, Failed, HAND_OVER_UPDATE, HELD_CONDITION, Held, LeaseToken,
-    PUT_NEW_CONDITION, PUT_REPLACING_CONDITION, Record, SETTLE_UPDATE, SETTLEABLE_CONDITION,
-    SettleAs, Status, StoreError, UNKNOWN_UPDATE, Written, attr, decode_item, encode_result,
-    expiry_covering_lease, n, s, validate_claim, validate_key,
+    EXTEND_UPDATE, EncodedResult, Failed, HAND_OVER_CONDITION, HAND_OVER_UPDATE, HELD_CONDITION,
+    Held, LeaseToken, PUT_NEW_CONDITION, PUT_REPLACING_CONDITION, Record, SETTLE_UPDATE,
+    SETTLEABLE_CONDITION, SettleAs, Status, StoreError, UNKNOWN_UPDATE, Written, attr, decode_item,
+    encode_result, expiry_covering_lease, n, s, validate_claim, validate_key,
 };
 use crate::store::SETTLE_MARGIN_MS;
 
@@ -156,13 +156,14 @@ impl DynamoDbStore {
         }
     }
 
-    /// Moves the lease of a claim `token` holds (extend), and hands it to `to` when given
-    /// (hand over): one conditional update either way.
+    /// Moves the lease of a claim `token` holds (extend), and hands it to `to` when given (hand
+    /// over, only while the lease is still the one the claim was read with): one conditional
+    /// update either way.
     pub(super) async fn move_lease(
         &self,
         key: &str,
         token: &LeaseToken,
-        to: Option<&LeaseToken>,
+        to: Option<(&LeaseToken, i64)>,
         lease_until_ms: i64,
         expires_at_s: i64,
     ) -> Result<(), StoreError> {
@@ -175,12 +176,13 @@ impl DynamoDbStore {
             ":exp".to_string(),
             n(expiry_covering_lease(expires_at_s, lease_until_ms)),
         );
-        let update = match to {
-            Some(to) => {
+        let (update, condition) = match to {
+            Some((to, read_lease)) => {
                 held.values.insert(":new_tok".to_string(), s(to.as_str()));
-                HAND_OVER_UPDATE
+                held.values.insert(":read_lease".to_string(), n(read_lease));
+                (HAND_OVER_UPDATE, HAND_OVER_CONDITION)
             }
-            None => EXTEND_UPDATE,
+            None => (EXTEND_UPDATE, HELD_CONDITION),
         };
         let sent = self
             .send("UpdateItem", || {
@@ -188,7 +190,7 @@ impl DynamoDbStore {
                     .update_item()
                     .table_name(&self.cfg.table)
                     .set_key(Some(self.key_value(key)))
-                    .condition_expression(HELD_CONDITION)
+                    .condition_expression(condition)
                     .set_expression_attribute_names(Some(held.names.clone()))
                     .set_expression_attribute_values(Some(held.values.clone()))
                     .update_expression(update)
