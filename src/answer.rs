@@ -29,9 +29,10 @@ pub struct Handled {
     pub rules: Vec<&'static str>,
     /// A short reason for error outcomes (never argument values).
     pub reason: Option<String>,
-    /// This invocation settled the call as outcome unknown (an `at_most_once` call whose side
-    /// effect may have happened): it is the one that announces it.
-    pub settled_unknown: bool,
+    /// The keys of the calls this invocation settled as outcome unknown (an `at_most_once` call
+    /// whose side effect may have happened; an interceptor RESPONSE can settle several): it is
+    /// the one that announces each.
+    pub settled_unknown: Vec<String>,
 }
 
 impl Handled {
@@ -43,7 +44,7 @@ impl Handled {
             key: None,
             rules: Vec::new(),
             reason: None,
-            settled_unknown: false,
+            settled_unknown: Vec::new(),
         }
     }
 

@@ -216,7 +216,7 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             self.answer(event, client_context, invocation.qualifier.as_deref(), end),
         ))
         .await;
-        answered.settled_unknown = settled_unknown > 0;
+        answered.settled_unknown = settled_unknown.iter().map(|c| c.key.clone()).collect();
         let door = door.map(DoorName::as_str);
         let store_requests = (store.requests() - requests_before).total();
         self.engine.telemetry.invocation(&InvocationReport {
@@ -228,24 +228,24 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
             key: answered.key.as_deref(),
             latency: started.elapsed(),
             store_requests,
-            settled_unknown,
+            settled_unknown: settled_unknown.len() as u64,
             rules: &answered.rules,
             reason: answered.reason.as_deref(),
         });
-        if let (Some(events), Some(key), true) = (
-            &self.events,
-            answered.key.as_deref(),
-            answered.settled_unknown,
-        ) {
-            let call = UnknownOutcome {
-                key,
-                tool: answered.tool.as_deref(),
-                door,
-                request_id: &invocation.request_id,
-            };
-            let within =
-                crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
-            events.outcome_unknown(&call, within).await;
+        // Each call this invocation settled as outcome unknown (an interceptor RESPONSE can
+        // settle several, one per claim its request noted).
+        if let Some(events) = &self.events {
+            for settled in &settled_unknown {
+                let call = UnknownOutcome {
+                    key: &settled.key,
+                    tool: Some(&settled.tool),
+                    door,
+                    request_id: &invocation.request_id,
+                };
+                let within =
+                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
+                events.outcome_unknown(&call, within).await;
+            }
         }
         answered
     }

@@ -8,6 +8,7 @@
 
 use serde_json::Value;
 
+use crate::executor::unknown::take_and_settle;
 use crate::store::{
     LeaseToken, Record, RecordFilter, RecordState, Records, Status, Store, StoreError,
     is_not_a_call,
@@ -105,52 +106,12 @@ pub(crate) async fn sweep<S: Records>(
     Ok(swept)
 }
 
-/// Settles one claim the listing found left unsettled, as outcome unknown. The sweep first takes
-/// the claim under a token of its own, then settles under that token: of two sweeps that listed
-/// the claim, only the one whose hand-over applied goes on, and its settle, retried after a lost
-/// answer or not, is its own. (Settled under the holder's token, the second sweep's settle met
-/// the first's as a retry would, succeeded, and the call was announced twice.) A hand-over whose
-/// answers were lost (its retry refused, or the store unreachable) is read back: if it applied,
-/// the sweep goes on under its token, so the claim is not left under a token nobody settles. A
-/// settle whose answers were lost is read back the same way: applied, it is this sweep's to
-/// announce; not applied, the claim is the next sweep's (under this sweep's token, which it
-/// hands over from); unreadable, it is announced in case, as the executor does.
+/// Settles one claim the listing found left unsettled, as outcome unknown, taking it under a
+/// token of its own first ([`take_and_settle`]): of two sweeps that listed the claim, only the one
+/// whose hand-over applied goes on. (Settled under the holder's token, the second sweep's settle
+/// met the first's as a retry would, succeeded, and the call was announced twice.)
 async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreError> {
-    let mine = LeaseToken::random();
-    let handed = store
-        .hand_over(
-            &record.key,
-            &record.token,
-            record.lease_until_ms,
-            &mine,
-            record.lease_until_ms,
-            record.expires_at_s,
-        )
-        .await;
-    if let Err(e) = handed {
-        let applied = matches!(
-            store.get(&record.key).await,
-            Ok(Some(now)) if now.token == mine && now.status == Status::InProgress
-        );
-        if !applied {
-            return Err(e);
-        }
-    }
-    match store
-        .settle_unknown(&record.key, &mine, record.expires_at_s)
-        .await
-    {
-        Err(e) if !matches!(e, StoreError::LeaseLost) => match store.get(&record.key).await {
-            Ok(Some(now)) if now.is_settled_unknown_under(&mine) => Ok(()),
-            Ok(_) => Err(e),
-            Err(read) => {
-                tracing::warn!(error = %e, read = %read, key = %record.key, "could not tell \
-                     whether the sweep settled the call as outcome unknown: announced in case");
-                Ok(())
-            }
-        },
-        settled => settled,
-    }
+    take_and_settle(store, record, LeaseToken::random(), record.expires_at_s, None).await
 }
 
 #[cfg(test)]

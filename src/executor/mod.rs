@@ -99,6 +99,7 @@ pub(crate) struct Executor<S> {
 #[derive(Clone, Copy)]
 struct Settling<'a> {
     key: &'a str,
+    tool: &'a str,
     fingerprint: &'a str,
     policy_name: &'a str,
     /// When the call's claim was taken, epoch ms: what a replay says the call first ran at.
@@ -111,11 +112,20 @@ impl<'a> Settling<'a> {
         let since = i64::try_from(claimed_at.elapsed().as_millis()).unwrap_or(0);
         Settling {
             key: call.key,
+            tool: call.call.tool,
             fingerprint: call.fingerprint,
             policy_name: call.call.policy_name(),
             first_ran_ms: store_now_ms.saturating_sub(since),
         }
     }
+}
+
+/// How a writer holds the claim it settles as outcome unknown.
+enum Holding<'a> {
+    /// By the token its own claim returned: no one else was told it.
+    Own(&'a LeaseToken),
+    /// By having read the record (an interceptor RESPONSE): taken under the token given first.
+    Read(&'a Record, LeaseToken),
 }
 
 /// What waiting for an in-flight call ended with.
@@ -258,12 +268,13 @@ impl<S: Store> Executor<S> {
             }
             Some(record) => record,
         };
-        let token = record.token;
+        let token = &record.token;
         let lease = Lease::Covering {
             max_run_time: Duration::ZERO,
         };
         let target = Settling {
             key: made.key,
+            tool: &record.tool,
             fingerprint: &record.fingerprint,
             policy_name: made.policy_name,
             first_ran_ms: record.created_at_ms,
@@ -279,12 +290,17 @@ impl<S: Store> Executor<S> {
                     AfterRun::CompleteFor(retention) => Some(retention),
                     _ => None,
                 };
-                self.complete(target, &token, reply, end, lease, retention)
+                self.complete(target, token, reply, end, lease, retention)
                     .instrument(tracing::info_span!("complete"))
                     .await
             }
-            AfterRun::Release => self.release(made.key, Some(&token)).await,
-            AfterRun::SettleUnknown => self.settle_unknown(target, &token, end).await,
+            AfterRun::Release => self.release(made.key, Some(token)).await,
+            // Read, not taken: a second RESPONSE for the request may have read it too.
+            AfterRun::SettleUnknown => {
+                let mine = LeaseToken::for_owner(Some(made.owner));
+                self.settle_unknown(target, Holding::Read(&record, mine), end)
+                    .await
+            }
             AfterRun::Keep => {}
         }
         Ok(FinishedElsewhere::Settled(after))
@@ -713,7 +729,7 @@ impl<S: Store> Executor<S> {
             }
             AfterRun::SettleUnknown => {
                 let target = Settling::of(call, self.store.now_ms(), started.claimed_at);
-                self.settle_unknown(target, token, end).await
+                self.settle_unknown(target, Holding::Own(token), end).await
             }
         }
         settled
@@ -856,42 +872,32 @@ impl<S: Store> Executor<S> {
 
     /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
     /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
-    /// Settles the call as outcome unknown, and counts it for this invocation to announce
-    /// ([`unknown::counted`]) if this write is what settled it. A write that did not apply leaves
-    /// the claim to the sweep, which settles and announces it once its lease ends; one whose
-    /// answer was lost is read back, and announced when the read cannot tell (a second
-    /// announcement is an operator's duplicate ticket, a missing one an unknown charge nobody
-    /// hears of).
-    async fn settle_unknown(&self, call: Settling<'_>, token: &LeaseToken, end: Instant) {
+    /// Settles the call as outcome unknown, and notes it for this invocation to announce
+    /// ([`unknown::counted`]) if this write is what settled it ([`unknown::settle_own`]). A write
+    /// that did not apply leaves the claim to the sweep, which settles and announces it once its
+    /// lease ends.
+    async fn settle_unknown(&self, call: Settling<'_>, holding: Holding<'_>, end: Instant) {
         tracing::warn!(
             key = call.key,
             "the side effect may have happened and the tool is at_most_once: the call is settled \
              as outcome unknown until an operator settles it (dedup settle)"
         );
         let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
-        let write = self.store.settle_unknown(call.key, token, expires_at_s);
-        let settled_here = match self.bounded(end, write).await {
-            Ok(()) => true,
-            // Settled, released or taken over meanwhile: whoever did it answers for it.
-            Err(StoreError::LeaseLost) => false,
-            Err(e) => match self.bounded(end, self.store.get(call.key)).await {
-                Ok(record) => {
-                    let applied = record.is_some_and(|r| r.is_settled_unknown_under(token));
-                    if !applied {
-                        tracing::warn!(error = %e, "could not settle the call as outcome unknown; \
-                             its claim, taken at_most_once, is settled by the sweep once its lease ends");
-                    }
-                    applied
-                }
-                Err(read) => {
-                    tracing::warn!(error = %e, read = %read, "could not tell whether the call \
-                         was settled as outcome unknown: announced in case");
-                    true
-                }
-            },
+        let by = Some(end - self.settings.reply_margin.min(remaining(end)));
+        let settled = match holding {
+            Holding::Own(token) => {
+                unknown::settle_own(&*self.store, call.key, token, expires_at_s, by).await
+            }
+            Holding::Read(record, mine) => {
+                unknown::take_and_settle(&*self.store, record, mine, expires_at_s, by).await
+            }
         };
-        if settled_here {
-            unknown::count();
+        match settled {
+            Ok(()) => unknown::note(call.key, call.tool),
+            // Settled, released or taken over meanwhile: whoever did it answers for it.
+            Err(StoreError::LeaseLost) => {}
+            Err(e) => tracing::warn!(error = %e, "could not settle the call as outcome unknown; \
+                 its claim, taken at_most_once, is settled by the sweep once its lease ends"),
         }
     }
 

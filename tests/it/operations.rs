@@ -638,8 +638,10 @@ async fn an_unknown_outcome_is_announced_by_whichever_write_settled_it() {
         let key = crashed.key.clone().expect("keyed");
         let settled_by_the_invocation = refused == 0;
         assert_eq!(
-            crashed.settled_unknown, settled_by_the_invocation,
-            "lost {lost}, refused {refused}"
+            crashed.settled_unknown == [key.clone()],
+            settled_by_the_invocation,
+            "lost {lost}, refused {refused}: {:?}",
+            crashed.settled_unknown
         );
         clock.advance(Duration::from_secs(3_600));
         let swept: Value =
@@ -685,10 +687,10 @@ async fn side_by_side_invocations_announce_only_their_own_unknown_outcomes() {
     gate.notify_one();
     let refund = refund.await.unwrap();
     assert_eq!(crashed.outcome, Outcome::ToolError);
-    assert!(crashed.settled_unknown);
+    assert_eq!(crashed.settled_unknown, [crashed.key.clone().unwrap()]);
     assert_eq!(refund.outcome, Outcome::Executed);
     assert!(
-        !refund.settled_unknown,
+        refund.settled_unknown.is_empty(),
         "the refund settled nothing as unknown, though the charge did while it ran"
     );
 }

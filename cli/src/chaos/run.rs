@@ -876,7 +876,7 @@ async fn invoke<S: Store, D: toolcall_dedup::dispatch::Dispatcher>(
             key: h.key,
             notes,
             attempt,
-            announced: h.settled_unknown,
+            announced: !h.settled_unknown.is_empty(),
         },
         Err(killed) => Observed {
             call,
