@@ -44,6 +44,9 @@ pub struct Faulty<S> {
     pub lose_settle_unknown_answers: std::sync::atomic::AtomicU32,
     /// ...and, after those, this many fail as unreachable without applying.
     pub refuse_settle_unknown: std::sync::atomic::AtomicU32,
+    /// Reads of a call's record (not a request's note or a catalog) wait here for one another:
+    /// the barrier, and how many such reads still meet at it (a test's interleaving).
+    pub gets_meet: Mutex<Option<(std::sync::Arc<tokio::sync::Barrier>, u32)>>,
     rival: Mutex<Option<LeaseToken>>,
     /// The fingerprint and tool of the call the rivals race, for the last rival's record.
     raced: Mutex<(String, String)>,
@@ -68,6 +71,7 @@ impl<S: Store> Faulty<S> {
             lose_hand_over_answers: std::sync::atomic::AtomicU32::new(0),
             lose_settle_unknown_answers: std::sync::atomic::AtomicU32::new(0),
             refuse_settle_unknown: std::sync::atomic::AtomicU32::new(0),
+            gets_meet: Mutex::new(None),
             rival: Mutex::new(None),
             raced: Mutex::default(),
         }
@@ -267,7 +271,19 @@ impl<S: Store> Store for Faulty<S> {
             return Err(StoreError::Unavailable("read failed by the test".into()));
         }
         self.before_get(key).await;
-        self.inner.get(key).await
+        let meet = match &mut *self.gets_meet.lock().unwrap() {
+            Some((barrier, left)) if *left > 0 && !crate::store::is_not_a_call(key) => {
+                *left -= 1;
+                Some(barrier.clone())
+            }
+            _ => None,
+        };
+        let read = self.inner.get(key).await;
+        // Read first, then wait: each reader holds what it read before any of them goes on.
+        if let Some(barrier) = meet {
+            barrier.wait().await;
+        }
+        read
     }
     fn now_ms(&self) -> i64 {
         self.inner.now_ms()

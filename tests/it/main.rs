@@ -17,6 +17,7 @@
 use toolcall_dedup::test_util::{harness as fixture, servers, shapes};
 
 mod alias_attacks;
+mod announce_attacks;
 mod bad_input;
 mod caller_keys;
 mod config_document;
