@@ -111,7 +111,14 @@ pub(crate) async fn sweep<S: Records>(
 /// whose hand-over applied goes on. (Settled under the holder's token, the second sweep's settle
 /// met the first's as a retry would, succeeded, and the call was announced twice.)
 async fn settle_left<S: Store>(store: &S, record: &Record) -> Result<(), StoreError> {
-    take_and_settle(store, record, LeaseToken::random(), record.expires_at_s, None).await
+    take_and_settle(
+        store,
+        record,
+        LeaseToken::random(),
+        record.expires_at_s,
+        None,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -120,14 +120,6 @@ impl<'a> Settling<'a> {
     }
 }
 
-/// How a writer holds the claim it settles as outcome unknown.
-enum Holding<'a> {
-    /// By the token its own claim returned: no one else was told it.
-    Own(&'a LeaseToken),
-    /// By having read the record (an interceptor RESPONSE): taken under the token given first.
-    Read(&'a Record, LeaseToken),
-}
-
 /// What waiting for an in-flight call ended with.
 enum Waited {
     Completed(Record),
@@ -298,7 +290,7 @@ impl<S: Store> Executor<S> {
             // Read, not taken: a second RESPONSE for the request may have read it too.
             AfterRun::SettleUnknown => {
                 let mine = LeaseToken::for_owner(Some(made.owner));
-                self.settle_unknown(target, Holding::Read(&record, mine), end)
+                self.settle_unknown(target, unknown::Holding::Read(&record, mine), end)
                     .await
             }
             AfterRun::Keep => {}
@@ -729,7 +721,8 @@ impl<S: Store> Executor<S> {
             }
             AfterRun::SettleUnknown => {
                 let target = Settling::of(call, self.store.now_ms(), started.claimed_at);
-                self.settle_unknown(target, Holding::Own(token), end).await
+                self.settle_unknown(target, unknown::Holding::Own(token), end)
+                    .await
             }
         }
         settled
@@ -872,35 +865,6 @@ impl<S: Store> Executor<S> {
 
     /// Settles an `at_most_once` claim as outcome unknown. A write that fails changes nothing
     /// for the caller: the claim, taken `at_most_once`, is never taken over once its lease ends.
-    /// Settles the call as outcome unknown, and notes it for this invocation to announce
-    /// ([`unknown::counted`]) if this write is what settled it ([`unknown::settle_own`]). A write
-    /// that did not apply leaves the claim to the sweep, which settles and announces it once its
-    /// lease ends.
-    async fn settle_unknown(&self, call: Settling<'_>, holding: Holding<'_>, end: Instant) {
-        tracing::warn!(
-            key = call.key,
-            "the side effect may have happened and the tool is at_most_once: the call is settled \
-             as outcome unknown until an operator settles it (dedup settle)"
-        );
-        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
-        let by = Some(end - self.settings.reply_margin.min(remaining(end)));
-        let settled = match holding {
-            Holding::Own(token) => {
-                unknown::settle_own(&*self.store, call.key, token, expires_at_s, by).await
-            }
-            Holding::Read(record, mine) => {
-                unknown::take_and_settle(&*self.store, record, mine, expires_at_s, by).await
-            }
-        };
-        match settled {
-            Ok(()) => unknown::note(call.key, call.tool),
-            // Settled, released or taken over meanwhile: whoever did it answers for it.
-            Err(StoreError::LeaseLost) => {}
-            Err(e) => tracing::warn!(error = %e, "could not settle the call as outcome unknown; \
-                 its claim, taken at_most_once, is settled by the sweep once its lease ends"),
-        }
-    }
-
     async fn release(&self, key: &str, token: Option<&LeaseToken>) {
         let Some(token) = token else { return };
         match self.store.release(key, token).await {

@@ -15,7 +15,52 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
+use super::{Executor, Settling, remaining};
 use crate::store::{LeaseToken, Record, Status, Store, StoreError};
+
+/// How a writer holds the claim it settles as outcome unknown.
+pub(super) enum Holding<'a> {
+    /// By the token its own claim returned: no one else was told it.
+    Own(&'a LeaseToken),
+    /// By having read the record (an interceptor RESPONSE): taken under the token given first.
+    Read(&'a Record, LeaseToken),
+}
+
+impl<S: Store> Executor<S> {
+    /// Settles the call as outcome unknown, and notes it for this invocation to announce
+    /// ([`counted`]) if this write is what settled it ([`settle_own`]). A write
+    /// that did not apply leaves the claim to the sweep, which settles and announces it once its
+    /// lease ends.
+    pub(super) async fn settle_unknown(
+        &self,
+        call: Settling<'_>,
+        holding: Holding<'_>,
+        end: Instant,
+    ) {
+        tracing::warn!(
+            key = call.key,
+            "the side effect may have happened and the tool is at_most_once: the call is settled \
+             as outcome unknown until an operator settles it (dedup settle)"
+        );
+        let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
+        let by = Some(end - self.settings.reply_margin.min(remaining(end)));
+        let settled = match holding {
+            Holding::Own(token) => {
+                settle_own(&*self.store, call.key, token, expires_at_s, by).await
+            }
+            Holding::Read(record, mine) => {
+                take_and_settle(&*self.store, record, mine, expires_at_s, by).await
+            }
+        };
+        match settled {
+            Ok(()) => note(call.key, call.tool),
+            // Settled, released or taken over meanwhile: whoever did it answers for it.
+            Err(StoreError::LeaseLost) => {}
+            Err(e) => tracing::warn!(error = %e, "could not settle the call as outcome unknown; \
+                 its claim, taken at_most_once, is settled by the sweep once its lease ends"),
+        }
+    }
+}
 
 /// A call an invocation settled as outcome unknown: what its announcement names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,17 +113,15 @@ pub(crate) async fn settle_own<S: Store>(
     by: Option<Instant>,
 ) -> Result<(), StoreError> {
     match within(by, store.settle_unknown(key, token, expires_at_s)).await {
-        Err(e) if !matches!(e, StoreError::LeaseLost) => {
-            match within(by, store.get(key)).await {
-                Ok(Some(now)) if now.is_settled_unknown_under(token) => Ok(()),
-                Ok(_) => Err(e),
-                Err(read) => {
-                    tracing::warn!(error = %e, read = %read, key, "could not tell whether the \
+        Err(e) if !matches!(e, StoreError::LeaseLost) => match within(by, store.get(key)).await {
+            Ok(Some(now)) if now.is_settled_unknown_under(token) => Ok(()),
+            Ok(_) => Err(e),
+            Err(read) => {
+                tracing::warn!(error = %e, read = %read, key, "could not tell whether the \
                          call was settled as outcome unknown: announced in case");
-                    Ok(())
-                }
+                Ok(())
             }
-        }
+        },
         settled => settled,
     }
 }
@@ -124,7 +167,11 @@ async fn within<T>(
     match by {
         Some(by) => tokio::time::timeout_at(by, operation)
             .await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("no time left before the deadline".into()))),
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "no time left before the deadline".into(),
+                ))
+            }),
         None => operation.await,
     }
 }

@@ -58,6 +58,11 @@ enum Bug {
     ResponseDerivesKey,
     /// An `input_required` answer is stored as the call's outcome.
     InterimStored,
+    /// A RESPONSE that settles a call as outcome unknown writes under the token it read, instead
+    /// of taking the claim under one of its own first: a second RESPONSE for the request (the
+    /// Gateway's re-send, side by side) meets the first's settle as a retry of its own would,
+    /// succeeds, and announces the call again (the code before stop 61).
+    SettlesUnderTheReadToken,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +74,12 @@ struct Interceptor {
     run_ticks: u8,
     margin_ticks: u8,
     ttl_ticks: u8,
+    /// The tool is `at_most_once` and the target's every answer leaves the outcome unknown (an
+    /// internal error): each RESPONSE, which the Gateway may send twice side by side, reads the
+    /// request's claims, then settles them as outcome unknown and announces each.
+    unknown_outcomes: bool,
+    /// Legs the target may answer `input_required` (bounds the model).
+    interims: u8,
     bug: Option<Bug>,
 }
 
@@ -81,7 +92,17 @@ struct Stored {
     lease_until_ms: i64,
     expires_at_s: i64,
     result: Option<u8>,
+    /// Settled as outcome unknown.
+    unknown: bool,
+    at_most_once: bool,
+    /// The serial of the claim that wrote it: which call's life this is, whoever holds it now.
+    life: u8,
 }
+
+/// What a RESPONSE invocation read before settling: the request, the leg it answers (the
+/// token the request passed under), and each claim of it in progress as
+/// `(key, token, lease_until_ms)`.
+type ResponseRead = (usize, (u8, u8), Vec<(u8, (u8, u8), i64)>);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Phase {
@@ -122,6 +143,10 @@ struct State {
     interim: Vec<(u8, u8)>,
     /// Interim answers the target may still give (bounds the model).
     interims_left: u8,
+    /// The two RESPONSE invocations' reads, not yet settled ([`Interceptor::unknown_outcomes`]).
+    responses: [Option<ResponseRead>; 2],
+    /// The calls announced as outcome unknown: `(key, life)`.
+    announced: Vec<(u8, u8)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,6 +179,16 @@ enum Action {
     InputRequired {
         request: usize,
     },
+    /// A RESPONSE invocation (`reader`, of two) reads the request's claims, its target's answer
+    /// leaving the outcome unknown.
+    UnknownRead {
+        request: usize,
+        reader: usize,
+    },
+    /// That invocation settles what it read as outcome unknown, and announces each call it settled.
+    UnknownSettle {
+        reader: usize,
+    },
 }
 
 fn owner(request: usize, key: u8) -> String {
@@ -185,8 +220,8 @@ impl Interceptor {
             created_at_ms: 0,
             result: stored.result.map(|effect| vec![effect]),
             omitted_result_bytes: None,
-            outcome_unknown: false,
-            at_most_once: false,
+            outcome_unknown: stored.unknown,
+            at_most_once: stored.at_most_once,
             on_failure: Default::default(),
             path_digests: None,
             offloaded: None,
@@ -225,7 +260,7 @@ impl Interceptor {
             lease_until_ms: now_ms + self.lease_ms(),
             expires_at_s: now_ms.div_euclid(1000) + i64::from(self.ttl_ticks),
             owner: None,
-            at_most_once: false,
+            at_most_once: self.unknown_outcomes,
             on_failure: Default::default(),
             path_digests: None,
             about: CallAbout::default(),
@@ -261,6 +296,10 @@ impl Interceptor {
             lease_until_ms,
             expires_at_s,
             result: None,
+            unknown: false,
+            at_most_once: self.unknown_outcomes,
+            // Only where announcements are modelled: elsewhere it would split equal states.
+            life: if self.unknown_outcomes { token.1 } else { 0 },
         });
         ClaimOutcome::Claimed {
             token: LeaseToken::new(format!("{}.{}", owner(request, key), token.1)),
@@ -414,6 +453,69 @@ impl Interceptor {
     }
 }
 
+impl Interceptor {
+    /// A RESPONSE reads the request's claims in progress (the owner check: the token names it).
+    fn unknown_read(&self, state: &mut State, request: usize, reader: usize) -> Option<()> {
+        let Phase::Passed { token: leg, .. } = state.requests[request] else {
+            return None;
+        };
+        let now_ms = Self::now_ms(state);
+        let read = state.notes[request]
+            .iter()
+            .filter_map(|&key| {
+                let record = state.records[usize::from(key)].as_ref()?;
+                let live = !Self::product_record(key, record).is_expired(now_ms);
+                (live
+                    && record.status == Status::InProgress
+                    && usize::from(record.token.0) == request)
+                    .then_some((key, record.token, record.lease_until_ms))
+            })
+            .collect();
+        state.responses[reader] = Some((request, leg, read));
+        Some(())
+    }
+
+    /// The RESPONSE settles what it read as outcome unknown: takes each claim under a token of its
+    /// own (fenced by the token and lease it read), then settles under that token; it announces
+    /// each call whose settle applied.
+    fn unknown_settle(&self, state: &mut State, reader: usize) -> Option<()> {
+        let (request, leg, read) = state.responses[reader].take()?;
+        let now_ms = Self::now_ms(state);
+        for (key, token, lease) in read {
+            let held = Self::held_by(state, key, token);
+            let record = state.records[usize::from(key)].as_mut()?;
+            let settled = match self.bug {
+                Some(Bug::SettlesUnderTheReadToken) => {
+                    // The store answers a settle met already settled under its token as a retry.
+                    let retried = record.unknown
+                        && record.token == token
+                        && !Self::product_record(key, record).is_expired(now_ms);
+                    held || retried
+                }
+                _ => held && record.lease_until_ms == lease,
+            };
+            if !settled {
+                continue;
+            }
+            if self.bug != Some(Bug::SettlesUnderTheReadToken) {
+                state.next_serial += 1;
+                record.token = (u8::try_from(request).unwrap(), state.next_serial);
+            }
+            record.status = Status::Completed;
+            record.unknown = true;
+            record.result = None;
+            state.announced.push((key, record.life));
+        }
+        // Its leg is answered (a stale RESPONSE of an earlier leg answers nothing now).
+        if let Phase::Passed { key, token, .. } = state.requests[request]
+            && token == leg
+        {
+            state.requests[request] = Phase::Settled { key, token };
+        }
+        Some(())
+    }
+}
+
 impl Model for Interceptor {
     type State = State;
     type Action = Action;
@@ -431,7 +533,9 @@ impl Model for Interceptor {
             next_serial: 0,
             rerun_allowed: false,
             interim: Vec::new(),
-            interims_left: 1,
+            interims_left: self.interims,
+            responses: [None, None],
+            announced: Vec::new(),
         }]
     }
 
@@ -441,6 +545,11 @@ impl Model for Interceptor {
         }
         if state.version == 0 {
             actions.push(Action::ChangeConfig);
+        }
+        for (reader, read) in state.responses.iter().enumerate() {
+            if read.is_some() {
+                actions.push(Action::UnknownSettle { reader });
+            }
         }
         for (request, phase) in state.requests.iter().enumerate() {
             match phase {
@@ -471,7 +580,13 @@ impl Model for Interceptor {
                             actions.push(Action::InputRequired { request });
                         }
                     }
-                    if effect.is_some() {
+                    if self.unknown_outcomes {
+                        for reader in 0..2 {
+                            if state.responses[reader].is_none() {
+                                actions.push(Action::UnknownRead { request, reader });
+                            }
+                        }
+                    } else if effect.is_some() {
                         actions.push(Action::Response { request });
                     }
                 }
@@ -502,6 +617,10 @@ impl Model for Interceptor {
             }
             Action::Response { request } => self.response(&mut state, request),
             Action::InputRequired { request } => self.input_required(&mut state, request),
+            Action::UnknownRead { request, reader } => {
+                self.unknown_read(&mut state, request, reader)?
+            }
+            Action::UnknownSettle { reader } => self.unknown_settle(&mut state, reader)?,
         }
         Some(state)
     }
@@ -525,6 +644,18 @@ impl Model for Interceptor {
                     _ => true,
                 })
             }),
+            // Per call life: by the RESPONSE whose settle applied, and by no other.
+            Property::always("a call left unknown is announced once", |_, s: &State| {
+                let mut lives = s.announced.clone();
+                lives.sort_unstable();
+                lives.dedup();
+                let unannounced = s.records.iter().enumerate().any(|(key, r)| {
+                    r.as_ref().is_some_and(|r| {
+                        r.unknown && !s.announced.contains(&(u8::try_from(key).unwrap(), r.life))
+                    })
+                });
+                lives.len() == s.announced.len() && !unannounced
+            }),
             Property::always("no interim leg holds a claim", |_, s: &State| {
                 s.records
                     .iter()
@@ -545,8 +676,53 @@ fn interceptor(bug: Option<Bug>) -> Interceptor {
         run_ticks: 1,
         margin_ticks: 1,
         ttl_ticks: 9,
+        unknown_outcomes: false,
+        interims: 1,
         bug,
     }
+}
+
+/// The tool `at_most_once`, every target answer an unknown outcome, and each RESPONSE possibly
+/// sent twice side by side.
+fn unknown_outcomes(bug: Option<Bug>) -> Interceptor {
+    // Smaller than the default: two RESPONSE invocations per request multiply the interleavings
+    // (with 4 ticks, 3 invocations and an interim leg, 4.6 million states, two minutes).
+    Interceptor {
+        unknown_outcomes: true,
+        invocations: 2,
+        interims: 0,
+        ticks: 3,
+        ..interceptor(bug)
+    }
+}
+
+#[test]
+fn responses_sent_twice_side_by_side_announce_an_unknown_outcome_once() {
+    let checker = unknown_outcomes(None).checker().spawn_bfs().join();
+    eprintln!(
+        "interceptor, unknown outcomes: {} unique states, no discovery expected",
+        checker.unique_state_count()
+    );
+    assert!(
+        checker.unique_state_count() > 1_000,
+        "the model explored too little"
+    );
+    checker.assert_properties();
+}
+
+#[test]
+fn a_response_settling_under_the_token_it_read_is_found_with_a_trace() {
+    let found = trace(
+        unknown_outcomes(Some(Bug::SettlesUnderTheReadToken)),
+        "a call left unknown is announced once",
+    )
+    .expect("the checker must find the call announced by both RESPONSEs");
+    eprintln!("{found}");
+    assert!(
+        found.contains("UnknownSettle { reader: 0 }")
+            && found.contains("UnknownSettle { reader: 1 }"),
+        "{found}"
+    );
 }
 
 /// The counterexample for `property`, with the records and effects where it breaks.
