@@ -114,7 +114,14 @@ pub(crate) async fn settle_own<S: Store>(
 ) -> Result<(), StoreError> {
     match within(by, store.settle_unknown(key, token, expires_at_s)).await {
         Err(e) if !matches!(e, StoreError::LeaseLost) => match within(by, store.get(key)).await {
-            Ok(Some(now)) if now.is_settled_unknown_under(token) => Ok(()),
+            // Settled so under this token: this write applied, its answer lost.
+            Ok(Some(now))
+                if now.status == Status::Completed
+                    && now.outcome_unknown
+                    && now.token == *token =>
+            {
+                Ok(())
+            }
             Ok(_) => Err(e),
             Err(read) => {
                 tracing::warn!(error = %e, read = %read, key, "could not tell whether the \

@@ -530,12 +530,6 @@ impl Record {
             || (self.status == Status::InProgress && self.lease_ended(now_ms) && !self.at_most_once)
     }
 
-    /// True if the record was settled as outcome unknown under `token`: a settle write read back
-    /// after its answer was lost, to tell whether it applied.
-    pub(crate) fn is_settled_unknown_under(&self, token: &LeaseToken) -> bool {
-        self.status == Status::Completed && self.outcome_unknown && self.token == *token
-    }
-
     /// True if the record says the call's outcome is unknown for good (until an operator
     /// settles it): settled so, or an `at_most_once` claim whose lease ended unsettled.
     pub fn is_outcome_unknown(&self, now_ms: i64) -> bool {
