@@ -174,42 +174,34 @@ mod tests {
         listed
     }
 
-    /// A hand-over that applied but whose answers were lost is read back: the same sweep settles
-    /// the claim, rather than leaving it under a token no one holds until the next sweep.
+    /// A hand-over or a settle that applied but whose answers were lost is read back: the same
+    /// sweep settles the claim and reports it (so announces it), rather than leaving it under a
+    /// token no one holds until the next sweep, or settled and announced by nobody (the next
+    /// sweep no longer lists a settled claim).
     #[cfg(feature = "stand-ins")]
     #[tokio::test]
-    async fn a_hand_over_whose_answer_was_lost_still_settles_the_claim() {
-        let clock = ManualClock::starting_now();
-        let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
-        store
-            .lose_hand_over_answers
-            .store(1, std::sync::atomic::Ordering::SeqCst);
-        let listed = left_unsettled(&store, &clock).await;
-        let settled = settle_left(&store, &listed).await;
-        assert!(settled.is_ok(), "{settled:?}");
-        let record = store.get(&listed.key).await.unwrap().unwrap();
-        assert!(record.outcome_unknown && record.status == Status::Completed);
-        assert!(matches!(
-            settle_left(&store, &listed).await,
-            Err(StoreError::LeaseLost)
-        ));
-    }
-
-    /// A settle whose answers were lost is read back: applied, this sweep reports it (so it is
-    /// announced), where before nobody did (the next sweep no longer lists a settled claim).
-    #[cfg(feature = "stand-ins")]
-    #[tokio::test]
-    async fn a_settle_whose_answer_was_lost_is_reported_by_the_sweep_that_wrote_it() {
-        let clock = ManualClock::starting_now();
-        let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
-        store
-            .lose_settle_unknown_answers
-            .store(1, std::sync::atomic::Ordering::SeqCst);
-        let listed = left_unsettled(&store, &clock).await;
-        let settled = settle_left(&store, &listed).await;
-        assert!(settled.is_ok(), "{settled:?}");
-        let record = store.get(&listed.key).await.unwrap().unwrap();
-        assert!(record.outcome_unknown && record.status == Status::Completed);
+    async fn a_hand_over_or_settle_whose_answer_was_lost_still_settles_the_claim_once() {
+        for lose_hand_over in [true, false] {
+            let clock = ManualClock::starting_now();
+            let store = crate::stand_ins::Faulty::new(MemoryStore::new().with_clock(clock.clone()));
+            let lost = match lose_hand_over {
+                true => &store.lose_hand_over_answers,
+                false => &store.lose_settle_unknown_answers,
+            };
+            lost.store(1, std::sync::atomic::Ordering::SeqCst);
+            let listed = left_unsettled(&store, &clock).await;
+            let settled = settle_left(&store, &listed).await;
+            assert!(
+                settled.is_ok(),
+                "hand-over lost {lose_hand_over}: {settled:?}"
+            );
+            let record = store.get(&listed.key).await.unwrap().unwrap();
+            assert!(record.outcome_unknown && record.status == Status::Completed);
+            assert!(matches!(
+                settle_left(&store, &listed).await,
+                Err(StoreError::LeaseLost)
+            ));
+        }
     }
 
     /// A settle that failed without applying is not reported; the claim, left under the first

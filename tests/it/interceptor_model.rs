@@ -39,7 +39,7 @@
 
 use std::time::Duration;
 
-use stateright::{Checker, Model, Property};
+use stateright::{Model, Property};
 use toolcall_dedup::config::Mode;
 use toolcall_dedup::internals::decide::{NextAction, decide};
 use toolcall_dedup::store::{
@@ -698,16 +698,10 @@ fn unknown_outcomes(bug: Option<Bug>) -> Interceptor {
 
 #[test]
 fn responses_sent_twice_side_by_side_announce_an_unknown_outcome_once() {
-    let checker = unknown_outcomes(None).checker().spawn_bfs().join();
-    eprintln!(
-        "interceptor, unknown outcomes: {} unique states, no discovery expected",
-        checker.unique_state_count()
+    crate::protocol_model::assert_every_property(
+        unknown_outcomes(None),
+        "interceptor, unknown outcomes",
     );
-    assert!(
-        checker.unique_state_count() > 1_000,
-        "the model explored too little"
-    );
-    checker.assert_properties();
 }
 
 #[test]
@@ -737,16 +731,7 @@ fn trace(model: Interceptor, property: &'static str) -> Option<String> {
 
 #[test]
 fn the_interceptor_keeps_every_invariant_when_things_change_under_a_call() {
-    let checker = interceptor(None).checker().spawn_bfs().join();
-    eprintln!(
-        "interceptor: {} unique states, no discovery expected",
-        checker.unique_state_count()
-    );
-    assert!(
-        checker.unique_state_count() > 1_000,
-        "the model explored too little"
-    );
-    checker.assert_properties();
+    crate::protocol_model::assert_every_property(interceptor(None), "interceptor");
 }
 
 #[test]

@@ -926,11 +926,22 @@ fn swept(bug: Option<Bug>) -> Protocol {
 
 fn check_every_property(model: Protocol) {
     let (delivery, on_failure, ttl) = (model.delivery, model.on_failure, model.ttl_ticks);
-    let checker = model.checker().spawn_bfs().join();
-    eprintln!(
-        "{delivery:?}, {on_failure:?}, records live {ttl} ticks: {} unique states",
-        checker.unique_state_count()
+    assert_every_property(
+        model,
+        &format!("{delivery:?}, {on_failure:?}, records live {ttl} ticks"),
     );
+}
+
+/// Explores `model` breadth-first, says how many states it saw (under `label`), and asserts every
+/// property held: every model of the protocol (this one, the interceptor's) is checked so.
+pub(crate) fn assert_every_property<M>(model: M, label: &str)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    let checker = model.checker().spawn_bfs().join();
+    eprintln!("{label}: {} unique states", checker.unique_state_count());
     assert!(
         checker.unique_state_count() > 1_000,
         "the model explored too little"
