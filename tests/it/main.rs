@@ -26,6 +26,7 @@ mod doors_attacks;
 mod drift;
 mod e2e_lambda;
 mod fake_lambda;
+mod fence_attacks;
 mod fuzz_regressions;
 mod gateway;
 mod guard;
