@@ -114,6 +114,8 @@ pub fn decide(
         Ok(ClaimOutcome::InProgress(record))
             if !shadow
                 && own.is_some_and(|o| record.token.owner() == Some(o))
+                // Taken by the request's RESPONSE to settle: its target ran.
+                && !record.token.is_settling()
                 && caller.is_none_or(|c| c.meets(&record))
                 && !record.lease_ended(now_ms) =>
         {

@@ -289,7 +289,7 @@ impl<S: Store> Executor<S> {
             AfterRun::Release => self.release(made.key, Some(token)).await,
             // Read, not taken: a second RESPONSE for the request may have read it too.
             AfterRun::SettleUnknown => {
-                let mine = LeaseToken::for_owner(Some(made.owner));
+                let mine = LeaseToken::settling_for(made.owner);
                 self.settle_unknown(target, unknown::Holding::Read(&record, mine), end)
                     .await
             }

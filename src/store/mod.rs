@@ -50,6 +50,7 @@ pub mod memory;
 pub mod offload;
 mod shared;
 pub mod table;
+mod token;
 
 pub use codec::{
     DEFAULT_COMPRESS_THRESHOLD, MAX_KEY_BYTES, MAX_LABEL_BYTES, MAX_RESULT_BYTES,
@@ -58,6 +59,7 @@ pub use codec::{
 pub use dynamodb::{ClaimBudget, DynamoDbConfig, DynamoDbStore, RetryPolicy, decode_item};
 pub use memory::MemoryStore;
 pub use offload::{Offloaded, ResultBucket};
+pub use token::LeaseToken;
 
 /// Boxed error kept as a `source` (SDK errors, I/O errors).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -568,48 +570,6 @@ impl fmt::Debug for Record {
 /// DynamoDB condition (`#exp < :now_s`), so reads and writes agree on what is expired.
 pub(crate) fn is_expired(expires_at_s: i64, now_ms: i64) -> bool {
     expires_at_s < now_ms.div_euclid(1000)
-}
-
-/// Random token written by each claim; `complete` and `release` are fenced on it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LeaseToken(String);
-
-impl LeaseToken {
-    /// A fresh random token (UUID v4).
-    pub fn random() -> Self {
-        LeaseToken(uuid::Uuid::new_v4().to_string())
-    }
-
-    /// A fresh random token, prefixed by `owner` when there is one (`<owner>.<uuid>`): the
-    /// request that took the claim can tell it later ([`LeaseToken::owner`]), while two claims of
-    /// one owner still differ.
-    pub fn for_owner(owner: Option<&str>) -> Self {
-        match owner {
-            Some(owner) => LeaseToken(format!("{owner}.{}", uuid::Uuid::new_v4())),
-            None => LeaseToken::random(),
-        }
-    }
-
-    /// The owner named by [`LeaseToken::for_owner`], if any.
-    pub fn owner(&self) -> Option<&str> {
-        self.0.rsplit_once('.').map(|(owner, _)| owner)
-    }
-
-    /// Wraps a token read back from somewhere else (a log, a test).
-    pub fn new(token: impl Into<String>) -> Self {
-        LeaseToken(token.into())
-    }
-
-    /// The token's text, as stored.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for LeaseToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// Errors of the idempotency store.

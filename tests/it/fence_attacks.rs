@@ -483,15 +483,10 @@ async fn a_claim_a_response_took_but_could_not_settle_is_swept_once_its_lease_en
 /// claim is in progress under a token of the request's owner, its lease live: `decide` takes it
 /// for the request's own claim and resumes it, letting the Gateway call an at_most_once target a
 /// second time.
-// BREAKS: the late REQUEST answers `Executed` (the call is let through to the target again) for an
-// at_most_once tool whose side effect may already have happened. The RESPONSE's hand-over
-// (src/executor/unknown.rs `take_and_settle`, token from `LeaseToken::for_owner(Some(made.owner))`
-// in src/executor/mod.rs `finish_claimed`) leaves an unsettled claim that `decide`
-// (src/decide.rs:114-120, `record.token.owner() == Some(o)`) cannot tell from a REQUEST's claim
-// whose target never ran. Not new with the fresh token: under the REQUEST's own token (before
-// 79c9909) the owner matched too. It rests on the assumption stated at
-// src/doors/interceptor/mod.rs `owner_is_one_request` (no REQUEST invocation after the target
-// ran); a RESPONSE token marked as such (not resumable) would close it.
+// Broke before the fix (and before this stop: the claim under the REQUEST's own token matched the
+// owner too): the late REQUEST resumed the claim and let the at_most_once call through again. The
+// RESPONSE now takes the claim under a settling token (`LeaseToken::settling_for`), which the
+// owner still names and no REQUEST resumes.
 #[tokio::test]
 async fn a_request_sent_again_after_a_response_took_the_claim_does_not_let_the_call_through() {
     let store = Arc::new(Faulty::new(MemoryStore::new()));
