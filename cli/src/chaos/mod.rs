@@ -67,6 +67,11 @@ const SETTLE_MARGIN: Duration = Duration::from_millis(500);
 const AT_MOST_ONCE_TOOL: &str = "refund";
 /// How often the sweep runs during a soak (the stacks' schedule: every five minutes).
 const SWEEP_EVERY: Duration = Duration::from_millis(1500);
+/// A sweep invocation's time (the stacks' function timeout, 30 s by default): not the calls'
+/// short [`BUDGET`], under which a sweep starts on claims for under a second.
+const SWEEP_BUDGET: Duration = Duration::from_secs(30);
+/// The final sweeps go on while one leaves claims for the next, this many rounds at most.
+const FINAL_SWEEP_ROUNDS: usize = 5;
 
 /// The settling pass waits for the last lease asked for, but never longer than this.
 const MAX_SETTLE_WAIT: Duration = Duration::from_secs(60);

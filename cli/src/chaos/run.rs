@@ -33,10 +33,10 @@ use super::plan::{self, Plan};
 use super::proxy::{FaultProxy, RequestFaults, WriteLog};
 use super::tool::ChaosTool;
 use super::{
-    AT_MOST_ONCE_TOOL, ATTEMPT_TIMEOUT, BUDGET, COMPLETION_RESERVE, ChaosError, FaultClass,
-    LEASE_MARGIN, MAX_SETTLE_WAIT, READ_BACK_WITHIN, REPLY_MARGIN, SETTLE_CONCURRENCY,
+    AT_MOST_ONCE_TOOL, ATTEMPT_TIMEOUT, BUDGET, COMPLETION_RESERVE, ChaosError, FINAL_SWEEP_ROUNDS,
+    FaultClass, LEASE_MARGIN, MAX_SETTLE_WAIT, READ_BACK_WITHIN, REPLY_MARGIN, SETTLE_CONCURRENCY,
     SETTLE_MARGIN, SETTLE_ROUNDS, SLOW_CLAIM_PROBE_AFTER, STORE_DEADLINE, STORE_FAULTS,
-    SWEEP_EVERY, SoakConfig, SoakReport, fault_names, sdk_client,
+    SWEEP_BUDGET, SWEEP_EVERY, SoakConfig, SoakReport, fault_names, sdk_client,
 };
 
 /// The corpus events (with the corpus policy) that the handler executes with the demo tool;
@@ -162,15 +162,24 @@ pub async fn soak(cfg: &SoakConfig) -> Result<SoakReport, ChaosError> {
             let wait = Duration::from_millis(u64::try_from(sweepable_in).unwrap_or(0));
             tokio::time::sleep(wait + SETTLE_MARGIN).await;
         }
-        // Two sweeps at once, on the two builds (or twice on the one, without that class).
-        let mut last = JoinSet::new();
-        for n in 0..2 {
-            let build = builds[n % builds.len()].clone();
-            last.spawn(async move { sweep_once(&build).await });
-        }
+        // Two sweeps at once, on the two builds (or twice on the one, without that class), again
+        // while one leaves claims for the next, as the schedule's next runs would.
         swept_keys = during;
-        while let Some(settled) = last.join_next().await {
-            swept_keys.extend(settled.unwrap_or_default());
+        for _ in 0..FINAL_SWEEP_ROUNDS {
+            let mut last = JoinSet::new();
+            for n in 0..2 {
+                let build = builds[n % builds.len()].clone();
+                last.spawn(async move { sweep_once(&build).await });
+            }
+            let mut left = 0;
+            while let Some(swept) = last.join_next().await {
+                let (settled, left_for_next) = swept.unwrap_or_default();
+                swept_keys.extend(settled);
+                left += left_for_next;
+            }
+            if left == 0 {
+                break;
+            }
         }
         ran.faults
             .insert(FaultClass::Sweeps.name().into(), swept_keys.len() as u64);
@@ -581,22 +590,27 @@ async fn sweeps_beside(
             _ = &mut stop => break,
             () = tokio::time::sleep(SWEEP_EVERY) => {}
         }
-        settled.extend(sweep_once(&builds[n % builds.len()]).await);
+        settled.extend(sweep_once(&builds[n % builds.len()]).await.0);
     }
     settled
 }
 
-/// One scheduled sweep through the handler: the keys of the claims it settled, as its answer
-/// lists them. A sweep the store fails (a fault window) settles none; the next one goes on, as
-/// the schedule's would.
-async fn sweep_once(handler: &SoakHandler) -> Vec<String> {
-    let Ok(answer) = handler.sweep(&Invocation::default()).await else {
-        return Vec::new();
+/// One scheduled sweep through the handler, with a sweep invocation's time: the keys of the
+/// claims it settled, as its answer lists them, and how many it left for the next. A sweep the
+/// store fails (a fault window) settles none; the next one goes on, as the schedule's would.
+async fn sweep_once(handler: &SoakHandler) -> (Vec<String>, u64) {
+    let invocation = Invocation {
+        deadline_ms: Some(handler.store().now_ms() + SWEEP_BUDGET.as_millis() as i64),
+        ..Invocation::default()
     };
-    serde_json::from_str::<Value>(answer.get())
-        .ok()
-        .and_then(|mut v| serde_json::from_value(v["settled_keys"].take()).ok())
-        .unwrap_or_default()
+    let Ok(answer) = handler.sweep(&invocation).await else {
+        return (Vec::new(), 0);
+    };
+    let Ok(mut answer) = serde_json::from_str::<Value>(answer.get()) else {
+        return (Vec::new(), 0);
+    };
+    let settled = serde_json::from_value(answer["settled_keys"].take()).unwrap_or_default();
+    (settled, answer["left_for_next"].as_u64().unwrap_or(0))
 }
 
 /// The calls settled as outcome unknown that nobody announced: an invocation whose settle write
