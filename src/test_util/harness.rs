@@ -26,6 +26,30 @@ pub use crate::store::{
 };
 pub use crate::telemetry::{Outcome, Sink, Telemetry};
 
+/// The default configuration with the tool policies of `json` (a policy document).
+pub fn policies(json: Value) -> Config {
+    Config {
+        policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
+        ..Config::default()
+    }
+}
+
+/// One sweep through `h`: its answer, and the keys it settled as outcome unknown (and announced).
+pub async fn swept_keys<S: crate::store::Records, D: Dispatcher>(
+    h: &Handler<S, D>,
+    invocation: &Invocation,
+) -> (Value, Vec<String>) {
+    let swept: Value = serde_json::from_str(h.sweep(invocation).await.unwrap().get()).unwrap();
+    let keys = swept["settled_keys"]
+        .as_array()
+        .expect("the sweep lists the keys it settled")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    (swept, keys)
+}
+
 /// The repository root (both packages' tests use this fixture; only the root holds `events/`).
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,10 +1,9 @@
 //! Attacks on stop 61's promise: every call settled as outcome unknown is announced exactly once,
 //! by the invocation whose write settled it or by the sweep, never by an invocation that did not
-//! settle it. An invocation announces `Handled::key` when `Handled::settled_unknown` is set
-//! (`Handler::handle_with_context`), one event at most; the sweep announces each key of its
-//! answer's `settled_keys`. The tests read those two, which is what reaches the event bus.
+//! settle it. An invocation announces each key of `Handled::settled_unknown`
+//! (`Handler::handle_with_context`); the sweep announces each key of its answer's `settled_keys`.
+//! The tests read those two, which is what reaches the event bus.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -13,22 +12,14 @@ use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
 use toolcall_dedup::dispatch::Dispatcher;
 use toolcall_dedup::handler::{Handled, Handler, Invocation};
-use toolcall_dedup::key::PolicySet;
-use toolcall_dedup::store::{ManualClock, MemoryStore, Records, Status, Store};
+use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
-use crate::fixture::{Act, Scripted, event, send};
-use crate::gateway::{self, container, send_with};
+use crate::fixture::{Act, Scripted, event, policies, send, swept_keys};
+use crate::gateway::{self, container, failed_response, send_as};
 use crate::servers::Faulty;
 
 const TOOL: &str = "payments___charge_card";
-
-fn policies(json: Value) -> Config {
-    Config {
-        policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
-        ..Config::default()
-    }
-}
 
 /// The Bedrock fixture's `charge_card`, `at_most_once`.
 fn charge_card_at_most_once() -> Config {
@@ -44,48 +35,9 @@ fn request(id: u64) -> Value {
     gateway::request(TOOL, Some("s-1"), id, charge(json!(4200)))
 }
 
-/// The RESPONSE invocation of `request` after the target failed with an internal error: the
-/// side effect may have happened (outcome unknown).
-fn failed_response(request: &Value) -> Value {
-    let mut failed = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    failed["mcp"]["gatewayResponse"] = json!({
-        "statusCode": 200,
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "error": {"code": -32603, "message": "Internal error"}},
-    });
-    failed
-}
-
-/// `ev` as the Gateway invokes it for its request `request_id`.
-async fn send_as<S: Store, D: Dispatcher>(
-    h: &Handler<S, D>,
-    ev: &Value,
-    request_id: &str,
-) -> Handled {
-    let context = HashMap::from([("REQUEST_ID".to_string(), request_id.to_string())]);
-    send_with(h, ev, &context).await
-}
-
 /// The keys an invocation announces.
 fn announced_by(h: &Handled) -> Vec<String> {
     h.settled_unknown.clone()
-}
-
-/// The keys a sweep announced.
-async fn sweep_keys<S: Records, D: Dispatcher>(
-    h: &Handler<S, D>,
-    invocation: &Invocation,
-) -> (Value, Vec<String>) {
-    let swept: Value = serde_json::from_str(h.sweep(invocation).await.unwrap().get()).unwrap();
-    let keys = swept["settled_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
-    (swept, keys)
 }
 
 /// The claims an at_most_once REQUEST made in two containers whose configurations key the call
@@ -139,7 +91,7 @@ async fn a_response_settling_two_noted_claims_announces_both() {
     }
     let mut announced: Vec<String> = announced_by(&settled).into_iter().collect();
     let h = container(store.clone(), &after);
-    let (swept, by_sweep) = sweep_keys(&h, &Invocation::default()).await;
+    let (swept, by_sweep) = swept_keys(&h, &Invocation::default()).await;
     announced.extend(by_sweep);
     announced.sort();
     let mut expected = vec![k1, k2];
@@ -273,7 +225,7 @@ async fn a_refused_settle_with_an_unreadable_record_is_announced_in_case_then_by
         "the read-back was the read that failed"
     );
     clock.advance(Duration::from_secs(3_600));
-    let (swept, by_sweep) = sweep_keys(&h, &Invocation::default()).await;
+    let (swept, by_sweep) = swept_keys(&h, &Invocation::default()).await;
     assert_eq!(
         (announced_by(&crashed), by_sweep),
         (vec![key.clone()], vec![key]),
@@ -293,7 +245,7 @@ async fn a_lost_settle_with_an_unreadable_record_is_announced_once() {
     let crashed = send(&h, &event("fd-charge_card.json")).await;
     let key = crashed.key.clone().unwrap();
     clock.advance(Duration::from_secs(3_600));
-    let (_, by_sweep) = sweep_keys(&h, &Invocation::default()).await;
+    let (_, by_sweep) = swept_keys(&h, &Invocation::default()).await;
     let mut announced: Vec<String> = announced_by(&crashed).into_iter().collect();
     announced.extend(by_sweep);
     assert_eq!(announced, vec![key]);
@@ -315,8 +267,8 @@ async fn a_sweeps_refused_and_unreadable_settle_is_announced_in_case_then_by_the
     clock.advance(Duration::from_secs(3_600));
     store.refuse_settle_unknown.store(1, Ordering::SeqCst);
     store.unavailable_gets.store(1, Ordering::SeqCst);
-    let (first, mut announced) = sweep_keys(&h, &Invocation::default()).await;
-    let (second, again) = sweep_keys(&h, &Invocation::default()).await;
+    let (first, mut announced) = swept_keys(&h, &Invocation::default()).await;
+    let (second, again) = swept_keys(&h, &Invocation::default()).await;
     announced.extend(again);
     let record = store.get(&key).await.unwrap().unwrap();
     assert!(record.outcome_unknown, "{record:?}");
@@ -325,7 +277,7 @@ async fn a_sweeps_refused_and_unreadable_settle_is_announced_in_case_then_by_the
         vec![key.clone(), key],
         "in case, then by the sweep that settled it ({first} then {second})"
     );
-    let (third, none) = sweep_keys(&h, &Invocation::default()).await;
+    let (third, none) = swept_keys(&h, &Invocation::default()).await;
     assert!(
         none.is_empty(),
         "settled: nothing more to announce ({third})"
@@ -353,13 +305,13 @@ async fn a_sweep_without_time_starts_nothing_and_leaves_it_for_the_next() {
         deadline_ms: Some(wall_now_ms + 1_500),
         ..Invocation::default()
     };
-    let (swept, keys) = sweep_keys(&h, &short).await;
+    let (swept, keys) = swept_keys(&h, &short).await;
     assert!(keys.is_empty(), "{swept}");
     assert_eq!(swept["swept"], 1, "{swept}");
     assert_eq!(swept["left_for_next"], 1, "{swept}");
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.status, Status::InProgress, "untouched: {record:?}");
-    let (swept, keys) = sweep_keys(&h, &Invocation::default()).await;
+    let (swept, keys) = swept_keys(&h, &Invocation::default()).await;
     assert_eq!(keys, vec![key], "{swept}");
     assert_eq!(swept["left_for_next"], 0, "{swept}");
 }
@@ -387,7 +339,7 @@ async fn a_repeat_of_a_call_left_unknown_announces_nothing() {
     let repeat = send(&h, &event("fd-charge_card-retry.json")).await;
     assert_eq!(repeat.outcome, Outcome::Unknown, "{repeat:?}");
     assert!(repeat.settled_unknown.is_empty(), "{repeat:?}");
-    let (_, keys) = sweep_keys(&h, &Invocation::default()).await;
+    let (_, keys) = swept_keys(&h, &Invocation::default()).await;
     assert_eq!(keys, vec![crashed.key.clone().unwrap()]);
     let again = send(&h, &event("fd-charge_card-retry.json")).await;
     assert_eq!(again.outcome, Outcome::Unknown, "{again:?}");

@@ -7,7 +7,6 @@
 //! RESPONSE, the sweep, a REQUEST sent again), side-by-side `at_least_once` RESPONSEs, and the lease
 //! equality on the DynamoDB-compatible servers (numbers stored as N).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -20,23 +19,15 @@ use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::box_error::BoxError;
 use serde_json::{Value, json};
 use toolcall_dedup::config::Config;
-use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{Handled, Handler, Invocation};
-use toolcall_dedup::key::PolicySet;
+use toolcall_dedup::handler::{Handled, Invocation};
 use toolcall_dedup::store::{ManualClock, MemoryStore, Records, Status, Store};
 use toolcall_dedup::telemetry::Outcome;
 
-use crate::gateway::{self, container, send_with};
+use crate::fixture::{policies, swept_keys};
+use crate::gateway::{self, container, failed_response, send_as};
 use crate::servers::{self, Backend, Faulty};
 
 const TOOL: &str = "payments___charge_card";
-
-fn policies(json: Value) -> Config {
-    Config {
-        policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
-        ..Config::default()
-    }
-}
 
 fn at_most_once() -> Config {
     policies(json!({"tools": {TOOL: {"delivery": "at_most_once"}}}))
@@ -52,45 +43,8 @@ fn request(id: u64) -> Value {
     )
 }
 
-/// The RESPONSE invocation of `request` after the target failed with an internal error: the side
-/// effect may have happened (outcome unknown).
-fn failed_response(request: &Value) -> Value {
-    let mut failed = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    failed["mcp"]["gatewayResponse"] = json!({
-        "statusCode": 200,
-        "body": {"jsonrpc": "2.0", "id": id,
-                 "error": {"code": -32603, "message": "Internal error"}},
-    });
-    failed
-}
-
-/// `ev` as the Gateway invokes it for its request `request_id`.
-async fn send_as<S: Store, D: Dispatcher>(
-    h: &Handler<S, D>,
-    ev: &Value,
-    request_id: &str,
-) -> Handled {
-    let context = HashMap::from([("REQUEST_ID".to_string(), request_id.to_string())]);
-    send_with(h, ev, &context).await
-}
-
 fn answer(h: &Handled) -> Value {
     serde_json::from_str(h.response.as_ref().expect("an answer").get()).unwrap()
-}
-
-/// The keys a sweep announced.
-async fn sweep_keys<S: Records, D: Dispatcher>(h: &Handler<S, D>) -> (Value, Vec<String>) {
-    let swept: Value =
-        serde_json::from_str(h.sweep(&Invocation::default()).await.unwrap().get()).unwrap();
-    let keys = swept["settled_keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .map(str::to_string)
-        .collect();
-    (swept, keys)
 }
 
 /// Loses the first `times` answers of the hand-overs the DynamoDB store sends (an `UpdateItem`
@@ -217,7 +171,7 @@ async fn a_request_sent_again_resumes_its_own_claim<S: Store + Clone + Records>(
         "{record:?}"
     );
     assert_eq!(settled.settled_unknown, vec![key.clone()], "{settled:?}");
-    let (swept, by_sweep) = sweep_keys(&a).await;
+    let (swept, by_sweep) = swept_keys(&a, &Invocation::default()).await;
     assert!(by_sweep.is_empty(), "announced once: {swept}");
     let again = send_as(&a, &request(8), "req-8").await;
     assert_eq!(again.outcome, Outcome::Unknown, "{again:?}");
@@ -263,11 +217,11 @@ async fn the_sweep_settles_a_listed_claim<S: Store + Clone + Records>(
     assert_eq!(claimed.outcome, Outcome::Executed);
     let key = claimed.key.unwrap();
     clock.advance(Duration::from_secs(3_600));
-    let (swept, keys) = sweep_keys(&h).await;
+    let (swept, keys) = swept_keys(&h, &Invocation::default()).await;
     assert_eq!(keys, vec![key.clone()], "{swept}");
     let record = store.get(&key).await.unwrap().unwrap();
     assert!(record.outcome_unknown, "{record:?}");
-    let (again, none) = sweep_keys(&h).await;
+    let (again, none) = swept_keys(&h, &Invocation::default()).await;
     assert!(none.is_empty(), "{again}");
 }
 
@@ -347,7 +301,7 @@ async fn a_response_whose_hand_over_answer_was_lost_settles_once(backend: Backen
         "{backend:?}: {record:?}"
     );
     clock.advance(Duration::from_secs(3_600));
-    let (_, by_sweep) = sweep_keys(&h).await;
+    let (_, by_sweep) = swept_keys(&h, &Invocation::default()).await;
     let mut announced = settled.settled_unknown.clone();
     announced.extend(by_sweep);
     assert_eq!(announced, vec![key], "{backend:?}: {settled:?}");
@@ -467,10 +421,10 @@ async fn a_claim_a_response_took_but_could_not_settle_is_swept_once_its_lease_en
     store.refuse_settle_unknown.store(1, Ordering::SeqCst);
     let one = send_as(&h, &failed_response(&first), "req-7").await;
     assert!(one.settled_unknown.is_empty(), "{one:?}");
-    let (early, none) = sweep_keys(&h).await;
+    let (early, none) = swept_keys(&h, &Invocation::default()).await;
     assert!(none.is_empty(), "the lease has not ended: {early}");
     clock.advance(Duration::from_secs(3_600));
-    let (swept, keys) = sweep_keys(&h).await;
+    let (swept, keys) = swept_keys(&h, &Invocation::default()).await;
     assert_eq!(keys, vec![key.clone()], "{swept}");
     let record = store.get(&key).await.unwrap().unwrap();
     assert!(record.outcome_unknown, "{record:?}");
@@ -557,12 +511,12 @@ async fn a_late_response_and_the_sweep_announce_the_call_once_in_either_order() 
         clock.advance(Duration::from_secs(3_600));
         let mut announced = Vec::new();
         if sweep_first {
-            announced.extend(sweep_keys(&h).await.1);
+            announced.extend(swept_keys(&h, &Invocation::default()).await.1);
         }
         let response = send_as(&h, &failed_response(&first), "req-7").await;
         announced.extend(response.settled_unknown.clone());
         if !sweep_first {
-            announced.extend(sweep_keys(&h).await.1);
+            announced.extend(swept_keys(&h, &Invocation::default()).await.1);
         }
         assert_eq!(
             announced,
@@ -644,7 +598,7 @@ async fn side_by_side_responses_with_a_refused_settle_leave_the_call_to_the_swee
         .flat_map(|h| h.settled_unknown.clone())
         .collect();
     clock.advance(Duration::from_secs(3_600));
-    announced.extend(sweep_keys(&a).await.1);
+    announced.extend(swept_keys(&a, &Invocation::default()).await.1);
     let record = store.get(&key).await.unwrap().unwrap();
     assert!(record.outcome_unknown, "{record:?}");
     assert_eq!(announced, vec![key], "{one:?} / {two:?}");

@@ -282,13 +282,7 @@ async fn a_destructive_listing_makes_an_unknown_outcome_final<S: Store>(store: S
     let claimed = send(&h, &request).await;
     assert_eq!(claimed.outcome, Outcome::Executed);
     let key = claimed.key.clone().unwrap();
-    let mut failed = request.clone();
-    let id = request["mcp"]["gatewayRequest"]["body"]["id"].clone();
-    failed["mcp"]["gatewayResponse"] = serde_json::json!({
-        "statusCode": 200,
-        "body": {"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "Internal error"}},
-    });
-    send(&h, &failed).await;
+    send(&h, &crate::gateway::failed_response(&request)).await;
     let record = h.store().get(&key).await.unwrap().unwrap();
     assert!(record.outcome_unknown && record.at_most_once, "{record:?}");
     for retry in [

@@ -644,16 +644,9 @@ async fn an_unknown_outcome_is_announced_by_whichever_write_settled_it() {
             crashed.settled_unknown
         );
         clock.advance(Duration::from_secs(3_600));
-        let swept: Value =
-            serde_json::from_str(h.sweep(&Invocation::default()).await.unwrap().get()).unwrap();
-        let by_the_sweep: Vec<&str> = swept["settled_keys"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
+        let (swept, by_the_sweep) = swept_keys(&h, &Invocation::default()).await;
         assert_eq!(
-            by_the_sweep.contains(&key.as_str()),
+            by_the_sweep.contains(&key),
             !settled_by_the_invocation,
             "announced once in all: {swept}"
         );

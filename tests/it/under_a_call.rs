@@ -10,16 +10,14 @@ use serde_json::{Value, json};
 use toolcall_dedup::config::document;
 use toolcall_dedup::config::source::{ConfigSource, Loaded, Loader};
 use toolcall_dedup::config::{Config, ConfigError, StoreKind};
-use toolcall_dedup::dispatch::Dispatcher;
-use toolcall_dedup::handler::{Handled, Handler};
+use toolcall_dedup::handler::Handler;
 use toolcall_dedup::internals::reload::{Refreshed, Reloading};
-use toolcall_dedup::key::PolicySet;
 use toolcall_dedup::stand_ins::demo::DemoTool;
 use toolcall_dedup::store::{ManualClock, MemoryStore, Status, Store};
 use toolcall_dedup::telemetry::{Outcome, Telemetry};
 
-use crate::fixture::{self, Scripted, demo, handler};
-use crate::gateway::{self, container, response, send, send_with};
+use crate::fixture::{self, Scripted, demo, handler, policies};
+use crate::gateway::{self, container, response, send, send_as};
 use crate::servers::{self, Backend, Faulty};
 
 const TOOL: &str = "payments___charge_card";
@@ -31,25 +29,6 @@ fn request(session: &str, id: u64, arguments: Value) -> Value {
 
 fn charge(amount: Value) -> Value {
     json!({"customer_id": "cus_1", "amount": amount, "currency": "USD"})
-}
-
-/// `ev` as the Gateway invokes it for its request `request_id` (`REQUEST_ID` in the client
-/// context), which names one request across the Gateway's invocations of it.
-async fn send_as<S: Store, D: Dispatcher>(
-    h: &Handler<S, D>,
-    ev: &Value,
-    request_id: &str,
-) -> Handled {
-    let context =
-        std::collections::HashMap::from([("REQUEST_ID".to_string(), request_id.to_string())]);
-    send_with(h, ev, &context).await
-}
-
-fn policies(json: Value) -> Config {
-    Config {
-        policies: PolicySet::parse(&json.to_string(), false).expect("a policy set"),
-        ..Config::default()
-    }
 }
 
 /// Container 1's claim applies but every answer to it is lost, so it remembers the claim's token
