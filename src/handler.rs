@@ -234,20 +234,21 @@ impl<S: Store, D: Dispatcher> Handler<S, D> {
         });
         // Each call this invocation settled as outcome unknown (an interceptor RESPONSE can
         // settle several, one per claim its request noted).
-        if let Some(events) = &self.events {
-            for settled in &settled_unknown {
-                let call = UnknownOutcome {
-                    key: &settled.key,
-                    tool: Some(&settled.tool),
-                    door,
-                    request_id: &invocation.request_id,
-                };
-                let within =
-                    crate::executor::remaining(end).saturating_sub(self.settings().reply_margin);
-                events.outcome_unknown(&call, within).await;
-            }
+        let announcer = self.announcer(invocation, end);
+        for settled in &settled_unknown {
+            announcer.announce(&settled.key, &settled.tool, door).await;
         }
         answered
+    }
+
+    /// Who announces what `invocation` (due at `end`) settles as outcome unknown.
+    fn announcer<'a>(&'a self, invocation: &'a Invocation, end: Instant) -> Announcer<'a> {
+        Announcer {
+            events: self.events.as_ref(),
+            request_id: &invocation.request_id,
+            end,
+            reply_margin: self.settings().reply_margin,
+        }
     }
 
     /// Opens the door the event came in by (once) and hands the call to that door's flow.
@@ -358,14 +359,9 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
     pub async fn sweep(&self, invocation: &Invocation) -> Result<Box<RawValue>, HandlerError> {
         let end = deadline_instant(invocation.deadline_ms, self.settings().default_budget);
         let reply_margin = self.settings().reply_margin;
-        let announce = SweepAnnouncer {
-            events: self.events.as_ref(),
-            request_id: &invocation.request_id,
-            within: move || crate::executor::remaining(end).saturating_sub(reply_margin),
-        };
         let has_time =
             || crate::executor::remaining(end) > reply_margin + crate::sweep::RECORD_WITHIN;
-        let swept = crate::sweep::sweep(self.store(), &announce, has_time)
+        let swept = crate::sweep::sweep(self.store(), &self.announcer(invocation, end), has_time)
             .await
             .map_err(|e| HandlerError::Internal(format!("the sweep cannot read the store: {e}")))?;
         self.engine
@@ -396,25 +392,33 @@ impl<S: Records, D: Dispatcher> Handler<S, D> {
     }
 }
 
-/// Announces each call a sweep settles on the event bus, if there is one.
-struct SweepAnnouncer<'a, W> {
+/// Announces the calls an invocation (or a sweep) settled as outcome unknown on the event bus, if
+/// there is one, each within what is left before the invocation's answer is due.
+struct Announcer<'a> {
     events: Option<&'a EventBus>,
     request_id: &'a str,
-    /// How long an announcement may take now.
-    within: W,
+    end: Instant,
+    reply_margin: std::time::Duration,
 }
 
-impl<W: Fn() -> std::time::Duration + Sync> crate::sweep::Announce for SweepAnnouncer<'_, W> {
-    async fn announce(&self, record: &Record) {
+impl Announcer<'_> {
+    async fn announce(&self, key: &str, tool: &str, door: Option<&str>) {
         if let Some(events) = self.events {
             let call = UnknownOutcome {
-                key: &record.key,
-                tool: Some(&record.tool),
-                door: record.about.door(),
+                key,
+                tool: Some(tool),
+                door,
                 request_id: self.request_id,
             };
-            events.outcome_unknown(&call, (self.within)()).await;
+            let within = crate::executor::remaining(self.end).saturating_sub(self.reply_margin);
+            events.outcome_unknown(&call, within).await;
         }
+    }
+}
+
+impl crate::sweep::Announce for Announcer<'_> {
+    async fn announce(&self, record: &Record) {
+        Announcer::announce(self, &record.key, &record.tool, record.about.door()).await;
     }
 }
 

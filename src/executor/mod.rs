@@ -566,17 +566,17 @@ impl<S: Store> Executor<S> {
         end: Instant,
         operation: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.until_answer(end), operation).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable(
-                "no time left before the deadline".into(),
-            )),
-        }
+        within(Some(self.answer_by(end)), operation).await
     }
 
     /// What is left of the time before the answer is due: the deadline less the reply margin.
     fn until_answer(&self, end: Instant) -> Duration {
         remaining(end).saturating_sub(self.settings.reply_margin)
+    }
+
+    /// When the answer is due: store requests are given up then ([`Executor::bounded`]).
+    fn answer_by(&self, end: Instant) -> Instant {
+        Instant::now() + self.until_answer(end)
     }
 
     /// The expiry of a record of `tool` written at `now_ms`: the tool policy's `ttl_seconds`
@@ -962,6 +962,24 @@ fn finished<E>(settled: Settled<E>, outcome: Outcome, rules: Vec<&'static str>) 
         settled,
         outcome,
         rules,
+    }
+}
+
+/// `operation`, given up as [`StoreError::Unavailable`] at `by` (never, without one: the sweep's
+/// store requests have their own deadline). [`Executor::bounded`] is this with the answer's.
+async fn within<T>(
+    by: Option<Instant>,
+    operation: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match by {
+        Some(by) => tokio::time::timeout_at(by, operation)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(
+                    "no time left before the deadline".into(),
+                ))
+            }),
+        None => operation.await,
     }
 }
 

@@ -15,7 +15,7 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use super::{Executor, Settling, remaining};
+use super::{Executor, Settling, within};
 use crate::store::{LeaseToken, Record, Status, Store, StoreError};
 
 /// How a writer holds the claim it settles as outcome unknown.
@@ -43,7 +43,7 @@ impl<S: Store> Executor<S> {
              as outcome unknown until an operator settles it (dedup settle)"
         );
         let expires_at_s = self.expiry_from(call.policy_name, self.store.now_ms(), None);
-        let by = Some(end - self.settings.reply_margin.min(remaining(end)));
+        let by = Some(self.answer_by(end));
         let settled = match holding {
             Holding::Own(token) => {
                 settle_own(&*self.store, call.key, token, expires_at_s, by).await
@@ -164,21 +164,4 @@ pub(crate) async fn take_and_settle<S: Store>(
         }
     }
     settle_own(store, &record.key, &mine, expires_at_s, by).await
-}
-
-/// `operation`, given up as [`StoreError::Unavailable`] at `by`.
-async fn within<T>(
-    by: Option<Instant>,
-    operation: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match by {
-        Some(by) => tokio::time::timeout_at(by, operation)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(
-                    "no time left before the deadline".into(),
-                ))
-            }),
-        None => operation.await,
-    }
 }

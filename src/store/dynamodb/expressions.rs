@@ -7,8 +7,14 @@ use super::{DynamoDbStore, Item, LeaseToken, Status, attr, n, s};
 /// Absent, or expired, or in progress with an ended lease (unless claimed `at_most_once`).
 pub(super) const CLAIM_CONDITION: &str = "attribute_not_exists(#pk) OR #exp < :now_s OR \
      (#st = :in_progress AND #lease < :now_ms AND attribute_not_exists(#amo))";
+/// The text of [`HELD_CONDITION`], which [`HAND_OVER_CONDITION`] extends.
+macro_rules! held_condition {
+    () => {
+        "#tok = :tok AND #st = :in_progress AND #exp >= :now_s"
+    };
+}
 /// Live, in progress, and still carrying the caller's token (names and values: [`Held`]).
-pub(super) const HELD_CONDITION: &str = "#tok = :tok AND #st = :in_progress AND #exp >= :now_s";
+pub(super) const HELD_CONDITION: &str = held_condition!();
 /// A put that replaces the version it read.
 pub(super) const PUT_REPLACING_CONDITION: &str = "#tok = :tok";
 /// A put where there was nothing live to read.
@@ -39,11 +45,11 @@ pub(super) const EVICTABLE_CONDITION: &str =
     "#tok = :tok AND (#exp < :now_s OR (#st = :completed AND attribute_not_exists(#unk)))";
 /// A longer lease for a claim still held (a long or late-starting side effect).
 pub(super) const EXTEND_UPDATE: &str = "SET #lease = :lease, #exp = :exp";
-/// A claim handed to a new token, with its lease moved (a request that goes on under its own claim).
 /// [`HELD_CONDITION`], and the lease still the one the claim was read with (`:read_lease`): a
 /// holder that moved it since is alive.
 pub(super) const HAND_OVER_CONDITION: &str =
-    "#tok = :tok AND #st = :in_progress AND #exp >= :now_s AND #lease = :read_lease";
+    concat!(held_condition!(), " AND #lease = :read_lease");
+/// A claim handed to a new token, with its lease moved (a request that goes on under its own claim).
 pub(super) const HAND_OVER_UPDATE: &str = "SET #tok = :new_tok, #lease = :lease, #exp = :exp";
 /// Completion without the result (too large to store): the call stays settled.
 pub(super) const COMPLETE_OMITTED_UPDATE: &str =
